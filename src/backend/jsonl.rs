@@ -1,0 +1,576 @@
+//! The JSONL backend: pi's version-3 session file, byte for byte.
+//!
+//! # Format
+//! Line 1 is the session header, every further non-blank line one entry, each
+//! `\n`-terminated (spec §10). Lines are split on `\n` only; a line blank after
+//! JavaScript's `trim` is skipped anywhere; invalid UTF-8 reads as U+FFFD; line
+//! numbers in errors count non-blank lines with the header as line 1.
+//!
+//! # Durability
+//! Each append is one `write` of whole `\n`-terminated lines, then (with
+//! [`Durability::Full`]) one `fsync`. A failed write or fsync poisons the store:
+//! what reached the disk is unknown, so further writes are refused.
+//!
+//! # Recovery
+//! A final line without `\n` that does not parse is a write torn by a crash.
+//! pi refuses such a file; we open it without that line, report it through
+//! [`JsonlStorage::torn_tail`], and cut it off before the next append. A final
+//! line without `\n` that *does* parse is kept, and the next append first
+//! writes the missing `\n` (pi would glue the two lines together).
+//!
+//! # Compatibility
+//! Version 1 and 2 files open upgraded in memory, read-only: ids are assigned
+//! deterministically (`v1-` + the line index), each entry chained to the
+//! previous, `firstKeptEntryIndex` turned into `firstKeptEntryId`, and the
+//! message role `hookMessage` renamed `custom`.
+
+use super::LogIndex;
+use crate::entry::{Entry, EntryProblem};
+use crate::error::{Error, Result};
+use crate::json::{self, js_trim, raw_value, ObjectWriter, OrderedObject};
+use crate::rules::SessionStats;
+use crate::storage::{Durability, SessionMetadata, SessionStorage};
+use serde_json::Value;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+/// The session header (line 1 of a session file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    /// The exact text of the header line (after upgrading, for old versions).
+    pub json: String,
+    /// The format version the file was written in (1, 2 or 3).
+    pub version: u32,
+    /// `id`.
+    pub id: String,
+    /// `timestamp`: when the session was created.
+    pub timestamp: String,
+    /// `cwd`.
+    pub cwd: String,
+    /// `parentSession`.
+    pub parent_session: Option<String>,
+    /// `metadata`, exact text.
+    pub metadata: Option<String>,
+}
+
+impl Header {
+    /// A new version-3 header, as pi writes it.
+    pub fn new(
+        id: &str,
+        timestamp: &str,
+        cwd: &str,
+        parent_session: Option<&str>,
+        metadata: Option<&str>,
+    ) -> Self {
+        let mut w = ObjectWriter::new();
+        w.str("type", "session")
+            .raw("version", "3")
+            .str("id", id)
+            .str("timestamp", timestamp)
+            .str("cwd", cwd);
+        if let Some(p) = parent_session {
+            w.str("parentSession", p);
+        }
+        w.opt_raw("metadata", metadata);
+        Header {
+            json: w.finish(),
+            version: 3,
+            id: id.to_owned(),
+            timestamp: timestamp.to_owned(),
+            cwd: cwd.to_owned(),
+            parent_session: parent_session.map(str::to_owned),
+            metadata: metadata.map(str::to_owned),
+        }
+    }
+
+    /// Parses a header line with pi's checks, in pi's order; versions 1 and 2 are accepted.
+    pub fn parse(line: &str, path: &Path) -> Result<Header> {
+        let bad = |reason: &str| Error::InvalidHeader {
+            path: path.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let not_header = "first line is not a valid session header";
+        let value = json::parse_value_lossy(line).map_err(|_| bad(not_header))?;
+        let Value::Object(h) = value else {
+            return Err(bad(not_header));
+        };
+        if h.get("type").and_then(Value::as_str) != Some("session") {
+            return Err(bad(not_header));
+        }
+        let version = match h.get("version") {
+            None => 1,
+            Some(v) if v.as_f64() == Some(2.0) => 2,
+            Some(v) if v.as_f64() == Some(3.0) => 3,
+            Some(_) => return Err(bad("unsupported session version")),
+        };
+        let non_empty = |key: &str| h.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let id = non_empty("id").ok_or_else(|| bad("session header is missing id"))?;
+        let timestamp =
+            non_empty("timestamp").ok_or_else(|| bad("session header is missing timestamp"))?;
+        let cwd = non_empty("cwd").ok_or_else(|| bad("session header is missing cwd"))?;
+        let parent_session = match h.get("parentSession") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(bad("session header parentSession must be a string")),
+        };
+        let metadata = match h.get("metadata") {
+            None => None,
+            Some(Value::Object(_)) => {
+                let obj = OrderedObject::parse(line).map_err(|_| bad(not_header))?;
+                obj.get("metadata").map(|r| r.get().to_owned())
+            }
+            Some(_) => return Err(bad("session header metadata must be an object")),
+        };
+        let json = if version == 3 {
+            line.to_owned()
+        } else {
+            let mut obj = OrderedObject::parse(line).map_err(|_| bad(not_header))?;
+            obj.set("version", raw_value("3"));
+            obj.to_json()
+        };
+        Ok(Header {
+            json,
+            version,
+            id: id.to_owned(),
+            timestamp: timestamp.to_owned(),
+            cwd: cwd.to_owned(),
+            parent_session,
+            metadata,
+        })
+    }
+
+    fn metadata_for(&self, path: &Path) -> SessionMetadata {
+        SessionMetadata {
+            id: self.id.clone(),
+            created_at: self.timestamp.clone(),
+            cwd: Some(self.cwd.clone()),
+            path: Some(path.to_string_lossy().into_owned()),
+            parent_session: self.parent_session.clone(),
+            metadata: self.metadata.clone(),
+        }
+    }
+}
+
+/// A final line that was cut short by a crash and left out when opening.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// Its line number (non-blank lines, header = 1).
+    pub line: u64,
+    /// Where it starts in the file; the file is cut here before the next append.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+/// What reading a session file found besides its entries.
+#[derive(Debug)]
+pub struct ReadSummary {
+    /// The header.
+    pub header: Header,
+    /// A torn final line that was left out.
+    pub torn_tail: Option<TornTail>,
+    /// The file's last line is complete but lacks its `\n`.
+    pub missing_final_newline: bool,
+    /// Entries read.
+    pub entries: u64,
+    /// Bytes read (including a torn tail).
+    pub bytes: u64,
+}
+
+/// Strips what JSON allows around a value but a stored entry should not carry.
+fn stored_text(line: &str) -> &str {
+    line.trim_matches(|c| matches!(c, ' ' | '\t' | '\r'))
+}
+
+/// Reads a session file from `reader` line by line, handing each entry to
+/// `sink` as soon as it is parsed, so memory stays bounded by the longest line.
+/// Applies pi's rules: split on `\n`, skip lines blank after trimming, invalid
+/// UTF-8 as U+FFFD, line numbers counting non-blank lines.
+pub fn read_session<R: BufRead>(
+    mut reader: R,
+    path: &Path,
+    mut sink: impl FnMut(&Header, Entry) -> Result<()>,
+) -> Result<ReadSummary> {
+    let io_err = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+    let mut buf = Vec::new();
+    let mut offset: u64 = 0;
+    let mut number: u64 = 0;
+    let mut header: Option<Header> = None;
+    let mut upgrade = None;
+    let mut torn_tail = None;
+    let mut missing_final_newline = false;
+    let mut entries = 0;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(io_err)?;
+        if n == 0 {
+            break;
+        }
+        let line_offset = offset;
+        offset += n as u64;
+        let terminated = buf.last() == Some(&b'\n');
+        let body = if terminated { &buf[..n - 1] } else { &buf[..] };
+        let text = String::from_utf8_lossy(body);
+        if js_trim(&text).is_empty() {
+            continue;
+        }
+        number += 1;
+        let Some(h) = &header else {
+            let h = Header::parse(&text, path)?;
+            upgrade = Some(Upgrade::new(h.version));
+            header = Some(h);
+            continue;
+        };
+        let stored = stored_text(&text);
+        let parsed = match upgrade.as_mut() {
+            Some(u) if h.version != 3 => u.entry(stored),
+            _ => Entry::from_stored_line(stored),
+        };
+        match parsed {
+            Ok(entry) => {
+                missing_final_newline = !terminated;
+                entries += 1;
+                sink(h, entry)?;
+            }
+            Err(_) if !terminated => {
+                torn_tail = Some(TornTail {
+                    line: number,
+                    offset: line_offset,
+                    len: n as u64,
+                });
+            }
+            Err(problem) => {
+                return Err(Error::InvalidLine {
+                    path: path.to_owned(),
+                    line: number,
+                    reason: problem.reason().to_owned(),
+                })
+            }
+        }
+    }
+    let header = header.ok_or_else(|| Error::InvalidHeader {
+        path: path.to_owned(),
+        reason: "missing session header".to_owned(),
+    })?;
+    Ok(ReadSummary {
+        header,
+        torn_tail,
+        missing_final_newline,
+        entries,
+        bytes: offset,
+    })
+}
+
+/// Upgrades version 1 and 2 lines to version 3 as pi's migration does.
+struct Upgrade {
+    version: u32,
+    /// Ids assigned so far, by index in the file's entry list (index 0 = header).
+    ids: Vec<Option<String>>,
+}
+
+impl Upgrade {
+    fn new(version: u32) -> Self {
+        Upgrade {
+            version,
+            ids: vec![None],
+        }
+    }
+
+    fn entry(&mut self, text: &str) -> Result<Entry, EntryProblem> {
+        let Ok(mut obj) = OrderedObject::parse(text) else {
+            self.ids.push(None);
+            return Err(EntryProblem::NotJson);
+        };
+        let index = self.ids.len();
+        if self.version == 1 {
+            let id = format!("v1-{index:05}");
+            let parent = self.ids.iter().rev().flatten().next().cloned();
+            obj.set("id", raw_value(&json::string_literal(&id)));
+            let parent_json =
+                parent.map_or_else(|| "null".to_owned(), |p| json::string_literal(&p));
+            obj.set("parentId", raw_value(&parent_json));
+            if obj.get("type").map(|t| t.get()) == Some("\"compaction\"") {
+                if let Some(i) = obj
+                    .get("firstKeptEntryIndex")
+                    .and_then(|r| r.get().parse::<usize>().ok())
+                {
+                    if let Some(Some(target)) = self.ids.get(i) {
+                        let target = json::string_literal(target);
+                        obj.set("firstKeptEntryId", raw_value(&target));
+                    }
+                    obj.remove("firstKeptEntryIndex");
+                }
+            }
+            self.ids.push(Some(id));
+        } else {
+            self.ids.push(None);
+        }
+        if obj.get("type").map(|t| t.get()) == Some("\"message\"") {
+            if let Some(message) = obj.get("message") {
+                if let Ok(mut m) = OrderedObject::parse(message.get()) {
+                    if m.get("role").map(|r| r.get()) == Some("\"hookMessage\"") {
+                        m.set("role", raw_value("\"custom\""));
+                        obj.set("message", raw_value(&m.to_json()));
+                    }
+                }
+            }
+        }
+        Entry::from_stored_line(&obj.to_json())
+    }
+}
+
+/// Reads only the first physical line of a session file and parses its header
+/// (what listing does; a file with leading blank lines is unlistable, as in pi).
+pub fn read_header(path: &Path) -> Result<Header> {
+    let file = File::open(path).map_err(|e| {
+        Error::io(
+            format!("Failed to read session header {}", path.display()),
+            e,
+        )
+    })?;
+    let mut first = Vec::new();
+    BufReader::new(file)
+        .read_until(b'\n', &mut first)
+        .map_err(|e| {
+            Error::io(
+                format!("Failed to read session header {}", path.display()),
+                e,
+            )
+        })?;
+    let text = String::from_utf8_lossy(&first);
+    // Node's line reader also ends a line at a lone `\r`.
+    let line = text.split(['\n', '\r']).next().unwrap_or("");
+    if js_trim(line).is_empty() {
+        return Err(Error::InvalidHeader {
+            path: path.to_owned(),
+            reason: "missing session header".to_owned(),
+        });
+    }
+    Header::parse(line, path)
+}
+
+/// A session stored as a pi JSONL file.
+#[derive(Debug)]
+pub struct JsonlStorage {
+    path: PathBuf,
+    header: Header,
+    log: LogIndex,
+    durability: Durability,
+    file: Option<File>,
+    torn_tail: Option<TornTail>,
+    /// Bytes to cut the file to before the next append (a torn tail).
+    truncate_to: Option<u64>,
+    missing_final_newline: bool,
+    poisoned: Option<String>,
+}
+
+impl JsonlStorage {
+    /// Opens an existing session file.
+    pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        let file = File::open(&path)
+            .map_err(|e| Error::io(format!("Failed to read session {}", path.display()), e))?;
+        let mut log = LogIndex::default();
+        let summary = read_session(BufReader::with_capacity(1 << 16, file), &path, |_, e| {
+            log.push(e);
+            Ok(())
+        })?;
+        Ok(JsonlStorage {
+            path,
+            header: summary.header,
+            log,
+            durability,
+            file: None,
+            truncate_to: summary.torn_tail.as_ref().map(|t| t.offset),
+            torn_tail: summary.torn_tail,
+            missing_final_newline: summary.missing_final_newline,
+            poisoned: None,
+        })
+    }
+
+    /// Creates a new session file holding only `header`; refuses to overwrite.
+    pub fn create(path: impl AsRef<Path>, header: Header, durability: Durability) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        let context = || format!("Failed to create session {}", path.display());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(context(), e))?;
+        }
+        // Write the header to a temporary file and rename it into place, so a
+        // crash leaves either no session or a whole header.
+        let tmp = path.with_extension("jsonl.tmp");
+        let mut f = File::create(&tmp).map_err(|e| Error::io(context(), e))?;
+        f.write_all(format!("{}\n", header.json).as_bytes())
+            .and_then(|()| {
+                if durability == Durability::Full {
+                    f.sync_all()
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|e| Error::io(context(), e))?;
+        drop(f);
+        if path.exists() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(
+                context(),
+                std::io::Error::new(std::io::ErrorKind::AlreadyExists, "file exists"),
+            ));
+        }
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(context(), e))?;
+        if durability == Durability::Full {
+            sync_dir(&path);
+        }
+        Ok(JsonlStorage {
+            path,
+            header,
+            log: LogIndex::default(),
+            durability,
+            file: None,
+            torn_tail: None,
+            truncate_to: None,
+            missing_final_newline: false,
+            poisoned: None,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The torn final line left out when the file was opened, if there was one.
+    pub fn torn_tail(&self) -> Option<&TornTail> {
+        self.torn_tail.as_ref()
+    }
+
+    /// Every entry, in order (cheap clones).
+    pub fn all_entries(&self) -> &[Entry] {
+        self.log.all()
+    }
+
+    fn write_lines(&mut self, entries: &[Entry]) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        if self.header.version != 3 {
+            return Err(Error::InvalidSession(format!(
+                "{} is a version {} session file: it opens read-only; import it into an archive or convert it to write",
+                self.path.display(),
+                self.header.version
+            )));
+        }
+        let mut buf = String::new();
+        if self.missing_final_newline {
+            buf.push('\n');
+        }
+        for e in entries {
+            buf.push_str(e.json());
+            buf.push('\n');
+        }
+        let path = self.path.clone();
+        let first_id = entries.first().map_or("", Entry::id).to_owned();
+        let result = (|| -> std::io::Result<()> {
+            if self.file.is_none() {
+                let f = OpenOptions::new().append(true).open(&path)?;
+                if let Some(len) = self.truncate_to {
+                    f.set_len(len)?;
+                    f.sync_all()?;
+                }
+                self.file = Some(f);
+            }
+            let f = self.file.as_mut().expect("opened above");
+            f.write_all(buf.as_bytes())?;
+            if self.durability == Durability::Full {
+                f.sync_data()?;
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                self.truncate_to = None;
+                self.missing_final_newline = false;
+                Ok(())
+            }
+            Err(e) => {
+                let context = format!(
+                    "Failed to append session entry {first_id} to {}",
+                    path.display()
+                );
+                self.poisoned = Some(format!("{context}: {e}; the store refuses further writes"));
+                self.file = None;
+                Err(Error::io(context, e))
+            }
+        }
+    }
+}
+
+/// Makes a rename durable; best effort where directories cannot be opened.
+fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+impl SessionStorage for JsonlStorage {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        Ok(self.header.metadata_for(&self.path))
+    }
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        Ok(self.log.leaf().map(str::to_owned))
+    }
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        self.write_lines(std::slice::from_ref(&entry))?;
+        self.log.push(entry);
+        Ok(())
+    }
+    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.write_lines(entries)?;
+        for e in entries {
+            self.log.push(e.clone());
+        }
+        Ok(())
+    }
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        Ok(self.log.get(id).cloned())
+    }
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        Ok(self.log.of_type(entry_type))
+    }
+    fn label(&self, id: &str) -> Result<Option<String>> {
+        Ok(self.log.label(id))
+    }
+    fn session_name(&self) -> Result<Option<String>> {
+        Ok(self.log.name())
+    }
+    fn session_stats(&self) -> Result<SessionStats> {
+        self.log.stats()
+    }
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        Ok(self.log.slice(after, limit))
+    }
+    fn entry_count(&self) -> Result<usize> {
+        Ok(self.log.all().len())
+    }
+}
+
+/// The file name pi gives a session: `<createdAt with : and . as ->_<id>.jsonl`.
+pub fn session_file_name(created_at: &str, id: &str) -> String {
+    format!("{}_{id}.jsonl", created_at.replace([':', '.'], "-"))
+}
+
+/// The directory pi keeps a working directory's sessions in: `--<cwd encoded>--`.
+pub fn encode_cwd(cwd: &str) -> String {
+    let trimmed = cwd.strip_prefix(['/', '\\']).unwrap_or(cwd);
+    format!("--{}--", trimmed.replace(['/', '\\', ':'], "-"))
+}

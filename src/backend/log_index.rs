@@ -1,0 +1,96 @@
+//! A whole log held in memory with the indexes the contract's reads need —
+//! the state pi keeps. The in-memory and JSONL backends both use it.
+
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::rules::{SessionStats, StatsAccumulator};
+use std::collections::HashMap;
+
+/// An in-memory log: entries in order, the latest entry per id, labels, session
+/// name, statistics and the replayed leaf, all maintained on append.
+#[derive(Debug, Default, Clone)]
+pub struct LogIndex {
+    entries: Vec<Entry>,
+    by_id: HashMap<String, usize>,
+    labels: HashMap<String, String>,
+    name: Option<String>,
+    stats: StatsAccumulator,
+    leaf: Option<String>,
+}
+
+impl LogIndex {
+    /// An index over `entries`, replayed in order.
+    pub fn from_entries(entries: impl IntoIterator<Item = Entry>) -> Self {
+        let mut index = LogIndex::default();
+        for e in entries {
+            index.push(e);
+        }
+        index
+    }
+
+    /// Adds one entry at the end of the log.
+    pub fn push(&mut self, entry: Entry) {
+        let f = entry.facts();
+        if let Some((target, label)) = f.label_update() {
+            match label {
+                Some(l) => self.labels.insert(target.to_owned(), l.to_owned()),
+                None => self.labels.remove(target),
+            };
+        }
+        if let Some(name) = f.session_name_update() {
+            self.name = name.map(str::to_owned);
+        }
+        self.stats.add(&entry);
+        self.leaf = f.leaf_after().map(str::to_owned);
+        self.by_id.insert(f.id.clone(), self.entries.len());
+        self.entries.push(entry);
+    }
+
+    /// The entry answering to `id` (the latest with that id).
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.by_id.get(id).map(|&i| &self.entries[i])
+    }
+
+    /// The replayed leaf.
+    pub fn leaf(&self) -> Option<&str> {
+        self.leaf.as_deref()
+    }
+
+    /// All entries in log order.
+    pub fn all(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Entries of one type in log order.
+    pub fn of_type(&self, entry_type: &str) -> Vec<Entry> {
+        self.entries
+            .iter()
+            .filter(|e| e.entry_type().as_str() == entry_type)
+            .cloned()
+            .collect()
+    }
+
+    /// The label on `id`.
+    pub fn label(&self, id: &str) -> Option<String> {
+        self.labels.get(id).cloned()
+    }
+
+    /// The session name.
+    pub fn name(&self) -> Option<String> {
+        self.name.clone()
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> Result<SessionStats> {
+        self.stats.result()
+    }
+
+    /// `[after, after + limit)` by position.
+    pub fn slice(&self, after: usize, limit: Option<usize>) -> Vec<Entry> {
+        let start = after.min(self.entries.len());
+        let end = limit.map_or(self.entries.len(), |l| {
+            start.saturating_add(l).min(self.entries.len())
+        });
+        self.entries[start..end].to_vec()
+    }
+}

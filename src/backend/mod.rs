@@ -1,0 +1,8 @@
+//! The storage backends. Each stores and indexes; none imports another.
+
+pub mod jsonl;
+mod log_index;
+pub mod memory;
+pub mod sqlite;
+
+pub use log_index::LogIndex;

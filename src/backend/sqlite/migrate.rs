@@ -1,0 +1,56 @@
+//! Schema migrations: the files in `schema/`, applied in order, with SQLite's
+//! `user_version` as the cursor. Released files are never edited or reordered;
+//! each step runs in its own IMMEDIATE transaction.
+
+use crate::error::{Error, Result};
+use rusqlite::{Connection, TransactionBehavior};
+use std::path::Path;
+
+/// The migration steps, oldest first; step `i` brings the schema to version `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("../../../schema/0001_init.sql"),
+    include_str!("../../../schema/0002_search.sql"),
+];
+
+/// The schema version this build writes.
+pub fn latest_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// The schema version stored in the database.
+pub fn current_version(conn: &Connection) -> Result<i64> {
+    conn.pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| Error::sqlite("reading the schema version", e))
+}
+
+/// Brings the database to the latest schema; refuses a database newer than this build.
+pub fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let found = current_version(conn)?;
+    if found > latest_version() {
+        return Err(Error::SchemaTooNew {
+            path: path.to_owned(),
+            found,
+            supported: latest_version(),
+        });
+    }
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(found).unwrap_or(0))
+    {
+        let version = i as i64 + 1;
+        let ctx = || format!("applying schema migration {version} to {}", path.display());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| Error::sqlite(ctx(), e))?;
+        // Another process may have migrated while we waited for the lock.
+        if current_version(&tx)? >= version {
+            continue;
+        }
+        tx.execute_batch(sql).map_err(|e| Error::sqlite(ctx(), e))?;
+        tx.pragma_update(None, "user_version", version)
+            .map_err(|e| Error::sqlite(ctx(), e))?;
+        tx.commit().map_err(|e| Error::sqlite(ctx(), e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! `sessiontree rpc`: the contract over stdio.
+
+use super::Cli;
+use clap::{Args, ValueEnum};
+use sessiontree::backend::jsonl::JsonlStorage;
+use sessiontree::backend::memory::MemoryStorage;
+use sessiontree::backend::sqlite::Archive;
+use sessiontree::{rpc, Result, Session, SessionStorage};
+
+/// Which backend serves the requests.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Backend {
+    /// The JSONL file itself (appends go to the file).
+    Jsonl,
+    /// The JSONL file loaded into memory (appends are not saved).
+    Memory,
+}
+
+/// Arguments of `rpc`.
+#[derive(Debug, Args)]
+pub struct RpcArgs {
+    /// A `.jsonl` session file, or with `--db` a session id of the archive.
+    pub source: String,
+    /// For a `.jsonl` source: serve it from the file or from memory.
+    #[arg(long, value_enum, default_value_t = Backend::Jsonl)]
+    pub backend: Backend,
+}
+
+/// Runs `rpc`.
+pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::stdout().lock();
+    let io = |e| sessiontree::Error::io("rpc: stdio", e);
+    if cli.db.is_some() {
+        let session = Archive::open(super::archive_path(cli), cli.durability.into())
+            .and_then(|a| a.open_session(&args.source))
+            .map(Session::new);
+        return rpc::serve(session, stdin, stdout).map_err(io);
+    }
+    let jsonl = JsonlStorage::open(&args.source, cli.durability.into());
+    match args.backend {
+        Backend::Jsonl => rpc::serve(jsonl.map(Session::new), stdin, stdout).map_err(io),
+        Backend::Memory => {
+            let memory = jsonl.and_then(|j| {
+                MemoryStorage::with_entries(j.metadata()?, j.all_entries().iter().cloned())
+            });
+            rpc::serve(memory.map(Session::new), stdin, stdout).map_err(io)
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Context building (spec §8 `buildContext`): which entries of the active path a
+//! model sees, and as which messages.
+
+use crate::entry::{timestamp_millis, Entry, EntryType};
+use crate::error::{Error, Result};
+use crate::json::{raw_value, ObjectWriter};
+use crate::rules::message_missing;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// Rewrites the list of context entries (pi's `entryTransforms`); runs in order
+/// after the default compaction transform.
+pub type EntryTransform = Box<dyn Fn(Vec<Entry>) -> Vec<Entry> + Send + Sync>;
+
+/// Turns a `custom` entry into messages (pi's `entryProjectors`), given the
+/// entry, its index and all context entries.
+pub type EntryProjector = Box<dyn Fn(&Entry, usize, &[Entry]) -> Vec<Value> + Send + Sync>;
+
+/// Application hooks for context building.
+#[derive(Default)]
+pub struct ContextOptions {
+    /// Entry transforms, applied in order.
+    pub entry_transforms: Vec<EntryTransform>,
+    /// Projectors by `customType`.
+    pub entry_projectors: HashMap<String, EntryProjector>,
+}
+
+impl std::fmt::Debug for ContextOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextOptions")
+            .field("entry_transforms", &self.entry_transforms.len())
+            .field(
+                "entry_projectors",
+                &self.entry_projectors.keys().collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// What a model sees: state derived from the path plus the messages.
+#[derive(Debug, Clone)]
+pub struct SessionContext {
+    /// The thinking level (`"off"` unless changed; absent if a change named none).
+    pub thinking_level: Option<Value>,
+    /// `{provider, modelId}` of the last model change or assistant message.
+    pub model: Option<Value>,
+    /// The active tools, if ever set.
+    pub active_tool_names: Option<Value>,
+    /// The messages, each as exact JSON text.
+    pub messages: Vec<Box<RawValue>>,
+}
+
+impl SessionContext {
+    /// The context as pi returns it: `{thinkingLevel, model, activeToolNames, messages}`.
+    pub fn to_json_text(&self) -> String {
+        let mut w = ObjectWriter::new();
+        if let Some(t) = &self.thinking_level {
+            w.value("thinkingLevel", t);
+        }
+        w.value("model", self.model.as_ref().unwrap_or(&Value::Null));
+        w.value(
+            "activeToolNames",
+            self.active_tool_names.as_ref().unwrap_or(&Value::Null),
+        );
+        let messages: Vec<&str> = self.messages.iter().map(|m| m.get()).collect();
+        w.raw("messages", &format!("[{}]", messages.join(",")));
+        w.finish()
+    }
+}
+
+fn object(entry: &Entry) -> Result<serde_json::Map<String, Value>> {
+    match entry.value() {
+        Value::Object(m) => Ok(m),
+        _ => Err(Error::InvalidEntry(format!(
+            "Entry {} is not an object",
+            entry.id()
+        ))),
+    }
+}
+
+/// The state pi derives from the whole path: thinking level, model, active tools.
+fn derive_state(path: &[Entry]) -> Result<(Option<Value>, Option<Value>, Option<Value>)> {
+    let mut thinking = Some(Value::String("off".into()));
+    let mut model = None;
+    let mut tools = None;
+    for entry in path {
+        match entry.entry_type() {
+            EntryType::ThinkingLevelChange => thinking = object(entry)?.remove("thinkingLevel"),
+            EntryType::ModelChange => {
+                let m = object(entry)?;
+                model = Some(model_value(m.get("provider"), m.get("modelId")));
+            }
+            EntryType::Message if entry.facts().message_missing => {
+                return Err(message_missing(entry.id()))
+            }
+            EntryType::Message if entry.facts().role.as_deref() == Some("assistant") => {
+                let m = object(entry)?;
+                let msg = m.get("message");
+                model = Some(model_value(
+                    msg.and_then(|x| x.get("provider")),
+                    msg.and_then(|x| x.get("model")),
+                ));
+            }
+            EntryType::ActiveToolsChange => {
+                tools = match object(entry)?.remove("activeToolNames") {
+                    Some(Value::Array(a)) => Some(Value::Array(a)),
+                    Some(Value::String(s)) => Some(Value::Array(
+                        s.chars().map(|c| Value::String(c.to_string())).collect(),
+                    )),
+                    _ => {
+                        return Err(Error::InvalidEntry(format!(
+                            "Entry {} has no activeToolNames list",
+                            entry.id()
+                        )))
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((thinking, model, tools))
+}
+
+fn model_value(provider: Option<&Value>, model_id: Option<&Value>) -> Value {
+    let mut m = serde_json::Map::new();
+    if let Some(p) = provider {
+        m.insert("provider".into(), p.clone());
+    }
+    if let Some(id) = model_id {
+        m.insert("modelId".into(), id.clone());
+    }
+    Value::Object(m)
+}
+
+/// pi's default transform: the last compaction on the path, then (without a
+/// retained tail) the kept entries before it, then everything after it.
+pub fn default_context_entries(path: &[Entry]) -> Vec<Entry> {
+    let Some(c_index) = path
+        .iter()
+        .rposition(|e| *e.entry_type() == EntryType::Compaction)
+    else {
+        return path.to_vec();
+    };
+    let compaction = &path[c_index];
+    let mut out = vec![compaction.clone()];
+    let f = compaction.facts();
+    if !f.has_retained_tail {
+        if let Some(first_kept) = f.first_kept_entry_id.as_deref().filter(|s| !s.is_empty()) {
+            if let Some(start) = path[..c_index].iter().position(|e| e.id() == first_kept) {
+                out.extend_from_slice(&path[start..c_index]);
+            }
+        }
+    }
+    out.extend_from_slice(&path[c_index + 1..]);
+    out
+}
+
+/// The context entries: the default transform, then the application's.
+pub fn context_entries(path: &[Entry], options: &ContextOptions) -> Vec<Entry> {
+    let mut entries = default_context_entries(path);
+    for t in &options.entry_transforms {
+        entries = t(entries);
+    }
+    entries
+}
+
+fn millis(entry: &Entry) -> String {
+    timestamp_millis(entry.timestamp()).map_or_else(|| "null".to_owned(), |ms| ms.to_string())
+}
+
+fn raw_member<'a>(m: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    m.get(key)
+}
+
+/// The messages one context entry becomes (pi's `sessionEntryToContextMessages`).
+fn entry_messages(
+    entry: &Entry,
+    index: usize,
+    entries: &[Entry],
+    options: &ContextOptions,
+) -> Result<Vec<Box<RawValue>>> {
+    let obj = || {
+        crate::json::OrderedObject::parse(entry.json())
+            .map_err(|_| Error::InvalidEntry(format!("Entry {} is not an object", entry.id())))
+    };
+    Ok(match entry.entry_type() {
+        EntryType::Message => {
+            let o = obj()?;
+            match o.get("message") {
+                Some(m) if m.get() != "null" => vec![raw_value(m.get())],
+                _ => return Err(message_missing(entry.id())),
+            }
+        }
+        EntryType::CustomMessage => {
+            let o = obj()?;
+            let mut w = ObjectWriter::new();
+            w.str("role", "custom");
+            for key in ["customType", "content", "display", "details"] {
+                w.opt_raw(key, o.get(key).map(RawValue::get));
+            }
+            w.raw("timestamp", &millis(entry));
+            vec![raw_value(&w.finish())]
+        }
+        EntryType::Compaction => {
+            let o = obj()?;
+            let mut w = ObjectWriter::new();
+            w.str("role", "compactionSummary");
+            w.opt_raw("summary", o.get("summary").map(RawValue::get));
+            w.opt_raw("tokensBefore", o.get("tokensBefore").map(RawValue::get));
+            w.raw("timestamp", &millis(entry));
+            let mut out = vec![raw_value(&w.finish())];
+            if let Some(tail) = o.get("retainedTail") {
+                if let Ok(items) = serde_json::from_str::<Vec<Box<RawValue>>>(tail.get()) {
+                    out.extend(items);
+                } else if let Ok(items) = crate::json::parse_value_lossy(tail.get()) {
+                    if let Value::Array(items) = items {
+                        out.extend(items.iter().map(|v| raw_value(&v.to_string())));
+                    }
+                }
+            }
+            out
+        }
+        EntryType::BranchSummary => {
+            let v = object(entry)?;
+            let summary = raw_member(&v, "summary");
+            let truthy = match summary {
+                None | Some(Value::Null | Value::Bool(false)) => false,
+                Some(Value::String(s)) => !s.is_empty(),
+                Some(Value::Number(n)) => n.as_f64().is_some_and(|x| x != 0.0),
+                Some(_) => true,
+            };
+            if !truthy {
+                return Ok(Vec::new());
+            }
+            let o = obj()?;
+            let mut w = ObjectWriter::new();
+            w.str("role", "branchSummary");
+            w.opt_raw("summary", o.get("summary").map(RawValue::get));
+            w.opt_raw("fromId", o.get("fromId").map(RawValue::get));
+            w.raw("timestamp", &millis(entry));
+            vec![raw_value(&w.finish())]
+        }
+        EntryType::Custom => {
+            let o = object(entry)?;
+            let custom_type = o
+                .get("customType")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match options.entry_projectors.get(custom_type) {
+                Some(project) => project(entry, index, entries)
+                    .iter()
+                    .map(|v| raw_value(&v.to_string()))
+                    .collect(),
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    })
+}
+
+/// Builds the context from an active path (pi's `buildSessionContext`).
+pub fn build_context(path: &[Entry], options: &ContextOptions) -> Result<SessionContext> {
+    let (thinking_level, model, active_tool_names) = derive_state(path)?;
+    let entries = context_entries(path, options);
+    let mut messages = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        messages.extend(entry_messages(e, i, &entries, options)?);
+    }
+    Ok(SessionContext {
+        thinking_level,
+        model,
+        active_tool_names,
+        messages,
+    })
+}

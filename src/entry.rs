@@ -1,0 +1,662 @@
+//! The entry model: the exact JSON text of an entry plus the few facts the
+//! contract's rules read from it.
+//!
+//! An entry is returned exactly as it was stored: unknown fields, key order,
+//! number spelling and lone surrogate escapes all survive, because the text is
+//! kept and never re-serialized. [`EntryFacts`] is parsed once, when the entry
+//! is read or appended, with the checks pi applies to a session file line.
+
+use crate::error::{Error, Result};
+use crate::json::{self, ObjectWriter};
+use serde::de::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The eleven entry types of the contract, and room for types it does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryType {
+    /// `message`: an agent message.
+    Message,
+    /// `thinking_level_change`.
+    ThinkingLevelChange,
+    /// `model_change`.
+    ModelChange,
+    /// `active_tools_change`.
+    ActiveToolsChange,
+    /// `compaction`: a summary that replaces older context.
+    Compaction,
+    /// `branch_summary`: a summary of an abandoned branch.
+    BranchSummary,
+    /// `custom`: application data, invisible to the model unless projected.
+    Custom,
+    /// `custom_message`: an application message visible to the model.
+    CustomMessage,
+    /// `label`: sets or clears a label on another entry.
+    Label,
+    /// `session_info`: sets the session name.
+    SessionInfo,
+    /// `leaf`: moves the leaf pointer.
+    Leaf,
+    /// Any other type string; stored and returned unchanged.
+    Other(String),
+}
+
+impl EntryType {
+    /// Parses a type string.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "message" => EntryType::Message,
+            "thinking_level_change" => EntryType::ThinkingLevelChange,
+            "model_change" => EntryType::ModelChange,
+            "active_tools_change" => EntryType::ActiveToolsChange,
+            "compaction" => EntryType::Compaction,
+            "branch_summary" => EntryType::BranchSummary,
+            "custom" => EntryType::Custom,
+            "custom_message" => EntryType::CustomMessage,
+            "label" => EntryType::Label,
+            "session_info" => EntryType::SessionInfo,
+            "leaf" => EntryType::Leaf,
+            other => EntryType::Other(other.to_owned()),
+        }
+    }
+
+    /// The type string as stored.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EntryType::Message => "message",
+            EntryType::ThinkingLevelChange => "thinking_level_change",
+            EntryType::ModelChange => "model_change",
+            EntryType::ActiveToolsChange => "active_tools_change",
+            EntryType::Compaction => "compaction",
+            EntryType::BranchSummary => "branch_summary",
+            EntryType::Custom => "custom",
+            EntryType::CustomMessage => "custom_message",
+            EntryType::Label => "label",
+            EntryType::SessionInfo => "session_info",
+            EntryType::Leaf => "leaf",
+            EntryType::Other(s) => s,
+        }
+    }
+}
+
+/// Token usage and cost that one entry adds to the session statistics (spec §6).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    /// `usage.input`.
+    pub input: f64,
+    /// `usage.output`.
+    pub output: f64,
+    /// `usage.cacheRead`.
+    pub cache_read: f64,
+    /// `usage.cacheWrite`.
+    pub cache_write: f64,
+    /// `usage.cost.total`.
+    pub cost_total: f64,
+}
+
+/// The fields of an entry that the contract's rules read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryFacts {
+    /// `type`.
+    pub entry_type: EntryType,
+    /// `id`, never empty.
+    pub id: String,
+    /// `parentId`: `None` for `null`; `Some("")` is kept because pi accepts it (and treats it as a root).
+    pub parent_id: Option<String>,
+    /// `timestamp`, never empty.
+    pub timestamp: String,
+    /// `targetId` of a `leaf` (`None` = `null`) or a `label` entry.
+    pub target_id: Option<String>,
+    /// `label` of a `label` entry, when it is a string.
+    pub label: Option<String>,
+    /// `name` of a `session_info` entry, when it is a string.
+    pub name: Option<String>,
+    /// `firstKeptEntryId` of a compaction, when it is a string.
+    pub first_kept_entry_id: Option<String>,
+    /// Whether a compaction's `retainedTail` is truthy in JavaScript's sense.
+    pub has_retained_tail: bool,
+    /// `message.role` of a message entry, when it is a string.
+    pub role: Option<String>,
+    /// Whether a `message` entry lacks its `message` (or it is `null`): pi crashes on it.
+    pub message_missing: bool,
+    /// The usage this entry counts towards statistics, if it counts.
+    pub usage: Option<Usage>,
+}
+
+impl EntryFacts {
+    /// The parent id if it leads somewhere: pi treats `null` and `""` alike as "no parent".
+    pub fn parent(&self) -> Option<&str> {
+        self.parent_id.as_deref().filter(|p| !p.is_empty())
+    }
+
+    /// The leaf after this entry is appended (spec §3).
+    pub fn leaf_after(&self) -> Option<&str> {
+        if self.entry_type == EntryType::Leaf {
+            self.target_id.as_deref()
+        } else {
+            Some(&self.id)
+        }
+    }
+
+    /// The label this entry sets (`Some(Some(..))`) or clears (`Some(None)`), for
+    /// `label` entries: trimmed, blank counts as clearing.
+    pub fn label_update(&self) -> Option<(&str, Option<&str>)> {
+        if self.entry_type != EntryType::Label {
+            return None;
+        }
+        let target = self.target_id.as_deref()?;
+        let label = self
+            .label
+            .as_deref()
+            .map(json::js_trim)
+            .filter(|l| !l.is_empty());
+        Some((target, label))
+    }
+
+    /// For a `session_info` entry, the name it leaves the session with (trimmed; blank is none).
+    pub fn session_name_update(&self) -> Option<Option<&str>> {
+        if self.entry_type != EntryType::SessionInfo {
+            return None;
+        }
+        Some(
+            self.name
+                .as_deref()
+                .map(json::js_trim)
+                .filter(|n| !n.is_empty()),
+        )
+    }
+
+    /// Whether this is a user message (the only valid `before` fork target).
+    pub fn is_user_message(&self) -> bool {
+        self.entry_type == EntryType::Message && self.role.as_deref() == Some("user")
+    }
+}
+
+#[derive(Debug)]
+struct EntryInner {
+    json: Box<str>,
+    facts: EntryFacts,
+}
+
+/// One entry of a session log: its exact JSON text and its parsed facts.
+/// Cloning is cheap (shared).
+#[derive(Debug, Clone)]
+pub struct Entry(Arc<EntryInner>);
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.json == other.0.json
+    }
+}
+
+impl Entry {
+    /// Parses one entry from JSON text with pi's line checks; surrounding
+    /// whitespace is dropped and inner whitespace removed, so the text fits on one line.
+    pub fn parse(text: &str) -> Result<Self, EntryProblem> {
+        let compact = json::minify(text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r')));
+        let facts = parse_facts(&compact)?;
+        Ok(Entry(Arc::new(EntryInner {
+            json: compact.into_boxed_str(),
+            facts,
+        })))
+    }
+
+    /// Parses a line exactly as stored in a file (no re-spacing), with pi's checks.
+    pub fn from_stored_line(line: &str) -> Result<Self, EntryProblem> {
+        let facts = parse_facts(line)?;
+        Ok(Entry(Arc::new(EntryInner {
+            json: line.into(),
+            facts,
+        })))
+    }
+
+    /// Parses JSON given through the API; problems become `invalid_entry` errors.
+    pub fn from_json(text: &str) -> Result<Self> {
+        Entry::parse(text)
+            .map_err(|p| Error::InvalidEntry(format!("Invalid entry: {}", p.reason())))
+    }
+
+    /// Builds an entry from a `serde_json::Value` (keys in the value's order).
+    pub fn from_value(value: &Value) -> Result<Self> {
+        Entry::from_json(&value.to_string())
+    }
+
+    /// The exact JSON text of the entry, one line, no trailing newline.
+    pub fn json(&self) -> &str {
+        &self.0.json
+    }
+
+    /// The entry as a raw JSON value, for embedding in output without re-serializing.
+    pub fn raw(&self) -> Box<RawValue> {
+        json::raw_value(&self.0.json)
+    }
+
+    /// The entry parsed into a `serde_json::Value` (lone surrogates read as U+FFFD).
+    pub fn value(&self) -> Value {
+        json::parse_value_lossy(&self.0.json).unwrap_or(Value::Null)
+    }
+
+    /// The parsed facts.
+    pub fn facts(&self) -> &EntryFacts {
+        &self.0.facts
+    }
+
+    /// `id`.
+    pub fn id(&self) -> &str {
+        &self.0.facts.id
+    }
+
+    /// `parentId` as stored (`None` for `null`).
+    pub fn parent_id(&self) -> Option<&str> {
+        self.0.facts.parent_id.as_deref()
+    }
+
+    /// `type`.
+    pub fn entry_type(&self) -> &EntryType {
+        &self.0.facts.entry_type
+    }
+
+    /// `timestamp`.
+    pub fn timestamp(&self) -> &str {
+        &self.0.facts.timestamp
+    }
+
+    /// A `leaf` entry as `setLeafId` writes it.
+    pub fn new_leaf(
+        id: &str,
+        parent_id: Option<&str>,
+        timestamp: &str,
+        target_id: Option<&str>,
+    ) -> Self {
+        let mut w = ObjectWriter::new();
+        w.str("type", "leaf")
+            .str("id", id)
+            .opt_str_or_null("parentId", parent_id)
+            .str("timestamp", timestamp)
+            .opt_str_or_null("targetId", target_id);
+        Entry::from_json(&w.finish()).expect("a leaf entry built from strings is valid")
+    }
+}
+
+/// Why a line or JSON text is not a valid entry, in pi's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryProblem {
+    /// Not JSON at all.
+    NotJson,
+    /// JSON, but not an object.
+    NotObject,
+    /// `type` is missing or not a string.
+    MissingType,
+    /// `id` is missing, empty or not a string.
+    MissingId,
+    /// `parentId` is missing or neither string nor null.
+    InvalidParentId,
+    /// `timestamp` is missing, empty or not a string.
+    MissingTimestamp,
+    /// A `leaf` whose `targetId` is neither string nor null.
+    InvalidTargetId,
+}
+
+impl EntryProblem {
+    /// pi's wording, as it follows `line <n>` in its messages.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            EntryProblem::NotJson => "is not valid JSON",
+            EntryProblem::NotObject => "is not a valid session entry",
+            EntryProblem::MissingType => "is missing entry type",
+            EntryProblem::MissingId => "is missing entry id",
+            EntryProblem::InvalidParentId => "has invalid parentId",
+            EntryProblem::MissingTimestamp => "is missing timestamp",
+            EntryProblem::InvalidTargetId => "has invalid targetId",
+        }
+    }
+}
+
+/// A member that may be absent; unlike `Option`, `null` is kept as present.
+#[derive(Debug, Default)]
+enum Field<'a> {
+    #[default]
+    Absent,
+    Present(&'a RawValue),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Field<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(d).map(Field::Present)
+    }
+}
+
+impl<'a> Field<'a> {
+    fn raw(&self) -> Option<&'a str> {
+        match self {
+            Field::Absent => None,
+            Field::Present(r) => Some(r.get()),
+        }
+    }
+    fn is_null_or_absent(&self) -> bool {
+        matches!(self.raw(), None | Some("null"))
+    }
+    fn as_string(&self) -> Option<String> {
+        let raw = self.raw()?;
+        if !raw.starts_with('"') {
+            return None;
+        }
+        match json::parse_value_lossy(raw) {
+            Ok(Value::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+    fn is_string(&self) -> bool {
+        self.raw().is_some_and(|r| r.starts_with('"'))
+    }
+    /// JavaScript truthiness of the value.
+    fn is_truthy(&self) -> bool {
+        match self.raw() {
+            None | Some("null" | "false" | "\"\"") => false,
+            Some(r) if r.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+                r.parse::<f64>().is_ok_and(|x| x != 0.0 && !x.is_nan())
+            }
+            Some(_) => true,
+        }
+    }
+}
+
+/// The members the rules read; everything else is skipped without being parsed.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct Probe<'a> {
+    #[serde(rename = "type", borrow)]
+    entry_type: Field<'a>,
+    #[serde(borrow)]
+    id: Field<'a>,
+    #[serde(rename = "parentId", borrow)]
+    parent_id: Field<'a>,
+    #[serde(borrow)]
+    timestamp: Field<'a>,
+    #[serde(rename = "targetId", borrow)]
+    target_id: Field<'a>,
+    #[serde(borrow)]
+    label: Field<'a>,
+    #[serde(borrow)]
+    name: Field<'a>,
+    #[serde(rename = "firstKeptEntryId", borrow)]
+    first_kept_entry_id: Field<'a>,
+    #[serde(rename = "retainedTail", borrow)]
+    retained_tail: Field<'a>,
+    #[serde(borrow)]
+    message: Field<'a>,
+    #[serde(borrow)]
+    usage: Field<'a>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct MessageProbe<'a> {
+    #[serde(borrow)]
+    role: Field<'a>,
+    #[serde(borrow)]
+    usage: Field<'a>,
+}
+
+fn probe_object<'a, T: Deserialize<'a> + Default>(
+    text: &'a str,
+) -> Result<Option<T>, EntryProblem> {
+    match serde_json::from_str::<T>(text) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) if e.is_data() => {
+            // Either not an object, or an object with a duplicate member (which JSON
+            // allows, last wins): tell the two apart with a full parse.
+            match json::parse_value_lossy(text) {
+                Ok(Value::Object(_)) => Ok(None),
+                Ok(_) => Err(EntryProblem::NotObject),
+                Err(_) => Err(EntryProblem::NotJson),
+            }
+        }
+        Err(_) => match json::parse_value_lossy(text) {
+            Ok(Value::Object(_)) => Ok(None),
+            Ok(_) => Err(EntryProblem::NotObject),
+            Err(_) => Err(EntryProblem::NotJson),
+        },
+    }
+}
+
+/// Reads an object whose fast probe failed (duplicate keys, lone surrogates):
+/// duplicates are resolved last-wins, as `JSON.parse` does, then probed again.
+fn parse_facts(text: &str) -> Result<EntryFacts, EntryProblem> {
+    if !text.trim_start().starts_with('{') {
+        // An array is an object to JavaScript's `typeof`, so pi reports its missing type.
+        return match json::parse_value_lossy(text) {
+            Ok(Value::Array(_)) => Err(EntryProblem::MissingType),
+            Ok(_) => Err(EntryProblem::NotObject),
+            Err(_) => Err(EntryProblem::NotJson),
+        };
+    }
+    if let Some(probe) = probe_object::<Probe>(text)? {
+        return facts_from_probe(&probe);
+    }
+    let obj = json::OrderedObject::parse(text).map_err(|_| EntryProblem::NotJson)?;
+    let mut dedup = json::OrderedObject::default();
+    for (k, v) in obj.members {
+        dedup.set(&k, v);
+    }
+    let dedup = dedup.to_json();
+    let sanitized = json::replace_lone_surrogates(&dedup).unwrap_or(dedup);
+    let probe: Probe = serde_json::from_str(&sanitized).map_err(|_| EntryProblem::NotObject)?;
+    facts_from_probe(&probe)
+}
+
+fn facts_from_probe(p: &Probe) -> Result<EntryFacts, EntryProblem> {
+    let entry_type = p
+        .entry_type
+        .as_string()
+        .filter(|_| p.entry_type.is_string())
+        .ok_or(EntryProblem::MissingType)?;
+    let id =
+        p.id.as_string()
+            .filter(|s| !s.is_empty())
+            .ok_or(EntryProblem::MissingId)?;
+    let parent_id = match p.parent_id.raw() {
+        Some("null") => None,
+        Some(_) if p.parent_id.is_string() => p.parent_id.as_string(),
+        _ => return Err(EntryProblem::InvalidParentId),
+    };
+    let timestamp = p
+        .timestamp
+        .as_string()
+        .filter(|s| !s.is_empty())
+        .ok_or(EntryProblem::MissingTimestamp)?;
+    let entry_type = EntryType::from_name(&entry_type);
+    if entry_type == EntryType::Leaf
+        && !p.target_id.is_string()
+        && p.target_id.raw() != Some("null")
+    {
+        return Err(EntryProblem::InvalidTargetId);
+    }
+    let mut facts = EntryFacts {
+        entry_type,
+        id,
+        parent_id,
+        timestamp,
+        target_id: None,
+        label: None,
+        name: None,
+        first_kept_entry_id: None,
+        has_retained_tail: false,
+        role: None,
+        message_missing: false,
+        usage: None,
+    };
+    match facts.entry_type {
+        EntryType::Leaf | EntryType::Label => facts.target_id = p.target_id.as_string(),
+        _ => {}
+    }
+    match facts.entry_type {
+        EntryType::Label => facts.label = p.label.as_string(),
+        EntryType::SessionInfo => facts.name = p.name.as_string(),
+        EntryType::Compaction => {
+            facts.first_kept_entry_id = p.first_kept_entry_id.as_string();
+            facts.has_retained_tail = p.retained_tail.is_truthy();
+            facts.usage = usage_from(p.usage.raw());
+        }
+        EntryType::BranchSummary => facts.usage = usage_from(p.usage.raw()),
+        EntryType::Message => {
+            facts.message_missing = p.message.is_null_or_absent();
+            if let Some(raw) = p.message.raw() {
+                if raw.starts_with('{') {
+                    if let Ok(Some(m)) = probe_object::<MessageProbe>(raw) {
+                        facts.role = m.role.as_string();
+                        if facts.role.as_deref() == Some("assistant") {
+                            facts.usage = usage_from(m.usage.raw());
+                        }
+                    } else if let Ok(Value::Object(m)) = json::parse_value_lossy(raw) {
+                        facts.role = m.get("role").and_then(Value::as_str).map(str::to_owned);
+                        if facts.role.as_deref() == Some("assistant") {
+                            facts.usage = m.get("usage").and_then(usage_from_value);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(facts)
+}
+
+fn usage_from(raw: Option<&str>) -> Option<Usage> {
+    let raw = raw?;
+    if !raw.starts_with('{') {
+        return None;
+    }
+    usage_from_value(&json::parse_value_lossy(raw).ok()?)
+}
+
+fn usage_from_value(v: &Value) -> Option<Usage> {
+    let num = |key: &str| v.get(key).and_then(Value::as_f64);
+    Some(Usage {
+        input: num("input")?,
+        output: num("output")?,
+        cache_read: num("cacheRead")?,
+        cache_write: num("cacheWrite")?,
+        cost_total: v.get("cost")?.get("total")?.as_f64()?,
+    })
+}
+
+/// A fresh entry id (spec §7): the last 8 characters of a new UUIDv7, retried
+/// while `taken` says it collides, then a full UUIDv7.
+pub fn new_entry_id(mut taken: impl FnMut(&str) -> Result<bool>) -> Result<String> {
+    for _ in 0..100 {
+        let full = uuid::Uuid::now_v7().to_string();
+        let short = &full[full.len() - 8..];
+        if !taken(short)? {
+            return Ok(short.to_owned());
+        }
+    }
+    Ok(uuid::Uuid::now_v7().to_string())
+}
+
+/// A fresh session id: a full UUIDv7.
+pub fn new_session_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// The current time as JavaScript's `toISOString` writes it.
+pub fn now_timestamp() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// `new Date(s).getTime()` for the ISO forms pi writes; `None` where JavaScript gives `NaN`.
+pub fn timestamp_millis(s: &str) -> Option<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp_millis());
+    }
+    // ECMAScript's date-only forms are UTC; date-time forms without an offset
+    // would be local time, which we take as UTC (a documented difference).
+    for fmt in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+    ] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim_end_matches('Z'), fmt) {
+            return Some(t.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return d
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc().timestamp_millis());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_follow_pi_checks() {
+        let ok = Entry::parse(
+            r#"{"type":"leaf","id":"a","parentId":null,"timestamp":"t","targetId":null}"#,
+        )
+        .expect("valid");
+        assert_eq!(ok.facts().leaf_after(), None);
+        let bad = |t: &str| Entry::parse(t).err();
+        assert_eq!(bad("nope"), Some(EntryProblem::NotJson));
+        assert_eq!(bad("[1]"), Some(EntryProblem::MissingType));
+        assert_eq!(bad("3"), Some(EntryProblem::NotObject));
+        assert_eq!(bad(r#"{"id":"a"}"#), Some(EntryProblem::MissingType));
+        assert_eq!(
+            bad(r#"{"type":"x","id":""}"#),
+            Some(EntryProblem::MissingId)
+        );
+        assert_eq!(
+            bad(r#"{"type":"x","id":"a","timestamp":"t"}"#),
+            Some(EntryProblem::InvalidParentId)
+        );
+        assert_eq!(
+            bad(r#"{"type":"x","id":"a","parentId":1,"timestamp":"t"}"#),
+            Some(EntryProblem::InvalidParentId)
+        );
+        assert_eq!(
+            bad(r#"{"type":"x","id":"a","parentId":null}"#),
+            Some(EntryProblem::MissingTimestamp)
+        );
+        assert_eq!(
+            bad(r#"{"type":"leaf","id":"a","parentId":null,"timestamp":"t","targetId":3}"#),
+            Some(EntryProblem::InvalidTargetId)
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_take_the_last_value_and_keep_text() {
+        let text = r#"{"type":"label","id":"a","id":"b","parentId":null,"timestamp":"t","targetId":"x","label":" hi "}"#;
+        let e = Entry::parse(text).expect("valid");
+        assert_eq!(e.id(), "b");
+        assert_eq!(e.json(), text);
+        assert_eq!(e.facts().label_update(), Some(("x", Some("hi"))));
+    }
+
+    #[test]
+    fn assistant_usage_counts_only_when_complete() {
+        let e = Entry::parse(r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"assistant","usage":{"input":1,"output":2,"cacheRead":3,"cacheWrite":4,"cost":{"total":0.5}}}}"#).expect("valid");
+        assert_eq!(e.facts().usage.map(|u| u.cache_write), Some(4.0));
+        let e = Entry::parse(r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"assistant","usage":{"input":1,"output":2,"cacheRead":3,"cacheWrite":4,"cost":{}}}}"#).expect("valid");
+        assert_eq!(e.facts().usage, None);
+    }
+
+    #[test]
+    fn lone_surrogates_survive_exactly() {
+        let text = r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":"\ud83d"}}"#;
+        let e = Entry::parse(text).expect("valid");
+        assert_eq!(e.json(), text);
+        assert!(e.facts().is_user_message());
+    }
+
+    #[test]
+    fn timestamps_parse_like_javascript_dates() {
+        assert_eq!(timestamp_millis("1970-01-01T00:00:01.500Z"), Some(1500));
+        assert_eq!(timestamp_millis("garbage"), None);
+    }
+}

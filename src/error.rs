@@ -1,0 +1,182 @@
+//! The one error type of the crate, with codes that mirror the contract's.
+//!
+//! `Display` text is for humans and copies pi's wording where pi has one;
+//! programs branch on [`Error::code`], never on the message.
+
+use std::path::PathBuf;
+
+/// The contract's error codes (spec §9), stable across releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// An entry or session that was asked for does not exist.
+    NotFound,
+    /// The stored session is unusable as a whole (bad header, dangling leaf or parent, cycle).
+    InvalidSession,
+    /// One entry is malformed (bad line, missing field, duplicate id).
+    InvalidEntry,
+    /// A fork names an entry that cannot be forked from.
+    InvalidForkTarget,
+    /// The storage below failed (I/O, SQLite, lock held by another writer).
+    Storage,
+    /// Anything else.
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The code as the contract spells it, e.g. `"not_found"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::InvalidSession => "invalid_session",
+            ErrorCode::InvalidEntry => "invalid_entry",
+            ErrorCode::InvalidForkTarget => "invalid_fork_target",
+            ErrorCode::Storage => "storage",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every failure the library reports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An entry id that must exist does not (`not_found`).
+    #[error("Entry {0} not found")]
+    EntryNotFound(String),
+    /// A session that was asked for does not exist (`not_found`).
+    #[error("Session not found: {0}")]
+    SessionNotFound(String),
+    /// The leaf or a parent on a walk names an entry that does not exist (`invalid_session`).
+    #[error("Entry {0} not found")]
+    DanglingReference(String),
+    /// A `parentId` chain loops back on itself (`invalid_session`); pi would hang.
+    #[error("Entry {0} is its own ancestor: the parentId chain has a cycle")]
+    ParentCycle(String),
+    /// A session file's header is missing or malformed (`invalid_session`).
+    #[error("Invalid JSONL session file {path}: {reason}")]
+    InvalidHeader {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, in pi's words.
+        reason: String,
+    },
+    /// One line of a session file is not a valid entry (`invalid_entry`).
+    #[error("Invalid JSONL session file {path}: line {line} {reason}")]
+    InvalidLine {
+        /// The file.
+        path: PathBuf,
+        /// The line number, counting non-blank lines with the header as line 1.
+        line: u64,
+        /// What is wrong, in pi's words.
+        reason: String,
+    },
+    /// An entry given through the API is not valid, or cannot be stored (`invalid_entry`).
+    #[error("{0}")]
+    InvalidEntry(String),
+    /// The session cannot be used as asked (`invalid_session`).
+    #[error("{0}")]
+    InvalidSession(String),
+    /// A fork target does not exist (`invalid_fork_target`).
+    #[error("Entry {0} not found")]
+    ForkTargetNotFound(String),
+    /// A `before` fork names an entry that is not a user message (`invalid_fork_target`).
+    #[error("Entry {0} is not a user message")]
+    ForkTargetNotUserMessage(String),
+    /// A file operation failed (`storage`, or `not_found` for a missing file).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, naming the path.
+        context: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// SQLite failed (`storage`).
+    #[error("{context}: {source}")]
+    Sqlite {
+        /// What was being done.
+        context: String,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The connection pool could not hand out a connection (`storage`).
+    #[error("connection pool: {0}")]
+    Pool(#[from] r2d2::Error),
+    /// Another writer holds the session (`storage`).
+    #[error("session {session} is already open for writing by {holder}")]
+    WriterClaimed {
+        /// The session id.
+        session: String,
+        /// Who holds it: host, process id and claim token.
+        holder: String,
+    },
+    /// The archive was written by a newer sessiontree (`storage`).
+    #[error("database {path} has schema version {found}, newer than the {supported} this build knows; upgrade sessiontree")]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// The version stored in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// A store was poisoned by an earlier failed write and refuses further writes (`storage`).
+    #[error("{0}")]
+    Poisoned(String),
+    /// A request that makes no sense (`unknown`).
+    #[error("{0}")]
+    Unknown(String),
+}
+
+impl Error {
+    /// The contract code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::EntryNotFound(_) | Error::SessionNotFound(_) => ErrorCode::NotFound,
+            Error::DanglingReference(_)
+            | Error::ParentCycle(_)
+            | Error::InvalidHeader { .. }
+            | Error::InvalidSession(_) => ErrorCode::InvalidSession,
+            Error::InvalidLine { .. } | Error::InvalidEntry(_) => ErrorCode::InvalidEntry,
+            Error::ForkTargetNotFound(_) | Error::ForkTargetNotUserMessage(_) => {
+                ErrorCode::InvalidForkTarget
+            }
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                ErrorCode::NotFound
+            }
+            Error::Io { .. }
+            | Error::Sqlite { .. }
+            | Error::Pool(_)
+            | Error::WriterClaimed { .. }
+            | Error::SchemaTooNew { .. }
+            | Error::Poisoned(_) => ErrorCode::Storage,
+            Error::Unknown(_) => ErrorCode::Unknown,
+        }
+    }
+
+    /// An I/O error with the context (naming the path) that caused it.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// An SQLite error with the context that caused it.
+    pub fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> Self {
+        Error::Sqlite {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,391 @@
+//! JSON helpers that keep pi's bytes: raw text, ordered objects, JS number and
+//! string rules.
+//!
+//! Entries are stored as the exact text they arrived as. Rules only need a few
+//! fields, so we parse those and carry the text along untouched; where we must
+//! build or edit JSON (new entries, format upgrades) we keep key order by hand,
+//! because `serde_json::Map` sorts keys in this build.
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::fmt;
+
+/// Removes the whitespace between JSON tokens, leaving strings and number
+/// spellings as written. The input must be valid JSON.
+pub fn minify(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether `c` is removed by JavaScript's `String.prototype.trim`.
+pub fn is_js_whitespace(c: char) -> bool {
+    matches!(
+        c,
+        '\u{9}'..='\u{d}'
+            | ' '
+            | '\u{a0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202f}'
+            | '\u{205f}'
+            | '\u{3000}'
+            | '\u{feff}'
+    )
+}
+
+/// JavaScript's `String.prototype.trim`.
+pub fn js_trim(s: &str) -> &str {
+    s.trim_matches(is_js_whitespace)
+}
+
+/// Parses JSON into an owned value, reading lone surrogate escapes as U+FFFD.
+pub fn parse_value_lossy(text: &str) -> serde_json::Result<Value> {
+    match serde_json::from_str(text) {
+        Ok(v) => Ok(v),
+        Err(first) => match replace_lone_surrogates(text) {
+            Some(fixed) => serde_json::from_str(&fixed).map_err(|_| first),
+            None => Err(first),
+        },
+    }
+}
+
+/// Returns `text` with each `\uXXXX` escape of an unpaired surrogate replaced by
+/// `\ufffd`, or `None` when there is none.
+pub fn replace_lone_surrogates(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut changed = false;
+    let mut last = 0;
+    let mut i = 0;
+    let hex_at = |i: usize| -> Option<u16> {
+        let s = text.get(i..i + 4)?;
+        u16::from_str_radix(s, 16).ok()
+    };
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 1 < bytes.len() {
+            if bytes[i + 1] == b'u' {
+                if let Some(unit) = hex_at(i + 2) {
+                    let is_high = (0xD800..0xDC00).contains(&unit);
+                    let is_low = (0xDC00..0xE000).contains(&unit);
+                    if is_high {
+                        let paired = bytes.get(i + 6) == Some(&b'\\')
+                            && bytes.get(i + 7) == Some(&b'u')
+                            && hex_at(i + 8).is_some_and(|u| (0xDC00..0xE000).contains(&u));
+                        if paired {
+                            i += 12;
+                            continue;
+                        }
+                    }
+                    if is_high || is_low {
+                        out.push_str(&text[last..i]);
+                        out.push_str("\\ufffd");
+                        changed = true;
+                        i += 6;
+                        last = i;
+                        continue;
+                    }
+                }
+                i += 6;
+            } else {
+                i += 2;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    out.push_str(&text[last..]);
+    Some(out)
+}
+
+/// A JSON object as an ordered list of keys and raw values, for editing an
+/// object without reordering its keys or respelling its values.
+#[derive(Debug, Default)]
+pub struct OrderedObject {
+    /// The members in document order (duplicates kept, as in the text).
+    pub members: Vec<(String, Box<RawValue>)>,
+}
+
+impl OrderedObject {
+    /// Parses an object; fails on anything else.
+    pub fn parse(text: &str) -> serde_json::Result<Self> {
+        match serde_json::from_str(text) {
+            Ok(v) => Ok(v),
+            Err(first) => match replace_lone_surrogates(text) {
+                // Keys with lone surrogates are vanishingly rare; values keep their text
+                // only when the object parses as written.
+                Some(fixed) => serde_json::from_str(&fixed).map_err(|_| first),
+                None => Err(first),
+            },
+        }
+    }
+
+    /// The raw value of the last member named `key` (JSON's last-wins rule).
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    /// Sets `key` to `raw` in place of every existing member of that name, keeping
+    /// the first one's position; appends it when absent (as JavaScript does).
+    pub fn set(&mut self, key: &str, raw: Box<RawValue>) {
+        match self.members.iter().position(|(k, _)| k == key) {
+            Some(pos) => {
+                self.members[pos].1 = raw;
+                let mut i = self.members.len();
+                while i > pos + 1 {
+                    i -= 1;
+                    if self.members[i].0 == key {
+                        self.members.remove(i);
+                    }
+                }
+            }
+            None => self.members.push((key.to_owned(), raw)),
+        }
+    }
+
+    /// Removes every member named `key`.
+    pub fn remove(&mut self, key: &str) {
+        self.members.retain(|(k, _)| k != key);
+    }
+
+    /// Writes the object as compact JSON.
+    pub fn to_json(&self) -> String {
+        let mut w = ObjectWriter::new();
+        for (k, v) in &self.members {
+            w.raw(k, v.get());
+        }
+        w.finish()
+    }
+}
+
+impl<'de> Deserialize<'de> for OrderedObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedObject;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedObject, A::Error> {
+                let mut members = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, Box<RawValue>>()? {
+                    members.push((k, v));
+                }
+                Ok(OrderedObject { members })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Builds a compact JSON object with keys in the order they are added, as
+/// `JSON.stringify` writes a freshly built JavaScript object.
+#[derive(Debug)]
+pub struct ObjectWriter {
+    out: String,
+    empty: bool,
+}
+
+impl Default for ObjectWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ObjectWriter {
+    /// An empty object.
+    pub fn new() -> Self {
+        ObjectWriter {
+            out: String::from("{"),
+            empty: true,
+        }
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+        self.out.push_str(&string_literal(key));
+        self.out.push(':');
+    }
+
+    /// Adds a member whose value is already JSON text.
+    pub fn raw(&mut self, key: &str, json: &str) -> &mut Self {
+        self.key(key);
+        self.out.push_str(json);
+        self
+    }
+
+    /// Adds a string member.
+    pub fn str(&mut self, key: &str, value: &str) -> &mut Self {
+        self.key(key);
+        self.out.push_str(&string_literal(value));
+        self
+    }
+
+    /// Adds a string-or-null member.
+    pub fn opt_str_or_null(&mut self, key: &str, value: Option<&str>) -> &mut Self {
+        match value {
+            Some(v) => self.str(key, v),
+            None => self.raw(key, "null"),
+        }
+    }
+
+    /// Adds a member only when it has a value (absent optional fields are omitted).
+    pub fn opt_raw(&mut self, key: &str, json: Option<&str>) -> &mut Self {
+        if let Some(j) = json {
+            self.raw(key, j);
+        }
+        self
+    }
+
+    /// Adds a member from a `serde_json::Value`.
+    pub fn value(&mut self, key: &str, value: &Value) -> &mut Self {
+        self.raw(key, &value.to_string())
+    }
+
+    /// The finished object text.
+    pub fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+}
+
+/// A JSON string literal, escaped as `JSON.stringify` escapes it.
+pub fn string_literal(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
+}
+
+/// A JSON number the way JavaScript prints it: integral values without a
+/// fraction (`3`, not `3.0`); non-finite values as `null`, as `JSON.stringify` does.
+pub fn js_number(x: f64) -> Value {
+    if !x.is_finite() {
+        return Value::Null;
+    }
+    if x.fract() == 0.0 && x.abs() < 9.007_199_254_740_992e15 {
+        // Exactly representable as an integer, so this conversion is lossless.
+        #[allow(clippy::cast_possible_truncation)]
+        return Value::from(x as i64);
+    }
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
+
+/// Wraps JSON text (already valid) as a raw value for embedding in output.
+pub fn raw_value(text: &str) -> Box<RawValue> {
+    RawValue::from_string(text.to_owned())
+        .unwrap_or_else(|_| RawValue::from_string("null".to_owned()).expect("null is JSON"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minify_keeps_strings_and_numbers() {
+        assert_eq!(
+            minify("{ \"a b\" : [1.50, 2e3 ], \"c\":\" x \\\" y\" }"),
+            "{\"a b\":[1.50,2e3],\"c\":\" x \\\" y\"}"
+        );
+    }
+
+    #[test]
+    fn lone_surrogates_are_replaced_but_pairs_kept() {
+        let t = r#"{"a":"\ud83d\ude00 \ud83d x \ude00"}"#;
+        let fixed = replace_lone_surrogates(t).expect("changed");
+        assert_eq!(fixed, r#"{"a":"\ud83d\ude00 \ufffd x \ufffd"}"#);
+        assert!(parse_value_lossy(t).is_ok());
+    }
+
+    #[test]
+    fn ordered_object_keeps_order_and_last_wins() {
+        let mut o = OrderedObject::parse(r#"{"z":1,"a":2.0,"z":3}"#).expect("object");
+        assert_eq!(o.get("z").map(|r| r.get()), Some("3"));
+        o.set("id", raw_value("\"x\""));
+        o.set("z", raw_value("4"));
+        assert_eq!(o.to_json(), r#"{"z":4,"a":2.0,"id":"x"}"#);
+    }
+
+    #[test]
+    fn js_numbers_print_like_javascript() {
+        assert_eq!(js_number(3.0).to_string(), "3");
+        assert_eq!(js_number(0.1 + 0.2).to_string(), "0.30000000000000004");
+        assert_eq!(js_number(f64::NAN), Value::Null);
+    }
+}
+
+/// Valid, compact JSON text: an opaque value the caller hands to the session
+/// layer (a message, details, usage …), stored with its keys and numbers as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonText(String);
+
+impl JsonText {
+    /// Checks and compacts JSON text.
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        parse_value_lossy(text)?;
+        Ok(JsonText(minify(
+            text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r')),
+        )))
+    }
+
+    /// A JSON string.
+    pub fn string(s: &str) -> Self {
+        JsonText(string_literal(s))
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The value parsed (lone surrogates read as U+FFFD).
+    pub fn to_value(&self) -> Value {
+        parse_value_lossy(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+impl From<&Value> for JsonText {
+    fn from(v: &Value) -> Self {
+        JsonText(v.to_string())
+    }
+}
+
+impl From<Value> for JsonText {
+    fn from(v: Value) -> Self {
+        JsonText(v.to_string())
+    }
+}
+
+impl From<&RawValue> for JsonText {
+    fn from(v: &RawValue) -> Self {
+        JsonText(minify(v.get()))
+    }
+}

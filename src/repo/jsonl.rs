@@ -1,0 +1,192 @@
+//! A directory of pi session files in pi's layout:
+//! `<root>/--<encoded cwd>--/<createdAt>_<id>.jsonl`.
+
+use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use crate::backend::jsonl::{encode_cwd, read_header, session_file_name, Header, JsonlStorage};
+use crate::entry::{new_session_id, now_timestamp, timestamp_millis};
+use crate::error::{Error, ErrorCode, Result};
+use crate::session::Session;
+use crate::storage::{Durability, SessionMetadata, SessionStorage};
+use std::path::{Path, PathBuf};
+
+/// pi's JSONL session repository.
+#[derive(Debug, Clone)]
+pub struct JsonlRepo {
+    root: PathBuf,
+    durability: Durability,
+}
+
+impl JsonlRepo {
+    /// A repository rooted at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>, durability: Durability) -> Self {
+        JsonlRepo {
+            root: root.into(),
+            durability,
+        }
+    }
+
+    /// The directory a working directory's sessions live in.
+    pub fn session_dir(&self, cwd: &str) -> PathBuf {
+        self.root.join(encode_cwd(cwd))
+    }
+
+    fn create_file(
+        &self,
+        id: Option<&str>,
+        cwd: &str,
+        parent: Option<&str>,
+        metadata: Option<&str>,
+    ) -> Result<JsonlStorage> {
+        let id = id.map_or_else(new_session_id, str::to_owned);
+        let created_at = now_timestamp();
+        let path = self
+            .session_dir(cwd)
+            .join(session_file_name(&created_at, &id));
+        JsonlStorage::create(
+            &path,
+            Header::new(&id, &created_at, cwd, parent, metadata),
+            self.durability,
+        )
+    }
+
+    fn list_dir(&self, dir: &Path, out: &mut Vec<SessionMetadata>) -> Result<()> {
+        let read = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(format!("Failed to list sessions in {}", dir.display()), e))?;
+        for item in read {
+            let item = item.map_err(|e| {
+                Error::io(format!("Failed to list sessions in {}", dir.display()), e)
+            })?;
+            let path = item.path();
+            let is_dir = item.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir || path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            match read_header(&path) {
+                Ok(h) => out.push(SessionMetadata {
+                    id: h.id,
+                    created_at: h.timestamp,
+                    cwd: Some(h.cwd),
+                    path: Some(path.to_string_lossy().into_owned()),
+                    parent_session: h.parent_session,
+                    metadata: h.metadata,
+                }),
+                Err(e) if e.code() == ErrorCode::InvalidSession => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn path_of(session: &SessionMetadata) -> Result<PathBuf> {
+    session
+        .path
+        .as_ref()
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::SessionNotFound(session.id.clone()))
+}
+
+impl SessionRepo for JsonlRepo {
+    type Storage = JsonlStorage;
+
+    fn create(&mut self, options: &CreateOptions) -> Result<Session<JsonlStorage>> {
+        let metadata = options.metadata.as_ref().map(|m| m.as_str());
+        self.create_file(
+            options.id.as_deref(),
+            &options.cwd,
+            options.parent_session.as_deref(),
+            metadata,
+        )
+        .map(Session::new)
+    }
+
+    fn open(&self, session: &SessionMetadata) -> Result<Session<JsonlStorage>> {
+        let path = path_of(session)?;
+        if !path.exists() {
+            return Err(Error::SessionNotFound(path.display().to_string()));
+        }
+        JsonlStorage::open(&path, self.durability).map(Session::new)
+    }
+
+    fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionMetadata>> {
+        let mut out = Vec::new();
+        match cwd {
+            Some(cwd) => {
+                let dir = self.session_dir(cwd);
+                if dir.is_dir() {
+                    self.list_dir(&dir, &mut out)?;
+                }
+            }
+            None => {
+                if !self.root.is_dir() {
+                    return Ok(out);
+                }
+                let read = std::fs::read_dir(&self.root).map_err(|e| {
+                    Error::io(
+                        format!("Failed to list sessions root {}", self.root.display()),
+                        e,
+                    )
+                })?;
+                for item in read {
+                    let item = item.map_err(|e| {
+                        Error::io(
+                            format!("Failed to list sessions root {}", self.root.display()),
+                            e,
+                        )
+                    })?;
+                    if item.file_type().is_ok_and(|t| t.is_dir()) {
+                        self.list_dir(&item.path(), &mut out)?;
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            let (ta, tb) = (
+                timestamp_millis(&a.created_at),
+                timestamp_millis(&b.created_at),
+            );
+            match (ta, tb) {
+                (Some(x), Some(y)) => y.cmp(&x),
+                _ => std::cmp::Ordering::Equal,
+            }
+        });
+        Ok(out)
+    }
+
+    fn delete(&mut self, session: &SessionMetadata) -> Result<()> {
+        let path = path_of(session)?;
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+                format!("Failed to delete session {}", path.display()),
+                e,
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn fork(
+        &mut self,
+        source: &SessionMetadata,
+        options: &ForkOptions,
+    ) -> Result<Session<JsonlStorage>> {
+        let source_session = self.open(source)?;
+        let storage = source_session.storage();
+        let entries = entries_to_fork(storage, options.entry_id.as_deref(), options.position)?;
+        let meta = storage.metadata()?;
+        let cwd = options.cwd.clone().or(meta.cwd).unwrap_or_default();
+        let parent = options.parent_session.clone().or(meta.path);
+        let metadata = options
+            .metadata
+            .as_ref()
+            .map(|m| m.as_str().to_owned())
+            .or(meta.metadata);
+        let mut target = self.create_file(
+            options.id.as_deref(),
+            &cwd,
+            parent.as_deref(),
+            metadata.as_deref(),
+        )?;
+        target.append_entries(&entries)?;
+        Ok(Session::new(target))
+    }
+}

@@ -1,0 +1,136 @@
+//! Sessions held in memory, shared between the repository and open handles.
+
+use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use crate::backend::memory::MemoryStorage;
+use crate::entry::{new_session_id, now_timestamp, Entry};
+use crate::error::{Error, Result};
+use crate::rules::SessionStats;
+use crate::session::Session;
+use crate::storage::{SessionMetadata, SessionStorage};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A handle to an in-memory session; clones share the session.
+#[derive(Debug, Clone, Default)]
+pub struct SharedMemoryStorage(Arc<Mutex<MemoryStorage>>);
+
+impl SharedMemoryStorage {
+    fn lock(&self) -> MutexGuard<'_, MemoryStorage> {
+        // A panic while holding the lock cannot leave the log half-appended
+        // (pushes are single operations), so a poisoned lock is still usable.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl SessionStorage for SharedMemoryStorage {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        self.lock().metadata()
+    }
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        self.lock().stored_leaf_id()
+    }
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        self.lock().append_entry(entry)
+    }
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        self.lock().entry(id)
+    }
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        self.lock().find_entries(entry_type)
+    }
+    fn label(&self, id: &str) -> Result<Option<String>> {
+        self.lock().label(id)
+    }
+    fn session_name(&self) -> Result<Option<String>> {
+        self.lock().session_name()
+    }
+    fn session_stats(&self) -> Result<SessionStats> {
+        self.lock().session_stats()
+    }
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        self.lock().entries(after, limit)
+    }
+    fn entry_count(&self) -> Result<usize> {
+        self.lock().entry_count()
+    }
+}
+
+/// An in-memory repository (pi's `InMemorySessionRepo`).
+#[derive(Debug, Default)]
+pub struct MemoryRepo {
+    sessions: BTreeMap<String, SharedMemoryStorage>,
+    /// Creation order, so listing is stable like pi's insertion-ordered map.
+    order: Vec<String>,
+}
+
+impl MemoryRepo {
+    /// An empty repository.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn insert(&mut self, storage: MemoryStorage) -> Result<Session<SharedMemoryStorage>> {
+        let id = storage.metadata()?.id;
+        let shared = SharedMemoryStorage(Arc::new(Mutex::new(storage)));
+        if self.sessions.insert(id.clone(), shared.clone()).is_none() {
+            self.order.push(id);
+        }
+        Ok(Session::new(shared))
+    }
+}
+
+fn fresh_metadata(id: Option<&str>) -> SessionMetadata {
+    SessionMetadata {
+        id: id.map_or_else(new_session_id, str::to_owned),
+        created_at: now_timestamp(),
+        ..SessionMetadata::default()
+    }
+}
+
+impl SessionRepo for MemoryRepo {
+    type Storage = SharedMemoryStorage;
+
+    fn create(&mut self, options: &CreateOptions) -> Result<Session<SharedMemoryStorage>> {
+        self.insert(MemoryStorage::with_metadata(fresh_metadata(
+            options.id.as_deref(),
+        )))
+    }
+
+    fn open(&self, session: &SessionMetadata) -> Result<Session<SharedMemoryStorage>> {
+        self.sessions
+            .get(&session.id)
+            .map(|s| Session::new(s.clone()))
+            .ok_or_else(|| Error::SessionNotFound(session.id.clone()))
+    }
+
+    fn list(&self, _cwd: Option<&str>) -> Result<Vec<SessionMetadata>> {
+        self.order
+            .iter()
+            .filter_map(|id| self.sessions.get(id))
+            .map(SessionStorage::metadata)
+            .collect()
+    }
+
+    fn delete(&mut self, session: &SessionMetadata) -> Result<()> {
+        self.sessions.remove(&session.id);
+        self.order.retain(|id| id != &session.id);
+        Ok(())
+    }
+
+    fn fork(
+        &mut self,
+        source: &SessionMetadata,
+        options: &ForkOptions,
+    ) -> Result<Session<SharedMemoryStorage>> {
+        let source = self.open(source)?;
+        let entries = entries_to_fork(
+            source.storage(),
+            options.entry_id.as_deref(),
+            options.position,
+        )?;
+        let storage = MemoryStorage::with_entries(fresh_metadata(options.id.as_deref()), entries)?;
+        self.insert(storage)
+    }
+}

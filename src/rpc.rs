@@ -1,0 +1,282 @@
+//! The contract over stdio: JSON lines in, JSON lines out, one response per
+//! request, in order, each flushed as soon as its request completes.
+//!
+//! Request: `{"id": any, "method": "<pi name>", "params": {…}}`. Response:
+//! `{"id": …, "ok": true, "value": …}` or
+//! `{"id": …, "ok": false, "error": {"code": "…", "message": "…"}}`.
+//! Values are pi-shaped JSON; entries are returned as their exact text.
+
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::json::{self, JsonText, ObjectWriter};
+use crate::repo::entries_to_fork;
+use crate::rules::ForkPosition;
+use crate::session::{BranchSummary, Compaction, Session};
+use crate::storage::SessionStorage;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+
+#[derive(serde::Deserialize)]
+struct Request {
+    #[serde(default)]
+    id: Option<Box<RawValue>>,
+    method: String,
+    #[serde(default)]
+    params: Option<HashMap<String, Box<RawValue>>>,
+}
+
+/// The parameters of one request, read with pi's meaning of absent and `null`.
+struct Params(HashMap<String, Box<RawValue>>);
+
+impl Params {
+    fn raw(&self, key: &str) -> Option<&RawValue> {
+        self.0.get(key).map(AsRef::as_ref)
+    }
+    /// A parameter that is absent or `null` is "not given" (JavaScript's `??`).
+    fn given(&self, key: &str) -> Option<&RawValue> {
+        self.raw(key).filter(|r| r.get() != "null")
+    }
+    fn text(&self, key: &str) -> Option<JsonText> {
+        self.raw(key).map(JsonText::from)
+    }
+    fn string(&self, key: &str) -> Result<Option<String>> {
+        match self.given(key) {
+            None => Ok(None),
+            Some(r) => match json::parse_value_lossy(r.get()) {
+                Ok(serde_json::Value::String(s)) => Ok(Some(s)),
+                _ => Err(Error::Unknown(format!("params.{key} must be a string"))),
+            },
+        }
+    }
+    fn required_string(&self, key: &str) -> Result<String> {
+        self.string(key)?
+            .ok_or_else(|| Error::Unknown(format!("params.{key} is required")))
+    }
+    fn usize(&self, key: &str) -> Result<Option<usize>> {
+        match self.given(key) {
+            None => Ok(None),
+            Some(r) => r
+                .get()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| *x >= 0.0 && x.fract() == 0.0)
+                .map(|x| Some(x as usize))
+                .ok_or_else(|| {
+                    Error::Unknown(format!("params.{key} must be a non-negative integer"))
+                }),
+        }
+    }
+}
+
+fn entry_list(entries: &[Entry]) -> String {
+    let parts: Vec<&str> = entries.iter().map(Entry::json).collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn opt_string(s: Option<String>) -> String {
+    s.map_or_else(|| "null".to_owned(), |s| json::string_literal(&s))
+}
+
+/// Runs one request against a session; returns the value as JSON text.
+fn dispatch<S: SessionStorage>(
+    session: &mut Session<S>,
+    method: &str,
+    p: &Params,
+) -> Result<String> {
+    let st = session.storage();
+    Ok(match method {
+        "getMetadata" => st.metadata()?.to_json().to_string(),
+        "getLeafId" => opt_string(st.leaf_id()?),
+        "setLeafId" => {
+            let id = p.string("leafId")?;
+            session.storage_mut().set_leaf_id(id.as_deref())?;
+            "null".into()
+        }
+        "createEntryId" => json::string_literal(&st.create_entry_id()?),
+        "appendEntry" => {
+            let raw = p
+                .raw("entry")
+                .ok_or_else(|| Error::Unknown("params.entry is required".into()))?;
+            let entry = Entry::from_json(raw.get())?;
+            session.storage_mut().append_entry(entry)?;
+            "null".into()
+        }
+        "getEntry" => st
+            .entry(&p.required_string("id")?)?
+            .map_or_else(|| "null".to_owned(), |e| e.json().to_owned()),
+        "findEntries" => entry_list(&st.find_entries(&p.required_string("type")?)?),
+        "getLabel" => opt_string(st.label(&p.required_string("id")?)?),
+        "getSessionName" => opt_string(st.session_name()?),
+        "getSessionStats" => st.session_stats()?.to_json().to_string(),
+        "getPathToRootOrCompaction" => {
+            entry_list(&st.path_to_root_or_compaction(p.string("leafId")?.as_deref())?)
+        }
+        "getEntries" => {
+            entry_list(&st.entries(p.usize("afterEntrySeq")?.unwrap_or(0), p.usize("limit")?)?)
+        }
+        "appendMessage" => {
+            let m = p
+                .text("message")
+                .ok_or_else(|| Error::Unknown("params.message is required".into()))?;
+            json::string_literal(&session.append_message(&m)?)
+        }
+        "appendThinkingLevelChange" => json::string_literal(
+            &session.append_thinking_level_change(&p.required_string("thinkingLevel")?)?,
+        ),
+        "appendModelChange" => json::string_literal(&session.append_model_change(
+            &p.required_string("provider")?,
+            &p.required_string("modelId")?,
+        )?),
+        "appendActiveToolsChange" => {
+            let names: Vec<String> = p
+                .given("activeToolNames")
+                .and_then(|r| serde_json::from_str(r.get()).ok())
+                .ok_or_else(|| {
+                    Error::Unknown("params.activeToolNames must be a list of strings".into())
+                })?;
+            json::string_literal(&session.append_active_tools_change(&names)?)
+        }
+        "appendCompaction" => {
+            let c = Compaction {
+                summary: p.text("summary").unwrap_or_else(|| JsonText::string("")),
+                first_kept_entry_id: p.given("firstKeptEntryId").map(JsonText::from),
+                tokens_before: p
+                    .text("tokensBefore")
+                    .unwrap_or_else(|| JsonText::from(serde_json::json!(0))),
+                details: p.given("details").map(JsonText::from),
+                from_hook: p.given("fromHook").map(JsonText::from),
+                usage: p.given("usage").map(JsonText::from),
+                retained_tail: p.given("retainedTail").map(JsonText::from),
+            };
+            json::string_literal(&session.append_compaction(&c)?)
+        }
+        "appendCustomEntry" => json::string_literal(&session.append_custom_entry(
+            &p.required_string("customType")?,
+            p.given("data").map(JsonText::from).as_ref(),
+        )?),
+        "appendCustomMessageEntry" => {
+            let content = p
+                .text("content")
+                .ok_or_else(|| Error::Unknown("params.content is required".into()))?;
+            let display = match p.given("display").map(RawValue::get) {
+                None => None,
+                Some("true") => Some(true),
+                Some("false") => Some(false),
+                Some(_) => return Err(Error::Unknown("params.display must be a boolean".into())),
+            };
+            json::string_literal(&session.append_custom_message_entry(
+                &p.required_string("customType")?,
+                &content,
+                display,
+                p.given("details").map(JsonText::from).as_ref(),
+            )?)
+        }
+        "appendLabel" => {
+            let target = p.required_string("targetId")?;
+            let label = p.string("label")?;
+            json::string_literal(&session.append_label(&target, label.as_deref())?)
+        }
+        "appendSessionName" => {
+            json::string_literal(&session.append_session_name(&p.required_string("name")?)?)
+        }
+        "moveTo" => {
+            let target = p.string("entryId")?;
+            let summary = match p.given("summary") {
+                None => None,
+                Some(r) => {
+                    let fields: HashMap<String, Box<RawValue>> = serde_json::from_str(r.get())
+                        .map_err(|_| Error::Unknown("params.summary must be an object".into()))?;
+                    let f = Params(fields);
+                    Some(BranchSummary {
+                        summary: f.raw("summary").map(JsonText::from),
+                        details: f.raw("details").map(JsonText::from),
+                        usage: f.raw("usage").map(JsonText::from),
+                        from_hook: f.raw("fromHook").map(JsonText::from),
+                    })
+                }
+            };
+            opt_string(session.move_to(target.as_deref(), summary.as_ref())?)
+        }
+        "getBranch" => entry_list(&session.branch(p.string("fromId")?.as_deref())?),
+        "buildContext" => session
+            .build_context(p.string("fromId")?.as_deref())?
+            .to_json_text(),
+        "getEntriesToFork" => {
+            let position = match p.string("position")? {
+                None => ForkPosition::Before,
+                Some(name) => ForkPosition::from_name(&name)
+                    .ok_or_else(|| Error::Unknown(format!("unknown fork position {name:?}")))?,
+            };
+            entry_list(&entries_to_fork(
+                st,
+                p.string("entryId")?.as_deref(),
+                position,
+            )?)
+        }
+        other => return Err(Error::Unknown(format!("unknown method {other:?}"))),
+    })
+}
+
+/// An answer: the value as JSON text, or the error's code and message.
+type Answer = std::result::Result<String, (&'static str, String)>;
+
+fn answer(result: Result<String>) -> Answer {
+    result.map_err(|e| (e.code().as_str(), e.to_string()))
+}
+
+fn respond(out: &mut impl Write, id: Option<&RawValue>, result: &Answer) -> std::io::Result<()> {
+    let mut w = ObjectWriter::new();
+    w.raw("id", id.map_or("null", RawValue::get));
+    match result {
+        Ok(value) => {
+            w.raw("ok", "true").raw("value", value);
+        }
+        Err((code, message)) => {
+            let mut err = ObjectWriter::new();
+            err.str("code", code).str("message", message);
+            w.raw("ok", "false").raw("error", &err.finish());
+        }
+    }
+    out.write_all(w.finish().as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Serves requests from `input` until it ends. If the source could not be
+/// opened, every request is answered with that error.
+pub fn serve<S: SessionStorage>(
+    session: Result<Session<S>>,
+    input: impl BufRead,
+    mut output: impl Write,
+) -> std::io::Result<()> {
+    let mut session = session.map_err(|e| (e.code().as_str(), e.to_string()));
+    for line in input.split(b'\n') {
+        let line = line?;
+        let text = String::from_utf8_lossy(&line);
+        if json::js_trim(&text).is_empty() {
+            continue;
+        }
+        let request: Request = match serde_json::from_str(&text) {
+            Ok(r) => r,
+            Err(e) => {
+                respond(
+                    &mut output,
+                    None,
+                    &answer(Err(Error::Unknown(format!("invalid request: {e}")))),
+                )?;
+                continue;
+            }
+        };
+        let result = match &mut session {
+            Ok(s) => answer(dispatch(
+                s,
+                &request.method,
+                &Params(request.params.unwrap_or_default()),
+            )),
+            Err(open_error) => Err(open_error.clone()),
+        };
+        respond(&mut output, request.id.as_deref(), &result)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! The session layer (spec §8): typed appends, leaf moves with branch
+//! summaries, branches and context, over any [`SessionStorage`].
+
+use crate::context::{build_context, context_entries, ContextOptions, SessionContext};
+use crate::entry::{now_timestamp, Entry};
+use crate::error::{Error, Result};
+use crate::json::{JsonText, ObjectWriter};
+use crate::storage::SessionStorage;
+
+/// The fields of a compaction entry besides those every entry has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compaction {
+    /// `summary`.
+    pub summary: JsonText,
+    /// `firstKeptEntryId` (usually a string id).
+    pub first_kept_entry_id: Option<JsonText>,
+    /// `tokensBefore`.
+    pub tokens_before: JsonText,
+    /// `details`.
+    pub details: Option<JsonText>,
+    /// `fromHook`.
+    pub from_hook: Option<JsonText>,
+    /// `usage`.
+    pub usage: Option<JsonText>,
+    /// `retainedTail`: messages kept verbatim after the summary.
+    pub retained_tail: Option<JsonText>,
+}
+
+/// A branch summary written by [`Session::move_to`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BranchSummary {
+    /// `summary` (an empty one is still written, and skipped by context building).
+    pub summary: Option<JsonText>,
+    /// `details`.
+    pub details: Option<JsonText>,
+    /// `usage`.
+    pub usage: Option<JsonText>,
+    /// `fromHook`.
+    pub from_hook: Option<JsonText>,
+}
+
+/// A session: a storage plus the application's context hooks.
+#[derive(Debug)]
+pub struct Session<S> {
+    storage: S,
+    options: ContextOptions,
+}
+
+impl<S: SessionStorage> Session<S> {
+    /// Wraps a storage.
+    pub fn new(storage: S) -> Self {
+        Session {
+            storage,
+            options: ContextOptions::default(),
+        }
+    }
+
+    /// Wraps a storage with context hooks (entry transforms, custom projectors).
+    pub fn with_options(storage: S, options: ContextOptions) -> Self {
+        Session { storage, options }
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// The storage, for direct appends.
+    pub fn storage_mut(&mut self) -> &mut S {
+        &mut self.storage
+    }
+
+    /// Gives the storage back.
+    pub fn into_storage(self) -> S {
+        self.storage
+    }
+
+    /// Builds an entry with a fresh id, the current leaf as parent and the time
+    /// now, then the type's own fields, and appends it.
+    fn append_built(
+        &mut self,
+        entry_type: &str,
+        fields: impl FnOnce(&mut ObjectWriter),
+    ) -> Result<String> {
+        let id = self.storage.create_entry_id()?;
+        let parent = self.storage.leaf_id()?;
+        self.append_with_parent(entry_type, &id, parent.as_deref(), fields)
+    }
+
+    fn append_with_parent(
+        &mut self,
+        entry_type: &str,
+        id: &str,
+        parent: Option<&str>,
+        fields: impl FnOnce(&mut ObjectWriter),
+    ) -> Result<String> {
+        let mut w = ObjectWriter::new();
+        w.str("type", entry_type)
+            .str("id", id)
+            .opt_str_or_null("parentId", parent)
+            .str("timestamp", &now_timestamp());
+        fields(&mut w);
+        let entry = Entry::from_json(&w.finish())?;
+        self.storage.append_entry(entry)?;
+        Ok(id.to_owned())
+    }
+
+    /// Appends a `message` entry.
+    pub fn append_message(&mut self, message: &JsonText) -> Result<String> {
+        self.append_built("message", |w| {
+            w.raw("message", message.as_str());
+        })
+    }
+
+    /// Appends a `thinking_level_change` entry.
+    pub fn append_thinking_level_change(&mut self, thinking_level: &str) -> Result<String> {
+        self.append_built("thinking_level_change", |w| {
+            w.str("thinkingLevel", thinking_level);
+        })
+    }
+
+    /// Appends a `model_change` entry.
+    pub fn append_model_change(&mut self, provider: &str, model_id: &str) -> Result<String> {
+        self.append_built("model_change", |w| {
+            w.str("provider", provider).str("modelId", model_id);
+        })
+    }
+
+    /// Appends an `active_tools_change` entry.
+    pub fn append_active_tools_change(&mut self, names: &[String]) -> Result<String> {
+        let list = serde_json::to_string(names).map_err(|e| Error::Unknown(e.to_string()))?;
+        self.append_built("active_tools_change", |w| {
+            w.raw("activeToolNames", &list);
+        })
+    }
+
+    /// Appends a `compaction` entry.
+    pub fn append_compaction(&mut self, c: &Compaction) -> Result<String> {
+        let text = |j: &Option<JsonText>| j.as_ref().map(|t| t.as_str().to_owned());
+        self.append_built("compaction", |w| {
+            w.raw("summary", c.summary.as_str())
+                .opt_raw("firstKeptEntryId", text(&c.first_kept_entry_id).as_deref())
+                .raw("tokensBefore", c.tokens_before.as_str())
+                .opt_raw("retainedTail", text(&c.retained_tail).as_deref())
+                .opt_raw("details", text(&c.details).as_deref())
+                .opt_raw("usage", text(&c.usage).as_deref())
+                .opt_raw("fromHook", text(&c.from_hook).as_deref());
+        })
+    }
+
+    /// Appends a `custom` entry (application data the model does not see by default).
+    pub fn append_custom_entry(
+        &mut self,
+        custom_type: &str,
+        data: Option<&JsonText>,
+    ) -> Result<String> {
+        self.append_built("custom", |w| {
+            w.str("customType", custom_type)
+                .opt_raw("data", data.map(JsonText::as_str));
+        })
+    }
+
+    /// Appends a `custom_message` entry.
+    pub fn append_custom_message_entry(
+        &mut self,
+        custom_type: &str,
+        content: &JsonText,
+        display: Option<bool>,
+        details: Option<&JsonText>,
+    ) -> Result<String> {
+        self.append_built("custom_message", |w| {
+            w.str("customType", custom_type)
+                .raw("content", content.as_str());
+            if let Some(d) = display {
+                w.raw("display", if d { "true" } else { "false" });
+            }
+            w.opt_raw("details", details.map(JsonText::as_str));
+        })
+    }
+
+    /// Appends a `label` entry; the target must exist (`not_found`). `None` clears.
+    pub fn append_label(&mut self, target_id: &str, label: Option<&str>) -> Result<String> {
+        if self.storage.entry(target_id)?.is_none() {
+            return Err(Error::EntryNotFound(target_id.to_owned()));
+        }
+        self.append_built("label", |w| {
+            w.str("targetId", target_id);
+            if let Some(l) = label {
+                w.str("label", l);
+            }
+        })
+    }
+
+    /// Appends a `session_info` entry; runs of CR/LF become one space, then trimmed.
+    pub fn append_session_name(&mut self, name: &str) -> Result<String> {
+        let sanitized = sanitize_session_name(name);
+        self.append_built("session_info", |w| {
+            w.str("name", &sanitized);
+        })
+    }
+
+    /// Moves the leaf to `entry_id` (which must exist; `None` = before the root);
+    /// with a summary, then appends a `branch_summary` child of the target, which
+    /// becomes the leaf. Returns the summary's id.
+    pub fn move_to(
+        &mut self,
+        entry_id: Option<&str>,
+        summary: Option<&BranchSummary>,
+    ) -> Result<Option<String>> {
+        if let Some(id) = entry_id {
+            if self.storage.entry(id)?.is_none() {
+                return Err(Error::EntryNotFound(id.to_owned()));
+            }
+        }
+        self.storage.set_leaf_id(entry_id)?;
+        let Some(s) = summary else {
+            return Ok(None);
+        };
+        let id = self.storage.create_entry_id()?;
+        let text = |j: &Option<JsonText>| j.as_ref().map(|t| t.as_str().to_owned());
+        self.append_with_parent("branch_summary", &id, entry_id, |w| {
+            w.str("fromId", entry_id.unwrap_or("root"))
+                .opt_raw("summary", text(&s.summary).as_deref())
+                .opt_raw("details", text(&s.details).as_deref())
+                .opt_raw("usage", text(&s.usage).as_deref())
+                .opt_raw("fromHook", text(&s.from_hook).as_deref());
+        })
+        .map(Some)
+    }
+
+    /// The active path from `from` (or the current leaf), root-side first.
+    pub fn branch(&self, from: Option<&str>) -> Result<Vec<Entry>> {
+        match from {
+            Some(id) => self.storage.path_to_root_or_compaction(Some(id)),
+            None => {
+                let leaf = self.storage.leaf_id()?;
+                self.storage.path_to_root_or_compaction(leaf.as_deref())
+            }
+        }
+    }
+
+    /// The entries the model sees, after the compaction rule and the transforms.
+    pub fn context_entries(&self, from: Option<&str>) -> Result<Vec<Entry>> {
+        Ok(context_entries(&self.branch(from)?, &self.options))
+    }
+
+    /// The model's context for the branch at `from` (or the current leaf).
+    pub fn build_context(&self, from: Option<&str>) -> Result<SessionContext> {
+        build_context(&self.branch(from)?, &self.options)
+    }
+}
+
+/// The session-name rule for writing: runs of CR/LF become one space, then trim.
+pub fn sanitize_session_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_break = false;
+    for c in name.chars() {
+        if c == '\r' || c == '\n' {
+            if !in_break {
+                out.push(' ');
+            }
+            in_break = true;
+        } else {
+            in_break = false;
+            out.push(c);
+        }
+    }
+    crate::json::js_trim(&out).to_owned()
+}

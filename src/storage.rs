@@ -1,0 +1,145 @@
+//! The `SessionStorage` trait: the contract of spec §4, one session at a time.
+//!
+//! Required methods are what a backend must store and index; provided methods
+//! are the contract's rules built on them, so every backend answers alike.
+
+use crate::entry::{new_entry_id, now_timestamp, Entry};
+use crate::error::{Error, Result};
+use crate::rules::{walk_to_root_or_compaction, SessionStats};
+use serde_json::{Map, Value};
+
+/// How hard an append works to survive a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every acknowledged append survives power loss: JSONL fsyncs each append,
+    /// SQLite runs with `synchronous=FULL`.
+    #[default]
+    Full,
+    /// Every acknowledged append survives a crash of the process; the last
+    /// moments before a power loss may be lost: no fsync, SQLite `synchronous=NORMAL`.
+    Relaxed,
+}
+
+/// A session's metadata (spec §4 `getMetadata`), as each backend knows it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SessionMetadata {
+    /// The session id.
+    pub id: String,
+    /// When the session was created (ISO-8601).
+    pub created_at: String,
+    /// The working directory (JSONL and SQLite).
+    pub cwd: Option<String>,
+    /// The session file (JSONL).
+    pub path: Option<String>,
+    /// The session this one was forked from (`parentSession` in the header).
+    pub parent_session: Option<String>,
+    /// Application metadata (a JSON object), exact text.
+    pub metadata: Option<String>,
+}
+
+impl SessionMetadata {
+    /// The metadata as pi returns it: absent fields omitted.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("id".into(), Value::String(self.id.clone()));
+        m.insert("createdAt".into(), Value::String(self.created_at.clone()));
+        if let Some(cwd) = &self.cwd {
+            m.insert("cwd".into(), Value::String(cwd.clone()));
+        }
+        if let Some(path) = &self.path {
+            m.insert("path".into(), Value::String(path.clone()));
+        }
+        if let Some(p) = &self.parent_session {
+            m.insert("parentSessionPath".into(), Value::String(p.clone()));
+        }
+        if let Some(md) = &self.metadata {
+            m.insert(
+                "metadata".into(),
+                crate::json::parse_value_lossy(md).unwrap_or(Value::Null),
+            );
+        }
+        Value::Object(m)
+    }
+}
+
+/// One session's append-only log with its leaf pointer (spec §4).
+///
+/// Reads take `&self`; appends take `&mut self`. Every method that stores
+/// something stores all of it or nothing.
+pub trait SessionStorage {
+    /// The session's metadata.
+    fn metadata(&self) -> Result<SessionMetadata>;
+
+    /// The leaf as replayed from the log, without checking that it exists.
+    fn stored_leaf_id(&self) -> Result<Option<String>>;
+
+    /// Appends one entry as given (the caller chose id, parent and timestamp) and
+    /// acknowledges only once it is durable per the store's [`Durability`].
+    fn append_entry(&mut self, entry: Entry) -> Result<()>;
+
+    /// Appends entries in order, all or none (one transaction where the backend has them).
+    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
+        for e in entries {
+            self.append_entry(e.clone())?;
+        }
+        Ok(())
+    }
+
+    /// The entry that answers to `id` (the latest one, where ids repeat), if any.
+    fn entry(&self, id: &str) -> Result<Option<Entry>>;
+
+    /// Every entry of `entry_type`, in log order.
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>>;
+
+    /// The current label of `id`.
+    fn label(&self, id: &str) -> Result<Option<String>>;
+
+    /// The session name: the last `session_info` entry's name, trimmed, if not blank.
+    fn session_name(&self) -> Result<Option<String>>;
+
+    /// Statistics over the whole log.
+    fn session_stats(&self) -> Result<SessionStats>;
+
+    /// The log slice `[after, after + limit)` by position (0-based).
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>>;
+
+    /// Number of entries in the log.
+    fn entry_count(&self) -> Result<usize>;
+
+    /// The path from `id` towards the root, cut at a compaction (spec §5), root-side first.
+    fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
+        walk_to_root_or_compaction(id, |id| self.entry(id))
+    }
+
+    /// The current leaf; `invalid_session` if it names an entry that does not exist.
+    fn leaf_id(&self) -> Result<Option<String>> {
+        let leaf = self.stored_leaf_id()?;
+        if let Some(id) = &leaf {
+            if self.entry(id)?.is_none() {
+                return Err(Error::DanglingReference(id.clone()));
+            }
+        }
+        Ok(leaf)
+    }
+
+    /// A fresh entry id, unique in this session (spec §7).
+    fn create_entry_id(&self) -> Result<String> {
+        new_entry_id(|id| Ok(self.entry(id)?.is_some()))
+    }
+
+    /// Moves the leaf by appending a `leaf` entry; `id` must exist (`not_found`).
+    fn set_leaf_id(&mut self, id: Option<&str>) -> Result<()> {
+        if let Some(id) = id {
+            if self.entry(id)?.is_none() {
+                return Err(Error::EntryNotFound(id.to_owned()));
+            }
+        }
+        let leaf = Entry::new_leaf(
+            &self.create_entry_id()?,
+            self.stored_leaf_id()?.as_deref(),
+            &now_timestamp(),
+            id,
+        );
+        self.append_entry(leaf)
+    }
+}
