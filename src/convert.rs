@@ -1,44 +1,257 @@
 //! Conversion between formats, above the backends: pi JSONL files into an
 //! SQLite archive and back. Neither backend knows the other; this module
 //! reads with one and writes with the other.
+//!
+//! Imports are idempotent: each imported file is recorded with the bytes
+//! imported and their hash. Re-importing an unchanged file does nothing; a file
+//! pi has appended to since imports only its new lines; a file changed in any
+//! other way is refused (delete the session to import it afresh).
 
-use crate::backend::jsonl::{read_session, Header, ReadSummary};
-use crate::backend::sqlite::{Archive, NewSession, SqliteStorage};
+use crate::backend::jsonl::{read_header, read_session_from, Header, ReadStart, TornTail};
+use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SqliteStorage};
 use crate::error::{Error, Result};
-use std::io::{BufReader, Write};
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// What importing one file did.
-#[derive(Debug)]
-pub struct ImportReport {
-    /// The session id (from the header).
-    pub session_id: String,
-    /// What was read.
-    pub summary: ReadSummary,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportOutcome {
+    /// A new session was created.
+    Imported,
+    /// The file grew since its last import; its new entries were appended.
+    Appended,
+    /// Nothing to do: the file is as it was last imported.
+    Unchanged,
+    /// The session id is already in the archive from another source; skipped.
+    AlreadyPresent,
 }
 
-/// Imports a pi session file (version 1, 2 or 3) as a new session of the
-/// archive, streaming: memory is bounded by the longest line, not the file.
-/// Atomic: a bad line imports nothing of the file, and the error names the line.
-pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<ImportReport> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| Error::io(format!("Failed to read session {}", path.display()), e))?;
-    let reader = BufReader::with_capacity(1 << 16, file);
-    archive.write_new_session(|writer| {
-        let summary = read_session(reader, path, |header, entry| {
-            if !writer.has_begun() {
-                writer.begin(&new_session_from_header(header))?;
-            }
-            writer.push(&entry)
-        })?;
-        if !writer.has_begun() {
-            writer.begin(&new_session_from_header(&summary.header))?;
+/// The result of importing one file.
+#[derive(Debug, Clone)]
+pub struct FileImport {
+    /// The session id.
+    pub session_id: String,
+    /// What happened.
+    pub outcome: ImportOutcome,
+    /// Entries written.
+    pub entries: u64,
+    /// Bytes of the file read.
+    pub bytes_read: u64,
+    /// A torn final line left out (pi may be writing it right now); a later
+    /// import picks it up once complete.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// FNV-1a 64: a tiny stable hash to recognise an unchanged file prefix.
+#[derive(Debug, Clone, Copy)]
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
-        Ok(ImportReport {
+    }
+    fn hex(self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
+
+/// The hash of the first `len` bytes of a file.
+fn hash_prefix(path: &Path, len: u64) -> Result<String> {
+    let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+    let mut f = File::open(path).map_err(io)?.take(len);
+    let mut h = Fnv::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut seen = 0;
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        seen += n as u64;
+        h.update(&buf[..n]);
+    }
+    if seen < len {
+        return Ok(String::new());
+    }
+    Ok(h.hex())
+}
+
+fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
+    let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+    let canon = std::fs::canonicalize(path).map_err(io)?;
+    let meta = std::fs::metadata(&canon).map_err(io)?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Ok((canon.to_string_lossy().into_owned(), meta.len(), mtime))
+}
+
+/// Imports a pi session file (version 1, 2 or 3) into the archive, streaming
+/// (memory bounded by the longest line, not the file) and atomically (a bad
+/// line imports nothing of the file, and the error names the file and line).
+pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<FileImport> {
+    let (canon, size, mtime) = file_facts(path)?;
+    let unchanged = |r: &ImportRecord| FileImport {
+        session_id: r.session_id.clone(),
+        outcome: ImportOutcome::Unchanged,
+        entries: 0,
+        bytes_read: 0,
+        torn_tail: None,
+    };
+    match archive.import_record(&canon)? {
+        Some(r) if r.file_size == size && r.file_mtime == mtime => Ok(unchanged(&r)),
+        Some(r) if size >= r.bytes && hash_prefix(path, r.bytes)? == r.prefix_hash => {
+            if size == r.bytes {
+                archive.write_session(|w| {
+                    w.resume(&r.session_id)?;
+                    w.record_import(&ImportRecord { file_size: size, file_mtime: mtime, ..r.clone() })
+                })?;
+                return Ok(unchanged(&r));
+            }
+            append_new_lines(archive, path, &r, size, mtime)
+        }
+        Some(r) => Err(Error::InvalidSession(format!(
+            "{} changed since it was imported as session {} (it was not only appended to); delete that session to import the file afresh",
+            path.display(),
+            r.session_id
+        ))),
+        None => import_new(archive, path, canon, size, mtime),
+    }
+}
+
+fn import_new(
+    archive: &Archive,
+    path: &Path,
+    canon: String,
+    size: u64,
+    mtime: i64,
+) -> Result<FileImport> {
+    let header = read_header(path)?;
+    if archive.has_session(&header.id)? {
+        return Ok(FileImport {
+            session_id: header.id,
+            outcome: ImportOutcome::AlreadyPresent,
+            entries: 0,
+            bytes_read: 0,
+            torn_tail: None,
+        });
+    }
+    let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+    let file = File::open(path).map_err(io)?;
+    let mut hashing = HashingReader {
+        inner: file,
+        hash: Fnv::new(),
+    };
+    archive.write_session(|w| {
+        let summary = read_session_from(
+            BufReader::with_capacity(1 << 16, &mut hashing),
+            path,
+            ReadStart::Beginning,
+            |h, entry| {
+                if !w.has_begun() {
+                    w.begin(&new_session_from_header(h))?;
+                }
+                w.push(&entry)
+            },
+        )?;
+        if !w.has_begun() {
+            w.begin(&new_session_from_header(&summary.header))?;
+        }
+        let prefix_hash = if summary.torn_tail.is_none() {
+            hashing.hash.hex()
+        } else {
+            hash_prefix(path, summary.complete_bytes)?
+        };
+        w.record_import(&ImportRecord {
+            source_path: canon,
             session_id: summary.header.id.clone(),
-            summary,
+            bytes: summary.complete_bytes,
+            prefix_hash,
+            lines: summary.lines,
+            file_size: size,
+            file_mtime: mtime,
+        })?;
+        Ok(FileImport {
+            session_id: summary.header.id.clone(),
+            outcome: ImportOutcome::Imported,
+            entries: summary.entries,
+            bytes_read: summary.bytes,
+            torn_tail: summary.torn_tail,
         })
     })
+}
+
+fn append_new_lines(
+    archive: &Archive,
+    path: &Path,
+    r: &ImportRecord,
+    size: u64,
+    mtime: i64,
+) -> Result<FileImport> {
+    let header = read_header(path)?;
+    if header.version != 3 {
+        return Err(Error::InvalidSession(format!(
+            "{} is a version {} file that changed since it was imported; delete session {} to import it afresh",
+            path.display(),
+            header.version,
+            r.session_id
+        )));
+    }
+    let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+    let mut file = File::open(path).map_err(io)?;
+    file.seek(SeekFrom::Start(r.bytes)).map_err(io)?;
+    archive.write_session(|w| {
+        w.resume(&r.session_id)?;
+        let start = ReadStart::After {
+            header,
+            offset: r.bytes,
+            lines: r.lines,
+        };
+        let summary = read_session_from(
+            BufReader::with_capacity(1 << 16, file),
+            path,
+            start,
+            |_, entry| w.push(&entry),
+        )?;
+        w.record_import(&ImportRecord {
+            source_path: r.source_path.clone(),
+            session_id: r.session_id.clone(),
+            bytes: summary.complete_bytes,
+            prefix_hash: hash_prefix(path, summary.complete_bytes)?,
+            lines: summary.lines,
+            file_size: size,
+            file_mtime: mtime,
+        })?;
+        Ok(FileImport {
+            session_id: r.session_id.clone(),
+            outcome: ImportOutcome::Appended,
+            entries: summary.entries,
+            bytes_read: summary.bytes - r.bytes,
+            torn_tail: summary.torn_tail,
+        })
+    })
+}
+
+struct HashingReader<R> {
+    inner: R,
+    hash: Fnv,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// Writes a session of the archive as a pi JSONL file: its header line, then

@@ -143,3 +143,52 @@ pub trait SessionStorage {
         self.append_entry(leaf)
     }
 }
+
+/// A boxed storage is a storage, so callers can pick a backend at run time.
+impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        (**self).metadata()
+    }
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        (**self).stored_leaf_id()
+    }
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        (**self).append_entry(entry)
+    }
+    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
+        (**self).append_entries(entries)
+    }
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        (**self).entry(id)
+    }
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        (**self).find_entries(entry_type)
+    }
+    fn label(&self, id: &str) -> Result<Option<String>> {
+        (**self).label(id)
+    }
+    fn session_name(&self) -> Result<Option<String>> {
+        (**self).session_name()
+    }
+    fn session_stats(&self) -> Result<SessionStats> {
+        (**self).session_stats()
+    }
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        (**self).entries(after, limit)
+    }
+    fn entry_count(&self) -> Result<usize> {
+        (**self).entry_count()
+    }
+    fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
+        (**self).path_to_root_or_compaction(id)
+    }
+    fn leaf_id(&self) -> Result<Option<String>> {
+        (**self).leaf_id()
+    }
+    fn create_entry_id(&self) -> Result<String> {
+        (**self).create_entry_id()
+    }
+    fn set_leaf_id(&mut self, id: Option<&str>) -> Result<()> {
+        (**self).set_leaf_id(id)
+    }
+}

@@ -176,6 +176,27 @@ pub struct ReadSummary {
     pub entries: u64,
     /// Bytes read (including a torn tail).
     pub bytes: u64,
+    /// Bytes up to the end of the last complete line (a torn tail excluded).
+    pub complete_bytes: u64,
+    /// Non-blank lines read, the header included, a torn tail excluded.
+    pub lines: u64,
+}
+
+/// Where reading starts: at the top, or after lines already read (a file pi
+/// has appended to since).
+#[derive(Debug, Clone)]
+pub enum ReadStart {
+    /// From byte 0; the first non-blank line is the header.
+    Beginning,
+    /// From `offset`, the header already known and `lines` non-blank lines read.
+    After {
+        /// The file's header.
+        header: Header,
+        /// Byte offset to continue from (the reader is already positioned there).
+        offset: u64,
+        /// Non-blank lines before `offset`, the header included.
+        lines: u64,
+    },
 }
 
 /// Strips what JSON allows around a value but a stored entry should not carry.
@@ -188,16 +209,31 @@ fn stored_text(line: &str) -> &str {
 /// Applies pi's rules: split on `\n`, skip lines blank after trimming, invalid
 /// UTF-8 as U+FFFD, line numbers counting non-blank lines.
 pub fn read_session<R: BufRead>(
+    reader: R,
+    path: &Path,
+    sink: impl FnMut(&Header, Entry) -> Result<()>,
+) -> Result<ReadSummary> {
+    read_session_from(reader, path, ReadStart::Beginning, sink)
+}
+
+/// [`read_session`] from a given start (see [`ReadStart`]).
+pub fn read_session_from<R: BufRead>(
     mut reader: R,
     path: &Path,
+    start: ReadStart,
     mut sink: impl FnMut(&Header, Entry) -> Result<()>,
 ) -> Result<ReadSummary> {
     let io_err = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut buf = Vec::new();
-    let mut offset: u64 = 0;
-    let mut number: u64 = 0;
-    let mut header: Option<Header> = None;
-    let mut upgrade = None;
+    let (mut header, mut offset, mut number) = match start {
+        ReadStart::Beginning => (None, 0, 0),
+        ReadStart::After {
+            header,
+            offset,
+            lines,
+        } => (Some(header), offset, lines),
+    };
+    let mut upgrade = header.as_ref().map(|h: &Header| Upgrade::new(h.version));
     let mut torn_tail = None;
     let mut missing_final_newline = false;
     let mut entries = 0;
@@ -253,12 +289,16 @@ pub fn read_session<R: BufRead>(
         path: path.to_owned(),
         reason: "missing session header".to_owned(),
     })?;
+    let complete_bytes = offset - torn_tail.as_ref().map_or(0, |t: &TornTail| t.len);
+    let lines = number - u64::from(torn_tail.is_some());
     Ok(ReadSummary {
         header,
         torn_tail,
         missing_final_newline,
         entries,
         bytes: offset,
+        complete_bytes,
+        lines,
     })
 }
 

@@ -1,21 +1,32 @@
-//! Command-line interface: argument parsing and dispatch to one module per command.
+//! Command-line interface: argument parsing, and one module per group of
+//! commands. Commands return a [`Report`]; only [`run`] prints.
 
+mod browse;
+mod import;
 mod rpc;
+mod target;
+mod tree;
+mod write;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::Value;
 use sessiontree::{Durability, Error, ErrorCode};
 use std::path::PathBuf;
 
-/// sessiontree: pi's conversation trees in memory, JSONL or SQLite.
+/// sessiontree: pi's conversation trees in one fast archive.
 #[derive(Debug, Parser)]
-#[command(name = "sessiontree", version, about)]
+#[command(name = "sessiontree", version, about, long_about = None)]
 pub struct Cli {
-    /// The archive (SQLite file); default `$XDG_DATA_HOME/sessiontree/archive.db`.
+    /// The archive (SQLite file); default `$XDG_DATA_HOME/sessiontree/archive.db`
+    /// (`~/.local/share/sessiontree/archive.db`).
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
     /// How hard appends work to survive a crash.
     #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Full)]
     pub durability: DurabilityArg,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -42,11 +53,60 @@ impl From<DurabilityArg> for Durability {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Import pi session files or directories into the archive (idempotent).
+    Import(import::ImportArgs),
+    /// List sessions, newest first.
+    Ls(browse::LsArgs),
+    /// Show a session's tree, pi `/tree` style.
+    #[command(alias = "show")]
+    Tree(tree::TreeArgs),
+    /// Print the active path (or the path from an entry).
+    Branch(browse::BranchArgs),
+    /// Print the model-visible context of the active path.
+    Context(browse::BranchArgs),
+    /// Full-text search over message text.
+    Search(browse::SearchArgs),
+    /// Token, cost and message totals, per session or archive-wide.
+    Stats(browse::StatsArgs),
+    /// Export sessions as pi JSONL files in pi's directory layout.
+    Export(write::ExportArgs),
+    /// Fork a session at an entry into a new session.
+    Fork(write::ForkArgs),
+    /// Set (or clear, with an empty text) the label of an entry.
+    Label(write::LabelArgs),
+    /// Name a session.
+    Name(write::NameArgs),
+    /// Move the leaf to an entry, optionally with a branch summary.
+    Move(write::MoveArgs),
+    /// Check the archive: SQLite integrity and the branch cache against a rebuild.
+    Check(write::CheckArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
     Rpc(rpc::RpcArgs),
 }
 
-/// Exit status for an error, by contract code.
+/// What a command has to say: JSON for `--json`, text otherwise.
+#[derive(Debug)]
+pub struct Report {
+    /// The stable JSON form.
+    pub json: Value,
+    /// The readable form.
+    pub text: String,
+    /// Exit status when the command succeeded only in part (e.g. some files failed).
+    pub status: i32,
+}
+
+impl Report {
+    /// A report that exits 0.
+    pub fn new(json: Value, text: String) -> Self {
+        Report {
+            json,
+            text,
+            status: 0,
+        }
+    }
+}
+
+/// Exit status for an error, by contract code (documented in the README).
 pub fn exit_status(e: &Error) -> i32 {
     match e.code() {
         ErrorCode::NotFound => 3,
@@ -58,15 +118,43 @@ pub fn exit_status(e: &Error) -> i32 {
     }
 }
 
-/// Parses arguments, runs the command, and returns the exit status.
+/// Parses arguments, runs the command, prints, and returns the exit status.
 pub fn run() -> i32 {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Rpc(args) => rpc::run(&cli, args),
+        Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
+        Command::Import(args) => import::run(&cli, args).map(Some),
+        Command::Ls(args) => browse::ls(&cli, args).map(Some),
+        Command::Tree(args) => tree::run(&cli, args).map(Some),
+        Command::Branch(args) => browse::branch(&cli, args).map(Some),
+        Command::Context(args) => browse::context(&cli, args).map(Some),
+        Command::Search(args) => browse::search(&cli, args).map(Some),
+        Command::Stats(args) => browse::stats(&cli, args).map(Some),
+        Command::Export(args) => write::export(&cli, args).map(Some),
+        Command::Fork(args) => write::fork(&cli, args).map(Some),
+        Command::Label(args) => write::label(&cli, args).map(Some),
+        Command::Name(args) => write::name(&cli, args).map(Some),
+        Command::Move(args) => write::move_leaf(&cli, args).map(Some),
+        Command::Check(args) => write::check(&cli, args).map(Some),
     };
     match result {
-        Ok(()) => 0,
+        Ok(None) => 0,
+        Ok(Some(report)) => {
+            if cli.json {
+                println!("{}", report.json);
+            } else if !report.text.is_empty() {
+                print!("{}", report.text);
+                if !report.text.ends_with('\n') {
+                    println!();
+                }
+            }
+            report.status
+        }
         Err(e) => {
+            if cli.json {
+                let err = serde_json::json!({"error": {"code": e.code().as_str(), "message": e.to_string()}});
+                println!("{err}");
+            }
             eprintln!("sessiontree: error [{}]: {e}", e.code());
             exit_status(&e)
         }
@@ -84,4 +172,14 @@ pub fn archive_path(cli: &Cli) -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
         .unwrap_or_else(|| PathBuf::from("."));
     base.join("sessiontree").join("archive.db")
+}
+
+/// Opens (creating if needed) the archive.
+pub fn open_archive(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
+    let path = archive_path(cli);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    }
+    sessiontree::backend::sqlite::Archive::open(path, cli.durability.into())
 }

@@ -2,7 +2,7 @@
 
 pub mod jsonl;
 pub mod memory;
-// pub mod sqlite;
+pub mod sqlite;
 
 use crate::entry::Entry;
 use crate::error::Result;

@@ -10,6 +10,7 @@ use std::path::Path;
 pub const MIGRATIONS: &[&str] = &[
     include_str!("../../../schema/0001_init.sql"),
     include_str!("../../../schema/0002_search.sql"),
+    include_str!("../../../schema/0003_imports.sql"),
 ];
 
 /// The schema version this build writes.

@@ -122,6 +122,19 @@ pub struct SessionSummary {
     pub stats: SessionStats,
 }
 
+/// Archive-wide totals.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ArchiveTotals {
+    /// Sessions in the archive.
+    pub sessions: i64,
+    /// Entries in all sessions.
+    pub entries: i64,
+    /// Statistics summed over all sessions.
+    pub stats: SessionStats,
+    /// Per working directory: cwd, sessions, messages, cost.
+    pub per_cwd: Vec<(String, i64, i64, f64)>,
+}
+
 /// Which sessions to list.
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery {
@@ -237,18 +250,18 @@ impl Archive {
     }
 
     /// Creates one session inside one transaction, fed by `fill` through a
-    /// [`NewSessionWriter`] (streaming import): all of it commits, or nothing.
-    pub fn write_new_session<T>(
+    /// [`SessionWriter`] (streaming import): all of it commits, or nothing.
+    pub fn write_session<T>(
         &self,
-        fill: impl FnOnce(&mut NewSessionWriter<'_>) -> Result<T>,
+        fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.conn()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql("starting a session write"))?;
-        let mut writer = NewSessionWriter { tx, appender: None };
+        let mut writer = SessionWriter { tx, appender: None };
         let out = fill(&mut writer)?;
-        let NewSessionWriter { tx, appender } = writer;
+        let SessionWriter { tx, appender } = writer;
         if let Some(a) = appender {
             a.finish(&tx)?;
         }
@@ -332,6 +345,44 @@ impl Archive {
             .and_then(Iterator::collect)
             .map_err(sql("listing sessions"));
         rows
+    }
+
+    /// Totals over every session, from the maintained session rows only.
+    pub fn totals(&self) -> Result<ArchiveTotals> {
+        let conn = self.conn()?;
+        let mut t = conn
+            .query_row(
+                "SELECT count(*), coalesce(sum(entry_count), 0), coalesce(sum(message_count), 0),
+                        coalesce(sum(cached_tokens), 0), coalesce(sum(uncached_tokens), 0),
+                        coalesce(sum(total_tokens), 0), coalesce(sum(cost_total), 0) FROM sessions",
+                [],
+                |r| {
+                    Ok(ArchiveTotals {
+                        sessions: r.get(0)?,
+                        entries: r.get(1)?,
+                        stats: SessionStats {
+                            message_count: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
+                            cached_tokens: r.get(3)?,
+                            uncached_tokens: r.get(4)?,
+                            total_tokens: r.get(5)?,
+                            cost_total: r.get(6)?,
+                        },
+                        per_cwd: Vec::new(),
+                    })
+                },
+            )
+            .map_err(sql("summing sessions"))?;
+        let mut st = conn
+            .prepare(
+                "SELECT cwd, count(*), sum(message_count), sum(cost_total) FROM sessions
+                 GROUP BY cwd ORDER BY count(*) DESC, cwd",
+            )
+            .map_err(sql("summing sessions"))?;
+        t.per_cwd = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .and_then(Iterator::collect)
+            .map_err(sql("summing sessions"))?;
+        Ok(t)
     }
 
     /// Deletes a session and everything in it, in one transaction.
@@ -659,13 +710,66 @@ impl Appender {
     }
 }
 
-/// Writes a new session inside [`Archive::write_new_session`]'s transaction.
-pub struct NewSessionWriter<'c> {
+/// Where an imported session came from (the `imports` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportRecord {
+    /// Canonical path of the source file.
+    pub source_path: String,
+    /// The session it became.
+    pub session_id: String,
+    /// Bytes imported (through the last complete line).
+    pub bytes: u64,
+    /// FNV-1a 64 of those bytes, hex.
+    pub prefix_hash: String,
+    /// Non-blank lines in them, the header included.
+    pub lines: u64,
+    /// File size when last seen.
+    pub file_size: u64,
+    /// File modification time (Unix ms) when last seen.
+    pub file_mtime: i64,
+}
+
+impl Archive {
+    /// The record of a previous import of `source_path`, if any.
+    pub fn import_record(&self, source_path: &str) -> Result<Option<ImportRecord>> {
+        let conn = self.conn()?;
+        conn.query_row(
+            "SELECT i.source_path, s.id, i.bytes, i.prefix_hash, i.lines, i.file_size, i.file_mtime
+             FROM imports i JOIN sessions s USING (session_key) WHERE i.source_path = ?1",
+            [source_path],
+            |r| {
+                Ok(ImportRecord {
+                    source_path: r.get(0)?,
+                    session_id: r.get(1)?,
+                    bytes: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
+                    prefix_hash: r.get(3)?,
+                    lines: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
+                    file_size: r.get::<_, i64>(5)?.try_into().unwrap_or(0),
+                    file_mtime: r.get(6)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(sql("reading an import record"))
+    }
+
+    /// Whether a session with this id exists.
+    pub fn has_session(&self, id: &str) -> Result<bool> {
+        let conn = self.conn()?;
+        conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(sql("looking up a session"))
+    }
+}
+
+/// Writes one session inside [`Archive::write_session`]'s transaction.
+pub struct SessionWriter<'c> {
     tx: Transaction<'c>,
     appender: Option<Appender>,
 }
 
-impl NewSessionWriter<'_> {
+impl SessionWriter<'_> {
     /// Creates the session row; must come before any entry.
     pub fn begin(&mut self, new: &NewSession) -> Result<()> {
         let key = insert_session(&self.tx, new)?;
@@ -673,9 +777,62 @@ impl NewSessionWriter<'_> {
         Ok(())
     }
 
-    /// Whether [`NewSessionWriter::begin`] has run.
+    /// Continues an existing session (appending after its last entry). Fails
+    /// if another process holds its writer claim.
+    pub fn resume(&mut self, session_id: &str) -> Result<()> {
+        let row: Option<(i64, Option<i64>)> = self
+            .tx
+            .query_row(
+                "SELECT s.session_key, c.expires_ms FROM sessions s
+                 LEFT JOIN writer_claims c ON c.session_key = s.session_key WHERE s.id = ?1",
+                [session_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(sql("resuming a session"))?;
+        let (key, claim_expiry) =
+            row.ok_or_else(|| Error::SessionNotFound(session_id.to_owned()))?;
+        if claim_expiry.is_some_and(|e| e > chrono::Utc::now().timestamp_millis()) {
+            return Err(Error::WriterClaimed {
+                session: session_id.to_owned(),
+                holder: "another writer".to_owned(),
+            });
+        }
+        self.appender = Some(Appender::start(&self.tx, key)?);
+        Ok(())
+    }
+
+    /// Whether [`SessionWriter::begin`] or [`SessionWriter::resume`] has run.
     pub fn has_begun(&self) -> bool {
         self.appender.is_some()
+    }
+
+    /// Records (or updates) where the session was imported from.
+    pub fn record_import(&mut self, record: &ImportRecord) -> Result<()> {
+        let key =
+            self.appender.as_ref().map(|a| a.key).ok_or_else(|| {
+                Error::Unknown("an import was recorded before its session".into())
+            })?;
+        let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+        self.tx
+            .execute(
+                "INSERT INTO imports (source_path, session_key, bytes, prefix_hash, lines, file_size, file_mtime)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (source_path) DO UPDATE SET session_key = excluded.session_key,
+                   bytes = excluded.bytes, prefix_hash = excluded.prefix_hash, lines = excluded.lines,
+                   file_size = excluded.file_size, file_mtime = excluded.file_mtime",
+                params![
+                    record.source_path,
+                    key,
+                    n(record.bytes),
+                    record.prefix_hash,
+                    n(record.lines),
+                    n(record.file_size),
+                    record.file_mtime
+                ],
+            )
+            .map_err(sql("recording an import"))?;
+        Ok(())
     }
 
     /// Appends one entry to the new session.

@@ -1,0 +1,253 @@
+//! Reading commands: `ls`, `branch`, `context`, `search`, `stats`.
+
+use super::tree::preview;
+use super::{target, Cli, Report};
+use clap::Args;
+use serde_json::{json, Value};
+use sessiontree::backend::sqlite::ListQuery;
+use sessiontree::json::js_number;
+use sessiontree::{Error, Result, Session};
+
+/// Arguments of `ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Only sessions of this working directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Only sessions created at or after this time (ISO-8601, e.g. 2025-01-31).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only sessions whose name contains this text.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Page size.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Page number, from 1.
+    #[arg(long, default_value_t = 1)]
+    pub page: usize,
+}
+
+/// `ls`.
+pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
+    let archive = super::open_archive(cli)?;
+    let since_ms = match &args.since {
+        None => None,
+        Some(s) => Some(sessiontree::entry::timestamp_millis(s).ok_or_else(|| {
+            Error::Unknown(format!("--since {s:?} is not an ISO-8601 date or time"))
+        })?),
+    };
+    let rows = archive.list(&ListQuery {
+        cwd: args.cwd.clone(),
+        since_ms,
+        name_contains: args.name.clone(),
+        limit: Some(args.limit),
+        offset: args.limit * args.page.saturating_sub(1),
+    })?;
+    let mut text = String::new();
+    if !rows.is_empty() {
+        text.push_str(&format!(
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<24}  {}\n",
+            "ID", "CREATED", "ENTRIES", "MSGS", "COST", "NAME", "CWD"
+        ));
+    }
+    let mut list = Vec::new();
+    for r in &rows {
+        let m = &r.metadata;
+        text.push_str(&format!(
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<24}  {}\n",
+            m.id,
+            m.created_at,
+            r.entry_count,
+            r.stats.message_count,
+            r.stats.cost_total,
+            truncate(r.name.as_deref().unwrap_or("-"), 24),
+            m.cwd.as_deref().unwrap_or("")
+        ));
+        list.push(json!({
+            "id": m.id,
+            "createdAt": m.created_at,
+            "cwd": m.cwd,
+            "name": r.name,
+            "entries": r.entry_count,
+            "messages": r.stats.message_count,
+            "cost": js_number(r.stats.cost_total),
+            "totalTokens": js_number(r.stats.total_tokens),
+        }));
+    }
+    if rows.is_empty() {
+        text.push_str("no sessions\n");
+    }
+    Ok(Report::new(
+        json!({"sessions": list, "page": args.page, "limit": args.limit}),
+        text,
+    ))
+}
+
+/// Truncates to `max` characters with an ellipsis.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// Arguments of `branch` and `context`.
+#[derive(Debug, Args)]
+pub struct BranchArgs {
+    /// Session id, unique id prefix, or `.jsonl` path.
+    pub session: String,
+    /// Start from this entry instead of the current leaf.
+    #[arg(long)]
+    pub from: Option<String>,
+}
+
+/// `branch`.
+pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
+    let session = Session::new(target::open(cli, &args.session)?);
+    let path = session.branch(args.from.as_deref())?;
+    let mut text = String::new();
+    for e in &path {
+        text.push_str(&format!("{}  {}\n", e.id(), preview(e, 100)));
+    }
+    let entries: Vec<Value> = path.iter().map(sessiontree::Entry::value).collect();
+    Ok(Report::new(json!({"entries": entries}), text))
+}
+
+/// `context`.
+pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
+    let session = Session::new(target::open(cli, &args.session)?);
+    let ctx = session.build_context(args.from.as_deref())?;
+    let value: Value = serde_json::from_str(&ctx.to_json_text()).unwrap_or(Value::Null);
+    let mut text = format!(
+        "thinking: {}  model: {}  tools: {}\n",
+        ctx.thinking_level
+            .as_ref()
+            .map_or("-".into(), ToString::to_string),
+        ctx.model.as_ref().map_or("-".into(), ToString::to_string),
+        ctx.active_tool_names
+            .as_ref()
+            .map_or("-".into(), ToString::to_string)
+    );
+    for m in value["messages"].as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or("?");
+        let body = m
+            .get("content")
+            .map(sessiontree::backend::sqlite::search::content_text)
+            .or_else(|| m["summary"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        text.push_str(&format!(
+            "{role:>17}: {}\n",
+            truncate(&one_line(&body), 100)
+        ));
+    }
+    Ok(Report::new(value, text))
+}
+
+/// Collapses whitespace runs (newlines included) to single spaces.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Arguments of `search`.
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Words to find (all of them).
+    pub query: String,
+    /// Only this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only sessions of this working directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Only messages of this role (user, assistant, toolResult, …).
+    #[arg(long)]
+    pub role: Option<String>,
+    /// Most hits to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+/// `search`.
+pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
+    let archive = super::open_archive(cli)?;
+    let session = args
+        .session
+        .as_deref()
+        .map(|s| target::resolve_id(&archive, s))
+        .transpose()?;
+    let hits = archive.search(
+        &args.query,
+        session.as_deref(),
+        args.cwd.as_deref(),
+        args.role.as_deref(),
+        args.limit,
+    )?;
+    let mut text = String::new();
+    for h in &hits {
+        text.push_str(&format!(
+            "{} {} {:>10}: {}\n",
+            h.session_id,
+            h.entry_id,
+            h.role,
+            one_line(&h.snippet)
+        ));
+    }
+    if hits.is_empty() {
+        text.push_str("no matches\n");
+    }
+    let list: Vec<Value> = hits
+        .iter()
+        .map(|h| json!({"session": h.session_id, "entry": h.entry_id, "role": h.role, "snippet": h.snippet, "rank": h.rank}))
+        .collect();
+    Ok(Report::new(json!({"hits": list}), text))
+}
+
+/// Arguments of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// One session (id, prefix or `.jsonl` path); the whole archive when absent.
+    pub session: Option<String>,
+}
+
+/// `stats`.
+pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
+    if let Some(s) = &args.session {
+        let storage = target::open(cli, s)?;
+        let st = storage.session_stats()?;
+        let text = format!(
+            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}\n",
+            st.message_count,
+            st.total_tokens,
+            st.cached_tokens,
+            st.uncached_tokens,
+            st.cost_total,
+            storage.entry_count()?
+        );
+        return Ok(Report::new(st.to_json(), text));
+    }
+    let archive = super::open_archive(cli)?;
+    let totals = archive.totals()?;
+    let mut text = format!(
+        "{} sessions, {} entries, {} messages, {} tokens, ${:.4}\n",
+        totals.sessions,
+        totals.entries,
+        totals.stats.message_count,
+        totals.stats.total_tokens,
+        totals.stats.cost_total
+    );
+    let mut per_cwd = Vec::new();
+    for (cwd, sessions, messages, cost) in &totals.per_cwd {
+        text.push_str(&format!(
+            "{sessions:>6} sessions {messages:>8} messages ${cost:>10.4}  {cwd}\n"
+        ));
+        per_cwd.push(json!({"cwd": cwd, "sessions": sessions, "messages": messages, "cost": js_number(*cost)}));
+    }
+    let mut j = totals.stats.to_json();
+    j["sessions"] = json!(totals.sessions);
+    j["entries"] = json!(totals.entries);
+    j["perCwd"] = Value::Array(per_cwd);
+    Ok(Report::new(j, text))
+}

@@ -1,0 +1,150 @@
+//! `sessiontree import`: pi session files into the archive, one transaction
+//! per file, idempotent; one bad file never stops the others.
+
+use super::{Cli, Report};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use sessiontree::convert::{import_jsonl, ImportOutcome};
+use sessiontree::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Arguments of `import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Files or directories (searched recursively for `*.jsonl`); default: pi's
+    /// sessions directory (`$PI_CODING_AGENT_DIR/sessions` or `~/.pi/agent/sessions`).
+    pub paths: Vec<PathBuf>,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// pi's sessions directory.
+pub fn pi_sessions_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PI_CODING_AGENT_DIR") {
+        return PathBuf::from(dir).join("sessions");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".pi").join("agent").join("sessions")
+}
+
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    if meta.is_file() {
+        out.push(path.to_owned());
+        return Ok(());
+    }
+    let mut items: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| Error::io(format!("listing {}", path.display()), e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    items.sort();
+    for item in items {
+        if item.is_dir() {
+            collect(&item, out)?;
+        } else if item.extension().is_some_and(|e| e == "jsonl") {
+            out.push(item);
+        }
+    }
+    Ok(())
+}
+
+/// Runs `import`.
+pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
+    let roots = if args.paths.is_empty() {
+        vec![pi_sessions_dir()]
+    } else {
+        args.paths.clone()
+    };
+    let mut files = Vec::new();
+    for root in &roots {
+        collect(root, &mut files)?;
+    }
+    let archive = super::open_archive(cli)?;
+    let total_bytes: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let bar = if args.quiet || cli.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_bytes)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let (mut imported, mut appended, mut unchanged, mut present) = (0u64, 0u64, 0u64, 0u64);
+    let (mut entries, mut bytes) = (0u64, 0u64);
+    let mut failed = Vec::new();
+    let mut torn = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        bar.set_message(format!(
+            "{} / {} files, {entries} entries",
+            i + 1,
+            files.len()
+        ));
+        match import_jsonl(&archive, file) {
+            Ok(r) => {
+                match r.outcome {
+                    ImportOutcome::Imported => imported += 1,
+                    ImportOutcome::Appended => appended += 1,
+                    ImportOutcome::Unchanged => unchanged += 1,
+                    ImportOutcome::AlreadyPresent => present += 1,
+                }
+                entries += r.entries;
+                bytes += r.bytes_read;
+                if let Some(t) = r.torn_tail {
+                    torn.push(json!({"file": file.display().to_string(), "line": t.line}));
+                }
+            }
+            Err(e) => failed.push((file.display().to_string(), e)),
+        }
+        bar.inc(std::fs::metadata(file).map_or(0, |m| m.len()));
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    let mb_per_s = if secs > 0.0 {
+        bytes as f64 / 1e6 / secs
+    } else {
+        0.0
+    };
+    let mut text = format!(
+        "{} files: {imported} imported, {appended} appended, {unchanged} unchanged, {present} already present, {} failed\n{entries} entries, {:.1} MB in {secs:.2} s ({mb_per_s:.1} MB/s)\n",
+        files.len(),
+        failed.len(),
+        bytes as f64 / 1e6
+    );
+    for (file, e) in &failed {
+        text.push_str(&format!("failed [{}]: {file}: {e}\n", e.code()));
+    }
+    for t in &torn {
+        text.push_str(&format!(
+            "torn last line left for later: {}:{}\n",
+            t["file"].as_str().unwrap_or(""),
+            t["line"]
+        ));
+    }
+    let json = json!({
+        "files": files.len(),
+        "imported": imported,
+        "appended": appended,
+        "unchanged": unchanged,
+        "alreadyPresent": present,
+        "failed": failed.iter().map(|(f, e)| json!({"file": f, "code": e.code().as_str(), "message": e.to_string()})).collect::<Vec<_>>(),
+        "tornTails": torn,
+        "entries": entries,
+        "bytes": bytes,
+        "seconds": secs,
+    });
+    let mut report = Report::new(json, text);
+    if !failed.is_empty() {
+        report.status = 2;
+    }
+    Ok(report)
+}

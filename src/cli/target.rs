@@ -1,0 +1,32 @@
+//! Resolving a `SESSION` argument: a full id, a unique id prefix, or a path to
+//! a `.jsonl` file (then the JSONL backend is used directly).
+
+use super::Cli;
+use sessiontree::backend::jsonl::JsonlStorage;
+use sessiontree::{Error, Result, SessionStorage};
+
+/// Opens the session named by `arg` as a storage of the right backend.
+pub fn open(cli: &Cli, arg: &str) -> Result<Box<dyn SessionStorage>> {
+    if arg.ends_with(".jsonl") || std::path::Path::new(arg).is_file() {
+        return Ok(Box::new(JsonlStorage::open(arg, cli.durability.into())?));
+    }
+    let archive = super::open_archive(cli)?;
+    let id = resolve_id(&archive, arg)?;
+    Ok(Box::new(archive.open_session(&id)?))
+}
+
+/// The full id for an id or unique prefix.
+pub fn resolve_id(archive: &sessiontree::backend::sqlite::Archive, arg: &str) -> Result<String> {
+    if arg.is_empty() {
+        return Err(Error::SessionNotFound("(empty session id)".into()));
+    }
+    let found = archive.sessions_with_prefix(arg, 2)?;
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(Error::SessionNotFound(arg.to_owned())),
+        _ if found.iter().any(|f| f == arg) => Ok(arg.to_owned()),
+        _ => Err(Error::Unknown(format!(
+            "session prefix {arg:?} is ambiguous; give more characters"
+        ))),
+    }
+}

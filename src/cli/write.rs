@@ -1,0 +1,237 @@
+//! Commands that write: `export`, `fork`, `label`, `name`, `move`, and `check`.
+
+use super::{target, Cli, Report};
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use sessiontree::backend::jsonl::{encode_cwd, session_file_name};
+use sessiontree::convert::export_jsonl;
+use sessiontree::repo::sqlite::SqliteRepo;
+use sessiontree::repo::{ForkOptions, SessionRepo};
+use sessiontree::rules::ForkPosition;
+use sessiontree::session::BranchSummary;
+use sessiontree::{Error, JsonText, Result, Session, SessionMetadata};
+use std::path::{Component, Path, PathBuf};
+
+/// Arguments of `export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Sessions (ids or unique prefixes).
+    pub sessions: Vec<String>,
+    /// Export every session of the archive.
+    #[arg(long)]
+    pub all: bool,
+    /// The sessions root to write into (pi's layout below it).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// The file a session exports to, refusing anything that would land outside `out`.
+fn export_path(out: &Path, meta: &SessionMetadata) -> Result<PathBuf> {
+    let dir = encode_cwd(meta.cwd.as_deref().unwrap_or(""));
+    let file = session_file_name(&meta.created_at, &meta.id);
+    let rel = PathBuf::from(&dir).join(&file);
+    let safe = rel.components().count() == 2
+        && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    if !safe || file.contains(['/', '\\']) || dir.contains(['/', '\\']) {
+        return Err(Error::InvalidSession(format!(
+            "session {:?} would export to {rel:?}, outside {}; refused",
+            meta.id,
+            out.display()
+        )));
+    }
+    Ok(out.join(rel))
+}
+
+/// `export`.
+pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
+    let archive = super::open_archive(cli)?;
+    let ids: Vec<String> = if args.all {
+        archive
+            .list(&Default::default())?
+            .into_iter()
+            .map(|s| s.metadata.id)
+            .collect()
+    } else {
+        if args.sessions.is_empty() {
+            return Err(Error::Unknown("name sessions to export, or --all".into()));
+        }
+        args.sessions
+            .iter()
+            .map(|s| target::resolve_id(&archive, s))
+            .collect::<Result<_>>()?
+    };
+    let mut written = Vec::new();
+    let mut text = String::new();
+    for id in ids {
+        let storage = archive.open_session(&id)?;
+        let meta = sessiontree::SessionStorage::metadata(&storage)?;
+        let path = export_path(&args.out, &meta)?;
+        let dir = path.parent().unwrap_or(&args.out);
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let tmp = path.with_extension("jsonl.tmp");
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+        let mut w = std::io::BufWriter::new(file);
+        export_jsonl(&storage, &mut w)?;
+        let file = w
+            .into_inner()
+            .map_err(|e| Error::io(format!("writing {}", tmp.display()), e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        text.push_str(&format!("{id} → {}\n", path.display()));
+        written.push(json!({"session": id, "path": path.display().to_string()}));
+    }
+    Ok(Report::new(json!({"exported": written}), text))
+}
+
+/// `--position`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PositionArg {
+    /// Up to the entry's parent (the entry must be a user message).
+    Before,
+    /// Up to and including the entry.
+    At,
+}
+
+/// Arguments of `fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The session to fork (id or unique prefix).
+    pub session: String,
+    /// The entry to fork at; without it the whole log is copied.
+    #[arg(long)]
+    pub entry: Option<String>,
+    /// Before (default) or at the entry.
+    #[arg(long, value_enum, default_value_t = PositionArg::Before)]
+    pub position: PositionArg,
+}
+
+/// `fork`.
+pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
+    let archive = super::open_archive(cli)?;
+    let id = target::resolve_id(&archive, &args.session)?;
+    let mut repo = SqliteRepo::new(archive);
+    let source = SessionMetadata {
+        id,
+        ..SessionMetadata::default()
+    };
+    let options = ForkOptions {
+        entry_id: args.entry.clone(),
+        position: match args.position {
+            PositionArg::Before => ForkPosition::Before,
+            PositionArg::At => ForkPosition::At,
+        },
+        ..ForkOptions::default()
+    };
+    let forked = repo.fork(&source, &options)?;
+    let new_id = forked.storage().id().to_owned();
+    let count = sessiontree::SessionStorage::entry_count(forked.storage())?;
+    Ok(Report::new(
+        json!({"session": new_id, "entries": count}),
+        format!("forked into {new_id} ({count} entries)\n"),
+    ))
+}
+
+/// Arguments of `label`.
+#[derive(Debug, Args)]
+pub struct LabelArgs {
+    /// Session id, prefix or `.jsonl` path.
+    pub session: String,
+    /// The entry to label.
+    pub entry: String,
+    /// The label; empty clears it.
+    pub text: String,
+}
+
+/// `label`.
+pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
+    let mut session = Session::new(target::open(cli, &args.session)?);
+    let text = (!args.text.trim().is_empty()).then_some(args.text.as_str());
+    let id = session.append_label(&args.entry, text)?;
+    Ok(Report::new(
+        json!({"entry": id}),
+        format!("labelled {} (entry {id})\n", args.entry),
+    ))
+}
+
+/// Arguments of `name`.
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    /// Session id, prefix or `.jsonl` path.
+    pub session: String,
+    /// The new name.
+    pub text: String,
+}
+
+/// `name`.
+pub fn name(cli: &Cli, args: &NameArgs) -> Result<Report> {
+    let mut session = Session::new(target::open(cli, &args.session)?);
+    let id = session.append_session_name(&args.text)?;
+    let name = session.storage().session_name()?;
+    Ok(Report::new(
+        json!({"entry": id, "name": name}),
+        format!("named {:?}\n", name.unwrap_or_default()),
+    ))
+}
+
+/// Arguments of `move`.
+#[derive(Debug, Args)]
+pub struct MoveArgs {
+    /// Session id, prefix or `.jsonl` path.
+    pub session: String,
+    /// The entry to move the leaf to (`root` for before the first entry).
+    pub entry: String,
+    /// Summarise the branch being left.
+    #[arg(long)]
+    pub summary: Option<String>,
+}
+
+/// `move`.
+pub fn move_leaf(cli: &Cli, args: &MoveArgs) -> Result<Report> {
+    let mut session = Session::new(target::open(cli, &args.session)?);
+    let target = (args.entry != "root").then_some(args.entry.as_str());
+    let summary = args.summary.as_deref().map(|s| BranchSummary {
+        summary: Some(JsonText::string(s)),
+        ..BranchSummary::default()
+    });
+    let summary_id = session.move_to(target, summary.as_ref())?;
+    let leaf = session.storage().leaf_id()?;
+    Ok(Report::new(
+        json!({"leaf": leaf, "summary": summary_id}),
+        format!("leaf is now {}\n", leaf.as_deref().unwrap_or("root")),
+    ))
+}
+
+/// Arguments of `check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Only this session (id or prefix).
+    pub session: Option<String>,
+}
+
+/// `check`.
+pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
+    let archive = super::open_archive(cli)?;
+    let id = args
+        .session
+        .as_deref()
+        .map(|s| target::resolve_id(&archive, s))
+        .transpose()?;
+    let problems = archive.check(id.as_deref())?;
+    let text = if problems.is_empty() {
+        "ok: integrity_check passed and every branch cache equals its rebuild\n".to_owned()
+    } else {
+        problems.iter().map(|p| format!("problem: {p}\n")).collect()
+    };
+    let mut report = Report::new(
+        json!({"ok": problems.is_empty(), "problems": problems}),
+        text,
+    );
+    if !problems.is_empty() {
+        report.status = 8;
+    }
+    Ok(report)
+}

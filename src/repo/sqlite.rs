@@ -1,0 +1,111 @@
+//! The repository over an SQLite archive: many sessions in one file.
+
+use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use crate::backend::jsonl::Header;
+use crate::backend::sqlite::{Archive, ListQuery, NewSession, SqliteStorage};
+use crate::entry::{new_session_id, now_timestamp};
+use crate::error::Result;
+use crate::session::Session;
+use crate::storage::{SessionMetadata, SessionStorage};
+
+/// Sessions of one archive.
+#[derive(Debug, Clone)]
+pub struct SqliteRepo {
+    archive: Archive,
+}
+
+impl SqliteRepo {
+    /// The repository of an open archive.
+    pub fn new(archive: Archive) -> Self {
+        SqliteRepo { archive }
+    }
+
+    /// The archive.
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+}
+
+/// A new session row with a pi header (so export writes what pi would have).
+fn new_session(
+    id: Option<&str>,
+    cwd: &str,
+    parent: Option<&str>,
+    metadata: Option<&str>,
+) -> NewSession {
+    let id = id.map_or_else(new_session_id, str::to_owned);
+    let created_at = now_timestamp();
+    let header = Header::new(&id, &created_at, cwd, parent, metadata);
+    NewSession {
+        id,
+        created_at,
+        cwd: cwd.to_owned(),
+        parent_session: parent.map(str::to_owned),
+        metadata: metadata.map(str::to_owned),
+        header: header.json,
+    }
+}
+
+impl SessionRepo for SqliteRepo {
+    type Storage = SqliteStorage;
+
+    fn create(&mut self, options: &CreateOptions) -> Result<Session<SqliteStorage>> {
+        let new = new_session(
+            options.id.as_deref(),
+            &options.cwd,
+            options.parent_session.as_deref(),
+            options.metadata.as_ref().map(|m| m.as_str()),
+        );
+        self.archive.create_session(&new).map(Session::new)
+    }
+
+    fn open(&self, session: &SessionMetadata) -> Result<Session<SqliteStorage>> {
+        self.archive.open_session(&session.id).map(Session::new)
+    }
+
+    fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionMetadata>> {
+        let q = ListQuery {
+            cwd: cwd.map(str::to_owned),
+            ..ListQuery::default()
+        };
+        Ok(self
+            .archive
+            .list(&q)?
+            .into_iter()
+            .map(|s| s.metadata)
+            .collect())
+    }
+
+    fn delete(&mut self, session: &SessionMetadata) -> Result<()> {
+        self.archive.delete_session(&session.id)
+    }
+
+    /// Forks in one transaction; entry ids are kept.
+    fn fork(
+        &mut self,
+        source: &SessionMetadata,
+        options: &ForkOptions,
+    ) -> Result<Session<SqliteStorage>> {
+        let storage = self.archive.open_session(&source.id)?;
+        let entries = entries_to_fork(&storage, options.entry_id.as_deref(), options.position)?;
+        let meta = storage.metadata()?;
+        let cwd = options.cwd.clone().or(meta.cwd).unwrap_or_default();
+        let parent = options.parent_session.clone().or(Some(meta.id));
+        let metadata = options
+            .metadata
+            .as_ref()
+            .map(|m| m.as_str().to_owned())
+            .or(meta.metadata);
+        let new = new_session(
+            options.id.as_deref(),
+            &cwd,
+            parent.as_deref(),
+            metadata.as_deref(),
+        );
+        self.archive.write_session(|w| {
+            w.begin(&new)?;
+            entries.iter().try_for_each(|e| w.push(e))
+        })?;
+        self.archive.open_session(&new.id).map(Session::new)
+    }
+}
