@@ -27,17 +27,7 @@ pub struct TreeArgs {
 pub fn preview(e: &Entry, width: usize) -> String {
     let v = e.value();
     let s = match e.entry_type() {
-        EntryType::Message => {
-            let m = &v["message"];
-            let role = m["role"].as_str().unwrap_or("?");
-            let body = m.get("content").map(content_text).unwrap_or_default();
-            let body = if body.trim().is_empty() && role == "assistant" {
-                "(tool calls)".to_owned()
-            } else {
-                body
-            };
-            format!("{role}: {}", one_line(&body))
-        }
+        EntryType::Message => message_preview(&v["message"]),
         EntryType::ModelChange => format!(
             "model → {}/{}",
             v["provider"].as_str().unwrap_or("?"),
@@ -48,7 +38,8 @@ pub fn preview(e: &Entry, width: usize) -> String {
         }
         EntryType::ActiveToolsChange => format!("tools → {}", v["activeToolNames"]),
         EntryType::Compaction => format!(
-            "[compaction] {}",
+            "[compaction: {}k tokens] {}",
+            (v["tokensBefore"].as_f64().unwrap_or(0.0) / 1000.0).round(),
             one_line(v["summary"].as_str().unwrap_or(""))
         ),
         EntryType::BranchSummary => format!(
@@ -71,6 +62,59 @@ pub fn preview(e: &Entry, width: usize) -> String {
         EntryType::Other(t) => format!("[{t}]"),
     };
     truncate(&s, width)
+}
+
+/// `role: text` of a message, pi `/tree` style: an assistant turn without text
+/// shows its tool calls (`[read: src/main.rs]`), or `(aborted)` / its error; a
+/// tool result names its tool; a shell command shows `$ command`.
+fn message_preview(m: &Value) -> String {
+    let role = m["role"].as_str().unwrap_or("?");
+    let text = one_line(&m.get("content").map(content_text).unwrap_or_default());
+    let body = match role {
+        "assistant" if text.is_empty() => {
+            let calls: Vec<String> = m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["type"] == "toolCall")
+                .map(|p| tool_call(p["name"].as_str().unwrap_or("tool"), &p["arguments"]))
+                .collect();
+            if !calls.is_empty() {
+                calls.join(" ")
+            } else if m["stopReason"] == "aborted" {
+                "(aborted)".to_owned()
+            } else if let Some(err) = m["errorMessage"].as_str() {
+                format!("(error: {})", one_line(err))
+            } else {
+                "(no content)".to_owned()
+            }
+        }
+        "toolResult" => match m["toolName"].as_str() {
+            Some(tool) => return format!("toolResult [{tool}]: {text}"),
+            None => text,
+        },
+        "bashExecution" => format!("$ {}", one_line(m["command"].as_str().unwrap_or(""))),
+        _ => text,
+    };
+    format!("{role}: {body}")
+}
+
+/// `[name: argument]` for a tool call: the path, command or pattern it works
+/// on, else its arguments as JSON.
+fn tool_call(name: &str, args: &Value) -> String {
+    let main = ["path", "file_path", "command", "pattern", "query", "url"]
+        .iter()
+        .find_map(|k| args[*k].as_str());
+    let arg = match main {
+        Some(a) => one_line(a),
+        None if args.is_null() => String::new(),
+        None => args.to_string(),
+    };
+    if arg.is_empty() {
+        format!("[{name}]")
+    } else {
+        format!("[{name}: {}]", truncate(&arg, 48))
+    }
 }
 
 struct Tree {
