@@ -333,7 +333,9 @@ pub fn path(
             "SELECT e.json FROM segment_ancestry a
              JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
                                              AND ((a.ancestor_segment << 32) | min(a.to_depth, ?3))
-             WHERE a.segment_id = ?1 AND a.to_depth >= ?2 AND a.from_depth <= ?3
+             WHERE a.segment_id = ?1 AND a.from_depth <= ?3
+               AND a.from_depth >= (SELECT max(from_depth) FROM segment_ancestry
+                                    WHERE segment_id = ?1 AND from_depth <= ?2)
              ORDER BY a.from_depth, e.entry_key",
         )
         .map_err(sql("reading a path"))?;

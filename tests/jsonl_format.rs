@@ -1,0 +1,384 @@
+//! pi's JSONL format (spec §10–11): every bad-input case with its code, message
+//! and line number, and the file untouched; the real pi files; exact round trips.
+
+use sessiontree::backend::jsonl::JsonlStorage;
+use sessiontree::backend::sqlite::Archive;
+use sessiontree::convert::{export_jsonl, import_jsonl};
+use sessiontree::{Durability, Entry, ErrorCode, Session, SessionStorage};
+use std::path::{Path, PathBuf};
+
+const HEADER: &str = r#"{"type":"session","version":3,"id":"s1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/work"}"#;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/pi-sessions")
+        .join(name)
+}
+
+fn write(dir: &tempfile::TempDir, text: &[u8]) -> PathBuf {
+    let p = dir.path().join("s.jsonl");
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+/// Opening `text` fails with `code` and exactly `message` (after the path), and the file is untouched.
+fn refused(text: &str, code: ErrorCode, message: &str) {
+    let dir = tempfile::tempdir().expect("dir");
+    let p = write(&dir, text.as_bytes());
+    let err = JsonlStorage::open(&p, Durability::Full).expect_err(text);
+    assert_eq!(err.code(), code, "{text:?}: {err}");
+    assert_eq!(
+        err.to_string(),
+        format!("Invalid JSONL session file {}: {message}", p.display()),
+        "{text:?}"
+    );
+    assert_eq!(
+        std::fs::read(&p).expect("read"),
+        text.as_bytes(),
+        "a refused open changes nothing"
+    );
+}
+
+fn entry_line(extra: &str) -> String {
+    format!(
+        r#"{{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{{"role":"user"}}{extra}}}"#
+    )
+}
+
+#[test]
+fn header_problems_are_invalid_session_in_pis_order() {
+    use ErrorCode::InvalidSession as IS;
+    refused("", IS, "missing session header");
+    refused("\n  \n\t\n", IS, "missing session header");
+    refused("not json\n", IS, "first line is not a valid session header");
+    refused("[1,2]\n", IS, "first line is not a valid session header");
+    refused("\u{feff}{\"type\":\"session\",\"version\":3,\"id\":\"s\",\"timestamp\":\"t\",\"cwd\":\"/\"}\n", IS, "first line is not a valid session header");
+    refused(
+        r#"{"type":"sessions","version":3}"#,
+        IS,
+        "first line is not a valid session header",
+    );
+    refused(
+        r#"{"type":"session","version":4,"id":"s"}"#,
+        IS,
+        "unsupported session version",
+    );
+    refused(
+        r#"{"type":"session","version":"3","id":"s"}"#,
+        IS,
+        "unsupported session version",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":""}"#,
+        IS,
+        "session header is missing id",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":7,"timestamp":"t"}"#,
+        IS,
+        "session header is missing id",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":"s","cwd":"/"}"#,
+        IS,
+        "session header is missing timestamp",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":"s","timestamp":"t","cwd":""}"#,
+        IS,
+        "session header is missing cwd",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/","parentSession":1}"#,
+        IS,
+        "session header parentSession must be a string",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/","metadata":[]}"#,
+        IS,
+        "session header metadata must be an object",
+    );
+    refused(
+        r#"{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/","metadata":null}"#,
+        IS,
+        "session header metadata must be an object",
+    );
+}
+
+#[test]
+fn entry_problems_are_invalid_entry_naming_the_non_blank_line() {
+    use ErrorCode::InvalidEntry as IE;
+    let with = |line: &str| {
+        format!(
+            "{HEADER}\n\n{}\n   \n{line}\n{}\n",
+            entry_line(""),
+            entry_line("")
+        )
+    };
+    refused(&with("{oops"), IE, "line 3 is not valid JSON");
+    refused(&with("42"), IE, "line 3 is not a valid session entry");
+    refused(&with("null"), IE, "line 3 is not a valid session entry");
+    refused(&with("[]"), IE, "line 3 is missing entry type");
+    refused(
+        &with(r#"{"id":"b","parentId":null,"timestamp":"t"}"#),
+        IE,
+        "line 3 is missing entry type",
+    );
+    refused(
+        &with(r#"{"type":5,"id":"b","parentId":null,"timestamp":"t"}"#),
+        IE,
+        "line 3 is missing entry type",
+    );
+    refused(
+        &with(r#"{"type":"x","id":"","parentId":null,"timestamp":"t"}"#),
+        IE,
+        "line 3 is missing entry id",
+    );
+    refused(
+        &with(r#"{"type":"x","id":1,"parentId":null,"timestamp":"t"}"#),
+        IE,
+        "line 3 is missing entry id",
+    );
+    refused(
+        &with(r#"{"type":"x","id":"b","timestamp":"t"}"#),
+        IE,
+        "line 3 has invalid parentId",
+    );
+    refused(
+        &with(r#"{"type":"x","id":"b","parentId":false,"timestamp":"t"}"#),
+        IE,
+        "line 3 has invalid parentId",
+    );
+    refused(
+        &with(r#"{"type":"x","id":"b","parentId":null,"timestamp":""}"#),
+        IE,
+        "line 3 is missing timestamp",
+    );
+    refused(
+        &with(r#"{"type":"leaf","id":"b","parentId":null,"timestamp":"t"}"#),
+        IE,
+        "line 3 has invalid targetId",
+    );
+    refused(
+        &with(r#"{"type":"leaf","id":"b","parentId":null,"timestamp":"t","targetId":[]}"#),
+        IE,
+        "line 3 has invalid targetId",
+    );
+}
+
+#[test]
+fn lenient_inputs_open_like_pi() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    // Blank lines anywhere (even before the header), CRLF endings, an empty-string
+    // parent, dangling parents and leaf targets, and invalid UTF-8 all open.
+    let mut text = format!("\n \n{HEADER}\r\n").into_bytes();
+    text.extend_from_slice(br#"{"type":"message","id":"a","parentId":"","timestamp":"t","message":{"role":"user","content":"caf"#);
+    text.extend_from_slice(&[0xff, 0xfe]);
+    text.extend_from_slice(b"\"}}\r\n\r\n");
+    text.extend_from_slice(br#"{"type":"message","id":"b","parentId":"nowhere","timestamp":"t","message":{"role":"user"}}"#);
+    text.extend_from_slice(b"\n");
+    let p = write(&dir, &text);
+    let s = JsonlStorage::open(&p, Durability::Full)?;
+    assert_eq!(s.entry_count()?, 2);
+    assert!(s
+        .entry("a")?
+        .expect("a")
+        .json()
+        .contains("caf\u{fffd}\u{fffd}"));
+    assert_eq!(s.path_to_root_or_compaction(Some("a"))?.len(), 1);
+    assert_eq!(
+        s.path_to_root_or_compaction(Some("b"))
+            .expect_err("dangling")
+            .code(),
+        ErrorCode::InvalidSession
+    );
+    Ok(())
+}
+
+#[test]
+fn refused_api_appends_leave_the_file_unchanged() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let p = write(&dir, format!("{HEADER}\n{}\n", entry_line("")).as_bytes());
+    let before = std::fs::read(&p)?;
+    for bad in [
+        "{",
+        "[]",
+        r#"{"type":"x","id":"b","timestamp":"t"}"#,
+        r#"{"type":"leaf","id":"c","parentId":null,"timestamp":"t","targetId":1}"#,
+    ] {
+        assert_eq!(
+            Entry::from_json(bad).expect_err(bad).code(),
+            ErrorCode::InvalidEntry
+        );
+    }
+    let mut s = JsonlStorage::open(&p, Durability::Full)?;
+    assert_eq!(
+        s.set_leaf_id(Some("ghost")).expect_err("unknown").code(),
+        ErrorCode::NotFound
+    );
+    let mut session = Session::new(s);
+    assert_eq!(
+        session
+            .append_label("ghost", Some("x"))
+            .expect_err("unknown")
+            .code(),
+        ErrorCode::NotFound
+    );
+    assert_eq!(std::fs::read(&p)?, before);
+    Ok(())
+}
+
+#[test]
+fn torn_last_line_is_left_out_reported_and_cut_before_the_next_append(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let good = format!("{HEADER}\n{}\n", entry_line(""));
+    let p = write(&dir, format!("{good}{{\"type\":\"mess").as_bytes());
+    let mut s = JsonlStorage::open(&p, Durability::Full)?;
+    let torn = s.torn_tail().cloned().expect("torn tail reported");
+    assert_eq!((torn.line, torn.offset), (3, good.len() as u64));
+    assert_eq!(s.entry_count()?, 1);
+    s.append_entry(Entry::from_json(
+        r#"{"type":"message","id":"b","parentId":"a","timestamp":"t","message":{"role":"user"}}"#,
+    )?)?;
+    drop(s);
+    let text = std::fs::read_to_string(&p)?;
+    assert_eq!(text, format!("{good}{{\"type\":\"message\",\"id\":\"b\",\"parentId\":\"a\",\"timestamp\":\"t\",\"message\":{{\"role\":\"user\"}}}}\n"));
+    // A torn line that is not last is corruption, not a crash artefact.
+    let p2 = dir.path().join("mid.jsonl");
+    std::fs::write(
+        &p2,
+        format!("{HEADER}\n{{\"type\":\"mess\n{}\n", entry_line("")),
+    )?;
+    assert_eq!(
+        JsonlStorage::open(&p2, Durability::Full)
+            .expect_err("corrupt")
+            .code(),
+        ErrorCode::InvalidEntry
+    );
+    // A complete last line without its newline is kept, and the next append adds the newline first.
+    let p3 = dir.path().join("nonl.jsonl");
+    std::fs::write(&p3, format!("{HEADER}\n{}", entry_line("")))?;
+    let mut s = JsonlStorage::open(&p3, Durability::Full)?;
+    assert!(s.torn_tail().is_none());
+    s.set_leaf_id(None)?;
+    drop(s);
+    assert_eq!(JsonlStorage::open(&p3, Durability::Full)?.entry_count()?, 2);
+    Ok(())
+}
+
+#[test]
+fn real_pi_version_1_files_open_upgraded_and_read_only() -> Result<(), Box<dyn std::error::Error>> {
+    for (name, entries) in [
+        ("before-compaction.jsonl", 1002),
+        ("large-session.jsonl", 1018),
+    ] {
+        let path = fixture(name);
+        let before = std::fs::read(&path)?;
+        let mut s = JsonlStorage::open(&path, Durability::Full)?;
+        assert_eq!(s.header().version, 1);
+        assert_eq!(s.entry_count()?, entries, "{name}");
+        let all = s.entries(0, None)?;
+        assert_eq!(all[0].id(), "v1-00001");
+        assert_eq!(all[0].parent_id(), None);
+        assert_eq!(all[1].parent_id(), Some("v1-00001"));
+        let leaf = s.leaf_id()?.expect("leaf");
+        assert_eq!(leaf, all.last().expect("entries").id());
+        let branch = s.path_to_root_or_compaction(Some(&leaf))?;
+        assert!(!branch.is_empty());
+        assert_eq!(
+            s.set_leaf_id(None).expect_err("read-only").code(),
+            ErrorCode::InvalidSession
+        );
+        assert_eq!(
+            std::fs::read(&path)?,
+            before,
+            "the fixture is never written"
+        );
+    }
+    // firstKeptEntryIndex 293 / 551 (line indexes, header = 0) became ids.
+    let s = JsonlStorage::open(fixture("before-compaction.jsonl"), Durability::Full)?;
+    let compactions = s.find_entries("compaction")?;
+    let kept: Vec<_> = compactions
+        .iter()
+        .map(|c| c.facts().first_kept_entry_id.clone())
+        .collect();
+    assert_eq!(
+        kept,
+        [Some("v1-00293".to_owned()), Some("v1-00551".to_owned())]
+    );
+    assert!(compactions
+        .iter()
+        .all(|c| !c.json().contains("firstKeptEntryIndex")));
+    let leaf = s.leaf_id()?.expect("leaf");
+    let branch = s.path_to_root_or_compaction(Some(&leaf))?;
+    assert_eq!(
+        branch[0].id(),
+        "v1-00551",
+        "the walk stops at the last compaction's first kept entry"
+    );
+    Ok(())
+}
+
+#[test]
+fn version_2_hook_messages_become_custom() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let p = write(
+        &dir,
+        br#"{"type":"session","version":2,"id":"s","timestamp":"t","cwd":"/"}
+{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"hookMessage","customType":"x","content":"hi"}}
+"#,
+    );
+    let s = JsonlStorage::open(&p, Durability::Full)?;
+    assert_eq!(s.header().version, 2);
+    assert_eq!(
+        s.entry("a")?.expect("a").json(),
+        r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"custom","customType":"x","content":"hi"}}"#
+    );
+    Ok(())
+}
+
+#[test]
+fn version_3_files_reexport_byte_for_byte() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let text = format!(
+        "{}\n{}\n{}\n{}\n",
+        r#"{"type":"session","version":3,"id":"s9","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w","metadata":{"z":1,"a":[1.0]}}"#,
+        r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":"\ud83d x 1.50"},"extra":1e2}"#,
+        r#"{"type":"leaf","id":"l","parentId":"a","timestamp":"t","targetId":null}"#,
+        r#"{"type":"message","id":"b","parentId":null,"timestamp":"t","message":{"role":"assistant","content":[]}}"#,
+    );
+    let p = write(&dir, text.as_bytes());
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let report = import_jsonl(&archive, &p)?;
+    let mut out = Vec::new();
+    export_jsonl(&archive.open_session(&report.session_id)?, &mut out)?;
+    assert_eq!(String::from_utf8(out)?, text);
+    // The JSONL backend's own view is exact too.
+    let s = JsonlStorage::open(&p, Durability::Full)?;
+    let mut again = format!("{}\n", s.header().json);
+    for e in s.all_entries() {
+        again.push_str(e.json());
+        again.push('\n');
+    }
+    assert_eq!(again, text);
+    Ok(())
+}
+
+#[test]
+fn a_bad_line_imports_nothing_of_its_file() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let p = write(
+        &dir,
+        format!("{HEADER}\n{}\nbroken\n{}\n", entry_line(""), entry_line("")).as_bytes(),
+    );
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let err = import_jsonl(&archive, &p).expect_err("bad line");
+    assert_eq!(err.code(), ErrorCode::InvalidEntry);
+    assert!(
+        err.to_string().contains("line 3 is not valid JSON"),
+        "{err}"
+    );
+    assert!(archive.list(&Default::default())?.is_empty());
+    Ok(())
+}
