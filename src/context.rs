@@ -213,10 +213,8 @@ fn entry_messages(
             if let Some(tail) = o.get("retainedTail") {
                 if let Ok(items) = serde_json::from_str::<Vec<Box<RawValue>>>(tail.get()) {
                     out.extend(items);
-                } else if let Ok(items) = crate::json::parse_value_lossy(tail.get()) {
-                    if let Value::Array(items) = items {
-                        out.extend(items.iter().map(|v| raw_value(&v.to_string())));
-                    }
+                } else if let Ok(Value::Array(items)) = crate::json::parse_value_lossy(tail.get()) {
+                    out.extend(items.iter().map(|v| raw_value(&v.to_string())));
                 }
             }
             out

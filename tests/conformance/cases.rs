@@ -53,7 +53,7 @@ pub fn empty_session_has_no_leaf_entries_or_stats<H: Harness>(h: &mut H) -> R {
     assert_eq!(s.session_name()?, None);
     assert_eq!(s.session_stats()?.message_count, 0);
     assert!(s.path_to_root_or_compaction(None)?.is_empty());
-    assert_eq!(s.metadata()?.id.is_empty(), false);
+    assert!(!s.metadata()?.id.is_empty());
     Ok(())
 }
 
@@ -90,7 +90,7 @@ pub fn set_leaf_appends_a_leaf_entry_with_previous_leaf_as_parent<H: Harness>(h:
     assert_eq!(s.leaf_id()?, None);
     let last = s.entries(4, None)?;
     assert_eq!(last[0].parent_id(), Some("a"));
-    assert_eq!(last[0].json().contains(r#""targetId":null"#), true);
+    assert!(last[0].json().contains(r#""targetId":null"#));
     Ok(())
 }
 
