@@ -28,7 +28,6 @@ use super::LogIndex;
 use crate::entry::{Entry, EntryProblem};
 use crate::error::{Error, Result};
 use crate::json::{self, js_trim, raw_value, ObjectWriter, OrderedObject};
-use crate::rules::SessionStats;
 use crate::storage::{Durability, SessionMetadata, SessionStorage};
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
@@ -563,9 +562,6 @@ impl SessionStorage for JsonlStorage {
     fn metadata(&self) -> Result<SessionMetadata> {
         Ok(self.header.metadata_for(&self.path))
     }
-    fn stored_leaf_id(&self) -> Result<Option<String>> {
-        Ok(self.log.leaf().map(str::to_owned))
-    }
     fn append_entry(&mut self, entry: Entry) -> Result<()> {
         self.write_lines(std::slice::from_ref(&entry))?;
         self.log.push(entry);
@@ -581,27 +577,7 @@ impl SessionStorage for JsonlStorage {
         }
         Ok(())
     }
-    fn entry(&self, id: &str) -> Result<Option<Entry>> {
-        Ok(self.log.get(id).cloned())
-    }
-    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
-        Ok(self.log.of_type(entry_type))
-    }
-    fn label(&self, id: &str) -> Result<Option<String>> {
-        Ok(self.log.label(id))
-    }
-    fn session_name(&self) -> Result<Option<String>> {
-        Ok(self.log.name())
-    }
-    fn session_stats(&self) -> Result<SessionStats> {
-        self.log.stats()
-    }
-    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
-        Ok(self.log.slice(after, limit))
-    }
-    fn entry_count(&self) -> Result<usize> {
-        Ok(self.log.all().len())
-    }
+    super::log_index_reads!();
 }
 
 /// The file name pi gives a session: `<createdAt with : and . as ->_<id>.jsonl`.

@@ -94,3 +94,35 @@ impl LogIndex {
         self.entries[start..end].to_vec()
     }
 }
+
+/// The `SessionStorage` reads of a backend that keeps its whole log in a
+/// [`LogIndex`] field named `log` (the in-memory and JSONL backends).
+macro_rules! log_index_reads {
+    () => {
+        fn stored_leaf_id(&self) -> $crate::error::Result<Option<String>> {
+            Ok(self.log.leaf().map(str::to_owned))
+        }
+        fn entry(&self, id: &str) -> $crate::error::Result<Option<$crate::entry::Entry>> {
+            Ok(self.log.get(id).cloned())
+        }
+        fn find_entries(&self, entry_type: &str) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
+            Ok(self.log.of_type(entry_type))
+        }
+        fn label(&self, id: &str) -> $crate::error::Result<Option<String>> {
+            Ok(self.log.label(id))
+        }
+        fn session_name(&self) -> $crate::error::Result<Option<String>> {
+            Ok(self.log.name())
+        }
+        fn session_stats(&self) -> $crate::error::Result<$crate::rules::SessionStats> {
+            self.log.stats()
+        }
+        fn entries(&self, after: usize, limit: Option<usize>) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
+            Ok(self.log.slice(after, limit))
+        }
+        fn entry_count(&self) -> $crate::error::Result<usize> {
+            Ok(self.log.all().len())
+        }
+    };
+}
+pub(crate) use log_index_reads;

@@ -3,7 +3,6 @@
 use super::LogIndex;
 use crate::entry::{new_session_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
-use crate::rules::SessionStats;
 use crate::storage::{SessionMetadata, SessionStorage};
 
 /// A session held entirely in memory.
@@ -56,32 +55,9 @@ impl SessionStorage for MemoryStorage {
     fn metadata(&self) -> Result<SessionMetadata> {
         Ok(self.metadata.clone())
     }
-    fn stored_leaf_id(&self) -> Result<Option<String>> {
-        Ok(self.log.leaf().map(str::to_owned))
-    }
     fn append_entry(&mut self, entry: Entry) -> Result<()> {
         self.log.push(entry);
         Ok(())
     }
-    fn entry(&self, id: &str) -> Result<Option<Entry>> {
-        Ok(self.log.get(id).cloned())
-    }
-    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
-        Ok(self.log.of_type(entry_type))
-    }
-    fn label(&self, id: &str) -> Result<Option<String>> {
-        Ok(self.log.label(id))
-    }
-    fn session_name(&self) -> Result<Option<String>> {
-        Ok(self.log.name())
-    }
-    fn session_stats(&self) -> Result<SessionStats> {
-        self.log.stats()
-    }
-    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
-        Ok(self.log.slice(after, limit))
-    }
-    fn entry_count(&self) -> Result<usize> {
-        Ok(self.log.all().len())
-    }
+    super::log_index_reads!();
 }

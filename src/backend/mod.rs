@@ -6,3 +6,4 @@ pub mod memory;
 pub mod sqlite;
 
 pub use log_index::LogIndex;
+use log_index::log_index_reads;
