@@ -19,6 +19,29 @@ pub struct ImportArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Import a generated demo archive (what happens anyway, with a note, when
+    /// no paths are given and pi's sessions directory does not exist).
+    #[arg(long)]
+    pub demo: bool,
+}
+
+/// Writes a small generated archive (deterministic) next to the database and
+/// returns its directory.
+fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
+    let dir = super::archive_path(cli)
+        .parent()
+        .map_or_else(|| PathBuf::from("demo-sessions"), |p| p.join("demo-sessions"));
+    if !dir.is_dir() {
+        let options = sessiontree::gen::GenOptions {
+            shape: sessiontree::gen::Shape::Archive,
+            entries: 6_000,
+            sessions: Some(24),
+            seed: 2026,
+            ..sessiontree::gen::GenOptions::default()
+        };
+        sessiontree::gen::generate(&dir, &options)?;
+    }
+    Ok(dir)
 }
 
 /// pi's sessions directory.
@@ -54,8 +77,22 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 
 /// Runs `import`.
 pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
-    let roots = if args.paths.is_empty() {
-        vec![pi_sessions_dir()]
+    let mut note = String::new();
+    let roots = if args.demo {
+        vec![demo_sessions(cli)?]
+    } else if args.paths.is_empty() {
+        let pi = pi_sessions_dir();
+        if pi.is_dir() {
+            vec![pi]
+        } else {
+            let demo = demo_sessions(cli)?;
+            note = format!(
+                "no pi sessions at {}; imported a generated demo archive from {} instead\n",
+                pi.display(),
+                demo.display()
+            );
+            vec![demo]
+        }
     } else {
         args.paths.clone()
     };
@@ -114,14 +151,20 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     } else {
         0.0
     };
-    let mut text = format!(
+    let mut text = note;
+    text.push_str(&format!(
         "{} files: {imported} imported, {appended} appended, {unchanged} unchanged, {present} already present, {} failed\n{entries} entries, {:.1} MB in {secs:.2} s ({mb_per_s:.1} MB/s)\n",
         files.len(),
         failed.len(),
         bytes as f64 / 1e6
-    );
+    ));
     for (file, e) in &failed {
-        text.push_str(&format!("failed [{}]: {file}: {e}\n", e.code()));
+        let message = e.to_string();
+        if message.contains(file.as_str()) {
+            text.push_str(&format!("failed [{}]: {message}\n", e.code()));
+        } else {
+            text.push_str(&format!("failed [{}]: {file}: {message}\n", e.code()));
+        }
     }
     for t in &torn {
         text.push_str(&format!(
@@ -136,7 +179,12 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         "appended": appended,
         "unchanged": unchanged,
         "alreadyPresent": present,
-        "failed": failed.iter().map(|(f, e)| json!({"file": f, "code": e.code().as_str(), "message": e.to_string()})).collect::<Vec<_>>(),
+        "failed": failed.iter().map(|(f, e)| json!({
+            "file": f,
+            "code": e.code().as_str(),
+            "message": e.to_string(),
+            "line": match e { Error::InvalidLine { line, .. } => Some(*line), _ => None },
+        })).collect::<Vec<_>>(),
         "tornTails": torn,
         "entries": entries,
         "bytes": bytes,

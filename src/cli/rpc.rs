@@ -19,7 +19,7 @@ pub enum Backend {
 /// Arguments of `rpc`.
 #[derive(Debug, Args)]
 pub struct RpcArgs {
-    /// A `.jsonl` session file, or with `--db` a session id of the archive.
+    /// A `.jsonl` session file, or a session id (or unique prefix) of the archive.
     pub source: String,
     /// For a `.jsonl` source: serve it from the file or from memory.
     #[arg(long, value_enum, default_value_t = Backend::Jsonl)]
@@ -31,9 +31,14 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     let io = |e| sessiontree::Error::io("rpc: stdio", e);
-    if cli.db.is_some() {
+    let is_file = args.source.ends_with(".jsonl") || std::path::Path::new(&args.source).is_file();
+    if !is_file {
+        // The session is opened for reading; its writer claim is taken at the first write.
         let session = Archive::open(super::archive_path(cli), cli.durability.into())
-            .and_then(|a| a.open_session(&args.source))
+            .and_then(|a| {
+                let id = super::target::resolve_id(&a, &args.source)?;
+                a.open_session(&id)
+            })
             .map(Session::new);
         return rpc::serve(session, stdin, stdout).map_err(io);
     }
