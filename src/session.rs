@@ -180,7 +180,7 @@ impl<S: SessionStorage> Session<S> {
 
     /// Appends a `label` entry; the target must exist (`not_found`). `None` clears.
     pub fn append_label(&mut self, target_id: &str, label: Option<&str>) -> Result<String> {
-        if self.storage.entry(target_id)?.is_none() {
+        if !self.storage.contains_entry(target_id)? {
             return Err(Error::EntryNotFound(target_id.to_owned()));
         }
         self.append_built("label", |w| {
@@ -208,7 +208,7 @@ impl<S: SessionStorage> Session<S> {
         summary: Option<&BranchSummary>,
     ) -> Result<Option<String>> {
         if let Some(id) = entry_id {
-            if self.storage.entry(id)?.is_none() {
+            if !self.storage.contains_entry(id)? {
                 return Err(Error::EntryNotFound(id.to_owned()));
             }
         }

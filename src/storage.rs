@@ -88,6 +88,11 @@ pub trait SessionStorage {
     /// The entry that answers to `id` (the latest one, where ids repeat), if any.
     fn entry(&self, id: &str) -> Result<Option<Entry>>;
 
+    /// Whether an entry answers to `id` (backends with an index answer without reading it).
+    fn contains_entry(&self, id: &str) -> Result<bool> {
+        Ok(self.entry(id)?.is_some())
+    }
+
     /// Every entry of `entry_type`, in log order.
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>>;
 
@@ -115,7 +120,7 @@ pub trait SessionStorage {
     fn leaf_id(&self) -> Result<Option<String>> {
         let leaf = self.stored_leaf_id()?;
         if let Some(id) = &leaf {
-            if self.entry(id)?.is_none() {
+            if !self.contains_entry(id)? {
                 return Err(Error::DanglingReference(id.clone()));
             }
         }
@@ -124,13 +129,13 @@ pub trait SessionStorage {
 
     /// A fresh entry id, unique in this session (spec §7).
     fn create_entry_id(&self) -> Result<String> {
-        new_entry_id(|id| Ok(self.entry(id)?.is_some()))
+        new_entry_id(|id| self.contains_entry(id))
     }
 
     /// Moves the leaf by appending a `leaf` entry; `id` must exist (`not_found`).
     fn set_leaf_id(&mut self, id: Option<&str>) -> Result<()> {
         if let Some(id) = id {
-            if self.entry(id)?.is_none() {
+            if !self.contains_entry(id)? {
                 return Err(Error::EntryNotFound(id.to_owned()));
             }
         }
@@ -160,6 +165,9 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
         (**self).entry(id)
+    }
+    fn contains_entry(&self, id: &str) -> Result<bool> {
+        (**self).contains_entry(id)
     }
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
         (**self).find_entries(entry_type)

@@ -1004,6 +1004,10 @@ impl SessionStorage for SqliteStorage {
         json.map(|j| branch_cache::stored_entry(&j)).transpose()
     }
 
+    fn contains_entry(&self, id: &str) -> Result<bool> {
+        Ok(branch_cache::key_of(&*self.archive.conn()?, self.session_key, id)?.is_some())
+    }
+
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
         self.query_entries(
             "SELECT json FROM entries WHERE session_key = ?1 AND type = ?2 ORDER BY seq",
