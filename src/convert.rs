@@ -7,7 +7,7 @@
 //! pi has appended to since imports only its new lines; a file changed in any
 //! other way is refused (delete the session to import it afresh).
 
-use crate::backend::jsonl::{read_header, read_session_from, Header, ReadStart, TornTail};
+use crate::backend::jsonl::{read_open_header, read_session_from, Header, ReadStart, TornTail};
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SqliteStorage};
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -135,7 +135,7 @@ fn import_new(
     size: u64,
     mtime: i64,
 ) -> Result<FileImport> {
-    let header = read_header(path)?;
+    let header = read_open_header(path)?;
     if archive.has_session(&header.id)? {
         return Ok(FileImport {
             session_id: header.id,
@@ -197,7 +197,7 @@ fn append_new_lines(
     size: u64,
     mtime: i64,
 ) -> Result<FileImport> {
-    let header = read_header(path)?;
+    let header = read_open_header(path)?;
     if header.version != 3 {
         return Err(Error::InvalidSession(format!(
             "{} is a version {} file that changed since it was imported; delete session {} to import it afresh",

@@ -9,13 +9,15 @@
 //! Layout: [`entry`] is the entry model, [`storage`] the trait, [`rules`] and
 //! [`context`] the contract's rules written once, [`session`] the session layer,
 //! [`repo`] repositories of many sessions, [`convert`] import and export between
-//! formats, [`rpc`] the contract over stdio.
+//! formats, [`rpc`] the contract over stdio, [`gen`] deterministic pi-realistic
+//! workloads for tests and benchmarks.
 
 pub mod backend;
 pub mod context;
 pub mod convert;
 pub mod entry;
 pub mod error;
+pub mod gen;
 pub mod json;
 pub mod repo;
 pub mod rpc;

@@ -248,6 +248,8 @@ pub fn read_session_from<R: BufRead>(
         let body = if terminated { &buf[..n - 1] } else { &buf[..] };
         let text = String::from_utf8_lossy(body);
         if js_trim(&text).is_empty() {
+            // A blank last line without `\n` still needs one before an append.
+            missing_final_newline = !terminated;
             continue;
         }
         number += 1;
@@ -255,6 +257,8 @@ pub fn read_session_from<R: BufRead>(
             let h = Header::parse(&text, path)?;
             upgrade = Some(Upgrade::new(h.version));
             header = Some(h);
+            // So does a header with nothing after it.
+            missing_final_newline = !terminated;
             continue;
         };
         let stored = stored_text(&text);
@@ -389,6 +393,33 @@ pub fn read_header(path: &Path) -> Result<Header> {
     Header::parse(line, path)
 }
 
+/// The header as opening reads it: the first line that is not blank (unlike
+/// [`read_header`], which follows pi's listing and reads only line 1).
+pub fn read_open_header(path: &Path) -> Result<Header> {
+    let io = |e| {
+        Error::io(
+            format!("Failed to read session header {}", path.display()),
+            e,
+        )
+    };
+    let mut reader = BufReader::new(File::open(path).map_err(io)?);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+            return Err(Error::InvalidHeader {
+                path: path.to_owned(),
+                reason: "missing session header".to_owned(),
+            });
+        }
+        let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let text = String::from_utf8_lossy(body);
+        if !js_trim(&text).is_empty() {
+            return Header::parse(&text, path);
+        }
+    }
+}
+
 /// A session stored as a pi JSONL file.
 #[derive(Debug)]
 pub struct JsonlStorage {
@@ -499,7 +530,7 @@ impl JsonlStorage {
         }
         if self.header.version != 3 {
             return Err(Error::InvalidSession(format!(
-                "{} is a version {} session file: it opens read-only; import it into an archive or convert it to write",
+                "{} is a version {} session file: it opens read-only here; `sessiontree import` it and write to the archive session, or `sessiontree export` that session as a version 3 file",
                 self.path.display(),
                 self.header.version
             )));
@@ -524,7 +555,12 @@ impl JsonlStorage {
                 self.file = Some(f);
             }
             let f = self.file.as_mut().expect("opened above");
-            f.write_all(buf.as_bytes())?;
+            let len = f.metadata()?.len();
+            if let Err(e) = f.write_all(buf.as_bytes()) {
+                // A short write (disk full) must not leave half a line behind.
+                let _ = f.set_len(len);
+                return Err(e);
+            }
             if self.durability == Durability::Full {
                 f.sync_data()?;
             }
@@ -541,6 +577,12 @@ impl JsonlStorage {
                     "Failed to append session entry {first_id} to {}",
                     path.display()
                 );
+                // The session was found; its file vanishing is a storage failure.
+                let e = if e.kind() == std::io::ErrorKind::NotFound {
+                    std::io::Error::other(e)
+                } else {
+                    e
+                };
                 self.poisoned = Some(format!("{context}: {e}; the store refuses further writes"));
                 self.file = None;
                 Err(Error::io(context, e))
@@ -578,6 +620,17 @@ impl SessionStorage for JsonlStorage {
         Ok(())
     }
     super::log_index_reads!();
+}
+
+/// Refuses a session id that cannot safely become part of a file name: empty,
+/// `.` or `..`, or holding a path separator or NUL (`invalid_session`).
+pub fn check_session_id(id: &str) -> Result<()> {
+    if id.is_empty() || id == "." || id == ".." || id.contains(['/', '\\', '\0']) {
+        return Err(Error::InvalidSession(format!(
+            "session id {id:?} cannot be a file name: it must be non-empty, not . or .., and hold no /, \\ or NUL"
+        )));
+    }
+    Ok(())
 }
 
 /// The file name pi gives a session: `<createdAt with : and . as ->_<id>.jsonl`.

@@ -105,7 +105,10 @@ macro_rules! log_index_reads {
         fn entry(&self, id: &str) -> $crate::error::Result<Option<$crate::entry::Entry>> {
             Ok(self.log.get(id).cloned())
         }
-        fn find_entries(&self, entry_type: &str) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
+        fn find_entries(
+            &self,
+            entry_type: &str,
+        ) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
             Ok(self.log.of_type(entry_type))
         }
         fn label(&self, id: &str) -> $crate::error::Result<Option<String>> {
@@ -117,7 +120,11 @@ macro_rules! log_index_reads {
         fn session_stats(&self) -> $crate::error::Result<$crate::rules::SessionStats> {
             self.log.stats()
         }
-        fn entries(&self, after: usize, limit: Option<usize>) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
+        fn entries(
+            &self,
+            after: usize,
+            limit: Option<usize>,
+        ) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
             Ok(self.log.slice(after, limit))
         }
         fn entry_count(&self) -> $crate::error::Result<usize> {

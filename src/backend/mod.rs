@@ -5,5 +5,5 @@ mod log_index;
 pub mod memory;
 pub mod sqlite;
 
-pub use log_index::LogIndex;
 use log_index::log_index_reads;
+pub use log_index::LogIndex;

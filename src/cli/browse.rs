@@ -1,6 +1,6 @@
 //! Reading commands: `ls`, `branch`, `context`, `search`, `stats`.
 
-use super::tree::preview;
+use super::tree::preview_in;
 use super::{target, Cli, Report};
 use clap::Args;
 use serde_json::{json, Value};
@@ -24,8 +24,16 @@ pub struct LsArgs {
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
     /// Page number, from 1.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = page_number)]
     pub page: usize,
+}
+
+/// `--page`: a whole number from 1.
+fn page_number(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("pages are numbered from 1".to_owned()),
+    }
 }
 
 /// `ls`.
@@ -108,40 +116,58 @@ pub struct BranchArgs {
 pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let session = Session::new(target::open(cli, &args.session)?);
     let path = session.branch(args.from.as_deref())?;
+    let cwd = session.storage().metadata()?.cwd;
     let mut text = String::new();
     for e in &path {
-        text.push_str(&format!("{}  {}\n", e.id(), preview(e, 100)));
+        let line = preview_in(e, 100, cwd.as_deref());
+        text.push_str(&format!("{}  {line}\n", e.id()));
     }
-    let entries: Vec<Value> = path.iter().map(sessiontree::Entry::value).collect();
-    Ok(Report::new(json!({"entries": entries}), text))
+    let entries: Vec<&str> = path.iter().map(sessiontree::Entry::json).collect();
+    Ok(Report::raw(
+        format!("{{\"entries\":[{}]}}", entries.join(",")),
+        text,
+    ))
 }
 
 /// `context`.
 pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let session = Session::new(target::open(cli, &args.session)?);
     let ctx = session.build_context(args.from.as_deref())?;
+    let cwd = session.storage().metadata()?.cwd;
     let value: Value = serde_json::from_str(&ctx.to_json_text()).unwrap_or(Value::Null);
+    let model = match &ctx.model {
+        Some(m) => format!(
+            "{}/{}",
+            m["provider"].as_str().unwrap_or("?"),
+            m["modelId"].as_str().unwrap_or("?")
+        ),
+        None => "-".into(),
+    };
+    let tools = match &ctx.active_tool_names {
+        Some(Value::Array(names)) => names
+            .iter()
+            .map(|n| n.as_str().map_or_else(|| n.to_string(), str::to_owned))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Some(other) => other.to_string(),
+        None => "-".into(),
+    };
     let mut text = format!(
-        "thinking: {}  model: {}  tools: {}\n",
-        ctx.thinking_level
-            .as_ref()
-            .map_or("-".into(), ToString::to_string),
-        ctx.model.as_ref().map_or("-".into(), ToString::to_string),
-        ctx.active_tool_names
-            .as_ref()
-            .map_or("-".into(), ToString::to_string)
+        "thinking: {}  model: {model}  tools: {tools}\n",
+        ctx.thinking_level.as_ref().map_or_else(
+            || "-".into(),
+            |t| t.as_str().map_or_else(|| t.to_string(), str::to_owned)
+        ),
     );
     for m in value["messages"].as_array().into_iter().flatten() {
-        let role = m["role"].as_str().unwrap_or("?");
-        let body = m
-            .get("content")
-            .map(sessiontree::backend::sqlite::search::content_text)
-            .or_else(|| m["summary"].as_str().map(str::to_owned))
-            .unwrap_or_default();
-        text.push_str(&format!(
-            "{role:>17}: {}\n",
-            truncate(&one_line(&body), 100)
-        ));
+        let (role, body) = match m["summary"].as_str() {
+            Some(summary) => (
+                m["role"].as_str().unwrap_or("?").to_owned(),
+                one_line(summary),
+            ),
+            None => super::tree::message_parts(m, cwd.as_deref()),
+        };
+        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
     Ok(Report::new(value, text))
 }
@@ -154,9 +180,11 @@ pub fn one_line(s: &str) -> String {
 /// Arguments of `search`.
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// Words to find (all of them).
-    pub query: String,
-    /// Only this session.
+    /// Words to find: a message matches when it has all of them, in any order
+    /// (`search rust lifetimes` = `search "rust lifetimes"`).
+    #[arg(required = true, num_args = 1..)]
+    pub query: Vec<String>,
+    /// Only this session (id or unique prefix).
     #[arg(long)]
     pub session: Option<String>,
     /// Only sessions of this working directory.
@@ -179,7 +207,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
         .map(|s| target::resolve_id(&archive, s))
         .transpose()?;
     let hits = archive.search(
-        &args.query,
+        &args.query.join(" "),
         session.as_deref(),
         args.cwd.as_deref(),
         args.role.as_deref(),
@@ -226,7 +254,9 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
             st.cost_total,
             storage.entry_count()?
         );
-        return Ok(Report::new(st.to_json(), text));
+        let mut j = st.to_json();
+        j["entries"] = json!(storage.entry_count()?);
+        return Ok(Report::new(j, text));
     }
     let archive = super::open_archive(cli)?;
     let totals = archive.totals()?;

@@ -28,9 +28,10 @@ pub struct ImportArgs {
 /// Writes a small generated archive (deterministic) next to the database and
 /// returns its directory.
 fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
-    let dir = super::archive_path(cli)
-        .parent()
-        .map_or_else(|| PathBuf::from("demo-sessions"), |p| p.join("demo-sessions"));
+    let dir = super::archive_path(cli).parent().map_or_else(
+        || PathBuf::from("demo-sessions"),
+        |p| p.join("demo-sessions"),
+    );
     if !dir.is_dir() {
         let options = sessiontree::gen::GenOptions {
             shape: sessiontree::gen::Shape::Archive,
@@ -174,6 +175,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         ));
     }
     let json = json!({
+        "roots": roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>(),
         "files": files.len(),
         "imported": imported,
         "appended": appended,

@@ -1,7 +1,9 @@
 //! Command-line interface: argument parsing, and one module per group of
 //! commands. Commands return a [`Report`]; only [`run`] prints.
 
+mod bench;
 mod browse;
+mod gen;
 mod import;
 mod rpc;
 mod target;
@@ -24,7 +26,9 @@ pub struct Cli {
     /// How hard appends work to survive a crash.
     #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Full)]
     pub durability: DurabilityArg,
-    /// Print machine-readable JSON instead of text.
+    /// Print machine-readable JSON instead of text: one JSON value on one
+    /// line of stdout; on failure `{"error":{"code","message"}}` (stderr still
+    /// gets the text).
     #[arg(long, global = true)]
     pub json: bool,
     /// What to do.
@@ -82,13 +86,17 @@ pub enum Command {
     Check(write::CheckArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
     Rpc(rpc::RpcArgs),
+    /// Generate deterministic pi-realistic session files (benchmarks, tests).
+    Gen(gen::GenArgs),
+    /// Benchmark SQLite against JSONL, memory and naive SQL designs; write a report.
+    Bench(bench::BenchArgs),
 }
 
 /// What a command has to say: JSON for `--json`, text otherwise.
 #[derive(Debug)]
 pub struct Report {
-    /// The stable JSON form.
-    pub json: Value,
+    /// The stable JSON form, as text (entries inside it keep their exact stored text).
+    pub json: String,
     /// The readable form.
     pub text: String,
     /// Exit status when the command succeeded only in part (e.g. some files failed).
@@ -98,6 +106,11 @@ pub struct Report {
 impl Report {
     /// A report that exits 0.
     pub fn new(json: Value, text: String) -> Self {
+        Report::raw(json.to_string(), text)
+    }
+
+    /// A report whose JSON is already text (to embed entries exactly as stored).
+    pub fn raw(json: String, text: String) -> Self {
         Report {
             json,
             text,
@@ -123,6 +136,8 @@ pub fn run() -> i32 {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
+        Command::Gen(args) => gen::run(&cli, args).map(Some),
+        Command::Bench(args) => bench::run(&cli, args).map(Some),
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Tree(args) => tree::run(&cli, args).map(Some),
@@ -140,23 +155,37 @@ pub fn run() -> i32 {
     match result {
         Ok(None) => 0,
         Ok(Some(report)) => {
-            if cli.json {
-                println!("{}", report.json);
-            } else if !report.text.is_empty() {
-                print!("{}", report.text);
-                if !report.text.ends_with('\n') {
-                    println!();
-                }
+            let mut out = if cli.json { report.json } else { report.text };
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
             }
-            report.status
+            match write_stdout(&out) {
+                0 => report.status,
+                failed => failed,
+            }
         }
         Err(e) => {
             if cli.json {
                 let err = serde_json::json!({"error": {"code": e.code().as_str(), "message": e.to_string()}});
-                println!("{err}");
+                write_stdout(&format!("{err}\n"));
             }
             eprintln!("sessiontree: error [{}]: {e}", e.code());
             exit_status(&e)
+        }
+    }
+}
+
+/// Writes to stdout. A closed pipe (`sessiontree tree … | head`) is not an
+/// error; any other write failure is reported and exits as `storage` (7).
+fn write_stdout(s: &str) -> i32 {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(s.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("sessiontree: error [storage]: writing output: {e}");
+            7
         }
     }
 }

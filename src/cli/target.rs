@@ -7,12 +7,17 @@ use sessiontree::{Error, Result, SessionStorage};
 
 /// Opens the session named by `arg` as a storage of the right backend.
 pub fn open(cli: &Cli, arg: &str) -> Result<Box<dyn SessionStorage>> {
-    if arg.ends_with(".jsonl") || std::path::Path::new(arg).is_file() {
+    if is_file(arg) {
         return Ok(Box::new(JsonlStorage::open(arg, cli.durability.into())?));
     }
     let archive = super::open_archive(cli)?;
     let id = resolve_id(&archive, arg)?;
     Ok(Box::new(archive.open_session(&id)?))
+}
+
+/// Whether `arg` names a session file rather than an archive session.
+pub fn is_file(arg: &str) -> bool {
+    arg.ends_with(".jsonl") || std::path::Path::new(arg).is_file()
 }
 
 /// The full id for an id or unique prefix.

@@ -1,6 +1,7 @@
 //! `sessiontree tree`: a session's whole tree as text, pi `/tree` style — the
-//! active path marked `*`, labels in brackets, long linear runs folded, and a
-//! one-line preview of each entry.
+//! active path (leaf to root) marked `*` and the leaf `← leaf`, the branch
+//! holding the leaf first at each fork, labels in brackets, long linear runs
+//! folded, and a one-line preview of each entry.
 
 use super::browse::{one_line, truncate};
 use super::{target, Cli, Report};
@@ -18,16 +19,19 @@ pub struct TreeArgs {
     /// Show only the subtree under this entry.
     #[arg(long)]
     pub from: Option<String>,
-    /// Fold linear runs longer than this many entries (0 = never fold).
+    /// Fold linear runs longer than this many entries into `⋮ N more entries`
+    /// lines, keeping their first and last FOLD/2 entries, user messages,
+    /// compactions, branch summaries, labelled entries and the leaf (0 = never fold).
     #[arg(long, default_value_t = 8)]
     pub fold: usize,
 }
 
-/// A one-line preview of an entry.
-pub fn preview(e: &Entry, width: usize) -> String {
+/// A one-line preview of an entry of a session working in `cwd` (tool calls
+/// show paths below it relative to it), at most `width` characters.
+pub fn preview_in(e: &Entry, width: usize, cwd: Option<&str>) -> String {
     let v = e.value();
     let s = match e.entry_type() {
-        EntryType::Message => message_preview(&v["message"]),
+        EntryType::Message => message_preview(&v["message"], cwd),
         EntryType::ModelChange => format!(
             "model → {}/{}",
             v["provider"].as_str().unwrap_or("?"),
@@ -64,10 +68,17 @@ pub fn preview(e: &Entry, width: usize) -> String {
     truncate(&s, width)
 }
 
-/// `role: text` of a message, pi `/tree` style: an assistant turn without text
-/// shows its tool calls (`[read: src/main.rs]`), or `(aborted)` / its error; a
-/// tool result names its tool; a shell command shows `$ command`.
-fn message_preview(m: &Value) -> String {
+/// `role: text` of a message (see [`message_parts`]).
+fn message_preview(m: &Value, cwd: Option<&str>) -> String {
+    let (role, body) = message_parts(m, cwd);
+    format!("{role}: {body}")
+}
+
+/// The role and one-line text of a message, pi `/tree` style: an assistant turn
+/// without text shows its tool calls (`[read: src/main.rs]`), or `(aborted)` /
+/// its error; a tool result names its tool (`toolResult [read]`); a shell
+/// command shows `$ command`.
+pub fn message_parts(m: &Value, cwd: Option<&str>) -> (String, String) {
     let role = m["role"].as_str().unwrap_or("?");
     let text = one_line(&m.get("content").map(content_text).unwrap_or_default());
     let body = match role {
@@ -77,7 +88,7 @@ fn message_preview(m: &Value) -> String {
                 .into_iter()
                 .flatten()
                 .filter(|p| p["type"] == "toolCall")
-                .map(|p| tool_call(p["name"].as_str().unwrap_or("tool"), &p["arguments"]))
+                .map(|p| tool_call(p["name"].as_str().unwrap_or("tool"), &p["arguments"], cwd))
                 .collect();
             if !calls.is_empty() {
                 calls.join(" ")
@@ -90,30 +101,47 @@ fn message_preview(m: &Value) -> String {
             }
         }
         "toolResult" => match m["toolName"].as_str() {
-            Some(tool) => return format!("toolResult [{tool}]: {text}"),
+            Some(tool) => return (format!("toolResult [{tool}]"), text),
             None => text,
         },
         "bashExecution" => format!("$ {}", one_line(m["command"].as_str().unwrap_or(""))),
         _ => text,
     };
-    format!("{role}: {body}")
+    (role.to_owned(), body)
 }
 
 /// `[name: argument]` for a tool call: the path, command or pattern it works
 /// on, else its arguments as JSON.
-fn tool_call(name: &str, args: &Value) -> String {
-    let main = ["path", "file_path", "command", "pattern", "query", "url"]
+fn tool_call(name: &str, args: &Value, cwd: Option<&str>) -> String {
+    const MAX: usize = 48;
+    let path = ["path", "file_path"]
+        .iter()
+        .find_map(|k| args[*k].as_str())
+        .map(|p| {
+            cwd.filter(|c| !c.is_empty())
+                .and_then(|c| p.strip_prefix(c.trim_end_matches('/')))
+                .and_then(|rest| rest.strip_prefix('/'))
+                .filter(|rest| !rest.is_empty())
+                .unwrap_or(p)
+        });
+    let other = ["command", "pattern", "query", "url"]
         .iter()
         .find_map(|k| args[*k].as_str());
-    let arg = match main {
-        Some(a) => one_line(a),
-        None if args.is_null() => String::new(),
-        None => args.to_string(),
+    let arg = match (path, other) {
+        // A long path keeps its end: the file name says more than the root.
+        (Some(p), _) if p.chars().count() > MAX => {
+            let tail: Vec<char> = p.chars().rev().take(MAX - 1).collect();
+            format!("…{}", tail.into_iter().rev().collect::<String>())
+        }
+        (Some(p), _) => p.to_owned(),
+        (None, Some(a)) => truncate(&one_line(a), MAX),
+        (None, None) if args.is_null() => String::new(),
+        (None, None) => truncate(&args.to_string(), MAX),
     };
     if arg.is_empty() {
         format!("[{name}]")
     } else {
-        format!("[{name}: {}]", truncate(&arg, 48))
+        format!("[{name}: {arg}]")
     }
 }
 
@@ -123,6 +151,8 @@ struct Tree {
     roots: Vec<usize>,
     active: HashSet<String>,
     labels: HashMap<String, String>,
+    leaf: Option<String>,
+    cwd: Option<String>,
 }
 
 /// Renders the tree; also returns it as nested JSON.
@@ -149,35 +179,50 @@ pub fn render(
         }
     }
     let leaf = storage.leaf_id()?;
-    let active: HashSet<String> = match &leaf {
-        Some(l) => storage
-            .path_to_root_or_compaction(Some(l))
-            .unwrap_or_default()
-            .iter()
-            .map(|e| e.id().to_owned())
-            .collect(),
-        None => HashSet::new(),
-    };
+    // The active path as pi's /tree marks it: every ancestor of the leaf up to
+    // the root (not cut at a compaction; a parent cycle just ends the walk).
+    let mut active: HashSet<String> = HashSet::new();
+    let mut cur = leaf.as_deref();
+    while let Some(&i) = cur.and_then(|id| by_id.get(id)) {
+        if !active.insert(entries[i].id().to_owned()) {
+            break;
+        }
+        cur = entries[i].facts().parent();
+    }
     let mut labels = HashMap::new();
     for e in &entries {
         if let Some(l) = storage.label(e.id())? {
             labels.insert(e.id().to_owned(), l);
         }
     }
-    let starts = match from {
-        Some(id) => vec![*by_id
-            .get(id)
-            .ok_or_else(|| Error::EntryNotFound(id.to_owned()))?],
-        None => roots.clone(),
+    let from_index = match from {
+        Some(id) => Some(
+            *by_id
+                .get(id)
+                .ok_or_else(|| Error::EntryNotFound(id.to_owned()))?,
+        ),
+        None => None,
     };
+    // pi lists the branch holding the leaf first, then the others in log order.
+    let off_path = |k: &usize| !active.contains(entries[*k].id());
+    for list in children.values_mut() {
+        list.sort_by_key(off_path);
+    }
+    roots.sort_by_key(off_path);
     let tree = Tree {
         entries,
         children,
         roots,
         active,
         labels,
+        leaf: leaf.clone(),
+        cwd: storage.metadata()?.cwd,
     };
+    let starts = from_index.map_or_else(|| tree.roots.clone(), |i| vec![i]);
     let mut out = String::new();
+    if leaf.is_none() && !tree.entries.is_empty() {
+        out.push_str("(the leaf stands before the first entry)\n");
+    }
     let mut json_roots = Vec::new();
     let last = starts.len().saturating_sub(1);
     for (k, &r) in starts.iter().enumerate() {
@@ -191,7 +236,6 @@ pub fn render(
         };
         json_roots.push(tree.run(r, branch, cont, fold, &mut out));
     }
-    let _ = tree.roots.len();
     Ok((out, json!({"leaf": leaf, "roots": json_roots})))
 }
 
@@ -208,11 +252,30 @@ impl Tree {
             .get(e.id())
             .map(|l| format!(" [{l}]"))
             .unwrap_or_default();
+        let here = if self.leaf.as_deref() == Some(e.id()) {
+            "  ← leaf"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "{prefix}{mark} {}{label} {}\n",
+            "{prefix}{mark} {}{label} {}{here}\n",
             e.id(),
-            preview(e, 72)
+            preview_in(e, 72, self.cwd.as_deref())
         ));
+    }
+
+    /// Whether a folded run still shows this entry: user messages (the turns,
+    /// and the only `fork --position before` targets), compactions, branch
+    /// summaries, labelled entries and the leaf.
+    fn keeps(&self, i: usize) -> bool {
+        let e = &self.entries[i];
+        e.facts().is_user_message()
+            || matches!(
+                e.entry_type(),
+                EntryType::Compaction | EntryType::BranchSummary
+            )
+            || self.labels.contains_key(e.id())
+            || self.leaf.as_deref() == Some(e.id())
     }
 
     fn node_json(&self, i: usize) -> Value {
@@ -222,7 +285,7 @@ impl Tree {
             "type": e.entry_type().as_str(),
             "active": self.active.contains(e.id()),
             "label": self.labels.get(e.id()),
-            "preview": preview(e, 72),
+            "preview": preview_in(e, 72, self.cwd.as_deref()),
         })
     }
 
@@ -241,25 +304,34 @@ impl Tree {
             run.push(*only);
             cur = *only;
         }
+        // A run longer than `fold` shows its first and last `fold / 2` entries
+        // and every entry `keeps` wants; each stretch of two or more others
+        // becomes one `⋮` line. The active part of a run is a prefix ending at
+        // the leaf, which is always shown, so a stretch is wholly on or off
+        // the active path.
         let keep = fold / 2;
-        let folded = fold > 0 && run.len() > fold;
-        for (k, &n) in run.iter().enumerate() {
-            let p = if k == 0 { first_prefix } else { prefix };
-            if folded && k >= keep && k < run.len() - keep {
-                if k == keep {
-                    out.push_str(&format!(
-                        "{prefix}  ⋮ {} more entries\n",
-                        run.len() - 2 * keep
-                    ));
-                }
+        let shown: Vec<bool> = run
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                fold == 0 || run.len() <= fold || k < keep || k >= run.len() - keep || self.keeps(n)
+            })
+            .collect();
+        let mut k = 0;
+        while k < run.len() {
+            let hidden = shown[k..].iter().take_while(|s| !**s).count();
+            if hidden >= 2 {
+                let mark = if self.active.contains(self.entries[run[k]].id()) {
+                    '*'
+                } else {
+                    ' '
+                };
+                out.push_str(&format!("{prefix}{mark} ⋮ {hidden} more entries\n"));
+                k += hidden;
                 continue;
             }
-            let p = if k == 0 {
-                p.to_owned()
-            } else {
-                prefix.to_owned()
-            };
-            self.line(n, &p, out);
+            self.line(run[k], if k == 0 { first_prefix } else { prefix }, out);
+            k += 1;
         }
         let kids = self
             .children

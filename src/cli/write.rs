@@ -60,16 +60,46 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             .map(|s| target::resolve_id(&archive, s))
             .collect::<Result<_>>()?
     };
+    // Like import, one session that cannot be exported never stops the others:
+    // it is reported, and the exit status is 2.
     let mut written = Vec::new();
+    let mut failed = Vec::new();
     let mut text = String::new();
     for id in ids {
-        let storage = archive.open_session(&id)?;
-        let meta = sessiontree::SessionStorage::metadata(&storage)?;
-        let path = export_path(&args.out, &meta)?;
-        let dir = path.parent().unwrap_or(&args.out);
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let tmp = path.with_extension("jsonl.tmp");
+        match export_one(&archive, &id, &args.out) {
+            Ok(path) => {
+                text.push_str(&format!("{id} → {}\n", path.display()));
+                written.push(json!({"session": id, "path": path.display().to_string()}));
+            }
+            Err(e) => {
+                text.push_str(&format!("failed [{}]: {id}: {e}\n", e.code()));
+                failed.push(
+                    json!({"session": id, "code": e.code().as_str(), "message": e.to_string()}),
+                );
+            }
+        }
+    }
+    let mut report = Report::new(json!({"exported": written, "failed": failed}), text);
+    if !failed.is_empty() {
+        report.status = 2;
+    }
+    Ok(report)
+}
+
+/// Writes one session below `out` (through a temporary file renamed into place).
+fn export_one(
+    archive: &sessiontree::backend::sqlite::Archive,
+    id: &str,
+    out: &Path,
+) -> Result<PathBuf> {
+    let storage = archive.open_session(id)?;
+    let meta = sessiontree::SessionStorage::metadata(&storage)?;
+    let path = export_path(out, &meta)?;
+    let dir = path.parent().unwrap_or(out);
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let tmp = path.with_extension("jsonl.tmp");
+    let write = || -> Result<()> {
         let file = std::fs::File::create(&tmp)
             .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
         let mut w = std::io::BufWriter::new(file);
@@ -80,11 +110,12 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         file.sync_all()
             .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
         std::fs::rename(&tmp, &path)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-        text.push_str(&format!("{id} → {}\n", path.display()));
-        written.push(json!({"session": id, "path": path.display().to_string()}));
-    }
-    Ok(Report::new(json!({"exported": written}), text))
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    Ok(path)
 }
 
 /// `--position`.
@@ -99,7 +130,8 @@ pub enum PositionArg {
 /// Arguments of `fork`.
 #[derive(Debug, Args)]
 pub struct ForkArgs {
-    /// The session to fork (id or unique prefix).
+    /// The session to fork: id, unique prefix, or `.jsonl` path (the fork is
+    /// then a new file next to it).
     pub session: String,
     /// The entry to fork at; without it the whole log is copied.
     #[arg(long)]
@@ -109,8 +141,53 @@ pub struct ForkArgs {
     pub position: PositionArg,
 }
 
+/// The `--position` as the library's [`ForkPosition`].
+fn fork_position(p: PositionArg) -> ForkPosition {
+    match p {
+        PositionArg::Before => ForkPosition::Before,
+        PositionArg::At => ForkPosition::At,
+    }
+}
+
+/// `fork` of a `.jsonl` file: as pi does, the new session is a new file in the
+/// same directory, its `parentSession` the source file's path.
+fn fork_file(cli: &Cli, args: &ForkArgs) -> Result<Report> {
+    use sessiontree::backend::jsonl::{Header, JsonlStorage};
+    use sessiontree::SessionStorage;
+    let source = JsonlStorage::open(&args.session, cli.durability.into())?;
+    let entries = sessiontree::repo::entries_to_fork(
+        &source,
+        args.entry.as_deref(),
+        fork_position(args.position),
+    )?;
+    let meta = source.metadata()?;
+    let source_path =
+        std::fs::canonicalize(&args.session).unwrap_or_else(|_| PathBuf::from(&args.session));
+    let id = sessiontree::entry::new_session_id();
+    let created_at = sessiontree::entry::now_timestamp();
+    let dir = source_path.parent().unwrap_or(Path::new("."));
+    let path = dir.join(session_file_name(&created_at, &id));
+    let header = Header::new(
+        &id,
+        &created_at,
+        meta.cwd.as_deref().unwrap_or(""),
+        Some(&source_path.to_string_lossy()),
+        meta.metadata.as_deref(),
+    );
+    let mut target = JsonlStorage::create(&path, header, cli.durability.into())?;
+    target.append_entries(&entries)?;
+    let count = entries.len();
+    Ok(Report::new(
+        json!({"session": id, "entries": count, "path": path.display().to_string()}),
+        format!("forked into {id} ({count} entries): {}\n", path.display()),
+    ))
+}
+
 /// `fork`.
 pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
+    if target::is_file(&args.session) {
+        return fork_file(cli, args);
+    }
     let archive = super::open_archive(cli)?;
     let id = target::resolve_id(&archive, &args.session)?;
     let mut repo = SqliteRepo::new(archive);
@@ -120,17 +197,14 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
     };
     let options = ForkOptions {
         entry_id: args.entry.clone(),
-        position: match args.position {
-            PositionArg::Before => ForkPosition::Before,
-            PositionArg::At => ForkPosition::At,
-        },
+        position: fork_position(args.position),
         ..ForkOptions::default()
     };
     let forked = repo.fork(&source, &options)?;
     let new_id = forked.storage().id().to_owned();
     let count = sessiontree::SessionStorage::entry_count(forked.storage())?;
     Ok(Report::new(
-        json!({"session": new_id, "entries": count}),
+        json!({"session": new_id, "entries": count, "path": null}),
         format!("forked into {new_id} ({count} entries)\n"),
     ))
 }
@@ -151,9 +225,14 @@ pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
     let mut session = Session::new(target::open(cli, &args.session)?);
     let text = (!args.text.trim().is_empty()).then_some(args.text.as_str());
     let id = session.append_label(&args.entry, text)?;
+    let label = session.storage().label(&args.entry)?;
+    let text = match &label {
+        Some(l) => format!("labelled {} {l:?} (entry {id})\n", args.entry),
+        None => format!("cleared the label of {} (entry {id})\n", args.entry),
+    };
     Ok(Report::new(
-        json!({"entry": id}),
-        format!("labelled {} (entry {id})\n", args.entry),
+        json!({"entry": id, "target": args.entry, "label": label}),
+        text,
     ))
 }
 
@@ -208,12 +287,15 @@ pub fn move_leaf(cli: &Cli, args: &MoveArgs) -> Result<Report> {
 /// Arguments of `check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// Only this session (id or prefix).
+    /// Only this session (id or unique prefix), or a `.jsonl` file to validate.
     pub session: Option<String>,
 }
 
 /// `check`.
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
+    if let Some(path) = args.session.as_deref().filter(|s| target::is_file(s)) {
+        return check_file(cli, path);
+    }
     let archive = super::open_archive(cli)?;
     let id = args
         .session
@@ -223,6 +305,83 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     let problems = archive.check(id.as_deref())?;
     let text = if problems.is_empty() {
         "ok: integrity_check passed and every branch cache equals its rebuild\n".to_owned()
+    } else {
+        problems.iter().map(|p| format!("problem: {p}\n")).collect()
+    };
+    let mut report = Report::new(
+        json!({"ok": problems.is_empty(), "problems": problems}),
+        text,
+    );
+    if !problems.is_empty() {
+        report.status = 8;
+    }
+    Ok(report)
+}
+
+/// `check` of a `.jsonl` file: it opens (every line valid), every parent
+/// exists, no `parentId` chain loops, and the leaf, branch, statistics and
+/// context can be computed. A missing file is an error, not a problem.
+fn check_file(cli: &Cli, path: &str) -> Result<Report> {
+    use sessiontree::backend::jsonl::JsonlStorage;
+    use sessiontree::SessionStorage;
+    use std::collections::HashMap;
+    let mut problems = Vec::new();
+    let mut entries_checked = 0;
+    match JsonlStorage::open(path, cli.durability.into()) {
+        Err(e) if e.code() == sessiontree::ErrorCode::NotFound => return Err(e),
+        Err(e) => problems.push(e.to_string()),
+        Ok(storage) => {
+            let entries = storage.all_entries();
+            entries_checked = entries.len();
+            let parents: HashMap<&str, Option<&str>> = entries
+                .iter()
+                .map(|e| (e.id(), e.facts().parent()))
+                .collect();
+            // 0 = unseen, 1 = on the current walk, 2 = reaches a root.
+            let mut state: HashMap<&str, u8> = HashMap::new();
+            for e in entries {
+                let mut walk = Vec::new();
+                let mut cur = Some(e.id());
+                while let Some(id) = cur {
+                    match state.get(id).copied().unwrap_or(0) {
+                        2 => break,
+                        1 => {
+                            problems.push(format!(
+                                "entry {id} is its own ancestor: the parentId chain has a cycle"
+                            ));
+                            break;
+                        }
+                        _ => {}
+                    }
+                    state.insert(id, 1);
+                    walk.push(id);
+                    cur = match parents.get(id).copied().flatten() {
+                        Some(p) if !parents.contains_key(p) => {
+                            problems.push(format!("entry {id}: parent {p} does not exist"));
+                            None
+                        }
+                        other => other,
+                    };
+                }
+                for id in walk {
+                    state.insert(id, 2);
+                }
+            }
+            let session = Session::new(storage);
+            if let Err(e) = session.branch(None) {
+                problems.push(format!("the active path: {e}"));
+            }
+            if let Err(e) = session.storage().session_stats() {
+                problems.push(format!("statistics: {e}"));
+            }
+            if let Err(e) = session.build_context(None) {
+                problems.push(format!("the context: {e}"));
+            }
+        }
+    }
+    problems.dedup();
+    let text = if problems.is_empty() {
+        format!("ok: {path} is a valid session file ({entries_checked} entries)\n")
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };

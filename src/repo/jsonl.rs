@@ -38,6 +38,7 @@ impl JsonlRepo {
         metadata: Option<&str>,
     ) -> Result<JsonlStorage> {
         let id = id.map_or_else(new_session_id, str::to_owned);
+        crate::backend::jsonl::check_session_id(&id)?;
         let created_at = now_timestamp();
         let path = self
             .session_dir(cwd)

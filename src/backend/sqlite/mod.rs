@@ -419,6 +419,11 @@ impl Archive {
         role: Option<&str>,
         limit: usize,
     ) -> Result<Vec<SearchHit>> {
+        let words = fts_query(query);
+        if words.is_empty() {
+            // No words, no hits (FTS5 would call an empty query a syntax error).
+            return Ok(Vec::new());
+        }
         let conn = self.conn()?;
         let mut st = conn
             .prepare_cached(
@@ -434,7 +439,7 @@ impl Archive {
         let hits = st
             .query_map(
                 params![
-                    fts_query(query),
+                    words,
                     session,
                     cwd,
                     role,
@@ -487,10 +492,12 @@ impl Archive {
     }
 }
 
-/// Quotes each word so user text is never read as FTS5 syntax.
+/// Quotes each word so user text is never read as FTS5 syntax. NUL splits
+/// words too: FTS5 reads its query as a C string and would stop at one.
 fn fts_query(query: &str) -> String {
     query
-        .split_whitespace()
+        .split(|c: char| c.is_whitespace() || c == '\0')
+        .filter(|w| !w.is_empty())
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect::<Vec<_>>()
         .join(" ")

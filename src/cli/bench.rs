@@ -1,0 +1,1250 @@
+//! `sessiontree bench`: the storage comparison as one command. SQLite against
+//! the JSONL and in-memory backends and two naive SQL designs, on the same
+//! generated data, at several sizes; medians and ratios, the physical floor,
+//! peak RSS of a resume measured in a child process, pi itself as an anchor
+//! (`--pi`), and the issue's targets as measured ratios. Writes `report.json`
+//! (every number), `report.md` (the tables) and `scaling.svg` (cost against
+//! entries, log–log) to `--out`.
+//!
+//! The operations and the naive designs live in `benches/common` and are
+//! shared with the criterion benches, so both measure the same code.
+
+#[path = "../../benches/common/mod.rs"]
+mod common;
+
+use super::{Cli, Report};
+use clap::Args;
+use common::{ArchiveFixture, Backend, Dataset, PathFixture, WriteFixture};
+use serde_json::{json, Value};
+use sessiontree::gen::Shape;
+use sessiontree::{Durability, Error, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Session sizes (entries) to compare at, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// Small and fast: sizes 1000 unless given, short time budgets (< 1 min).
+    #[arg(long)]
+    pub quick: bool,
+    /// Extra sizes at which only the resume (time and peak RSS, in a child
+    /// process) is measured, e.g. 1000000.
+    #[arg(long, value_delimiter = ',')]
+    pub rss_sizes: Vec<usize>,
+    /// Only these operations (resume, path, leaf_move, append, import, list, search).
+    #[arg(long, value_delimiter = ',')]
+    pub ops: Vec<String>,
+    /// Where the report goes.
+    #[arg(long, default_value = "bench-report")]
+    pub out: PathBuf,
+    /// Where generated data sets are kept between runs (default:
+    /// `$TMPDIR/sessiontree-bench`; 100,000 entries take about 1.5 GB, 1,000,000 about 6 GB).
+    #[arg(long)]
+    pub work: Option<PathBuf>,
+    /// Seconds to spend measuring each (operation, backend, size).
+    #[arg(long)]
+    pub budget: Option<f64>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Also time pi itself (node + `@earendil-works/pi-agent-core`) on the same files.
+    #[arg(long)]
+    pub pi: bool,
+    /// The pi anchor's directory (default: this crate's `benches/pi-anchor`).
+    #[arg(long)]
+    pub pi_dir: Option<PathBuf>,
+    /// Internal: run one resume in this process and print its time and peak RSS.
+    #[arg(long, hide = true)]
+    pub child_resume: Option<String>,
+    /// Internal: the data set directory of `--child-resume`.
+    #[arg(long, hide = true)]
+    pub child_dataset: Option<PathBuf>,
+}
+
+/// Every operation, in report order.
+const OPS: [&str; 7] = [
+    "resume",
+    "path",
+    "leaf_move",
+    "append",
+    "import",
+    "list",
+    "search",
+];
+
+/// What each operation measures (for the report).
+fn op_doc(op: &str) -> &'static str {
+    match op {
+        "resume" => "cold resume: open the store, read the current leaf's path, build the context (forked session; memory = store already loaded)",
+        "path" => "path from a random entry to the root or compaction stop (forked session, mean per read over fixed samples); floors = rowid range scan of as many rows",
+        "leaf_move" => "move the leaf to an entry deep in a linear session (depth ≈ 0.9–1.0 × size), no fsync (relaxed) so the algorithm shows",
+        "append" => "durable append of a ~900 B message at the leaf (fsync / synchronous=FULL; memory has no durability)",
+        "import" => "bulk import of the forked session's pi JSONL into a fresh store (sqlite maintains branch cache + FTS index; jsonl = open/parse only)",
+        "list" => "first page (50) of sessions, newest first, in an archive of size/100 sessions",
+        "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
+        _ => "",
+    }
+}
+
+/// One measured (operation, backend, size).
+#[derive(Debug, Clone)]
+struct Row {
+    op: &'static str,
+    backend: String,
+    size: usize,
+    samples: Vec<f64>,
+    /// Work per sample (e.g. path reads), so per-unit times divide by it.
+    per_sample: f64,
+    extra: Value,
+}
+
+impl Row {
+    fn sorted(&self) -> Vec<f64> {
+        let mut s: Vec<f64> = self.samples.iter().map(|x| x / self.per_sample).collect();
+        s.sort_by(f64::total_cmp);
+        s
+    }
+    fn median(&self) -> f64 {
+        let s = self.sorted();
+        if s.is_empty() {
+            return f64::NAN;
+        }
+        let m = s.len() / 2;
+        if s.len() % 2 == 1 {
+            s[m]
+        } else {
+            (s[m - 1] + s[m]) / 2.0
+        }
+    }
+    fn min(&self) -> f64 {
+        self.sorted().first().copied().unwrap_or(f64::NAN)
+    }
+    fn p90(&self) -> f64 {
+        let s = self.sorted();
+        if s.is_empty() {
+            return f64::NAN;
+        }
+        s[((s.len() as f64 * 0.9).ceil() as usize).clamp(1, s.len()) - 1]
+    }
+}
+
+struct Budget {
+    secs: f64,
+    min: usize,
+    max: usize,
+}
+
+/// Runs `f` until the budget is spent (at least `min`, at most `max` times);
+/// the first run is a warm-up unless it alone took more than a quarter of the budget.
+fn measure(budget: &Budget, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    let mut samples = Vec::new();
+    let t = Instant::now();
+    f()?;
+    let first = t.elapsed().as_secs_f64();
+    if first > budget.secs / 4.0 {
+        samples.push(first);
+    }
+    let start = Instant::now();
+    while samples.len() < budget.max
+        && (samples.len() < budget.min || start.elapsed().as_secs_f64() < budget.secs)
+    {
+        let t = Instant::now();
+        f()?;
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    Ok(samples)
+}
+
+fn progress(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+/// Human time.
+fn fmt_s(s: f64) -> String {
+    if !s.is_finite() {
+        "-".to_owned()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else if s >= 1e-6 {
+        format!("{:.1} µs", s * 1e6)
+    } else {
+        format!("{:.0} ns", s * 1e9)
+    }
+}
+
+fn fmt_ratio(r: f64) -> String {
+    if !r.is_finite() {
+        "-".to_owned()
+    } else if r >= 100.0 {
+        format!("{r:.0}×")
+    } else if r >= 10.0 {
+        format!("{r:.1}×")
+    } else {
+        format!("{r:.2}×")
+    }
+}
+
+/// `/proc/self/status` fields in kB.
+fn proc_status_kb(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Runs `bench`.
+pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
+    if let Some(backend) = &args.child_resume {
+        return child_resume(backend, args.child_dataset.as_deref());
+    }
+    let started = Instant::now();
+    let load_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let sizes: Vec<usize> = if !args.sizes.is_empty() {
+        args.sizes.clone()
+    } else if args.quick {
+        vec![1000]
+    } else {
+        vec![1000, 10_000, 100_000]
+    };
+    let ops: Vec<&'static str> = if args.ops.is_empty() {
+        OPS.to_vec()
+    } else {
+        let mut v = Vec::new();
+        for o in &args.ops {
+            let op = OPS.iter().find(|x| **x == o.as_str()).ok_or_else(|| {
+                Error::Unknown(format!("unknown operation {o:?}; one of {OPS:?}"))
+            })?;
+            v.push(*op);
+        }
+        v
+    };
+    let budget = Budget {
+        secs: args.budget.unwrap_or(if args.quick { 0.15 } else { 1.5 }),
+        min: 3,
+        max: if args.quick { 12 } else { 40 },
+    };
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| Error::io(format!("creating {}", args.out.display()), e))?;
+    let work = args
+        .work
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("sessiontree-bench"));
+    std::fs::create_dir_all(&work)
+        .map_err(|e| Error::io(format!("creating {}", work.display()), e))?;
+    let work = std::fs::canonicalize(&work)
+        .map_err(|e| Error::io(format!("resolving {}", work.display()), e))?;
+    let path_samples = if args.quick { 16 } else { 32 };
+
+    let mut rows: Vec<Row> = Vec::new();
+    let mut datasets: Vec<Value> = Vec::new();
+    let mut checks: Vec<Value> = Vec::new();
+    let mut path_ids: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    let mut forked_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
+
+    for &size in &sizes {
+        let forked = common::prepare(&work, Shape::Forked, size, args.seed, &mut |m| progress(m))?;
+        datasets.push(dataset_json(&forked));
+        let needs = |op: &str| ops.contains(&op);
+
+        if needs("resume") {
+            let memory = common::load_memory(&forked.main().path)?;
+            let mut counts = BTreeMap::new();
+            for b in Backend::ALL {
+                progress(&format!("resume {} @ {size}", b.name()));
+                let n = common::resume(b, &forked, Some(&memory))?;
+                counts.insert(b.name(), n);
+                let samples = measure(&budget, || {
+                    common::resume(b, &forked, Some(&memory)).map(drop)
+                })?;
+                rows.push(Row {
+                    op: "resume",
+                    backend: b.name().to_owned(),
+                    size,
+                    samples,
+                    per_sample: 1.0,
+                    extra: json!({"context_messages": n}),
+                });
+            }
+            let same = counts.values().all(|v| Some(v) == counts.values().next());
+            checks.push(json!({"op": "resume", "size": size, "context_messages": counts, "all_equal": same}));
+        }
+
+        if needs("path") {
+            progress(&format!("path @ {size}"));
+            let fx = PathFixture::new(&forked, path_samples, args.seed ^ 0x5eed)?;
+            path_ids.insert(size, fx.ids.clone());
+            // Every backend must return the same entries.
+            let mut same = true;
+            for i in 0..fx.ids.len() {
+                let reference = fx.ids_of(Backend::Sqlite, i)?;
+                for b in [Backend::Jsonl, Backend::Memory, Backend::SqlCte] {
+                    if fx.ids_of(b, i)? != reference {
+                        same = false;
+                    }
+                }
+            }
+            checks.push(json!({"op": "path", "size": size, "samples": fx.ids.len(), "same_entries_everywhere": same}));
+            let k = fx.ids.len();
+            let mean_len = fx.mean_length();
+            for b in [
+                Backend::Sqlite,
+                Backend::Jsonl,
+                Backend::Memory,
+                Backend::SqlCte,
+            ] {
+                let samples = measure(&budget, || {
+                    for i in 0..k {
+                        fx.read(b, i)?;
+                    }
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    op: "path",
+                    backend: b.name().to_owned(),
+                    size,
+                    samples,
+                    per_sample: k as f64,
+                    extra: json!({"mean_path_len": mean_len, "reads_per_sample": k}),
+                });
+            }
+            for (name, parse) in [("floor-raw", false), ("floor-parsed", true)] {
+                let samples = measure(&budget, || {
+                    for i in 0..k {
+                        fx.floor(i, parse)?;
+                    }
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    op: "path",
+                    backend: name.to_owned(),
+                    size,
+                    samples,
+                    per_sample: k as f64,
+                    extra: json!({"mean_path_len": mean_len, "reads_per_sample": k,
+                        "what": if parse { "rowid range scan of as many rows, each parsed into an Entry (the output a path read returns)" } else { "rowid range scan of as many rows, text only" }}),
+                });
+            }
+            // Diagnostics: the same reads without the per-entry parse, so the
+            // SQL cost of each design shows on its own.
+            for (name, b) in [
+                ("sqlite-sql-only", Backend::Sqlite),
+                ("sql-cte-sql-only", Backend::SqlCte),
+            ] {
+                let samples = measure(&budget, || {
+                    for i in 0..k {
+                        fx.read_sql_only(b, i)?;
+                    }
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    op: "path",
+                    backend: name.to_owned(),
+                    size,
+                    samples,
+                    per_sample: k as f64,
+                    extra: json!({"mean_path_len": mean_len, "reads_per_sample": k, "diagnostic": true,
+                        "what": if b == Backend::Sqlite { "the library's path SQL (replicated in the harness), text only, no Entry parse" } else { "the recursive CTE, text only, no Entry parse" }}),
+                });
+            }
+        }
+
+        if needs("leaf_move") {
+            let linear =
+                common::prepare(&work, Shape::Linear, size, args.seed, &mut |m| progress(m))?;
+            datasets.push(dataset_json(&linear));
+            let lo = size * 9 / 10;
+            for b in Backend::ALL {
+                progress(&format!("leaf_move {} @ {size}", b.name()));
+                let dir = common::scratch(&work, &format!("leaf-{}", b.name()))?;
+                let mut fx = WriteFixture::new(
+                    b,
+                    &linear,
+                    &dir,
+                    Durability::Relaxed,
+                    (lo, size),
+                    args.seed,
+                )?;
+                let samples = measure(&budget, || fx.move_leaf())?;
+                drop(fx);
+                let _ = std::fs::remove_dir_all(&dir);
+                rows.push(Row {
+                    op: "leaf_move",
+                    backend: b.name().to_owned(),
+                    size,
+                    samples,
+                    per_sample: 1.0,
+                    extra: json!({"target_depth_from": lo, "target_depth_to": size - 1}),
+                });
+            }
+        }
+
+        if needs("append") {
+            for b in Backend::ALL {
+                progress(&format!("append {} @ {size}", b.name()));
+                let dir = common::scratch(&work, &format!("append-{}", b.name()))?;
+                let mut fx =
+                    WriteFixture::new(b, &forked, &dir, Durability::Full, (0, 1), args.seed)?;
+                let samples = measure(&budget, || fx.append())?;
+                drop(fx);
+                let _ = std::fs::remove_dir_all(&dir);
+                rows.push(Row {
+                    op: "append",
+                    backend: b.name().to_owned(),
+                    size,
+                    samples,
+                    per_sample: 1.0,
+                    extra: json!({"durable": b != Backend::Memory}),
+                });
+            }
+        }
+
+        if needs("import") {
+            let file = forked.main().path.clone();
+            let mb = forked.main().bytes as f64 / 1e6;
+            for b in [
+                Backend::Sqlite,
+                Backend::Jsonl,
+                Backend::SqlCte,
+                Backend::SqlPathCopy,
+            ] {
+                progress(&format!("import {} @ {size}", b.name()));
+                let dir = common::scratch(&work, &format!("import-{}", b.name()))?;
+                let import_budget = Budget {
+                    secs: budget.secs,
+                    min: if size >= 100_000 { 2 } else { budget.min },
+                    max: budget.max,
+                };
+                let samples = measure(&import_budget, || common::import(b, &file, &dir).map(drop))?;
+                let _ = std::fs::remove_dir_all(&dir);
+                let mut row = Row {
+                    op: "import",
+                    backend: b.name().to_owned(),
+                    size,
+                    samples,
+                    per_sample: 1.0,
+                    extra: Value::Null,
+                };
+                row.extra = json!({"mb": mb, "mb_per_s": mb / row.median(),
+                    "search_index": b == Backend::Sqlite,
+                    "writes": b != Backend::Jsonl});
+                rows.push(row);
+            }
+        }
+
+        if needs("list") || needs("search") {
+            let archive =
+                common::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
+            datasets.push(dataset_json(&archive));
+            let fx = ArchiveFixture::new(&archive)?;
+            for b in [
+                Backend::Sqlite,
+                Backend::Jsonl,
+                Backend::Memory,
+                Backend::SqlCte,
+            ] {
+                if needs("list") {
+                    progress(&format!("list {} @ {size}", b.name()));
+                    let n = fx.list(b)?;
+                    let samples = measure(&budget, || fx.list(b).map(drop))?;
+                    rows.push(Row {
+                        op: "list",
+                        backend: b.name().to_owned(),
+                        size,
+                        samples,
+                        per_sample: 1.0,
+                        extra: json!({"rows": n, "sessions": archive.sessions.len()}),
+                    });
+                }
+                if needs("search") {
+                    progress(&format!("search {} @ {size}", b.name()));
+                    let n = fx.search(b, common::SEARCH_TERM)?;
+                    let samples = measure(&budget, || fx.search(b, common::SEARCH_TERM).map(drop))?;
+                    rows.push(Row {
+                        op: "search",
+                        backend: b.name().to_owned(),
+                        size,
+                        samples,
+                        per_sample: 1.0,
+                        extra: json!({"term": common::SEARCH_TERM, "hits_seen": n}),
+                    });
+                }
+            }
+        }
+        forked_sets.insert(size, forked);
+    }
+
+    // Peak RSS of a resume, each backend in its own child process.
+    let mut rss: Vec<Value> = Vec::new();
+    let mut rss_sizes: Vec<usize> = sizes.clone();
+    for s in &args.rss_sizes {
+        if !rss_sizes.contains(s) {
+            rss_sizes.push(*s);
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::io("finding this program", e))?;
+    if ops.contains(&"resume") {
+        for &size in &rss_sizes {
+            let ds = match forked_sets.get(&size) {
+                Some(d) => d.clone(),
+                None => {
+                    let d = common::prepare(&work, Shape::Forked, size, args.seed, &mut |m| {
+                        progress(m)
+                    })?;
+                    datasets.push(dataset_json(&d));
+                    forked_sets.insert(size, d.clone());
+                    d
+                }
+            };
+            for name in ["none", "sqlite", "jsonl", "sql-cte", "sql-pathcopy"] {
+                progress(&format!("resume RSS {name} @ {size} (child process)"));
+                let out = Command::new(&exe)
+                    .args(["bench", "--child-resume", name, "--child-dataset"])
+                    .arg(&ds.dir)
+                    .output()
+                    .map_err(|e| Error::io("running the child", e))?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(
+                    |_| json!({"error": String::from_utf8_lossy(&out.stderr).trim().to_owned()}),
+                );
+                rss.push(json!({"backend": name, "size": size, "child": v}));
+            }
+        }
+    }
+
+    // pi itself, on the same files.
+    let mut pi: Vec<Value> = Vec::new();
+    if args.pi {
+        let dir = args
+            .pi_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pi-anchor"));
+        match pi_ready(&dir) {
+            Err(why) => pi.push(json!({"error": why})),
+            Ok(()) => {
+                for &size in &rss_sizes {
+                    let Some(ds) = forked_sets.get(&size) else {
+                        continue;
+                    };
+                    progress(&format!("pi (node) resume @ {size}"));
+                    let repeat = if size >= 1_000_000 {
+                        2
+                    } else if args.quick {
+                        3
+                    } else {
+                        5
+                    };
+                    let ids = path_ids.get(&size).map(|v| v.join(",")).unwrap_or_default();
+                    let mut cmd = Command::new("node");
+                    cmd.current_dir(&dir)
+                        .arg("resume.mjs")
+                        .arg(&ds.main().path)
+                        .args(["--repeat", &repeat.to_string()]);
+                    if !ids.is_empty() {
+                        cmd.args(["--ids", &ids]);
+                    }
+                    let out = cmd.output().map_err(|e| Error::io("running node", e))?;
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+                        let err = String::from_utf8_lossy(&out.stderr);
+                        // The thrown error's own line, else the last line said.
+                        let line = err
+                            .lines()
+                            .find(|l| l.contains("Error:"))
+                            .or_else(|| err.lines().rev().find(|l| !l.trim().is_empty()))
+                            .unwrap_or("node failed without a message");
+                        json!({"error": line.trim(), "exit": out.status.code()})
+                    });
+                    if let Some(ms) = v["resume_ms"].as_array() {
+                        let samples: Vec<f64> = ms
+                            .iter()
+                            .filter_map(Value::as_f64)
+                            .map(|m| m / 1e3)
+                            .collect();
+                        if sizes.contains(&size) {
+                            rows.push(Row {
+                                op: "resume",
+                                backend: "pi-node".to_owned(),
+                                size,
+                                samples,
+                                per_sample: 1.0,
+                                extra: json!({"context_messages": v["messages"]}),
+                            });
+                        }
+                    }
+                    if let Some(ms) = v["median_path_ms"].as_f64() {
+                        rows.push(Row {
+                            op: "path",
+                            backend: "pi-node".to_owned(),
+                            size,
+                            samples: vec![ms / 1e3],
+                            per_sample: 1.0,
+                            extra: json!({"mean_path_len": v["mean_path_rows"], "note": "median over the same start entries, one pass"}),
+                        });
+                    }
+                    pi.push(json!({"size": size, "result": v}));
+                }
+            }
+        }
+    }
+
+    let targets = targets(&rows, &rss);
+    let elapsed = started.elapsed().as_secs_f64();
+    let report = json!({
+        "tool": "sessiontree bench",
+        "version": env!("CARGO_PKG_VERSION"),
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "machine": machine(),
+        "loadavg_at_start": load_start.trim(),
+        "config": {
+            "sizes": sizes, "rss_sizes": rss_sizes, "ops": ops, "seed": args.seed,
+            "quick": args.quick, "budget_secs": budget.secs, "min_samples": budget.min,
+            "max_samples": budget.max, "path_samples": path_samples,
+            "generator_version": sessiontree::gen::GENERATOR_VERSION,
+        },
+        "operations": ops.iter().map(|o| json!({"op": o, "what": op_doc(o)})).collect::<Vec<_>>(),
+        "datasets": datasets,
+        "results": rows.iter().map(row_json).collect::<Vec<_>>(),
+        "ratios": ratios_json(&rows),
+        "checks": checks,
+        "rss": rss,
+        "pi": pi,
+        "targets": targets,
+        "elapsed_secs": elapsed,
+    });
+    let text = render_text(&report, &rows);
+    let write = |name: &str, body: &str| -> Result<()> {
+        let p = args.out.join(name);
+        std::fs::write(&p, body).map_err(|e| Error::io(format!("writing {}", p.display()), e))
+    };
+    write(
+        "report.json",
+        &serde_json::to_string_pretty(&report).unwrap_or_default(),
+    )?;
+    write("report.md", &text)?;
+    write("scaling.svg", &svg(&rows))?;
+    let mut text = text;
+    let _ = writeln!(
+        text,
+        "\nwrote {0}/report.json, {0}/report.md, {0}/scaling.svg in {1:.0} s",
+        args.out.display(),
+        elapsed
+    );
+    Ok(Report::new(report, text))
+}
+
+fn dataset_json(d: &Dataset) -> Value {
+    let m = d.main();
+    json!({
+        "shape": d.shape.as_str(), "entries": d.entries, "sessions": d.sessions.len(),
+        "bytes": d.bytes(), "bytes_per_entry": d.bytes() as f64 / d.entries.max(1) as f64,
+        "main_session": {"id": m.id, "entries": m.entries, "forks": m.forks,
+            "compactions": m.compactions, "leaf_depth": m.leaf_depth, "max_depth": m.max_depth},
+        "dir": d.dir.to_string_lossy(),
+        "archive_bytes": std::fs::metadata(&d.archive).map(|m| m.len()).unwrap_or(0),
+        "naive_bytes": std::fs::metadata(&d.naive).map(|m| m.len()).unwrap_or(0),
+        "prepare_import_secs": d.archive_import_secs,
+    })
+}
+
+fn row_json(r: &Row) -> Value {
+    json!({
+        "op": r.op, "backend": r.backend, "size": r.size,
+        "median_s": r.median(), "min_s": r.min(), "p90_s": r.p90(),
+        "samples": r.samples.len(), "per_sample": r.per_sample, "extra": r.extra,
+    })
+}
+
+fn find<'a>(rows: &'a [Row], op: &str, backend: &str, size: usize) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.op == op && r.backend == backend && r.size == size)
+}
+
+fn ratios_json(rows: &[Row]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for r in rows.iter().filter(|r| r.backend == "sqlite") {
+        let mut vs = serde_json::Map::new();
+        for o in rows
+            .iter()
+            .filter(|o| o.op == r.op && o.size == r.size && o.backend != "sqlite")
+        {
+            vs.insert(o.backend.clone(), json!(o.median() / r.median()));
+        }
+        out.push(
+            json!({"op": r.op, "size": r.size, "sqlite_median_s": r.median(),
+            "other_over_sqlite": vs}),
+        );
+    }
+    out
+}
+
+fn target(
+    name: &str,
+    goal: &str,
+    measured: Option<f64>,
+    ok: impl Fn(f64) -> bool,
+    detail: String,
+) -> Value {
+    let status = match measured {
+        None => "not measured",
+        Some(m) if ok(m) => "met",
+        Some(_) => "missed",
+    };
+    json!({"target": name, "goal": goal, "measured": measured, "status": status, "detail": detail})
+}
+
+fn targets(rows: &[Row], rss: &[Value]) -> Vec<Value> {
+    let med = |op: &str, b: &str, size: usize| find(rows, op, b, size).map(Row::median);
+    let ratio =
+        |op: &str, a: &str, b: &str, size: usize| Some(med(op, a, size)? / med(op, b, size)?);
+    let mut out = Vec::new();
+    let r = ratio("resume", "jsonl", "sqlite", 100_000);
+    out.push(target(
+        "cold resume, 100,000 entries with compactions: SQLite vs JSONL",
+        "≥ 100× faster",
+        r,
+        |x| x >= 100.0,
+        format!(
+            "jsonl {} / sqlite {}",
+            fmt_s(med("resume", "jsonl", 100_000).unwrap_or(f64::NAN)),
+            fmt_s(med("resume", "sqlite", 100_000).unwrap_or(f64::NAN))
+        ),
+    ));
+    let r = ratio("path", "sql-cte", "sqlite", 100_000);
+    out.push(target(
+        "path from a random entry (depth ≤ 100,000, 1,000 forks): SQLite vs recursive CTE",
+        "≥ 4× faster",
+        r,
+        |x| x >= 4.0,
+        format!(
+            "sql-cte {} / sqlite {} per read",
+            fmt_s(med("path", "sql-cte", 100_000).unwrap_or(f64::NAN)),
+            fmt_s(med("path", "sqlite", 100_000).unwrap_or(f64::NAN))
+        ),
+    ));
+    let sql_only = ratio("path", "sql-cte-sql-only", "sqlite-sql-only", 100_000);
+    if let Some(v) = out.last_mut() {
+        v["detail"] = json!(format!(
+            "{}; without the per-entry parse (SQL only) the ratio is {}",
+            v["detail"].as_str().unwrap_or(""),
+            sql_only.map_or("-".to_owned(), fmt_ratio)
+        ));
+    }
+    let r = ratio("path", "sqlite", "floor-parsed", 100_000);
+    let raw = ratio("path", "sqlite", "floor-raw", 100_000);
+    let sql_only_floor = ratio("path", "sqlite-sql-only", "floor-raw", 100_000);
+    out.push(target(
+        "path read vs the physical floor (same rows, same output: parsed entries)",
+        "≤ 1.5× the floor",
+        r,
+        |x| x <= 1.5,
+        format!(
+            "sqlite / floor-parsed; against the text-only scan (floor-raw) it is {}, and its SQL alone (no parse) is {} the text-only floor",
+            raw.map_or("-".to_owned(), fmt_ratio),
+            sql_only_floor.map_or("-".to_owned(), fmt_ratio)
+        ),
+    ));
+    let r = match (
+        med("leaf_move", "sqlite", 100_000),
+        med("leaf_move", "sqlite", 1000),
+    ) {
+        (Some(a), Some(b)) => Some(a / b),
+        _ => None,
+    };
+    out.push(target(
+        "leaf move at depth 100,000 vs depth 1,000 (SQLite)",
+        "≤ 1.5×",
+        r,
+        |x| x <= 1.5,
+        format!(
+            "{} vs {}",
+            fmt_s(med("leaf_move", "sqlite", 100_000).unwrap_or(f64::NAN)),
+            fmt_s(med("leaf_move", "sqlite", 1000).unwrap_or(f64::NAN))
+        ),
+    ));
+    let largest = rows
+        .iter()
+        .filter(|r| r.op == "import" && r.backend == "sqlite")
+        .max_by_key(|r| r.size);
+    out.push(target(
+        "bulk import of pi JSONL with the search index maintained (SQLite, largest size)",
+        "≥ 40 MB/s",
+        largest.and_then(|r| r.extra["mb_per_s"].as_f64()),
+        |x| x >= 40.0,
+        largest.map_or("-".to_owned(), |r| format!("at {} entries", r.size)),
+    ));
+    let rss_1m = rss
+        .iter()
+        .find(|v| v["backend"] == "sqlite" && v["size"] == 1_000_000)
+        .and_then(|v| v["child"]["vmhwm_kb"].as_f64())
+        .map(|kb| kb / 1024.0);
+    out.push(target(
+        "peak RSS of a resume, 1,000,000-entry session (SQLite, child process VmHWM)",
+        "≤ 30 MB",
+        rss_1m,
+        |x| x <= 30.0,
+        "MB; run with --rss-sizes 1000000 to measure".to_owned(),
+    ));
+    out
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_default();
+    json!({
+        "loadavg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": cpu,
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+        "sqlite": rusqlite::version(),
+    })
+}
+
+fn render_text(report: &Value, rows: &[Row]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "# sessiontree bench\n");
+    let _ = writeln!(
+        t,
+        "{} build, {} CPU(s) {}, SQLite {}; load average {} at start, {} at end (other work on the machine skews timings). Medians; `(N×)` = that backend's time / SQLite's time (> 1: SQLite is faster).\n",
+        report["profile"].as_str().unwrap_or(""),
+        report["machine"]["cpus"],
+        report["machine"]["cpu"].as_str().unwrap_or(""),
+        report["machine"]["sqlite"].as_str().unwrap_or(""),
+        report["loadavg_at_start"].as_str().unwrap_or("?"),
+        report["machine"]["loadavg"].as_str().unwrap_or("?")
+    );
+    let mut backends: Vec<String> = Vec::new();
+    for r in rows {
+        if !backends.contains(&r.backend) && !r.backend.ends_with("-sql-only") {
+            backends.push(r.backend.clone());
+        }
+    }
+    let order = [
+        "sqlite",
+        "jsonl",
+        "memory",
+        "sql-cte",
+        "sql-pathcopy",
+        "floor-raw",
+        "floor-parsed",
+        "pi-node",
+    ];
+    backends.sort_by_key(|b| order.iter().position(|o| o == b).unwrap_or(99));
+    let _ = write!(t, "| op | entries |");
+    for b in &backends {
+        let _ = write!(t, " {b} |");
+    }
+    let _ = write!(t, "\n|---|---:|");
+    for _ in &backends {
+        let _ = write!(t, "---:|");
+    }
+    t.push('\n');
+    let mut keys: Vec<(usize, usize)> = Vec::new();
+    for r in rows {
+        let k = (OPS.iter().position(|o| *o == r.op).unwrap_or(99), r.size);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.sort();
+    for (op_i, size) in keys {
+        let op = OPS[op_i];
+        let base = find(rows, op, "sqlite", size).map(Row::median);
+        let _ = write!(t, "| {op} | {size} |");
+        for b in &backends {
+            match find(rows, op, b, size) {
+                None => {
+                    let _ = write!(t, " |");
+                }
+                Some(r) => {
+                    let m = r.median();
+                    let ratio = match base {
+                        Some(s) if b != "sqlite" => format!(" ({})", fmt_ratio(m / s)),
+                        _ => String::new(),
+                    };
+                    let extra = if op == "import" {
+                        r.extra["mb_per_s"]
+                            .as_f64()
+                            .map(|x| format!(", {x:.1} MB/s"))
+                            .unwrap_or_default()
+                    } else {
+                        String::new()
+                    };
+                    let _ = write!(t, " {}{ratio}{extra} |", fmt_s(m));
+                }
+            }
+        }
+        t.push('\n');
+    }
+    let _ = writeln!(t, "\nWhat each operation measures:");
+    for o in report["operations"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            t,
+            "- {}: {}",
+            o["op"].as_str().unwrap_or(""),
+            o["what"].as_str().unwrap_or("")
+        );
+    }
+    // Path detail: rows per read and the floor.
+    let path_sizes: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.op == "path" && r.backend == "sqlite")
+        .map(|r| r.size)
+        .collect();
+    if !path_sizes.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nPath reads against the physical floor (a rowid range scan of as many rows):\n"
+        );
+        let _ = writeln!(t, "| entries | mean rows/path | sqlite | floor (text) | floor (parsed) | sqlite/floor text | sqlite/floor parsed | sql-cte/sqlite | SQL only: sqlite | SQL only: sql-cte | SQL only: sql-cte/sqlite | SQL only: sqlite/floor text |");
+        let _ = writeln!(
+            t,
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for size in path_sizes {
+            let g = |b: &str| find(rows, "path", b, size).map_or(f64::NAN, Row::median);
+            let len = find(rows, "path", "sqlite", size)
+                .and_then(|r| r.extra["mean_path_len"].as_f64())
+                .unwrap_or(f64::NAN);
+            let _ = writeln!(
+                t,
+                "| {size} | {len:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                fmt_s(g("sqlite")),
+                fmt_s(g("floor-raw")),
+                fmt_s(g("floor-parsed")),
+                fmt_ratio(g("sqlite") / g("floor-raw")),
+                fmt_ratio(g("sqlite") / g("floor-parsed")),
+                fmt_ratio(g("sql-cte") / g("sqlite")),
+                fmt_s(g("sqlite-sql-only")),
+                fmt_s(g("sql-cte-sql-only")),
+                fmt_ratio(g("sql-cte-sql-only") / g("sqlite-sql-only")),
+                fmt_ratio(g("sqlite-sql-only") / g("floor-raw"))
+            );
+        }
+        let _ = writeln!(t, "\n`SQL only` rows are diagnostics: the same reads returning text, without turning each row into an `Entry` (which every backend's path read does, and which costs about as much as a whole floor-parsed row).");
+    }
+    if let Some(rss) = report["rss"].as_array().filter(|a| !a.is_empty()) {
+        let _ = writeln!(t, "\nResume in a fresh child process (time and peak RSS = VmHWM; `none` = the bare process):\n");
+        let _ = writeln!(
+            t,
+            "| entries | backend | resume | peak RSS | context messages |"
+        );
+        let _ = writeln!(t, "|---:|---|---:|---:|---:|");
+        for v in rss {
+            let c = &v["child"];
+            if let Some(e) = c["error"].as_str() {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | error: {} | | |",
+                    v["size"],
+                    v["backend"].as_str().unwrap_or(""),
+                    e.replace('|', "/")
+                );
+                continue;
+            }
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {:.1} MB | {} |",
+                v["size"],
+                v["backend"].as_str().unwrap_or(""),
+                c["secs"].as_f64().map_or("-".to_owned(), fmt_s),
+                c["vmhwm_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0,
+                c["context_messages"]
+            );
+        }
+    }
+    if let Some(pi) = report["pi"].as_array().filter(|a| !a.is_empty()) {
+        let _ = writeln!(
+            t,
+            "\npi 0.83.0 on node, same files (JsonlSessionStorage.open + Session.buildContext):\n"
+        );
+        let _ = writeln!(
+            t,
+            "| entries | open | getBranch | buildContext | resume | path/read | peak RSS |"
+        );
+        let _ = writeln!(t, "|---:|---:|---:|---:|---:|---:|---:|");
+        for v in pi {
+            let r = &v["result"];
+            if let Some(e) = r["error"].as_str().or(v["error"].as_str()) {
+                let _ = writeln!(
+                    t,
+                    "| {} | error: {} | | | | | |",
+                    v["size"],
+                    e.replace('|', "/")
+                );
+                continue;
+            }
+            let ms = |k: &str| r[k].as_f64().map_or("-".to_owned(), |x| fmt_s(x / 1e3));
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {} | {} | {:.0} MB |",
+                v["size"],
+                ms("median_open_ms"),
+                ms("median_branch_ms"),
+                ms("median_context_ms"),
+                ms("median_resume_ms"),
+                ms("median_path_ms"),
+                r["vmhwm_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0
+            );
+        }
+    }
+    let _ = writeln!(t, "\nTargets (measured ratios; a miss is a miss):\n");
+    for v in report["targets"].as_array().into_iter().flatten() {
+        let m = v["measured"]
+            .as_f64()
+            .map_or("-".to_owned(), |x| format!("{x:.2}"));
+        let _ = writeln!(
+            t,
+            "- [{}] {} — goal {}, measured {} ({})",
+            v["status"].as_str().unwrap_or(""),
+            v["target"].as_str().unwrap_or(""),
+            v["goal"].as_str().unwrap_or(""),
+            m,
+            v["detail"].as_str().unwrap_or("")
+        );
+    }
+    for c in report["checks"].as_array().into_iter().flatten() {
+        let _ = writeln!(t, "- check: {c}");
+    }
+    t
+}
+
+/// Makes sure node and the pi package are there (installs with npm if needed).
+fn pi_ready(dir: &Path) -> std::result::Result<(), String> {
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        return Err("node is not available".to_owned());
+    }
+    if !dir.join("resume.mjs").is_file() {
+        return Err(format!("{} has no resume.mjs", dir.display()));
+    }
+    if !dir
+        .join("node_modules/@earendil-works/pi-agent-core")
+        .is_dir()
+    {
+        progress("installing the pi anchor's npm packages");
+        let sub = if dir.join("package-lock.json").is_file() {
+            "ci"
+        } else {
+            "install"
+        };
+        let out = Command::new("npm")
+            .current_dir(dir)
+            .args([sub, "--no-audit", "--no-fund"])
+            .output()
+            .map_err(|e| format!("running npm: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "npm {sub} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The hidden child: one resume in a fresh process, then its peak RSS.
+fn child_resume(backend: &str, dataset: Option<&Path>) -> Result<Report> {
+    let dir =
+        dataset.ok_or_else(|| Error::Unknown("--child-resume needs --child-dataset".into()))?;
+    let started = Instant::now();
+    let messages = if backend == "none" {
+        0
+    } else {
+        let b = Backend::from_name(backend)
+            .ok_or_else(|| Error::Unknown(format!("unknown backend {backend}")))?;
+        let ds = common::load(dir)?;
+        common::resume(b, &ds, None)?
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let v = json!({
+        "backend": backend, "secs": secs, "context_messages": messages,
+        "vmhwm_kb": proc_status_kb("VmHWM:"), "vmrss_kb": proc_status_kb("VmRSS:"),
+    });
+    println!("{v}");
+    std::process::exit(0);
+}
+
+// ---------------------------------------------------------------------------
+// The scaling curves, hand-written SVG.
+
+fn svg(rows: &[Row]) -> String {
+    let colors: &[(&str, &str)] = &[
+        ("sqlite", "#1f77b4"),
+        ("jsonl", "#d62728"),
+        ("memory", "#2ca02c"),
+        ("sql-cte", "#ff7f0e"),
+        ("sql-pathcopy", "#9467bd"),
+        ("floor-raw", "#7f7f7f"),
+        ("floor-parsed", "#bcbd22"),
+        ("pi-node", "#e377c2"),
+    ];
+    let (pw, ph) = (330.0, 250.0);
+    let (ml, mr, mt, mb) = (62.0, 12.0, 28.0, 38.0);
+    let cols = 4;
+    let ops: Vec<&str> = OPS
+        .iter()
+        .copied()
+        .filter(|o| rows.iter().any(|r| r.op == *o))
+        .collect();
+    let nrows = ops.len().div_ceil(cols).max(1);
+    let width = pw * cols as f64;
+    let height = ph * nrows as f64 + 60.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    for (i, op) in ops.iter().enumerate() {
+        let ox = (i % cols) as f64 * pw;
+        let oy = (i / cols) as f64 * ph;
+        let pts: Vec<&Row> = rows.iter().filter(|r| r.op == *op).collect();
+        let xs: Vec<f64> = pts.iter().map(|r| r.size as f64).collect();
+        let ys: Vec<f64> = pts
+            .iter()
+            .map(|r| r.median())
+            .filter(|y| *y > 0.0 && y.is_finite())
+            .collect();
+        if xs.is_empty() || ys.is_empty() {
+            continue;
+        }
+        let lx0 = xs
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .log10()
+            .floor();
+        let mut lx1 = xs.iter().copied().fold(0.0, f64::max).log10().ceil();
+        if lx1 <= lx0 {
+            lx1 = lx0 + 1.0;
+        }
+        let ly0 = ys
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .log10()
+            .floor();
+        let mut ly1 = ys.iter().copied().fold(0.0, f64::max).log10().ceil();
+        if ly1 <= ly0 {
+            ly1 = ly0 + 1.0;
+        }
+        let (x0, x1, y0, y1) = (ox + ml, ox + pw - mr, oy + ph - mb, oy + mt);
+        let px = |x: f64| x0 + (x.log10() - lx0) / (lx1 - lx0) * (x1 - x0);
+        let py = |y: f64| y0 - (y.log10() - ly0) / (ly1 - ly0) * (y0 - y1);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" font-size="13" font-weight="bold">{op}</text>"#,
+            ox + ml,
+            oy + 18.0
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{x0}" y="{y1}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
+            x1 - x0,
+            y0 - y1
+        );
+        let mut e = lx0 as i32;
+        while e <= lx1 as i32 {
+            let x = px(10f64.powi(e));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x}" y1="{y0}" x2="{x}" y2="{y1}" stroke="#eee"/><text x="{x}" y="{}" text-anchor="middle">1e{e}</text>"##,
+                y0 + 14.0
+            );
+            e += 1;
+        }
+        let mut e = ly0 as i32;
+        while e <= ly1 as i32 {
+            let y = py(10f64.powi(e));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#eee"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+                x0 - 4.0,
+                y + 4.0,
+                fmt_s(10f64.powi(e))
+            );
+            e += 1;
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">entries</text>"#,
+            (x0 + x1) / 2.0,
+            y0 + 28.0
+        );
+        for (b, color) in colors {
+            let mut line: Vec<(f64, f64)> = pts
+                .iter()
+                .filter(|r| r.backend == *b)
+                .map(|r| (r.size as f64, r.median()))
+                .filter(|(_, y)| *y > 0.0 && y.is_finite())
+                .collect();
+            line.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if line.is_empty() {
+                continue;
+            }
+            let dash = if b.starts_with("floor") {
+                r#" stroke-dasharray="4 3""#
+            } else {
+                ""
+            };
+            let d: Vec<String> = line
+                .iter()
+                .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+                .collect();
+            let _ = writeln!(
+                s,
+                r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
+                d.join(" ")
+            );
+            for (x, y) in &line {
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{color}"><title>{b} {x}: {}</title></circle>"#,
+                    px(*x),
+                    py(*y),
+                    fmt_s(*y)
+                );
+            }
+        }
+    }
+    // Legend.
+    let ly = ph * nrows as f64 + 20.0;
+    let mut lx = 20.0;
+    for (b, color) in colors {
+        if !rows.iter().any(|r| r.backend == *b) {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="{}" width="14" height="4" fill="{color}"/><text x="{}" y="{}">{b}</text>"#,
+            ly - 4.0,
+            lx + 18.0,
+            ly + 2.0
+        );
+        lx += 30.0 + 7.0 * b.len() as f64;
+    }
+    let _ = writeln!(
+        s,
+        r##"<text x="20" y="{}" fill="#555">median cost per operation (log) against entries in the session or archive (log); dashed: physical floors</text>"##,
+        ly + 22.0
+    );
+    s.push_str("</svg>\n");
+    s
+}

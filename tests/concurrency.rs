@@ -1,0 +1,425 @@
+//! Concurrency on one SQLite session: one writer at a time (a second one is
+//! refused with `storage` naming the holder, in this process or another),
+//! nothing interleaved; readers during a write burst see whole commits only;
+//! the claim of a writer killed with SIGKILL is taken over at once by a new
+//! writer on the same host.
+
+mod support;
+
+use serde_json::json;
+use sessiontree::backend::sqlite::Archive;
+use sessiontree::repo::sqlite::SqliteRepo;
+use sessiontree::repo::{CreateOptions, SessionRepo};
+use sessiontree::{Durability, Entry, ErrorCode, Session, SessionStorage};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn archive_with_session(dir: &Path, id: &str) -> (PathBuf, Archive) {
+    let db = dir.join("c.db");
+    let archive = Archive::open(&db, Durability::Full).expect("archive");
+    let mut repo = SqliteRepo::new(archive.clone());
+    drop(
+        repo.create(&CreateOptions {
+            id: Some(id.into()),
+            cwd: "/work/project".into(),
+            ..CreateOptions::default()
+        })
+        .expect("create"),
+    );
+    (db, archive)
+}
+
+fn rpc_on(db: &Path, id: &str) -> RpcChild {
+    RpcChild::spawn([
+        std::ffi::OsStr::new("--db"),
+        db.as_os_str(),
+        std::ffi::OsStr::new("rpc"),
+        std::ffi::OsStr::new(id),
+    ])
+}
+
+fn user(text: &str) -> serde_json::Value {
+    json!({"role": "user", "content": text})
+}
+
+/// Two handles in one process: the second writer is refused with `storage`
+/// naming this process; it writes nothing; once the first is dropped the
+/// second may write.
+#[test]
+fn second_writer_in_process_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, archive) = archive_with_session(dir.path(), "two-handles");
+    let mut first = Session::new(archive.open_session("two-handles").unwrap());
+    let mut second = Session::new(archive.open_session("two-handles").unwrap());
+    let a = first
+        .append_message(&sessiontree::JsonText::from(user("first")))
+        .unwrap();
+    let err = second
+        .append_message(&sessiontree::JsonText::from(user("second")))
+        .expect_err("a second writer is refused");
+    assert_eq!(err.code(), ErrorCode::Storage, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("process {}", std::process::id())) && msg.contains("two-handles"),
+        "the refusal names the session and its holder: {msg}"
+    );
+    // Refused again, and still nothing of it stored, while the first writes on.
+    let b = first
+        .append_message(&sessiontree::JsonText::from(user("first again")))
+        .unwrap();
+    assert!(second
+        .storage_mut()
+        .append_entry(message_entry("zz", None, "user", "x"))
+        .is_err());
+    assert!(second.storage_mut().set_leaf_id(Some(&a)).is_err());
+    let ids: Vec<String> = archive_entries(&archive, "two-handles")
+        .iter()
+        .map(|e| e.id().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![a.clone(), b.clone()],
+        "only the first writer's entries"
+    );
+    // The claim is released with the first handle.
+    drop(first);
+    let c = second
+        .append_message(&sessiontree::JsonText::from(user("second, now the writer")))
+        .unwrap();
+    let stored = archive_entries(&archive, "two-handles");
+    assert_eq!(stored.len(), 3);
+    assert_eq!(stored[2].id(), c);
+    assert_eq!(
+        stored[2].parent_id(),
+        Some(b.as_str()),
+        "the new writer continues the log"
+    );
+    assert!(archive.check(None).unwrap().is_empty());
+}
+
+/// Two processes: the second is refused (naming the first's pid) during a
+/// concurrent burst and stores nothing; after `kill -9` of the first, the
+/// second takes the claim over at once, and a third process is then refused
+/// naming the second; after killing that one, a brand-new process takes over.
+#[test]
+fn second_writer_process_is_refused_and_takes_over_after_kill9() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, archive) = archive_with_session(dir.path(), "two-procs");
+    let mut a = rpc_on(&db, "two-procs");
+    let r = a.call("appendMessage", json!({"message": user("a0")}));
+    assert_eq!(response_code(&r), None, "{r}");
+    let mut b = rpc_on(&db, "two-procs");
+    let r = b.call("appendMessage", json!({"message": user("b0")}));
+    assert_eq!(response_code(&r).as_deref(), Some("storage"), "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("process {}", a.pid())),
+        "names the holder: {msg}"
+    );
+
+    // Concurrent bursts: all of A's land in order, none of B's.
+    let burst = |c: &mut RpcChild, who: &str, n: usize| {
+        let mut text = String::new();
+        for i in 0..n {
+            let (_, line) = c.request(
+                "appendMessage",
+                json!({"message": user(&format!("{who}{i}"))}),
+            );
+            text.push_str(&line);
+            text.push('\n');
+        }
+        c.send_raw(text.as_bytes());
+    };
+    burst(&mut a, "a-burst-", 40);
+    burst(&mut b, "b-burst-", 40);
+    let mut a_ids = Vec::new();
+    for _ in 0..40 {
+        let r = a.recv(Duration::from_secs(30)).expect("a answers");
+        assert_eq!(response_code(&r), None, "{r}");
+        a_ids.push(r["value"].as_str().unwrap().to_owned());
+    }
+    for _ in 0..40 {
+        let r = b.recv(Duration::from_secs(30)).expect("b answers");
+        assert_eq!(response_code(&r).as_deref(), Some("storage"), "{r}");
+    }
+    let stored = archive_entries(&archive, "two-procs");
+    assert_eq!(stored.len(), 41);
+    let stored_ids: Vec<&str> = stored[1..].iter().map(Entry::id).collect();
+    assert_eq!(
+        stored_ids,
+        a_ids.iter().map(String::as_str).collect::<Vec<_>>(),
+        "A's burst, in order, alone"
+    );
+    for w in stored.windows(2) {
+        assert_eq!(
+            w[1].parent_id(),
+            Some(w[0].id()),
+            "a single chain: nothing interleaved"
+        );
+    }
+
+    // kill -9 the holder: B takes over at once (no lease wait).
+    let a_pid = a.pid();
+    drop(a.kill9());
+    let started = Instant::now();
+    let r = b.call("appendMessage", json!({"message": user("b-after-kill")}));
+    let took = started.elapsed();
+    assert_eq!(
+        response_code(&r),
+        None,
+        "the dead holder's claim is taken over: {r}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "takeover took {took:?}, not at once"
+    );
+    let b_entry = r["value"].as_str().unwrap().to_owned();
+
+    // A third process is refused naming B, not the dead A.
+    let mut c = rpc_on(&db, "two-procs");
+    let r = c.call("appendMessage", json!({"message": user("c0")}));
+    assert_eq!(response_code(&r).as_deref(), Some("storage"), "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("process {}", b.pid()))
+            && !msg.contains(&format!("process {a_pid} ")),
+        "{msg}"
+    );
+    drop(c.finish());
+
+    // kill -9 B; a brand-new process takes over at once.
+    drop(b.kill9());
+    let started = Instant::now();
+    let mut d = rpc_on(&db, "two-procs");
+    let r = d.call("appendMessage", json!({"message": user("d0")}));
+    assert_eq!(response_code(&r), None, "{r}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(d.finish());
+
+    let stored = archive_entries(&archive, "two-procs");
+    assert_eq!(stored.len(), 43);
+    assert_eq!(stored[41].id(), b_entry);
+    for w in stored.windows(2) {
+        assert_eq!(
+            w[1].parent_id(),
+            Some(w[0].id()),
+            "a single chain: nothing interleaved"
+        );
+    }
+    assert!(archive.check(None).unwrap().is_empty());
+}
+
+/// What a reader may see of a linear log written in batches of `batch`
+/// entries per transaction (entry i has id `e{i}` and parent `e{i-1}`).
+fn check_reader_view(archive: &Archive, id: &str, batch: usize, expected: &[Entry]) -> usize {
+    let s = archive.open_session(id).unwrap();
+    let c1 = s.entry_count().unwrap();
+    let leaf = s.leaf_id().expect("the leaf names an entry");
+    let path = s.path_to_root_or_compaction(leaf.as_deref()).expect("path");
+    let entries = s.entries(0, None).unwrap();
+    let c2 = s.entry_count().unwrap();
+    assert_eq!(c1 % batch, 0, "a partial batch is visible: count {c1}");
+    assert_eq!(
+        entries.len() % batch,
+        0,
+        "a partial batch is visible: {} entries",
+        entries.len()
+    );
+    assert!(
+        c1 <= entries.len() && entries.len() <= c2,
+        "{c1} <= {} <= {c2}",
+        entries.len()
+    );
+    assert_eq!(
+        jsons(&entries),
+        jsons(&expected[..entries.len()]),
+        "entries are whole and in order"
+    );
+    if let Some(leaf) = &leaf {
+        let at = expected
+            .iter()
+            .position(|e| e.id() == leaf)
+            .expect("leaf was written");
+        assert!(at < entries.len(), "the leaf is a committed entry");
+        assert_eq!((at + 1) % batch, 0, "the leaf is the last entry of a batch");
+        assert_eq!(
+            jsons(&path),
+            jsons(&expected[..=at]),
+            "the path is the committed chain"
+        );
+    } else {
+        assert_eq!(c1, 0);
+    }
+    entries.len()
+}
+
+/// One raw snapshot (a read transaction): the maintained facts agree with
+/// the rows, and hold whole batches only.
+fn check_snapshot(db: &Path, id: &str, batch: i64) -> i64 {
+    let mut conn = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    let tx = conn.transaction().unwrap();
+    let (key, count, leaf): (i64, i64, Option<String>) = tx
+        .query_row(
+            "SELECT session_key, entry_count, leaf_id FROM sessions WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let rows: i64 = tx
+        .query_row(
+            "SELECT count(*) FROM entries WHERE session_key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let last: Option<String> = tx
+        .query_row(
+            "SELECT id FROM entries WHERE session_key = ?1 ORDER BY seq DESC LIMIT 1",
+            [key],
+            |r| r.get(0),
+        )
+        .ok();
+    tx.commit().unwrap();
+    assert_eq!(
+        count, rows,
+        "entry_count and the rows agree in one snapshot"
+    );
+    assert_eq!(count % batch, 0, "a partial batch is visible in a snapshot");
+    assert_eq!(leaf, last, "the leaf is the last committed entry");
+    count
+}
+
+fn chain(n: usize, prefix: &str) -> Vec<Entry> {
+    (0..n)
+        .map(|i| {
+            let parent = (i > 0).then(|| format!("{prefix}{}", i - 1));
+            message_entry(
+                &format!("{prefix}{i}"),
+                parent.as_deref(),
+                "user",
+                &format!("message {i} {}", "x".repeat(i % 300)),
+            )
+        })
+        .collect()
+}
+
+/// Readers (threads with their own handles, and raw snapshots) during a
+/// burst of batched appends from another thread see whole commits only.
+#[test]
+fn readers_during_a_write_burst_see_whole_commits() {
+    const BATCH: usize = 3;
+    const BATCHES: usize = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let (db, archive) = archive_with_session(dir.path(), "burst");
+    let expected = Arc::new(chain(BATCH * BATCHES, "e"));
+    let done = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let (archive, expected, done) = (archive.clone(), expected.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut s = archive.open_session("burst").unwrap();
+            for b in expected.chunks(BATCH) {
+                s.append_entries(b).expect("batch append");
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (archive, expected, done, reads, db) = (
+                archive.clone(),
+                expected.clone(),
+                done.clone(),
+                reads.clone(),
+                db.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut seen_mid = 0;
+                loop {
+                    let finished = done.load(Ordering::SeqCst);
+                    let n = if r == 0 {
+                        check_reader_view(&archive, "burst", BATCH, &expected)
+                    } else {
+                        check_snapshot(&db, "burst", BATCH as i64) as usize
+                    };
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    if n > 0 && n < expected.len() {
+                        seen_mid += 1;
+                    }
+                    if finished {
+                        assert_eq!(n, expected.len(), "after the writer, all is visible");
+                        return seen_mid;
+                    }
+                }
+            })
+        })
+        .collect();
+    writer.join().expect("writer");
+    let mid: Vec<usize> = readers
+        .into_iter()
+        .map(|h| h.join().expect("reader"))
+        .collect();
+    eprintln!(
+        "readers saw {mid:?} intermediate states in {} reads",
+        reads.load(Ordering::Relaxed)
+    );
+    assert!(
+        mid.iter().any(|&m| m > 0),
+        "no read happened during the burst: the test proved nothing"
+    );
+    assert!(archive.check(None).unwrap().is_empty());
+}
+
+/// The same with the writer in another process (the binary over rpc), one
+/// entry per commit: readers here see a consistent count, leaf and path.
+#[test]
+fn readers_during_a_write_burst_from_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, archive) = archive_with_session(dir.path(), "xburst");
+    let expected = chain(300, "x");
+    let mut child = rpc_on(&db, "xburst");
+    let mut text = String::new();
+    for e in &expected {
+        let (_, line) = child.request("appendEntry", json!({"entry": e.value()}));
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let writer = child.send_in_background(text.into_bytes());
+    let mut mid = 0;
+    let mut reads = 0;
+    let started = Instant::now();
+    loop {
+        let n = check_reader_view(&archive, "xburst", 1, &expected);
+        let m = check_snapshot(&db, "xburst", 1) as usize;
+        assert!(m >= n, "snapshots only move forward");
+        reads += 1;
+        if n > 0 && n < expected.len() {
+            mid += 1;
+        }
+        if n == expected.len() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "writer stalled at {n}"
+        );
+    }
+    writer.join().unwrap();
+    let responses = child.finish();
+    assert_eq!(responses.len(), expected.len());
+    assert!(responses.iter().all(|r| response_code(r).is_none()));
+    eprintln!("cross-process: {mid} intermediate states in {reads} reads");
+    assert!(
+        mid > 0,
+        "no read happened during the burst: the test proved nothing"
+    );
+    assert!(archive.check(None).unwrap().is_empty());
+}
