@@ -58,7 +58,21 @@ impl SessionContext {
         if let Some(t) = &self.thinking_level {
             w.value("thinkingLevel", t);
         }
-        w.value("model", self.model.as_ref().unwrap_or(&Value::Null));
+        match &self.model {
+            // pi builds `{provider, modelId}` in that order.
+            Some(m) => {
+                let mut mw = ObjectWriter::new();
+                for key in ["provider", "modelId"] {
+                    if let Some(v) = m.get(key) {
+                        mw.value(key, v);
+                    }
+                }
+                w.raw("model", &mw.finish());
+            }
+            None => {
+                w.raw("model", "null");
+            }
+        }
         w.value(
             "activeToolNames",
             self.active_tool_names.as_ref().unwrap_or(&Value::Null),

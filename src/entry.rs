@@ -11,7 +11,7 @@ use crate::json::{self, ObjectWriter};
 use serde::de::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The eleven entry types of the contract, and room for types it does not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +125,24 @@ pub struct EntryFacts {
 }
 
 impl EntryFacts {
+    /// The facts of stored text that no longer parses.
+    fn unreadable() -> Self {
+        EntryFacts {
+            entry_type: EntryType::Other("unreadable".to_owned()),
+            id: String::new(),
+            parent_id: None,
+            timestamp: String::new(),
+            target_id: None,
+            label: None,
+            name: None,
+            first_kept_entry_id: None,
+            has_retained_tail: false,
+            role: None,
+            message_missing: false,
+            usage: None,
+        }
+    }
+
     /// The parent id if it leads somewhere: pi treats `null` and `""` alike as "no parent".
     pub fn parent(&self) -> Option<&str> {
         self.parent_id.as_deref().filter(|p| !p.is_empty())
@@ -176,7 +194,9 @@ impl EntryFacts {
 #[derive(Debug)]
 struct EntryInner {
     json: Box<str>,
-    facts: EntryFacts,
+    /// Parsed when the entry is checked, or on first use for text a store
+    /// already checked when it was appended (reading a path never needs them).
+    facts: OnceLock<EntryFacts>,
 }
 
 /// One entry of a session log: its exact JSON text and its parsed facts.
@@ -198,7 +218,7 @@ impl Entry {
         let facts = parse_facts(&compact)?;
         Ok(Entry(Arc::new(EntryInner {
             json: compact.into_boxed_str(),
-            facts,
+            facts: OnceLock::from(facts),
         })))
     }
 
@@ -207,8 +227,18 @@ impl Entry {
         let facts = parse_facts(line)?;
         Ok(Entry(Arc::new(EntryInner {
             json: line.into(),
-            facts,
+            facts: OnceLock::from(facts),
         })))
+    }
+
+    /// Wraps text that a store checked when it was appended; its facts are
+    /// parsed only if asked for. Text that no longer parses (a corrupted store)
+    /// reads as an entry of type `unreadable`.
+    pub fn from_checked_text(json: String) -> Self {
+        Entry(Arc::new(EntryInner {
+            json: json.into_boxed_str(),
+            facts: OnceLock::new(),
+        }))
     }
 
     /// Parses JSON given through the API; problems become `invalid_entry` errors.
@@ -239,27 +269,29 @@ impl Entry {
 
     /// The parsed facts.
     pub fn facts(&self) -> &EntryFacts {
-        &self.0.facts
+        self.0
+            .facts
+            .get_or_init(|| parse_facts(&self.0.json).unwrap_or_else(|_| EntryFacts::unreadable()))
     }
 
     /// `id`.
     pub fn id(&self) -> &str {
-        &self.0.facts.id
+        &self.facts().id
     }
 
     /// `parentId` as stored (`None` for `null`).
     pub fn parent_id(&self) -> Option<&str> {
-        self.0.facts.parent_id.as_deref()
+        self.facts().parent_id.as_deref()
     }
 
     /// `type`.
     pub fn entry_type(&self) -> &EntryType {
-        &self.0.facts.entry_type
+        &self.facts().entry_type
     }
 
     /// `timestamp`.
     pub fn timestamp(&self) -> &str {
-        &self.0.facts.timestamp
+        &self.facts().timestamp
     }
 
     /// A `leaf` entry as `setLeafId` writes it.
@@ -567,28 +599,120 @@ pub fn now_timestamp() -> String {
         .to_string()
 }
 
-/// `new Date(s).getTime()` for the ISO forms pi writes; `None` where JavaScript gives `NaN`.
+/// `new Date(s).getTime()` for ECMAScript's date-time string format
+/// (`YYYY`, `YYYY-MM`, `YYYY-MM-DD`, each optionally with `THH:mm`, `:ss`,
+/// `.fraction` and `Z` or an offset; `24:00` is the next midnight; days up to
+/// 31 roll over into the next month as V8 does). `None` where JavaScript gives
+/// `NaN`. Forms without an offset are read as UTC (JavaScript would use the
+/// local time zone for date-times), and V8's legacy formats (`Mar 1 2023`)
+/// are not recognised.
 pub fn timestamp_millis(s: &str) -> Option<i64> {
-    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
-        return Some(t.timestamp_millis());
-    }
-    // ECMAScript's date-only forms are UTC; date-time forms without an offset
-    // would be local time, which we take as UTC (a documented difference).
-    for fmt in [
-        "%Y-%m-%dT%H:%M:%S%.f",
-        "%Y-%m-%dT%H:%M:%S",
-        "%Y-%m-%dT%H:%M",
-    ] {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim_end_matches('Z'), fmt) {
-            return Some(t.and_utc().timestamp_millis());
+    let b = s.as_bytes();
+    let mut pos = 0;
+    let num = |pos: &mut usize, digits: usize| -> Option<i64> {
+        let part = s.get(*pos..*pos + digits)?;
+        if !part.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        *pos += digits;
+        part.parse().ok()
+    };
+    let year = match b.first()? {
+        b'+' | b'-' => {
+            pos = 1;
+            let y = num(&mut pos, 6)?;
+            if b[0] == b'-' {
+                if y == 0 {
+                    return None;
+                }
+                -y
+            } else {
+                y
+            }
+        }
+        _ => num(&mut pos, 4)?,
+    };
+    let (mut month, mut day) = (1, 1);
+    if b.get(pos) == Some(&b'-') {
+        pos += 1;
+        month = num(&mut pos, 2)?;
+        if b.get(pos) == Some(&b'-') {
+            pos += 1;
+            day = num(&mut pos, 2)?;
         }
     }
-    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        return d
-            .and_hms_opt(0, 0, 0)
-            .map(|t| t.and_utc().timestamp_millis());
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
     }
-    None
+    let (mut hour, mut minute, mut second, mut millis) = (0, 0, 0, 0);
+    let mut offset_minutes = 0;
+    if matches!(b.get(pos), Some(b'T' | b't' | b' ')) {
+        pos += 1;
+        hour = num(&mut pos, 2)?;
+        if b.get(pos) != Some(&b':') {
+            return None;
+        }
+        pos += 1;
+        minute = num(&mut pos, 2)?;
+        if b.get(pos) == Some(&b':') {
+            pos += 1;
+            second = num(&mut pos, 2)?;
+            if b.get(pos) == Some(&b'.') {
+                pos += 1;
+                let start = pos;
+                while b.get(pos).is_some_and(u8::is_ascii_digit) {
+                    pos += 1;
+                }
+                if pos == start {
+                    return None;
+                }
+                let frac = &s[start..pos.min(start + 3)];
+                millis =
+                    frac.parse::<i64>().ok()? * 10_i64.pow(3 - u32::try_from(frac.len()).ok()?);
+            }
+        }
+        if minute > 59
+            || second > 59
+            || hour > 24
+            || (hour == 24 && (minute, second, millis) != (0, 0, 0))
+        {
+            return None;
+        }
+        match b.get(pos) {
+            Some(b'Z' | b'z') => pos += 1,
+            Some(&sign @ (b'+' | b'-')) => {
+                pos += 1;
+                let oh = num(&mut pos, 2)?;
+                if b.get(pos) == Some(&b':') {
+                    pos += 1;
+                }
+                let om = num(&mut pos, 2)?;
+                if oh > 23 || om > 59 {
+                    return None;
+                }
+                offset_minutes = (oh * 60 + om) * if sign == b'+' { 1 } else { -1 };
+            }
+            _ => {}
+        }
+    }
+    if pos != b.len() {
+        return None;
+    }
+    let days = days_from_civil(year, month, 1) + day - 1;
+    let ms = (((days * 24 + hour) * 60 + minute - offset_minutes) * 60 + second) * 1000 + millis;
+    // JavaScript dates end at ±8.64e15 ms.
+    (ms.abs() <= 8_640_000_000_000_000).then_some(ms)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -658,5 +782,26 @@ mod tests {
     fn timestamps_parse_like_javascript_dates() {
         assert_eq!(timestamp_millis("1970-01-01T00:00:01.500Z"), Some(1500));
         assert_eq!(timestamp_millis("garbage"), None);
+        // Cases pi 0.83.0 (V8) answers, from the differential harness.
+        assert_eq!(timestamp_millis("2023"), Some(1_672_531_200_000));
+        assert_eq!(timestamp_millis("2023-03"), Some(1_677_628_800_000));
+        assert_eq!(
+            timestamp_millis("2023-03-01T10:00+01:00"),
+            Some(1_677_661_200_000)
+        );
+        assert_eq!(
+            timestamp_millis("2023-03-01T24:00:00.000Z"),
+            Some(1_677_715_200_000)
+        );
+        assert_eq!(
+            timestamp_millis("2023-02-30T00:00:00.000Z"),
+            Some(1_677_715_200_000)
+        );
+        assert_eq!(
+            timestamp_millis("2023-03-01T10:00:00.000+0530"),
+            Some(1_677_645_000_000)
+        );
+        assert_eq!(timestamp_millis("2023-03-01T23:59:60.000Z"), None);
+        assert_eq!(timestamp_millis(" 2023-03-01T10:00:00.000Z"), None);
     }
 }

@@ -620,29 +620,62 @@ fn verify_session_facts(conn: &Connection, key: i64) -> Result<Vec<String>> {
     Ok(problems)
 }
 
+/// The entries table's unique id index refusing a duplicate becomes `invalid_entry`.
+fn duplicate_id_or(e: rusqlite::Error, id: &str) -> Error {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, Some(msg))
+            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                && msg.contains("entries.id") =>
+        {
+            Error::InvalidEntry(format!(
+                "Entry {id} already exists in this session: ids must be unique"
+            ))
+        }
+        _ => Error::sqlite("appending an entry", e),
+    }
+}
+
 /// Appends entries to one session inside a transaction, maintaining every
 /// derived fact; [`Appender::finish`] writes the session row back.
 struct Appender {
     key: i64,
     facts: SessionFacts,
+    /// Search-index rows not yet written. FTS5 flushes its pending terms at
+    /// every statement journal (each later write in the transaction opens one),
+    /// so rows are written together, not one per entry.
+    pending_text: Vec<(i64, String, String)>,
+    pending_bytes: usize,
 }
+
+/// Search text buffered before it is written (bounds import memory).
+const PENDING_TEXT_LIMIT: usize = 8 << 20;
 
 impl Appender {
     fn start(tx: &Transaction, key: i64) -> Result<Self> {
         Ok(Appender {
             key,
             facts: session_facts(tx, key)?,
+            pending_text: Vec::new(),
+            pending_bytes: 0,
         })
+    }
+
+    fn flush_text(&mut self, tx: &Transaction) -> Result<()> {
+        let mut st = tx
+            .prepare_cached(
+                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(sql("indexing message text"))?;
+        for (key, text, role) in self.pending_text.drain(..) {
+            st.execute(params![key, text, role, self.key])
+                .map_err(sql("indexing message text"))?;
+        }
+        self.pending_bytes = 0;
+        Ok(())
     }
 
     fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
         let f = entry.facts();
-        if branch_cache::key_of(tx, self.key, &f.id)?.is_some() {
-            return Err(Error::InvalidEntry(format!(
-                "Entry {} already exists in this session: ids must be unique",
-                f.id
-            )));
-        }
         let placed = branch_cache::place(tx, self.key, entry)?;
         let seq = self.facts.entry_count;
         tx
@@ -653,7 +686,7 @@ impl Appender {
             .and_then(|mut s| {
                 s.execute(params![placed.key, self.key, seq, f.id, f.parent_id, f.entry_type.as_str(), f.timestamp, entry.json()])
             })
-            .map_err(sql("appending an entry"))?;
+            .map_err(|e| duplicate_id_or(e, &f.id))?;
         if f.entry_type == EntryType::Leaf {
             tx
                 .prepare_cached("INSERT INTO leaf_events (session_key, seq, entry_key, target_id) VALUES (?1, ?2, ?3, ?4)")
@@ -675,11 +708,11 @@ impl Appender {
             r.map_err(sql("updating a label"))?;
         }
         if let Some((role, text)) = search::searchable_text(entry) {
-            tx.prepare_cached(
-                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .and_then(|mut s| s.execute(params![placed.key, text, role, self.key]))
-            .map_err(sql("indexing message text"))?;
+            self.pending_bytes += text.len();
+            self.pending_text.push((placed.key, text, role));
+            if self.pending_bytes > PENDING_TEXT_LIMIT {
+                self.flush_text(tx)?;
+            }
         }
         if let Some(name) = f.session_name_update() {
             self.facts.name = name.map(str::to_owned);
@@ -690,7 +723,8 @@ impl Appender {
         Ok(())
     }
 
-    fn finish(self, tx: &Transaction) -> Result<()> {
+    fn finish(mut self, tx: &Transaction) -> Result<()> {
+        self.flush_text(tx)?;
         let s = &self.facts.stats.stats;
         tx.prepare_cached(
             "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,
