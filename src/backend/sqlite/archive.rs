@@ -1,0 +1,419 @@
+//! The archive's sessions: create, open, list, delete, search, check, import records.
+
+use super::storage::SqliteStorage;
+use super::writer::{insert_session, verify_session_facts, Appender, SessionWriter};
+use super::{branch_cache, sql, Archive};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::rules::SessionStats;
+use crate::storage::SessionMetadata;
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+
+/// The fields of a new session row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSession {
+    /// Session id.
+    pub id: String,
+    /// Creation time (ISO-8601).
+    pub created_at: String,
+    /// Working directory.
+    pub cwd: String,
+    /// Parent session reference.
+    pub parent_session: Option<String>,
+    /// Metadata JSON object text.
+    pub metadata: Option<String>,
+    /// The exact header line, for export.
+    pub header: String,
+}
+
+/// One row of a session listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    /// Metadata.
+    pub metadata: SessionMetadata,
+    /// Session name.
+    pub name: Option<String>,
+    /// Entries in the log.
+    pub entry_count: i64,
+    /// Statistics.
+    pub stats: SessionStats,
+}
+
+/// Archive-wide totals.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ArchiveTotals {
+    /// Sessions in the archive.
+    pub sessions: i64,
+    /// Entries in all sessions.
+    pub entries: i64,
+    /// Statistics summed over all sessions.
+    pub stats: SessionStats,
+    /// Per working directory: cwd, sessions, messages, cost.
+    pub per_cwd: Vec<(String, i64, i64, f64)>,
+}
+
+/// Which sessions to list.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only this working directory.
+    pub cwd: Option<String>,
+    /// Only sessions created at or after this time (Unix ms).
+    pub since_ms: Option<i64>,
+    /// Only sessions whose name contains this text.
+    pub name_contains: Option<String>,
+    /// Page size (all when `None`).
+    pub limit: Option<usize>,
+    /// Rows to skip.
+    pub offset: usize,
+}
+
+/// One full-text search hit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// Session id.
+    pub session_id: String,
+    /// Entry id.
+    pub entry_id: String,
+    /// Role of the message.
+    pub role: String,
+    /// Text around the match, with the match in `[` `]`.
+    pub snippet: String,
+    /// BM25 rank (lower is better).
+    pub rank: f64,
+}
+
+impl Archive {
+    /// Creates a session and returns it open for writing (claim taken).
+    pub fn create_session(&self, new: &NewSession) -> Result<SqliteStorage> {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("creating a session"))?;
+        insert_session(&tx, new)?;
+        tx.commit().map_err(sql("creating a session"))?;
+        drop(conn);
+        let mut s = self.open_session(&new.id)?;
+        s.claim_writer()?;
+        Ok(s)
+    }
+
+    /// Creates a session holding `entries`, all in one transaction (import, fork).
+    /// Fails, writing nothing, if any entry fails.
+    pub fn create_session_with<I>(&self, new: &NewSession, entries: I) -> Result<i64>
+    where
+        I: IntoIterator<Item = Result<Entry>>,
+    {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("creating a session"))?;
+        let key = insert_session(&tx, new)?;
+        let mut appender = Appender::start(&tx, key)?;
+        for e in entries {
+            appender.push(&tx, &e?)?;
+        }
+        appender.finish(&tx)?;
+        tx.commit().map_err(sql("creating a session"))?;
+        Ok(key)
+    }
+
+    /// Creates one session inside one transaction, fed by `fill` through a
+    /// [`SessionWriter`] (streaming import): all of it commits, or nothing.
+    pub fn write_session<T>(
+        &self,
+        fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("starting a session write"))?;
+        let mut writer = SessionWriter { tx, appender: None };
+        let out = fill(&mut writer)?;
+        let SessionWriter { tx, appender } = writer;
+        if let Some(a) = appender {
+            a.finish(&tx)?;
+        }
+        tx.commit().map_err(sql("committing a session write"))?;
+        Ok(out)
+    }
+
+    /// Opens a session by id for reading; it takes the writer claim at its first write.
+    pub fn open_session(&self, id: &str) -> Result<SqliteStorage> {
+        let conn = self.conn()?;
+        let key: Option<i64> = conn
+            .prepare_cached("SELECT session_key FROM sessions WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(sql("opening a session"))?;
+        let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        Ok(SqliteStorage::new(self.clone(), key, id))
+    }
+
+    /// The ids of sessions whose id starts with `prefix` (at most `limit`).
+    pub fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare_cached("SELECT id FROM sessions WHERE id >= ?1 AND id < ?1 || char(1114111) ORDER BY id LIMIT ?2")
+            .map_err(sql("resolving a session id"))?;
+        let ids = st
+            .query_map(
+                params![prefix, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )
+            .and_then(Iterator::collect)
+            .map_err(sql("resolving a session id"));
+        ids
+    }
+
+    /// Sessions newest first, filtered and paged, without touching entries.
+    pub fn list(&self, q: &ListQuery) -> Result<Vec<SessionSummary>> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare_cached(
+                "SELECT id, created_at, cwd, parent_session, metadata, name, entry_count, message_count,
+                        cached_tokens, uncached_tokens, total_tokens, cost_total
+                 FROM sessions
+                 WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR created_ms >= ?2)
+                   AND (?3 IS NULL OR instr(lower(name), lower(?3)) > 0)
+                 ORDER BY created_ms DESC, session_key DESC LIMIT ?4 OFFSET ?5",
+            )
+            .map_err(sql("listing sessions"))?;
+        let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+        let rows = st
+            .query_map(
+                params![q.cwd, q.since_ms, q.name_contains, limit, offset],
+                |r| {
+                    Ok(SessionSummary {
+                        metadata: SessionMetadata {
+                            id: r.get(0)?,
+                            created_at: r.get(1)?,
+                            cwd: Some(r.get(2)?),
+                            path: None,
+                            parent_session: r.get(3)?,
+                            metadata: r.get(4)?,
+                        },
+                        name: r.get(5)?,
+                        entry_count: r.get(6)?,
+                        stats: SessionStats {
+                            message_count: r.get::<_, i64>(7)?.try_into().unwrap_or(0),
+                            cached_tokens: r.get(8)?,
+                            uncached_tokens: r.get(9)?,
+                            total_tokens: r.get(10)?,
+                            cost_total: r.get(11)?,
+                        },
+                    })
+                },
+            )
+            .and_then(Iterator::collect)
+            .map_err(sql("listing sessions"));
+        rows
+    }
+
+    /// Totals over every session, from the maintained session rows only.
+    pub fn totals(&self) -> Result<ArchiveTotals> {
+        let conn = self.conn()?;
+        let mut t = conn
+            .query_row(
+                "SELECT count(*), coalesce(sum(entry_count), 0), coalesce(sum(message_count), 0),
+                        coalesce(sum(cached_tokens), 0), coalesce(sum(uncached_tokens), 0),
+                        coalesce(sum(total_tokens), 0), coalesce(sum(cost_total), 0) FROM sessions",
+                [],
+                |r| {
+                    Ok(ArchiveTotals {
+                        sessions: r.get(0)?,
+                        entries: r.get(1)?,
+                        stats: SessionStats {
+                            message_count: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
+                            cached_tokens: r.get(3)?,
+                            uncached_tokens: r.get(4)?,
+                            total_tokens: r.get(5)?,
+                            cost_total: r.get(6)?,
+                        },
+                        per_cwd: Vec::new(),
+                    })
+                },
+            )
+            .map_err(sql("summing sessions"))?;
+        let mut st = conn
+            .prepare(
+                "SELECT cwd, count(*), sum(message_count), sum(cost_total) FROM sessions
+                 GROUP BY cwd ORDER BY count(*) DESC, cwd",
+            )
+            .map_err(sql("summing sessions"))?;
+        t.per_cwd = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .and_then(Iterator::collect)
+            .map_err(sql("summing sessions"))?;
+        Ok(t)
+    }
+
+    /// Deletes a session and everything in it, in one transaction.
+    pub fn delete_session(&self, id: &str) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("deleting a session"))?;
+        let key: Option<i64> = tx
+            .query_row(
+                "SELECT session_key FROM sessions WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql("deleting a session"))?;
+        let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        tx.execute(
+            "DELETE FROM message_text WHERE rowid IN (SELECT entry_key FROM entries WHERE session_key = ?1)",
+            [key],
+        )
+        .map_err(sql("deleting a session"))?;
+        tx.execute("DELETE FROM sessions WHERE session_key = ?1", [key])
+            .map_err(sql("deleting a session"))?;
+        tx.commit().map_err(sql("deleting a session"))
+    }
+
+    /// Full-text search over message text, best first.
+    pub fn search(
+        &self,
+        query: &str,
+        session: Option<&str>,
+        cwd: Option<&str>,
+        role: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>> {
+        let words = fts_query(query);
+        if words.is_empty() {
+            // No words, no hits (FTS5 would call an empty query a syntax error).
+            return Ok(Vec::new());
+        }
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare_cached(
+                "SELECT s.id, e.id, m.role, snippet(message_text, 0, '[', ']', '…', 12), bm25(message_text)
+                 FROM message_text m
+                 JOIN entries e ON e.entry_key = m.rowid
+                 JOIN sessions s ON s.session_key = e.session_key
+                 WHERE message_text MATCH ?1
+                   AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)
+                 ORDER BY bm25(message_text) LIMIT ?5",
+            )
+            .map_err(sql("searching"))?;
+        let hits = st
+            .query_map(
+                params![
+                    words,
+                    session,
+                    cwd,
+                    role,
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| {
+                    Ok(SearchHit {
+                        session_id: r.get(0)?,
+                        entry_id: r.get(1)?,
+                        role: r.get(2)?,
+                        snippet: r.get(3)?,
+                        rank: r.get(4)?,
+                    })
+                },
+            )
+            .and_then(Iterator::collect)
+            .map_err(sql("searching"));
+        hits
+    }
+
+    /// `PRAGMA integrity_check` plus the branch-cache [`branch_cache::verify`] of
+    /// each session (or one): the problems found, empty when all is well.
+    pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
+        let conn = self.conn()?;
+        let mut problems = Vec::new();
+        let mut st = conn
+            .prepare("PRAGMA integrity_check")
+            .map_err(sql("checking integrity"))?;
+        let rows: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .and_then(Iterator::collect)
+            .map_err(sql("checking integrity"))?;
+        problems.extend(rows.into_iter().filter(|r| r != "ok"));
+        let mut st = conn
+            .prepare("SELECT session_key, id FROM sessions WHERE ?1 IS NULL OR id = ?1")
+            .map_err(sql("checking sessions"))?;
+        let sessions: Vec<(i64, String)> = st
+            .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(Iterator::collect)
+            .map_err(sql("checking sessions"))?;
+        for (key, id) in sessions {
+            for p in branch_cache::verify(&conn, key)? {
+                problems.push(format!("session {id}: {p}"));
+            }
+            for p in verify_session_facts(&conn, key)? {
+                problems.push(format!("session {id}: {p}"));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+/// Quotes each word so user text is never read as FTS5 syntax. NUL splits
+/// words too: FTS5 reads its query as a C string and would stop at one.
+fn fts_query(query: &str) -> String {
+    query
+        .split(|c: char| c.is_whitespace() || c == '\0')
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where an imported session came from (the `imports` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportRecord {
+    /// Canonical path of the source file.
+    pub source_path: String,
+    /// The session it became.
+    pub session_id: String,
+    /// Bytes imported (through the last complete line).
+    pub bytes: u64,
+    /// FNV-1a 64 of those bytes, hex.
+    pub prefix_hash: String,
+    /// Non-blank lines in them, the header included.
+    pub lines: u64,
+    /// File size when last seen.
+    pub file_size: u64,
+    /// File modification time (Unix ms) when last seen.
+    pub file_mtime: i64,
+}
+
+impl Archive {
+    /// The record of a previous import of `source_path`, if any.
+    pub fn import_record(&self, source_path: &str) -> Result<Option<ImportRecord>> {
+        let conn = self.conn()?;
+        conn.query_row(
+            "SELECT i.source_path, s.id, i.bytes, i.prefix_hash, i.lines, i.file_size, i.file_mtime
+             FROM imports i JOIN sessions s USING (session_key) WHERE i.source_path = ?1",
+            [source_path],
+            |r| {
+                Ok(ImportRecord {
+                    source_path: r.get(0)?,
+                    session_id: r.get(1)?,
+                    bytes: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
+                    prefix_hash: r.get(3)?,
+                    lines: r.get::<_, i64>(4)?.try_into().unwrap_or(0),
+                    file_size: r.get::<_, i64>(5)?.try_into().unwrap_or(0),
+                    file_mtime: r.get(6)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(sql("reading an import record"))
+    }
+
+    /// Whether a session with this id exists.
+    pub fn has_session(&self, id: &str) -> Result<bool> {
+        let conn = self.conn()?;
+        conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(sql("looking up a session"))
+    }
+}

@@ -1,0 +1,237 @@
+//! One session of an archive as a [`SessionStorage`].
+
+use super::writer::{session_facts, Appender, SessionFacts};
+use super::{branch_cache, claim, sql, Archive};
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::rules::SessionStats;
+use crate::storage::{SessionMetadata, SessionStorage};
+use branch_cache::ReadCost;
+use claim::WriterClaim;
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use std::cell::Cell;
+
+/// One session of an archive.
+#[derive(Debug)]
+pub struct SqliteStorage {
+    archive: Archive,
+    session_key: i64,
+    id: String,
+    claim: Option<WriterClaim>,
+    last_read: Cell<ReadCost>,
+}
+
+impl SqliteStorage {
+    /// A handle on session `key` (`id`), holding no claim yet.
+    pub(super) fn new(archive: Archive, session_key: i64, id: &str) -> Self {
+        SqliteStorage {
+            archive,
+            session_key,
+            id: id.to_owned(),
+            claim: None,
+            last_read: Cell::new(ReadCost::default()),
+        }
+    }
+
+    /// The archive this session lives in.
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Takes the writer claim now (it is otherwise taken at the first write).
+    pub fn claim_writer(&mut self) -> Result<()> {
+        if self.claim.is_none() {
+            self.claim = Some(WriterClaim::acquire(
+                self.archive.pool(),
+                self.session_key,
+                &self.id,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// Whether this handle holds the writer claim.
+    pub fn is_writer(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    /// What the last path read cost (statements, rows, VM steps).
+    pub fn last_read_cost(&self) -> ReadCost {
+        self.last_read.get()
+    }
+
+    /// The exact header line, for export.
+    pub fn header_json(&self) -> Result<String> {
+        let conn = self.archive.conn()?;
+        conn.query_row(
+            "SELECT header FROM sessions WHERE session_key = ?1",
+            [self.session_key],
+            |r| r.get(0),
+        )
+        .map_err(sql("reading the session header"))
+    }
+
+    /// Visits every entry's exact text in log order without holding them all.
+    pub fn for_each_entry_json(&self, mut visit: impl FnMut(&str) -> Result<()>) -> Result<()> {
+        let conn = self.archive.conn()?;
+        let mut st = conn
+            .prepare_cached("SELECT json FROM entries WHERE session_key = ?1 ORDER BY seq")
+            .map_err(sql("reading entries"))?;
+        let mut rows = st
+            .query([self.session_key])
+            .map_err(sql("reading entries"))?;
+        while let Some(row) = rows.next().map_err(sql("reading entries"))? {
+            let json = row
+                .get_ref(0)
+                .map_err(sql("reading entries"))?
+                .as_str()
+                .map_err(|e| sql("reading entries")(e.into()))?;
+            visit(json)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, entries: &[Entry]) -> Result<()> {
+        self.claim_writer()?;
+        let mut conn = self.archive.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("starting an append"))?;
+        if let Some(claim) = &self.claim {
+            claim.check(&tx, &self.id)?;
+        }
+        let mut appender = Appender::start(&tx, self.session_key)?;
+        for e in entries {
+            appender.push(&tx, e)?;
+        }
+        appender.finish(&tx)?;
+        tx.commit().map_err(sql("committing an append"))
+    }
+
+    fn query_entries(
+        &self,
+        sql_text: &'static str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<Entry>> {
+        let conn = self.archive.conn()?;
+        let mut st = conn
+            .prepare_cached(sql_text)
+            .map_err(sql("reading entries"))?;
+        let rows = st
+            .query_map(params, |r| r.get::<_, String>(0))
+            .map_err(sql("reading entries"))?;
+        let mut out = Vec::new();
+        for json in rows {
+            out.push(branch_cache::stored_entry(
+                &json.map_err(sql("reading entries"))?,
+            )?);
+        }
+        Ok(out)
+    }
+
+    fn facts(&self) -> Result<SessionFacts> {
+        session_facts(&*self.archive.conn()?, self.session_key)
+    }
+}
+
+impl SessionStorage for SqliteStorage {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        let conn = self.archive.conn()?;
+        conn.prepare_cached("SELECT id, created_at, cwd, parent_session, metadata FROM sessions WHERE session_key = ?1")
+            .and_then(|mut s| {
+                s.query_row([self.session_key], |r| {
+                    Ok(SessionMetadata {
+                        id: r.get(0)?,
+                        created_at: r.get(1)?,
+                        cwd: Some(r.get(2)?),
+                        path: None,
+                        parent_session: r.get(3)?,
+                        metadata: r.get(4)?,
+                    })
+                })
+            })
+            .map_err(sql("reading session metadata"))
+    }
+
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        Ok(self.facts()?.leaf_id)
+    }
+
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        self.write(std::slice::from_ref(&entry))
+    }
+
+    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
+        self.write(entries)
+    }
+
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        let conn = self.archive.conn()?;
+        let json: Option<String> = conn
+            .prepare_cached("SELECT json FROM entries WHERE session_key = ?1 AND id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![self.session_key, id], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(sql("reading an entry"))?;
+        json.map(|j| branch_cache::stored_entry(&j)).transpose()
+    }
+
+    fn contains_entry(&self, id: &str) -> Result<bool> {
+        Ok(branch_cache::key_of(&*self.archive.conn()?, self.session_key, id)?.is_some())
+    }
+
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        self.query_entries(
+            "SELECT json FROM entries WHERE session_key = ?1 AND type = ?2 ORDER BY seq",
+            params![self.session_key, entry_type],
+        )
+    }
+
+    fn label(&self, id: &str) -> Result<Option<String>> {
+        let conn = self.archive.conn()?;
+        conn.prepare_cached("SELECT label FROM labels WHERE session_key = ?1 AND target_id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![self.session_key, id], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(sql("reading a label"))
+    }
+
+    fn session_name(&self) -> Result<Option<String>> {
+        Ok(self.facts()?.name)
+    }
+
+    fn session_stats(&self) -> Result<SessionStats> {
+        self.facts()?.stats.result()
+    }
+
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        self.query_entries(
+            "SELECT json FROM entries WHERE session_key = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+            params![self.session_key, after, limit],
+        )
+    }
+
+    fn entry_count(&self) -> Result<usize> {
+        Ok(usize::try_from(self.facts()?.entry_count).unwrap_or(0))
+    }
+
+    fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
+        let Some(id) = id else {
+            return Ok(Vec::new());
+        };
+        let conn = self.archive.conn()?;
+        let mut cost = ReadCost::default();
+        let path = branch_cache::path(&conn, self.session_key, id, &mut cost);
+        self.last_read.set(cost);
+        path
+    }
+}

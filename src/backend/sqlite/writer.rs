@@ -1,0 +1,338 @@
+//! Appending inside a transaction: placing entries in the branch cache and
+//! maintaining every derived fact (session row, labels, leaf events, search rows).
+
+use super::archive::{ImportRecord, NewSession};
+use super::{branch_cache, search, sql};
+use crate::entry::{Entry, EntryType};
+use crate::error::{Error, Result};
+use crate::rules::{SessionStats, StatsAccumulator};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> {
+    let exists: Option<i64> = tx
+        .query_row(
+            "SELECT session_key FROM sessions WHERE id = ?1",
+            [&new.id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql("creating a session"))?;
+    if exists.is_some() {
+        return Err(Error::InvalidSession(format!(
+            "session {} already exists in the archive",
+            new.id
+        )));
+    }
+    tx.execute(
+        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            new.id,
+            new.created_at,
+            crate::entry::timestamp_millis(&new.created_at),
+            new.cwd,
+            new.parent_session,
+            new.metadata,
+            new.header
+        ],
+    )
+    .map_err(sql("creating a session"))?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// The maintained facts of a session row.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct SessionFacts {
+    pub(super) leaf_id: Option<String>,
+    pub(super) name: Option<String>,
+    pub(super) entry_count: i64,
+    pub(super) stats: StatsAccumulator,
+}
+
+pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts> {
+    conn.prepare_cached(
+        "SELECT leaf_id, name, entry_count, message_count, cached_tokens, uncached_tokens, total_tokens,
+                cost_total, broken_message_id FROM sessions WHERE session_key = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row([key], |r| {
+            Ok(SessionFacts {
+                leaf_id: r.get(0)?,
+                name: r.get(1)?,
+                entry_count: r.get(2)?,
+                stats: StatsAccumulator {
+                    stats: SessionStats {
+                        message_count: r.get::<_, i64>(3)?.try_into().unwrap_or(0),
+                        cached_tokens: r.get(4)?,
+                        uncached_tokens: r.get(5)?,
+                        total_tokens: r.get(6)?,
+                        cost_total: r.get(7)?,
+                    },
+                    broken_message: r.get(8)?,
+                },
+            })
+        })
+    })
+    .map_err(sql("reading session facts"))
+}
+
+/// Replays the log and compares the maintained facts (leaf, name, stats, labels).
+pub(super) fn verify_session_facts(conn: &Connection, key: i64) -> Result<Vec<String>> {
+    let stored = session_facts(conn, key)?;
+    let mut st = conn
+        .prepare("SELECT json FROM entries WHERE session_key = ?1 ORDER BY seq")
+        .map_err(sql("verifying session facts"))?;
+    let rows = st
+        .query_map([key], |r| r.get::<_, String>(0))
+        .map_err(sql("verifying session facts"))?;
+    let mut log = crate::backend::LogIndex::default();
+    for json in rows {
+        log.push(branch_cache::stored_entry(
+            &json.map_err(sql("verifying session facts"))?,
+        )?);
+    }
+    let mut stats = StatsAccumulator::default();
+    for e in log.all() {
+        stats.add(e);
+    }
+    let expected = SessionFacts {
+        leaf_id: log.leaf().map(str::to_owned),
+        name: log.name(),
+        entry_count: log.all().len() as i64,
+        stats,
+    };
+    let mut problems = Vec::new();
+    if expected != stored {
+        problems.push(format!(
+            "maintained facts {stored:?} differ from a replay {expected:?}"
+        ));
+    }
+    let mut st = conn
+        .prepare("SELECT target_id, label FROM labels WHERE session_key = ?1")
+        .map_err(sql("verifying labels"))?;
+    let labels: Vec<(String, String)> = st
+        .query_map([key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(Iterator::collect)
+        .map_err(sql("verifying labels"))?;
+    for (target, label) in &labels {
+        if log.label(target).as_deref() != Some(label) {
+            problems.push(format!(
+                "label on {target} is {label:?}, a replay gives {:?}",
+                log.label(target)
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// The entries table's unique id index refusing a duplicate becomes `invalid_entry`.
+fn duplicate_id_or(e: rusqlite::Error, id: &str) -> Error {
+    match &e {
+        rusqlite::Error::SqliteFailure(f, Some(msg))
+            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                && msg.contains("entries.id") =>
+        {
+            Error::InvalidEntry(format!(
+                "Entry {id} already exists in this session: ids must be unique"
+            ))
+        }
+        _ => Error::sqlite("appending an entry", e),
+    }
+}
+
+/// Appends entries to one session inside a transaction, maintaining every
+/// derived fact; [`Appender::finish`] writes the session row back.
+pub(super) struct Appender {
+    pub(super) key: i64,
+    facts: SessionFacts,
+    /// Search-index rows not yet written. FTS5 flushes its pending terms at
+    /// every statement journal (each later write in the transaction opens one),
+    /// so rows are written together, not one per entry.
+    pending_text: Vec<(i64, String, String)>,
+    pending_bytes: usize,
+}
+
+/// Search text buffered before it is written (bounds import memory).
+const PENDING_TEXT_LIMIT: usize = 8 << 20;
+
+impl Appender {
+    pub(super) fn start(tx: &Transaction, key: i64) -> Result<Self> {
+        Ok(Appender {
+            key,
+            facts: session_facts(tx, key)?,
+            pending_text: Vec::new(),
+            pending_bytes: 0,
+        })
+    }
+
+    fn flush_text(&mut self, tx: &Transaction) -> Result<()> {
+        let mut st = tx
+            .prepare_cached(
+                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(sql("indexing message text"))?;
+        for (key, text, role) in self.pending_text.drain(..) {
+            st.execute(params![key, text, role, self.key])
+                .map_err(sql("indexing message text"))?;
+        }
+        self.pending_bytes = 0;
+        Ok(())
+    }
+
+    pub(super) fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
+        let f = entry.facts();
+        let placed = branch_cache::place(tx, self.key, entry)?;
+        let seq = self.facts.entry_count;
+        tx
+            .prepare_cached(
+                "INSERT INTO entries (entry_key, session_key, seq, id, parent_id, type, timestamp, json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![placed.key, self.key, seq, f.id, f.parent_id, f.entry_type.as_str(), f.timestamp, entry.json()])
+            })
+            .map_err(|e| duplicate_id_or(e, &f.id))?;
+        if f.entry_type == EntryType::Leaf {
+            tx
+                .prepare_cached("INSERT INTO leaf_events (session_key, seq, entry_key, target_id) VALUES (?1, ?2, ?3, ?4)")
+                .and_then(|mut s| s.execute(params![self.key, seq, placed.key, f.target_id]))
+                .map_err(sql("recording a leaf move"))?;
+        }
+        if let Some((target, label)) = f.label_update() {
+            let r = match label {
+                Some(l) => tx
+                    .prepare_cached(
+                        "INSERT INTO labels (session_key, target_id, label) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (session_key, target_id) DO UPDATE SET label = excluded.label",
+                    )
+                    .and_then(|mut s| s.execute(params![self.key, target, l])),
+                None => tx
+                    .prepare_cached("DELETE FROM labels WHERE session_key = ?1 AND target_id = ?2")
+                    .and_then(|mut s| s.execute(params![self.key, target])),
+            };
+            r.map_err(sql("updating a label"))?;
+        }
+        if let Some((role, text)) = search::searchable_text(entry) {
+            self.pending_bytes += text.len();
+            self.pending_text.push((placed.key, text, role));
+            if self.pending_bytes > PENDING_TEXT_LIMIT {
+                self.flush_text(tx)?;
+            }
+        }
+        if let Some(name) = f.session_name_update() {
+            self.facts.name = name.map(str::to_owned);
+        }
+        self.facts.stats.add(entry);
+        self.facts.leaf_id = f.leaf_after().map(str::to_owned);
+        self.facts.entry_count += 1;
+        Ok(())
+    }
+
+    pub(super) fn finish(mut self, tx: &Transaction) -> Result<()> {
+        self.flush_text(tx)?;
+        let s = &self.facts.stats.stats;
+        tx.prepare_cached(
+            "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,
+                    cached_tokens = ?6, uncached_tokens = ?7, total_tokens = ?8, cost_total = ?9,
+                    broken_message_id = ?10
+                 WHERE session_key = ?1",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                self.key,
+                self.facts.leaf_id,
+                self.facts.name,
+                self.facts.entry_count,
+                i64::try_from(s.message_count).unwrap_or(i64::MAX),
+                s.cached_tokens,
+                s.uncached_tokens,
+                s.total_tokens,
+                s.cost_total,
+                self.facts.stats.broken_message
+            ])
+        })
+        .map_err(sql("updating session facts"))?;
+        Ok(())
+    }
+}
+
+/// Writes one session inside [`Archive::write_session`]'s transaction.
+pub struct SessionWriter<'c> {
+    pub(super) tx: Transaction<'c>,
+    pub(super) appender: Option<Appender>,
+}
+
+impl SessionWriter<'_> {
+    /// Creates the session row; must come before any entry.
+    pub fn begin(&mut self, new: &NewSession) -> Result<()> {
+        let key = insert_session(&self.tx, new)?;
+        self.appender = Some(Appender::start(&self.tx, key)?);
+        Ok(())
+    }
+
+    /// Continues an existing session (appending after its last entry). Fails
+    /// if another process holds its writer claim.
+    pub fn resume(&mut self, session_id: &str) -> Result<()> {
+        let row: Option<(i64, Option<i64>)> = self
+            .tx
+            .query_row(
+                "SELECT s.session_key, c.expires_ms FROM sessions s
+                 LEFT JOIN writer_claims c ON c.session_key = s.session_key WHERE s.id = ?1",
+                [session_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(sql("resuming a session"))?;
+        let (key, claim_expiry) =
+            row.ok_or_else(|| Error::SessionNotFound(session_id.to_owned()))?;
+        if claim_expiry.is_some_and(|e| e > chrono::Utc::now().timestamp_millis()) {
+            return Err(Error::WriterClaimed {
+                session: session_id.to_owned(),
+                holder: "another writer".to_owned(),
+            });
+        }
+        self.appender = Some(Appender::start(&self.tx, key)?);
+        Ok(())
+    }
+
+    /// Whether [`SessionWriter::begin`] or [`SessionWriter::resume`] has run.
+    pub fn has_begun(&self) -> bool {
+        self.appender.is_some()
+    }
+
+    /// Records (or updates) where the session was imported from.
+    pub fn record_import(&mut self, record: &ImportRecord) -> Result<()> {
+        let key =
+            self.appender.as_ref().map(|a| a.key).ok_or_else(|| {
+                Error::Unknown("an import was recorded before its session".into())
+            })?;
+        let n = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+        self.tx
+            .execute(
+                "INSERT INTO imports (source_path, session_key, bytes, prefix_hash, lines, file_size, file_mtime)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (source_path) DO UPDATE SET session_key = excluded.session_key,
+                   bytes = excluded.bytes, prefix_hash = excluded.prefix_hash, lines = excluded.lines,
+                   file_size = excluded.file_size, file_mtime = excluded.file_mtime",
+                params![
+                    record.source_path,
+                    key,
+                    n(record.bytes),
+                    record.prefix_hash,
+                    n(record.lines),
+                    n(record.file_size),
+                    record.file_mtime
+                ],
+            )
+            .map_err(sql("recording an import"))?;
+        Ok(())
+    }
+
+    /// Appends one entry to the new session.
+    pub fn push(&mut self, entry: &Entry) -> Result<()> {
+        let appender = self.appender.as_mut().ok_or_else(|| {
+            Error::Unknown("a session's entries were written before the session".into())
+        })?;
+        appender.push(&self.tx, entry)
+    }
+}
