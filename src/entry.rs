@@ -127,11 +127,26 @@ pub struct EntryFacts {
 impl EntryFacts {
     /// The facts of stored text that no longer parses.
     fn unreadable() -> Self {
+        EntryFacts::common(
+            EntryType::Other("unreadable".to_owned()),
+            String::new(),
+            None,
+            String::new(),
+        )
+    }
+
+    /// The facts every entry has; the type-specific ones empty.
+    fn common(
+        entry_type: EntryType,
+        id: String,
+        parent_id: Option<String>,
+        timestamp: String,
+    ) -> Self {
         EntryFacts {
-            entry_type: EntryType::Other("unreadable".to_owned()),
-            id: String::new(),
-            parent_id: None,
-            timestamp: String::new(),
+            entry_type,
+            id,
+            parent_id,
+            timestamp,
             target_id: None,
             label: None,
             name: None,
@@ -505,20 +520,7 @@ fn facts_from_probe(p: &Probe) -> Result<EntryFacts, EntryProblem> {
     {
         return Err(EntryProblem::InvalidTargetId);
     }
-    let mut facts = EntryFacts {
-        entry_type,
-        id,
-        parent_id,
-        timestamp,
-        target_id: None,
-        label: None,
-        name: None,
-        first_kept_entry_id: None,
-        has_retained_tail: false,
-        role: None,
-        message_missing: false,
-        usage: None,
-    };
+    let mut facts = EntryFacts::common(entry_type, id, parent_id, timestamp);
     match facts.entry_type {
         EntryType::Leaf | EntryType::Label => facts.target_id = p.target_id.as_string(),
         _ => {}
