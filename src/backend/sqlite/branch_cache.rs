@@ -155,6 +155,39 @@ fn stop_of(conn: &Connection, compaction_key: i64) -> Result<Option<i64>> {
         .map_err(sql("reading a compaction's stop"))
 }
 
+/// The segment the last entry of a write went into, kept in memory so that a
+/// run of appends (an import, a chat turn) reads its row once and writes its
+/// `tail_depth` once: [`OpenTail::flush`] must run before the transaction
+/// commits (the writer does it when it finishes).
+#[derive(Debug, Default)]
+pub struct OpenTail {
+    /// The last entry placed: its id and key.
+    last: Option<(String, i64)>,
+    /// Its segment as it is now (its `tail_depth` may be ahead of the row).
+    segment: Option<Segment>,
+    /// Whether the row's `tail_depth` is behind.
+    dirty: bool,
+}
+
+impl OpenTail {
+    /// Writes the open segment's `tail_depth` if it moved.
+    pub fn flush(&mut self, conn: &Connection) -> Result<()> {
+        if let (true, Some(open)) = (self.dirty, &self.segment) {
+            conn.prepare_cached("UPDATE segments SET tail_depth = ?2 WHERE segment_id = ?1")
+                .and_then(|mut s| s.execute(params![open.id, open.tail_depth]))
+                .map_err(sql("extending a segment"))?;
+        }
+        self.dirty = false;
+        Ok(())
+    }
+
+    fn switch_to(&mut self, conn: &Connection, segment: Segment) -> Result<()> {
+        self.flush(conn)?;
+        self.segment = Some(segment);
+        Ok(())
+    }
+}
+
 /// Where an entry goes in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
@@ -165,7 +198,12 @@ pub struct Placement {
 /// Places a new entry: extends its parent's segment or starts a new one, and
 /// maintains the ancestry, compaction and root facts (invariants 1–6).
 /// Must run inside the append's transaction.
-pub fn place(conn: &Connection, session_key: i64, entry: &Entry) -> Result<Placement> {
+pub fn place(
+    conn: &Connection,
+    session_key: i64,
+    entry: &Entry,
+    tail: &mut OpenTail,
+) -> Result<Placement> {
     let f = entry.facts();
     let refused_reparent: Option<i64> = conn
         .prepare_cached(
@@ -183,23 +221,42 @@ pub fn place(conn: &Connection, session_key: i64, entry: &Entry) -> Result<Place
             f.id
         )));
     }
-    let parent_key = match f.parent() {
-        Some(p) => key_of(conn, session_key, p)?,
-        None => None,
+    let parent_key = match (f.parent(), &tail.last) {
+        (Some(p), Some((last_id, last_key))) if last_id == p => Some(*last_key),
+        (Some(p), _) => key_of(conn, session_key, p)?,
+        (None, _) => None,
     };
     let key = match parent_key {
         None => {
             let missing = f.parent().map(str::to_owned);
             let seg = new_segment(conn, session_key, None, 0, None, missing.as_deref())?;
+            tail.switch_to(
+                conn,
+                Segment {
+                    id: seg,
+                    parent: None,
+                    first_depth: 0,
+                    tail_depth: 0,
+                    inherited_compaction: None,
+                    missing_root_parent: missing,
+                },
+            )?;
             entry_key(seg, 0)
         }
         Some(pk) => {
             let (pseg_id, pdepth) = split_key(pk);
-            let pseg = segment(conn, pseg_id)?;
+            let pseg = match &tail.segment {
+                Some(open) if open.id == pseg_id => open.clone(),
+                _ => segment(conn, pseg_id)?,
+            };
             if pseg.tail_depth == pdepth {
-                conn.prepare_cached("UPDATE segments SET tail_depth = ?2 WHERE segment_id = ?1")
-                    .and_then(|mut s| s.execute(params![pseg_id, pdepth + 1]))
-                    .map_err(sql("extending a segment"))?;
+                if tail.segment.as_ref().map(|open| open.id) != Some(pseg_id) {
+                    tail.switch_to(conn, pseg)?;
+                }
+                if let Some(open) = tail.segment.as_mut() {
+                    open.tail_depth = pdepth + 1;
+                    tail.dirty = true;
+                }
                 entry_key(pseg_id, pdepth + 1)
             } else {
                 let inherited = nearest_compaction(conn, &pseg, pdepth)?;
@@ -218,10 +275,22 @@ pub fn place(conn: &Connection, session_key: i64, entry: &Entry) -> Result<Place
                 )
                 .and_then(|mut s| s.execute(params![seg, pseg_id, pdepth]))
                 .map_err(sql("copying segment ancestry"))?;
+                tail.switch_to(
+                    conn,
+                    Segment {
+                        id: seg,
+                        parent: Some(pseg_id),
+                        first_depth: pdepth + 1,
+                        tail_depth: pdepth + 1,
+                        inherited_compaction: inherited,
+                        missing_root_parent: pseg.missing_root_parent.clone(),
+                    },
+                )?;
                 entry_key(seg, pdepth + 1)
             }
         }
     };
+    tail.last = Some((f.id.clone(), key));
     if f.entry_type == EntryType::Compaction {
         let stop = compaction_stop(conn, session_key, entry, key)?;
         conn.prepare_cached(

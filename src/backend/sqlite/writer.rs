@@ -150,6 +150,8 @@ pub(super) struct Appender {
     /// so rows are written together, not one per entry.
     pending_text: Vec<(i64, String, String)>,
     pending_bytes: usize,
+    /// The segment being extended, written back by `finish`.
+    tail: branch_cache::OpenTail,
 }
 
 /// Search text buffered before it is written (bounds import memory).
@@ -162,6 +164,7 @@ impl Appender {
             facts: session_facts(tx, key)?,
             pending_text: Vec::new(),
             pending_bytes: 0,
+            tail: branch_cache::OpenTail::default(),
         })
     }
 
@@ -181,7 +184,7 @@ impl Appender {
 
     pub(super) fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
         let f = entry.facts();
-        let placed = branch_cache::place(tx, self.key, entry)?;
+        let placed = branch_cache::place(tx, self.key, entry, &mut self.tail)?;
         let seq = self.facts.entry_count;
         tx
             .prepare_cached(
@@ -230,6 +233,7 @@ impl Appender {
 
     pub(super) fn finish(mut self, tx: &Transaction) -> Result<()> {
         self.flush_text(tx)?;
+        self.tail.flush(tx)?;
         let s = &self.facts.stats.stats;
         tx.prepare_cached(
             "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,
