@@ -7,11 +7,14 @@
 //! pi has appended to since imports only its new lines; a file changed in any
 //! other way is refused (delete the session to import it afresh).
 
-use crate::backend::jsonl::{read_open_header, read_session_from, Header, ReadStart, TornTail};
-use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SqliteStorage};
+use crate::backend::jsonl::{
+    read_open_header, read_session_from, Header, ReadStart, ReadSummary, TornTail,
+};
+use crate::backend::sqlite::search::searchable_text;
+use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// What importing one file did.
@@ -152,20 +155,13 @@ fn import_new(
         hash: Fnv::new(),
     };
     archive.write_session(|w| {
-        let summary = read_session_from(
+        w.begin(&new_session_from_header(&header))?;
+        let summary = pipelined(
             BufReader::with_capacity(1 << 16, &mut hashing),
             path,
             ReadStart::Beginning,
-            |h, entry| {
-                if !w.has_begun() {
-                    w.begin(&new_session_from_header(h))?;
-                }
-                w.push(&entry)
-            },
+            w,
         )?;
-        if !w.has_begun() {
-            w.begin(&new_session_from_header(&summary.header))?;
-        }
         let prefix_hash = if summary.torn_tail.is_none() {
             hashing.hash.hex()
         } else {
@@ -187,6 +183,44 @@ fn import_new(
             bytes_read: summary.bytes,
             torn_tail: summary.torn_tail,
         })
+    })
+}
+
+/// Entries a reading thread may run ahead of the writing one.
+const PIPELINE_DEPTH: usize = 64;
+
+/// Reads and parses entries (and extracts their search text) on a second
+/// thread while this one writes them, so an import keeps both cores busy.
+/// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] entries ahead.
+fn pipelined<R: BufRead + Send>(
+    reader: R,
+    path: &Path,
+    start: ReadStart,
+    w: &mut SessionWriter<'_>,
+) -> Result<ReadSummary> {
+    std::thread::scope(|scope| {
+        let (send, receive) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
+        let reading = scope.spawn(move || {
+            read_session_from(reader, path, start, |_, entry| {
+                let text = searchable_text(&entry);
+                send.send((entry, text))
+                    .map_err(|_| Error::Unknown("the import's writer stopped".into()))
+            })
+        });
+        let mut written = Ok(());
+        for (entry, text) in receive.iter() {
+            if let Err(e) = w.push_indexed(&entry, text) {
+                written = Err(e);
+                break;
+            }
+        }
+        // Dropping the receiver stops a reader still sending.
+        drop(receive);
+        let read = reading
+            .join()
+            .map_err(|_| Error::Unknown("the import's reader panicked".into()))?;
+        written?;
+        read
     })
 }
 
@@ -216,12 +250,7 @@ fn append_new_lines(
             offset: r.bytes,
             lines: r.lines,
         };
-        let summary = read_session_from(
-            BufReader::with_capacity(1 << 16, file),
-            path,
-            start,
-            |_, entry| w.push(&entry),
-        )?;
+        let summary = pipelined(BufReader::with_capacity(1 << 16, file), path, start, w)?;
         w.record_import(&ImportRecord {
             source_path: r.source_path.clone(),
             session_id: r.session_id.clone(),

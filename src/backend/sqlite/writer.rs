@@ -183,6 +183,16 @@ impl Appender {
     }
 
     pub(super) fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
+        self.push_indexed(tx, entry, search::searchable_text(entry))
+    }
+
+    /// [`Appender::push`] with the entry's search text already extracted.
+    fn push_indexed(
+        &mut self,
+        tx: &Transaction,
+        entry: &Entry,
+        search_text: Option<(String, String)>,
+    ) -> Result<()> {
         let f = entry.facts();
         let placed = branch_cache::place(tx, self.key, entry, &mut self.tail)?;
         let seq = self.facts.entry_count;
@@ -215,7 +225,7 @@ impl Appender {
             };
             r.map_err(sql("updating a label"))?;
         }
-        if let Some((role, text)) = search::searchable_text(entry) {
+        if let Some((role, text)) = search_text {
             self.pending_bytes += text.len();
             self.pending_text.push((placed.key, text, role));
             if self.pending_bytes > PENDING_TEXT_LIMIT {
@@ -338,5 +348,18 @@ impl SessionWriter<'_> {
             Error::Unknown("a session's entries were written before the session".into())
         })?;
         appender.push(&self.tx, entry)
+    }
+
+    /// Appends one entry whose search text (role, text) the caller extracted,
+    /// e.g. on another thread (see `search::searchable_text`).
+    pub fn push_indexed(
+        &mut self,
+        entry: &Entry,
+        search_text: Option<(String, String)>,
+    ) -> Result<()> {
+        let appender = self.appender.as_mut().ok_or_else(|| {
+            Error::Unknown("a session's entries were written before the session".into())
+        })?;
+        appender.push_indexed(&self.tx, entry, search_text)
     }
 }
