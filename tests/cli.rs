@@ -2010,3 +2010,27 @@ fn help_describes_every_command() {
     assert_eq!(r.status, 2);
     assert!(r.stderr.contains("unrecognized subcommand"), "{r:#?}");
 }
+
+#[test]
+fn a_bare_session_id_is_an_archive_session_even_if_a_file_has_that_name() {
+    let sb = Sandbox::new();
+    let file = small_session(
+        "01950000-0000-7000-8000-00000000e001",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "shadow",
+        None,
+    )
+    .save(&sb, "sessions");
+    sb.import(&[file.as_path()]);
+    // A file in the working directory named like the session id prefix.
+    sb.write("01950000", "not a session file\n");
+    let branch = sb.json(&["branch", "01950000"]);
+    assert!(
+        !branch["entries"].as_array().expect("entries").is_empty(),
+        "{branch}"
+    );
+    // A path still names a file.
+    sb.run(&["branch", "./01950000"])
+        .fails(4, "invalid_session");
+}

@@ -31,8 +31,7 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     let io = |e| sessiontree::Error::io("rpc: stdio", e);
-    let is_file = args.source.ends_with(".jsonl") || std::path::Path::new(&args.source).is_file();
-    if !is_file {
+    if !super::target::is_file(&args.source) {
         // The session is opened for reading; its writer claim is taken at the first write.
         let session = Archive::open(super::archive_path(cli), cli.durability.into())
             .and_then(|a| {

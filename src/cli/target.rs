@@ -17,7 +17,9 @@ pub fn open(cli: &Cli, arg: &str) -> Result<Box<dyn SessionStorage>> {
 
 /// Whether `arg` names a session file rather than an archive session.
 pub fn is_file(arg: &str) -> bool {
-    arg.ends_with(".jsonl") || std::path::Path::new(arg).is_file()
+    // A bare word is an archive id even if a file of that name happens to be
+    // in the working directory; a path says so with `.jsonl` or a separator.
+    arg.ends_with(".jsonl") || (arg.contains(['/', '\\']) && std::path::Path::new(arg).is_file())
 }
 
 /// The full id for an id or unique prefix.
