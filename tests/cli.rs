@@ -2034,3 +2034,26 @@ fn a_bare_session_id_is_an_archive_session_even_if_a_file_has_that_name() {
     sb.run(&["branch", "./01950000"])
         .fails(4, "invalid_session");
 }
+
+#[cfg(unix)]
+#[test]
+fn import_does_not_follow_symlinked_directories() {
+    let sb = Sandbox::new();
+    let file = small_session(
+        "01950000-0000-7000-8000-00000000e002",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "links",
+        None,
+    )
+    .save(&sb, "tree");
+    assert!(file.exists());
+    // A loop back to the root, and a link to a directory elsewhere.
+    std::os::unix::fs::symlink(sb.path("tree"), sb.path("tree/loop")).expect("symlink");
+    let r = sb.json(&["import", sb.path("tree").to_str().expect("utf-8")]);
+    assert_eq!(
+        (r["files"].clone(), r["imported"].clone()),
+        (json!(1), json!(1)),
+        "{r}"
+    );
+}

@@ -67,8 +67,13 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         .collect();
     items.sort();
     for item in items {
+        // Symlinked directories are not followed: a link loop, or a link to
+        // `/`, would otherwise walk far outside what was asked for.
+        let linked = std::fs::symlink_metadata(&item).is_ok_and(|m| m.file_type().is_symlink());
         if item.is_dir() {
-            collect(&item, out)?;
+            if !linked {
+                collect(&item, out)?;
+            }
         } else if item.extension().is_some_and(|e| e == "jsonl") {
             out.push(item);
         }
