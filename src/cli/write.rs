@@ -318,13 +318,15 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     Ok(report)
 }
 
-/// `check` of a `.jsonl` file: it opens (every line valid), every parent
-/// exists, no `parentId` chain loops, and the leaf, branch, statistics and
-/// context can be computed. A missing file is an error, not a problem.
+/// `check` of a `.jsonl` file: it opens (every line valid), the contract's
+/// path walk succeeds from every entry (no missing parent or `parentId` cycle
+/// before a compaction stops it — the shared rule, so a fork cut at a
+/// compaction is fine), and the leaf, branch, statistics and context can be
+/// computed. A missing file is an error, not a problem.
 fn check_file(cli: &Cli, path: &str) -> Result<Report> {
     use sessiontree::backend::jsonl::JsonlStorage;
     use sessiontree::SessionStorage;
-    use std::collections::HashMap;
+    use std::collections::HashSet;
     let mut problems = Vec::new();
     let mut entries_checked = 0;
     match JsonlStorage::open(path, cli.durability.into()) {
@@ -333,40 +335,21 @@ fn check_file(cli: &Cli, path: &str) -> Result<Report> {
         Ok(storage) => {
             let entries = storage.all_entries();
             entries_checked = entries.len();
-            let parents: HashMap<&str, Option<&str>> = entries
-                .iter()
-                .map(|e| (e.id(), e.facts().parent()))
-                .collect();
-            // 0 = unseen, 1 = on the current walk, 2 = reaches a root.
-            let mut state: HashMap<&str, u8> = HashMap::new();
-            for e in entries {
-                let mut walk = Vec::new();
-                let mut cur = Some(e.id());
-                while let Some(id) = cur {
-                    match state.get(id).copied().unwrap_or(0) {
-                        2 => break,
-                        1 => {
-                            problems.push(format!(
-                                "entry {id} is its own ancestor: the parentId chain has a cycle"
-                            ));
-                            break;
-                        }
-                        _ => {}
-                    }
-                    state.insert(id, 1);
-                    walk.push(id);
-                    cur = match parents.get(id).copied().flatten() {
-                        Some(p) if !parents.contains_key(p) => {
-                            problems.push(format!("entry {id}: parent {p} does not exist"));
-                            None
-                        }
-                        other => other,
-                    };
+            // The shared walk from every entry no successful walk has covered yet,
+            // newest first so that one walk covers its ancestors.
+            let mut covered: HashSet<String> = HashSet::new();
+            let mut found = Vec::new();
+            for (i, e) in entries.iter().enumerate().rev() {
+                if covered.contains(e.id()) {
+                    continue;
                 }
-                for id in walk {
-                    state.insert(id, 2);
+                match storage.path_to_root_or_compaction(Some(e.id())) {
+                    Ok(path) => covered.extend(path.iter().map(|p| p.id().to_owned())),
+                    Err(err) => found.push((i, format!("entry {}: {err}", e.id()))),
                 }
             }
+            found.sort();
+            problems.extend(found.into_iter().map(|(_, p)| p));
             let session = Session::new(storage);
             if let Err(e) = session.branch(None) {
                 problems.push(format!("the active path: {e}"));
