@@ -415,18 +415,13 @@ pub fn path(
     let mut out = Vec::with_capacity(usize::try_from(depth - low + 1).unwrap_or(0));
     for json in rows {
         let json = json.map_err(sql("reading a path"))?;
-        out.push(stored_entry(&json)?);
+        out.push(Entry::from_checked_text(json));
     }
     cost.statements += 1;
     cost.rows += out.len() as u64;
     cost.vm_steps +=
         u64::try_from(stmt.get_status(rusqlite::StatementStatus::VmStep) - before).unwrap_or(0);
     Ok(out)
-}
-
-/// Reads an entry's stored text back into an [`Entry`].
-pub fn stored_entry(json: &str) -> Result<Entry> {
-    Ok(Entry::from_checked_text(json.to_owned()))
 }
 
 /// Rebuilds the branch cache of a session from `entries` in log order, in
@@ -455,7 +450,7 @@ pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
     let mut keys = HashMap::new();
     for row in rows {
         let (key, json) = row.map_err(sql("verifying the branch cache"))?;
-        let entry = stored_entry(&json)?;
+        let entry = Entry::from_checked_text(json);
         let f = entry.facts();
         let parent = f.parent().and_then(|p| model.by_id.get(p).copied());
         let (seg, depth) = match parent {
@@ -552,7 +547,7 @@ pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
                         r.get(0)
                     })
                     .map_err(sql("verifying the branch cache"))?;
-                stored_entry(&json).map(Some)
+                Ok(Some(Entry::from_checked_text(json)))
             }
             None => Ok(None),
         }

@@ -127,9 +127,9 @@ impl SqliteStorage {
             .map_err(sql("reading entries"))?;
         let mut out = Vec::new();
         for json in rows {
-            out.push(branch_cache::stored_entry(
-                &json.map_err(sql("reading entries"))?,
-            )?);
+            out.push(Entry::from_checked_text(
+                json.map_err(sql("reading entries"))?,
+            ));
         }
         Ok(out)
     }
@@ -179,7 +179,7 @@ impl SessionStorage for SqliteStorage {
                     .optional()
             })
             .map_err(sql("reading an entry"))?;
-        json.map(|j| branch_cache::stored_entry(&j)).transpose()
+        Ok(json.map(Entry::from_checked_text))
     }
 
     fn contains_entry(&self, id: &str) -> Result<bool> {

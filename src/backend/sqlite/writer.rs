@@ -87,9 +87,9 @@ pub(super) fn verify_session_facts(conn: &Connection, key: i64) -> Result<Vec<St
         .map_err(sql("verifying session facts"))?;
     let mut log = crate::backend::LogIndex::default();
     for json in rows {
-        log.push(branch_cache::stored_entry(
-            &json.map_err(sql("verifying session facts"))?,
-        )?);
+        log.push(Entry::from_checked_text(
+            json.map_err(sql("verifying session facts"))?,
+        ));
     }
     let mut stats = StatsAccumulator::default();
     for e in log.all() {
