@@ -3,7 +3,7 @@
 
 use crate::entry::{timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::json::{raw_value, ObjectWriter};
+use crate::json::{self, raw_value, ObjectWriter};
 use crate::rules::message_missing;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -41,41 +41,47 @@ impl std::fmt::Debug for ContextOptions {
 /// What a model sees: state derived from the path plus the messages.
 #[derive(Debug, Clone)]
 pub struct SessionContext {
-    /// The thinking level (`"off"` unless changed; absent if a change named none).
-    pub thinking_level: Option<Value>,
+    /// The thinking level as stored (`"off"` unless changed; absent if a change named none).
+    pub thinking_level: Option<Box<RawValue>>,
     /// `{provider, modelId}` of the last model change or assistant message.
-    pub model: Option<Value>,
-    /// The active tools, if ever set.
-    pub active_tool_names: Option<Value>,
+    pub model: Option<ModelRef>,
+    /// The active tools as stored, if ever set.
+    pub active_tool_names: Option<Box<RawValue>>,
     /// The messages, each as exact JSON text.
     pub messages: Vec<Box<RawValue>>,
+}
+
+/// The model a context names: each member's stored JSON text, absent if the
+/// entry had none.
+#[derive(Debug, Clone)]
+pub struct ModelRef {
+    /// `provider`.
+    pub provider: Option<Box<RawValue>>,
+    /// `modelId` (an assistant message's `model`).
+    pub model_id: Option<Box<RawValue>>,
 }
 
 impl SessionContext {
     /// The context as pi returns it: `{thinkingLevel, model, activeToolNames, messages}`.
     pub fn to_json_text(&self) -> String {
+        let raw = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_owned());
         let mut w = ObjectWriter::new();
-        if let Some(t) = &self.thinking_level {
-            w.value("thinkingLevel", t);
-        }
+        w.opt_raw("thinkingLevel", raw(&self.thinking_level).as_deref());
         match &self.model {
             // pi builds `{provider, modelId}` in that order.
             Some(m) => {
                 let mut mw = ObjectWriter::new();
-                for key in ["provider", "modelId"] {
-                    if let Some(v) = m.get(key) {
-                        mw.value(key, v);
-                    }
-                }
+                mw.opt_raw("provider", raw(&m.provider).as_deref())
+                    .opt_raw("modelId", raw(&m.model_id).as_deref());
                 w.raw("model", &mw.finish());
             }
             None => {
                 w.raw("model", "null");
             }
         }
-        w.value(
+        w.raw(
             "activeToolNames",
-            self.active_tool_names.as_ref().unwrap_or(&Value::Null),
+            self.active_tool_names.as_ref().map_or("null", |t| t.get()),
         );
         let messages: Vec<&str> = self.messages.iter().map(|m| m.get()).collect();
         w.raw("messages", &format!("[{}]", messages.join(",")));
@@ -93,35 +99,76 @@ fn object(entry: &Entry) -> Result<serde_json::Map<String, Value>> {
     }
 }
 
+/// The members of an entry (or of an object inside one) as stored.
+fn members(entry: &Entry, text: &str) -> Result<json::OrderedObject> {
+    json::OrderedObject::parse(text)
+        .map_err(|_| Error::InvalidEntry(format!("Entry {} is not an object", entry.id())))
+}
+
+fn member(object: &json::OrderedObject, key: &str) -> Option<Box<RawValue>> {
+    object.get(key).map(|r| json::raw_value(r.get()))
+}
+
 /// The state pi derives from the whole path: thinking level, model, active tools.
-fn derive_state(path: &[Entry]) -> Result<(Option<Value>, Option<Value>, Option<Value>)> {
-    let mut thinking = Some(Value::String("off".into()));
+#[allow(clippy::type_complexity)]
+fn derive_state(
+    path: &[Entry],
+) -> Result<(
+    Option<Box<RawValue>>,
+    Option<ModelRef>,
+    Option<Box<RawValue>>,
+)> {
+    let mut thinking = Some(json::raw_value("\"off\""));
     let mut model = None;
     let mut tools = None;
     for entry in path {
         match entry.entry_type() {
-            EntryType::ThinkingLevelChange => thinking = object(entry)?.remove("thinkingLevel"),
+            EntryType::ThinkingLevelChange => {
+                thinking = member(&members(entry, entry.json())?, "thinkingLevel");
+            }
             EntryType::ModelChange => {
-                let m = object(entry)?;
-                model = Some(model_value(m.get("provider"), m.get("modelId")));
+                let m = members(entry, entry.json())?;
+                model = Some(ModelRef {
+                    provider: member(&m, "provider"),
+                    model_id: member(&m, "modelId"),
+                });
             }
             EntryType::Message if entry.facts().message_missing => {
                 return Err(message_missing(entry.id()))
             }
             EntryType::Message if entry.facts().role.as_deref() == Some("assistant") => {
-                let m = object(entry)?;
-                let msg = m.get("message");
-                model = Some(model_value(
-                    msg.and_then(|x| x.get("provider")),
-                    msg.and_then(|x| x.get("model")),
-                ));
+                let m = members(entry, entry.json())?;
+                let msg = match m.get("message") {
+                    Some(raw) => Some(members(entry, raw.get())?),
+                    None => None,
+                };
+                model = Some(ModelRef {
+                    provider: msg.as_ref().and_then(|x| member(x, "provider")),
+                    model_id: msg.as_ref().and_then(|x| member(x, "model")),
+                });
             }
             EntryType::ActiveToolsChange => {
-                tools = match object(entry)?.remove("activeToolNames") {
-                    Some(Value::Array(a)) => Some(Value::Array(a)),
-                    Some(Value::String(s)) => Some(Value::Array(
-                        s.chars().map(|c| Value::String(c.to_string())).collect(),
-                    )),
+                let m = members(entry, entry.json())?;
+                let list = m.get("activeToolNames").map(RawValue::get);
+                tools = match list {
+                    Some(t) if t.starts_with('[') => Some(json::raw_value(t)),
+                    // A string spreads into its characters, as pi's array copy does.
+                    Some(t) if t.starts_with('"') => {
+                        let units = json::JsString::from_json_literal(t)
+                            .map(|s| s.to_utf16())
+                            .unwrap_or_default();
+                        let chars: Vec<String> = char::decode_utf16(units.iter().copied())
+                            .map(|c| match c {
+                                Ok(c) => json::JsString::new(&c.to_string()).json().to_owned(),
+                                Err(lone) => {
+                                    json::JsString::from_utf16(&[lone.unpaired_surrogate()])
+                                        .json()
+                                        .to_owned()
+                                }
+                            })
+                            .collect();
+                        Some(json::raw_value(&format!("[{}]", chars.join(","))))
+                    }
                     _ => {
                         return Err(Error::InvalidEntry(format!(
                             "Entry {} has no activeToolNames list",
@@ -134,17 +181,6 @@ fn derive_state(path: &[Entry]) -> Result<(Option<Value>, Option<Value>, Option<
         }
     }
     Ok((thinking, model, tools))
-}
-
-fn model_value(provider: Option<&Value>, model_id: Option<&Value>) -> Value {
-    let mut m = serde_json::Map::new();
-    if let Some(p) = provider {
-        m.insert("provider".into(), p.clone());
-    }
-    if let Some(id) = model_id {
-        m.insert("modelId".into(), id.clone());
-    }
-    Value::Object(m)
 }
 
 /// pi's default transform: the last compaction on the path, then (without a

@@ -7,7 +7,7 @@
 //! is read or appended, with the checks pi applies to a session file line.
 
 use crate::error::{Error, Result};
-use crate::json::{self, ObjectWriter};
+use crate::json::{self, JsString, ObjectWriter};
 use serde::de::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -108,10 +108,10 @@ pub struct EntryFacts {
     pub timestamp: String,
     /// `targetId` of a `leaf` (`None` = `null`) or a `label` entry.
     pub target_id: Option<String>,
-    /// `label` of a `label` entry, when it is a string.
-    pub label: Option<String>,
-    /// `name` of a `session_info` entry, when it is a string.
-    pub name: Option<String>,
+    /// `label` of a `label` entry, when it is a string (lone surrogates kept).
+    pub label: Option<JsString>,
+    /// `name` of a `session_info` entry, when it is a string (lone surrogates kept).
+    pub name: Option<JsString>,
     /// `firstKeptEntryId` of a compaction, when it is a string.
     pub first_kept_entry_id: Option<String>,
     /// Whether a compaction's `retainedTail` is truthy in JavaScript's sense.
@@ -174,36 +174,31 @@ impl EntryFacts {
 
     /// The label this entry sets (`Some(Some(..))`) or clears (`Some(None)`), for
     /// `label` entries: trimmed, blank counts as clearing.
-    pub fn label_update(&self) -> Option<(&str, Option<&str>)> {
+    pub fn label_update(&self) -> Option<(&str, Option<JsString>)> {
         if self.entry_type != EntryType::Label {
             return None;
         }
         let target = self.target_id.as_deref()?;
-        let label = self
-            .label
-            .as_deref()
-            .map(json::js_trim)
-            .filter(|l| !l.is_empty());
-        Some((target, label))
+        Some((target, trimmed_non_blank(self.label.as_ref())))
     }
 
     /// For a `session_info` entry, the name it leaves the session with (trimmed; blank is none).
-    pub fn session_name_update(&self) -> Option<Option<&str>> {
+    pub fn session_name_update(&self) -> Option<Option<JsString>> {
         if self.entry_type != EntryType::SessionInfo {
             return None;
         }
-        Some(
-            self.name
-                .as_deref()
-                .map(json::js_trim)
-                .filter(|n| !n.is_empty()),
-        )
+        Some(trimmed_non_blank(self.name.as_ref()))
     }
 
     /// Whether this is a user message (the only valid `before` fork target).
     pub fn is_user_message(&self) -> bool {
         self.entry_type == EntryType::Message && self.role.as_deref() == Some("user")
     }
+}
+
+/// The label and name rule: trimmed as JavaScript trims, blank counts as none.
+fn trimmed_non_blank(s: Option<&JsString>) -> Option<JsString> {
+    s.map(JsString::js_trim).filter(|t| !t.is_empty())
 }
 
 #[derive(Debug)]
@@ -394,6 +389,9 @@ impl<'a> Field<'a> {
             _ => None,
         }
     }
+    fn as_js_string(&self) -> Option<JsString> {
+        JsString::from_json_literal(self.raw()?)
+    }
     fn is_string(&self) -> bool {
         self.raw().is_some_and(|r| r.starts_with('"'))
     }
@@ -487,10 +485,22 @@ fn parse_facts(text: &str) -> Result<EntryFacts, EntryProblem> {
     for (k, v) in obj.members {
         dedup.set(&k, v);
     }
-    let dedup = dedup.to_json();
-    let sanitized = json::replace_lone_surrogates(&dedup).unwrap_or(dedup);
+    let text = dedup.to_json();
+    let sanitized = json::replace_lone_surrogates(&text).unwrap_or(text);
     let probe: Probe = serde_json::from_str(&sanitized).map_err(|_| EntryProblem::NotObject)?;
-    facts_from_probe(&probe)
+    let mut facts = facts_from_probe(&probe)?;
+    // The sanitised text lost lone surrogates; labels and names keep them.
+    let exact = |key| {
+        dedup
+            .get(key)
+            .and_then(|r| JsString::from_json_literal(r.get()))
+    };
+    match facts.entry_type {
+        EntryType::Label => facts.label = exact("label"),
+        EntryType::SessionInfo => facts.name = exact("name"),
+        _ => {}
+    }
+    Ok(facts)
 }
 
 fn facts_from_probe(p: &Probe) -> Result<EntryFacts, EntryProblem> {
@@ -526,8 +536,8 @@ fn facts_from_probe(p: &Probe) -> Result<EntryFacts, EntryProblem> {
         _ => {}
     }
     match facts.entry_type {
-        EntryType::Label => facts.label = p.label.as_string(),
-        EntryType::SessionInfo => facts.name = p.name.as_string(),
+        EntryType::Label => facts.label = p.label.as_js_string(),
+        EntryType::SessionInfo => facts.name = p.name.as_js_string(),
         EntryType::Compaction => {
             facts.first_kept_entry_id = p.first_kept_entry_id.as_string();
             facts.has_retained_tail = p.retained_tail.is_truthy();
@@ -761,7 +771,10 @@ mod tests {
         let e = Entry::parse(text).expect("valid");
         assert_eq!(e.id(), "b");
         assert_eq!(e.json(), text);
-        assert_eq!(e.facts().label_update(), Some(("x", Some("hi"))));
+        assert_eq!(
+            e.facts().label_update(),
+            Some(("x", Some(JsString::new("hi"))))
+        );
     }
 
     #[test]

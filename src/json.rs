@@ -285,6 +285,143 @@ pub fn string_literal(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
 }
 
+/// A JavaScript string as pi holds it: UTF-16 code units, lone surrogates
+/// included. Kept as the JSON literal `JSON.stringify` writes for it (lone
+/// surrogates as `\udxxx` escapes), so it survives every store and every output
+/// exactly; [`fmt::Display`] shows it with U+FFFD for what Unicode cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JsString(Box<str>);
+
+impl JsString {
+    /// The JavaScript string with the same code units as `s`.
+    pub fn new(s: &str) -> Self {
+        JsString(string_literal(s).into_boxed_str())
+    }
+
+    /// Reads a JSON string literal (any escapes, quotes included); `None` if `raw`
+    /// is not one.
+    pub fn from_json_literal(raw: &str) -> Option<Self> {
+        decode_literal(raw).map(|units| Self::from_utf16(&units))
+    }
+
+    /// The string with these UTF-16 code units.
+    pub fn from_utf16(units: &[u16]) -> Self {
+        let mut out = String::with_capacity(units.len() + 2);
+        out.push('"');
+        for unit in char::decode_utf16(units.iter().copied()) {
+            match unit {
+                Ok(c) => push_escaped(&mut out, c),
+                Err(lone) => {
+                    out.push_str(&format!("\\u{:04x}", lone.unpaired_surrogate()));
+                }
+            }
+        }
+        out.push('"');
+        JsString(out.into_boxed_str())
+    }
+
+    /// The UTF-16 code units.
+    pub fn to_utf16(&self) -> Vec<u16> {
+        decode_literal(&self.0).unwrap_or_default()
+    }
+
+    /// The JSON literal, as `JSON.stringify` writes it.
+    pub fn json(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the string has no code units.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 2
+    }
+
+    /// JavaScript's `String.prototype.trim` (lone surrogates are not whitespace).
+    pub fn js_trim(&self) -> Self {
+        let units = self.to_utf16();
+        let is_space = |u: &u16| char::from_u32(u32::from(*u)).is_some_and(is_js_whitespace);
+        let start = units
+            .iter()
+            .position(|u| !is_space(u))
+            .unwrap_or(units.len());
+        let end = units
+            .iter()
+            .rposition(|u| !is_space(u))
+            .map_or(start, |i| i + 1);
+        Self::from_utf16(&units[start..end])
+    }
+
+    /// The text with each lone surrogate replaced by U+FFFD.
+    pub fn to_string_lossy(&self) -> String {
+        String::from_utf16_lossy(&self.to_utf16())
+    }
+
+    /// The text, if it holds no lone surrogate.
+    pub fn to_str(&self) -> Option<String> {
+        String::from_utf16(&self.to_utf16()).ok()
+    }
+}
+
+impl fmt::Display for JsString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_string_lossy())
+    }
+}
+
+/// Escapes one character the way `JSON.stringify` does.
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+        c => out.push(c),
+    }
+}
+
+/// The UTF-16 code units of a JSON string literal, escapes decoded (lone
+/// surrogate escapes kept as code units); `None` if `raw` is not a literal.
+fn decode_literal(raw: &str) -> Option<Vec<u16>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let mut units = Vec::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                let unit = match chars.next()? {
+                    '"' => 0x22,
+                    '\\' => 0x5c,
+                    '/' => 0x2f,
+                    'b' => 0x08,
+                    'f' => 0x0c,
+                    'n' => 0x0a,
+                    'r' => 0x0d,
+                    't' => 0x09,
+                    'u' => {
+                        let hex: String = chars.by_ref().take(4).collect();
+                        if hex.len() != 4 {
+                            return None;
+                        }
+                        u16::from_str_radix(&hex, 16).ok()?
+                    }
+                    _ => return None,
+                };
+                units.push(unit);
+            }
+            '"' => return None,
+            c if u32::from(c) < 0x20 => return None,
+            c => {
+                let mut buf = [0u16; 2];
+                units.extend_from_slice(c.encode_utf16(&mut buf));
+            }
+        }
+    }
+    Some(units)
+}
+
 /// A JSON number the way JavaScript prints it: integral values without a
 /// fraction (`3`, not `3.0`); non-finite values as `null`, as `JSON.stringify` does.
 pub fn js_number(x: f64) -> Value {
@@ -308,6 +445,28 @@ pub fn raw_value(text: &str) -> Box<RawValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn js_strings_keep_lone_surrogates() {
+        let s = JsString::from_json_literal(r#"" label \udbff\u0041\n""#).unwrap();
+        assert_eq!(s.json(), r#"" label \udbffA\n""#);
+        assert_eq!(s.js_trim().json(), r#""label \udbffA""#);
+        assert_eq!(s.js_trim().to_string_lossy(), "label \u{fffd}A");
+        assert_eq!(s.to_str(), None);
+        let pair = JsString::from_json_literal(r#""\ud83d\ude00 x""#).unwrap();
+        assert_eq!(pair.json(), "\"\u{1f600} x\"");
+        assert_eq!(JsString::new("a\"b\\").json(), r#""a\"b\\""#);
+        assert_eq!(JsString::new(" \u{3000}").js_trim().json(), "\"\"");
+        assert!(JsString::new("").is_empty());
+        assert_eq!(JsString::from_json_literal("\"a"), None);
+        assert_eq!(JsString::from_json_literal(r#""\x""#), None);
+        assert_eq!(JsString::from_json_literal(r#""\u12""#), None);
+        // The same literal as serde_json writes for valid text.
+        assert_eq!(
+            JsString::new("\u{1}\u{7f}é").json(),
+            string_literal("\u{1}\u{7f}é")
+        );
+    }
 
     #[test]
     fn minify_keeps_strings_and_numbers() {

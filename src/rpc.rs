@@ -8,7 +8,7 @@
 
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::json::{self, JsonText, ObjectWriter};
+use crate::json::{self, JsString, JsonText, ObjectWriter};
 use crate::repo::entries_to_fork;
 use crate::rules::ForkPosition;
 use crate::session::{BranchSummary, Compaction, Session};
@@ -49,6 +49,19 @@ impl Params {
             },
         }
     }
+    /// A string parameter as JavaScript holds it (lone surrogates kept).
+    fn js_string(&self, key: &str) -> Result<Option<JsString>> {
+        match self.given(key) {
+            None => Ok(None),
+            Some(r) => JsString::from_json_literal(r.get())
+                .map(Some)
+                .ok_or_else(|| Error::Unknown(format!("params.{key} must be a string"))),
+        }
+    }
+    fn required_js_string(&self, key: &str) -> Result<JsString> {
+        self.js_string(key)?
+            .ok_or_else(|| Error::Unknown(format!("params.{key} is required")))
+    }
     fn required_string(&self, key: &str) -> Result<String> {
         self.string(key)?
             .ok_or_else(|| Error::Unknown(format!("params.{key} is required")))
@@ -72,6 +85,10 @@ impl Params {
 fn entry_list(entries: &[Entry]) -> String {
     let parts: Vec<&str> = entries.iter().map(Entry::json).collect();
     format!("[{}]", parts.join(","))
+}
+
+fn opt_js_string(s: Option<JsString>) -> String {
+    s.map_or_else(|| "null".to_owned(), |s| s.json().to_owned())
 }
 
 fn opt_string(s: Option<String>) -> String {
@@ -106,8 +123,8 @@ fn dispatch<S: SessionStorage>(
             .entry(&p.required_string("id")?)?
             .map_or_else(|| "null".to_owned(), |e| e.json().to_owned()),
         "findEntries" => entry_list(&st.find_entries(&p.required_string("type")?)?),
-        "getLabel" => opt_string(st.label(&p.required_string("id")?)?),
-        "getSessionName" => opt_string(st.session_name()?),
+        "getLabel" => opt_js_string(st.label(&p.required_string("id")?)?),
+        "getSessionName" => opt_js_string(st.session_name()?),
         "getSessionStats" => st.session_stats()?.to_json().to_string(),
         "getPathToRootOrCompaction" => {
             entry_list(&st.path_to_root_or_compaction(p.string("leafId")?.as_deref())?)
@@ -122,16 +139,21 @@ fn dispatch<S: SessionStorage>(
             json::string_literal(&session.append_message(&m)?)
         }
         "appendThinkingLevelChange" => json::string_literal(
-            &session.append_thinking_level_change(&p.required_string("thinkingLevel")?)?,
+            &session.append_thinking_level_change(&p.required_js_string("thinkingLevel")?)?,
         ),
         "appendModelChange" => json::string_literal(&session.append_model_change(
-            &p.required_string("provider")?,
-            &p.required_string("modelId")?,
+            &p.required_js_string("provider")?,
+            &p.required_js_string("modelId")?,
         )?),
         "appendActiveToolsChange" => {
-            let names: Vec<String> = p
+            let names: Vec<JsString> = p
                 .given("activeToolNames")
-                .and_then(|r| serde_json::from_str(r.get()).ok())
+                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r.get()).ok())
+                .and_then(|list| {
+                    list.iter()
+                        .map(|r| JsString::from_json_literal(r.get()))
+                        .collect::<Option<Vec<_>>>()
+                })
                 .ok_or_else(|| {
                     Error::Unknown("params.activeToolNames must be a list of strings".into())
                 })?;
@@ -152,7 +174,7 @@ fn dispatch<S: SessionStorage>(
             json::string_literal(&session.append_compaction(&c)?)
         }
         "appendCustomEntry" => json::string_literal(&session.append_custom_entry(
-            &p.required_string("customType")?,
+            &p.required_js_string("customType")?,
             p.given("data").map(JsonText::from).as_ref(),
         )?),
         "appendCustomMessageEntry" => {
@@ -166,7 +188,7 @@ fn dispatch<S: SessionStorage>(
                 Some(_) => return Err(Error::Unknown("params.display must be a boolean".into())),
             };
             json::string_literal(&session.append_custom_message_entry(
-                &p.required_string("customType")?,
+                &p.required_js_string("customType")?,
                 &content,
                 display,
                 p.given("details").map(JsonText::from).as_ref(),
@@ -174,11 +196,11 @@ fn dispatch<S: SessionStorage>(
         }
         "appendLabel" => {
             let target = p.required_string("targetId")?;
-            let label = p.string("label")?;
-            json::string_literal(&session.append_label(&target, label.as_deref())?)
+            let label = p.js_string("label")?;
+            json::string_literal(&session.append_js_label(&target, label.as_ref())?)
         }
         "appendSessionName" => {
-            json::string_literal(&session.append_session_name(&p.required_string("name")?)?)
+            json::string_literal(&session.append_js_session_name(&p.required_js_string("name")?)?)
         }
         "moveTo" => {
             let target = p.string("entryId")?;

@@ -4,7 +4,7 @@
 use crate::context::{build_context, context_entries, ContextOptions, SessionContext};
 use crate::entry::{now_timestamp, Entry};
 use crate::error::{Error, Result};
-use crate::json::{JsonText, ObjectWriter};
+use crate::json::{JsString, JsonText, ObjectWriter};
 use crate::storage::SessionStorage;
 
 /// The fields of a compaction entry besides those every entry has.
@@ -113,22 +113,34 @@ impl<S: SessionStorage> Session<S> {
     }
 
     /// Appends a `thinking_level_change` entry.
-    pub fn append_thinking_level_change(&mut self, thinking_level: &str) -> Result<String> {
+    pub fn append_thinking_level_change(&mut self, thinking_level: &JsString) -> Result<String> {
         self.append_built("thinking_level_change", |w| {
-            w.str("thinkingLevel", thinking_level);
+            w.raw("thinkingLevel", thinking_level.json());
         })
     }
 
     /// Appends a `model_change` entry.
-    pub fn append_model_change(&mut self, provider: &str, model_id: &str) -> Result<String> {
+    pub fn append_model_change(
+        &mut self,
+        provider: &JsString,
+        model_id: &JsString,
+    ) -> Result<String> {
         self.append_built("model_change", |w| {
-            w.str("provider", provider).str("modelId", model_id);
+            w.raw("provider", provider.json())
+                .raw("modelId", model_id.json());
         })
     }
 
     /// Appends an `active_tools_change` entry.
-    pub fn append_active_tools_change(&mut self, names: &[String]) -> Result<String> {
-        let list = serde_json::to_string(names).map_err(|e| Error::Unknown(e.to_string()))?;
+    pub fn append_active_tools_change(&mut self, names: &[JsString]) -> Result<String> {
+        let list = format!(
+            "[{}]",
+            names
+                .iter()
+                .map(JsString::json)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         self.append_built("active_tools_change", |w| {
             w.raw("activeToolNames", &list);
         })
@@ -151,11 +163,11 @@ impl<S: SessionStorage> Session<S> {
     /// Appends a `custom` entry (application data the model does not see by default).
     pub fn append_custom_entry(
         &mut self,
-        custom_type: &str,
+        custom_type: &JsString,
         data: Option<&JsonText>,
     ) -> Result<String> {
         self.append_built("custom", |w| {
-            w.str("customType", custom_type)
+            w.raw("customType", custom_type.json())
                 .opt_raw("data", data.map(JsonText::as_str));
         })
     }
@@ -163,13 +175,13 @@ impl<S: SessionStorage> Session<S> {
     /// Appends a `custom_message` entry.
     pub fn append_custom_message_entry(
         &mut self,
-        custom_type: &str,
+        custom_type: &JsString,
         content: &JsonText,
         display: Option<bool>,
         details: Option<&JsonText>,
     ) -> Result<String> {
         self.append_built("custom_message", |w| {
-            w.str("customType", custom_type)
+            w.raw("customType", custom_type.json())
                 .raw("content", content.as_str());
             if let Some(d) = display {
                 w.raw("display", if d { "true" } else { "false" });
@@ -180,22 +192,32 @@ impl<S: SessionStorage> Session<S> {
 
     /// Appends a `label` entry; the target must exist (`not_found`). `None` clears.
     pub fn append_label(&mut self, target_id: &str, label: Option<&str>) -> Result<String> {
+        self.append_js_label(target_id, label.map(JsString::new).as_ref())
+    }
+
+    /// [`Session::append_label`] with any JavaScript string (lone surrogates kept).
+    pub fn append_js_label(&mut self, target_id: &str, label: Option<&JsString>) -> Result<String> {
         if !self.storage.contains_entry(target_id)? {
             return Err(Error::EntryNotFound(target_id.to_owned()));
         }
         self.append_built("label", |w| {
             w.str("targetId", target_id);
             if let Some(l) = label {
-                w.str("label", l);
+                w.raw("label", l.json());
             }
         })
     }
 
     /// Appends a `session_info` entry; runs of CR/LF become one space, then trimmed.
     pub fn append_session_name(&mut self, name: &str) -> Result<String> {
-        let sanitized = sanitize_session_name(name);
+        self.append_js_session_name(&JsString::new(name))
+    }
+
+    /// [`Session::append_session_name`] with any JavaScript string (lone surrogates kept).
+    pub fn append_js_session_name(&mut self, name: &JsString) -> Result<String> {
+        let sanitized = sanitize_js_session_name(name);
         self.append_built("session_info", |w| {
-            w.str("name", &sanitized);
+            w.raw("name", sanitized.json());
         })
     }
 
@@ -250,20 +272,26 @@ impl<S: SessionStorage> Session<S> {
     }
 }
 
-/// The session-name rule for writing: runs of CR/LF become one space, then trim.
-pub fn sanitize_session_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
+/// The session-name rule for writing on any JavaScript string: runs of CR/LF
+/// become one space, then trim.
+pub fn sanitize_js_session_name(name: &JsString) -> JsString {
+    let mut out = Vec::new();
     let mut in_break = false;
-    for c in name.chars() {
-        if c == '\r' || c == '\n' {
+    for unit in name.to_utf16() {
+        if unit == u16::from(b'\r') || unit == u16::from(b'\n') {
             if !in_break {
-                out.push(' ');
+                out.push(u16::from(b' '));
             }
             in_break = true;
         } else {
             in_break = false;
-            out.push(c);
+            out.push(unit);
         }
     }
-    crate::json::js_trim(&out).to_owned()
+    JsString::from_utf16(&out).js_trim()
+}
+
+/// The session-name rule for writing: runs of CR/LF become one space, then trim.
+pub fn sanitize_session_name(name: &str) -> String {
+    sanitize_js_session_name(&JsString::new(name)).to_string_lossy()
 }

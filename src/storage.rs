@@ -5,6 +5,7 @@
 
 use crate::entry::{new_entry_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
+use crate::json::JsString;
 use crate::rules::{walk_to_root_or_compaction, SessionStats};
 use serde_json::{Map, Value};
 
@@ -96,11 +97,11 @@ pub trait SessionStorage {
     /// Every entry of `entry_type`, in log order.
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>>;
 
-    /// The current label of `id`.
-    fn label(&self, id: &str) -> Result<Option<String>>;
+    /// The current label of `id` (lone surrogates kept).
+    fn label(&self, id: &str) -> Result<Option<JsString>>;
 
-    /// The session name: the last `session_info` entry's name, trimmed, if not blank.
-    fn session_name(&self) -> Result<Option<String>>;
+    /// The session name: the last `session_info` entry's name, trimmed, if not blank (lone surrogates kept).
+    fn session_name(&self) -> Result<Option<JsString>>;
 
     /// Statistics over the whole log.
     fn session_stats(&self) -> Result<SessionStats>;
@@ -172,10 +173,10 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
         (**self).find_entries(entry_type)
     }
-    fn label(&self, id: &str) -> Result<Option<String>> {
+    fn label(&self, id: &str) -> Result<Option<JsString>> {
         (**self).label(id)
     }
-    fn session_name(&self) -> Result<Option<String>> {
+    fn session_name(&self) -> Result<Option<JsString>> {
         (**self).session_name()
     }
     fn session_stats(&self) -> Result<SessionStats> {

@@ -801,10 +801,10 @@ impl<S: SessionStorage> SessionStorage for ByRef<'_, S> {
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
         self.0.find_entries(entry_type)
     }
-    fn label(&self, id: &str) -> Result<Option<String>> {
+    fn label(&self, id: &str) -> Result<Option<sessiontree::json::JsString>> {
         self.0.label(id)
     }
-    fn session_name(&self) -> Result<Option<String>> {
+    fn session_name(&self) -> Result<Option<sessiontree::json::JsString>> {
         self.0.session_name()
     }
     fn session_stats(&self) -> Result<SessionStats> {

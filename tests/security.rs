@@ -91,11 +91,14 @@ fn hostile_strings_round_trip_through_the_library() {
             Some(e.json().to_owned())
         );
         let trimmed = sessiontree::json::js_trim(h);
-        let expected_label = (!trimmed.is_empty()).then(|| trimmed.to_owned());
+        let expected_label =
+            (!trimmed.is_empty()).then(|| sessiontree::json::JsString::new(trimmed));
         assert_eq!(s.label(&entry_id).unwrap(), expected_label, "label {h:?}");
         assert_eq!(
             s.session_name().unwrap(),
-            Some(sessiontree::json::js_trim(&format!("name {h}")).to_owned())
+            Some(sessiontree::json::JsString::new(
+                sessiontree::json::js_trim(&format!("name {h}"))
+            ))
         );
         assert_eq!(s.find_entries(h).unwrap().len(), 0, "a type filter is data");
         assert!(s.entry(h).unwrap().is_none());
@@ -127,9 +130,12 @@ fn hostile_strings_round_trip_through_the_library() {
             "name filter {h:?}"
         );
         assert!(
-            by_name
-                .iter()
-                .all(|r| r.name.as_deref().unwrap_or("").contains(trimmed)),
+            by_name.iter().all(|r| r
+                .name
+                .as_ref()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+                .contains(trimmed)),
             "name filter {h:?} is literal"
         );
         let prefixed = archive.sessions_with_prefix(&id, 5).unwrap();
@@ -278,6 +284,7 @@ fn hostile_strings_round_trip_through_the_cli() {
             .unwrap()
             .label(&target)
             .unwrap()
+            .map(|l| l.to_string_lossy())
             .as_deref(),
         Some(label)
     );

@@ -310,3 +310,71 @@ fn hot_queries_use_indexes() -> R {
     }
     Ok(())
 }
+
+/// An archive written before schema version 4 (statistics summed from costs
+/// read one ulp off, labels and names stored as plain text) reports pi's
+/// answers once the migration has run.
+#[test]
+fn migration_4_recomputes_stats_and_keeps_labels() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("old.db");
+    let costs = [
+        "0.011844299999999999",
+        "0.026755499999999998",
+        "0.037346700000000004",
+    ];
+    let mut pi_total = 0.0_f64;
+    {
+        let archive = Archive::open(&db, Durability::Relaxed)?;
+        let mut w = archive.create_session(&new_session("s-old"))?;
+        let mut parent: Option<String> = None;
+        for (i, c) in costs.iter().enumerate() {
+            let id = format!("a{i}");
+            let text = format!(
+                r#"{{"type":"message","id":"{id}","parentId":{},"timestamp":"2025-01-01T00:00:00.000Z","message":{{"role":"assistant","content":[],"usage":{{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"cost":{{"total":{c}}}}}}}}}"#,
+                parent
+                    .as_ref()
+                    .map_or("null".to_owned(), |p| format!("{p:?}"))
+            );
+            w.append_entry(Entry::from_json(&text)?)?;
+            pi_total += c.parse::<f64>()?;
+            parent = Some(id);
+        }
+        w.append_entry(Entry::from_json(
+            r#"{"type":"label","id":"l","parentId":"a2","timestamp":"t","targetId":"a0","label":" star "}"#,
+        )?)?;
+        w.append_entry(Entry::from_json(
+            r#"{"type":"session_info","id":"n","parentId":"l","timestamp":"t","name":"Old name"}"#,
+        )?)?;
+    }
+    // What a version-3 build left behind.
+    {
+        let conn = rusqlite::Connection::open(&db)?;
+        let wrong = 0.0118443_f64 + 0.0267555 + 0.0373467;
+        assert_ne!(wrong.to_bits(), pi_total.to_bits());
+        conn.execute_batch(&format!(
+            "UPDATE sessions SET cost_total = {wrong:?}, name = 'Old name';
+             UPDATE labels SET label = 'star';
+             PRAGMA user_version = 3;"
+        ))?;
+    }
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    assert_eq!(
+        sessiontree::backend::sqlite::migrate::current_version(&rusqlite::Connection::open(&db)?)?,
+        latest_version()
+    );
+    let s = archive.open_session("s-old")?;
+    assert_eq!(s.session_stats()?.cost_total.to_bits(), pi_total.to_bits());
+    assert_eq!(
+        s.label("a0")?.map(|l| l.to_string_lossy()).as_deref(),
+        Some("star")
+    );
+    assert_eq!(
+        s.session_name()?.map(|n| n.to_string_lossy()).as_deref(),
+        Some("Old name")
+    );
+    let listed = archive.list(&Default::default())?;
+    assert_eq!(listed[0].stats.cost_total.to_bits(), pi_total.to_bits());
+    assert_eq!(archive.check(Some("s-old"))?, Vec::<String>::new());
+    Ok(())
+}

@@ -3,6 +3,7 @@
 
 use crate::entry::Entry;
 use crate::error::Result;
+use crate::json::JsString;
 use crate::rules::{SessionStats, StatsAccumulator};
 use std::collections::HashMap;
 
@@ -12,8 +13,8 @@ use std::collections::HashMap;
 pub struct LogIndex {
     entries: Vec<Entry>,
     by_id: HashMap<String, usize>,
-    labels: HashMap<String, String>,
-    name: Option<String>,
+    labels: HashMap<String, JsString>,
+    name: Option<JsString>,
     stats: StatsAccumulator,
     leaf: Option<String>,
 }
@@ -33,12 +34,12 @@ impl LogIndex {
         let f = entry.facts();
         if let Some((target, label)) = f.label_update() {
             match label {
-                Some(l) => self.labels.insert(target.to_owned(), l.to_owned()),
+                Some(l) => self.labels.insert(target.to_owned(), l),
                 None => self.labels.remove(target),
             };
         }
         if let Some(name) = f.session_name_update() {
-            self.name = name.map(str::to_owned);
+            self.name = name;
         }
         self.stats.add(&entry);
         self.leaf = f.leaf_after().map(str::to_owned);
@@ -71,12 +72,12 @@ impl LogIndex {
     }
 
     /// The label on `id`.
-    pub fn label(&self, id: &str) -> Option<String> {
+    pub fn label(&self, id: &str) -> Option<JsString> {
         self.labels.get(id).cloned()
     }
 
     /// The session name.
-    pub fn name(&self) -> Option<String> {
+    pub fn name(&self) -> Option<JsString> {
         self.name.clone()
     }
 
@@ -111,10 +112,10 @@ macro_rules! log_index_reads {
         ) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
             Ok(self.log.of_type(entry_type))
         }
-        fn label(&self, id: &str) -> $crate::error::Result<Option<String>> {
+        fn label(&self, id: &str) -> $crate::error::Result<Option<$crate::json::JsString>> {
             Ok(self.log.label(id))
         }
-        fn session_name(&self) -> $crate::error::Result<Option<String>> {
+        fn session_name(&self) -> $crate::error::Result<Option<$crate::json::JsString>> {
             Ok(self.log.name())
         }
         fn session_stats(&self) -> $crate::error::Result<$crate::rules::SessionStats> {

@@ -41,13 +41,22 @@ impl MemoryStorage {
         metadata: SessionMetadata,
         entries: impl IntoIterator<Item = Entry>,
     ) -> Result<Self> {
-        let log = LogIndex::from_entries(entries);
-        if let Some(leaf) = log.leaf() {
-            if log.get(leaf).is_none() {
+        let storage = Self::loaded(metadata, entries);
+        if let Some(leaf) = storage.log.leaf() {
+            if storage.log.get(leaf).is_none() {
                 return Err(Error::DanglingReference(leaf.to_owned()));
             }
         }
-        Ok(MemoryStorage { metadata, log })
+        Ok(storage)
+    }
+
+    /// A session loaded from a log someone stored (a file), as pi opens a file:
+    /// a leaf that names a missing entry fails only the reads that need it.
+    pub fn loaded(metadata: SessionMetadata, entries: impl IntoIterator<Item = Entry>) -> Self {
+        MemoryStorage {
+            metadata,
+            log: LogIndex::from_entries(entries),
+        }
     }
 }
 
@@ -60,4 +69,33 @@ impl SessionStorage for MemoryStorage {
         Ok(())
     }
     super::log_index_reads!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose last `leaf` entry names a missing entry opens, as pi opens
+    /// it; only the reads that need the leaf fail.
+    #[test]
+    fn a_loaded_log_with_a_dangling_leaf_fails_only_leaf_reads() {
+        let entries = [
+            r#"{"type":"message","id":"m","parentId":null,"timestamp":"t","message":{"role":"user","content":"x"}}"#,
+            r#"{"type":"leaf","id":"l","parentId":"m","timestamp":"t","targetId":"gone"}"#,
+            r#"{"type":"leaf","id":"e","parentId":"l","timestamp":"t","targetId":""}"#,
+        ]
+        .map(|t| Entry::from_json(t).unwrap());
+        let strict = MemoryStorage::with_entries(SessionMetadata::default(), entries[..2].to_vec());
+        assert!(strict.is_err(), "pi's InMemorySessionStorage refuses it");
+        for n in [2, 3] {
+            let s = MemoryStorage::loaded(SessionMetadata::default(), entries[..n].to_vec());
+            assert_eq!(s.entry_count().unwrap(), n);
+            assert_eq!(
+                s.leaf_id().unwrap_err().code(),
+                crate::error::ErrorCode::InvalidSession
+            );
+            assert_eq!(s.path_to_root_or_compaction(Some("m")).unwrap().len(), 1);
+            assert!(s.session_stats().is_ok());
+        }
+    }
 }

@@ -3,9 +3,10 @@
 use super::tree::preview_in;
 use super::{target, Cli, Report};
 use clap::Args;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::ListQuery;
-use sessiontree::json::js_number;
+use sessiontree::json::{js_number, JsString, ObjectWriter};
 use sessiontree::{Error, Result, Session};
 
 /// Arguments of `ls`.
@@ -69,27 +70,33 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
-            truncate(r.name.as_deref().unwrap_or("-"), 24),
+            truncate(
+                &r.name
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), JsString::to_string_lossy),
+                24
+            ),
             m.cwd.as_deref().unwrap_or("")
         ));
-        list.push(json!({
-            "id": m.id,
-            "createdAt": m.created_at,
-            "cwd": m.cwd,
-            "name": r.name,
-            "entries": r.entry_count,
-            "messages": r.stats.message_count,
-            "cost": js_number(r.stats.cost_total),
-            "totalTokens": js_number(r.stats.total_tokens),
-        }));
+        let mut row = ObjectWriter::new();
+        row.str("id", &m.id)
+            .str("createdAt", &m.created_at)
+            .opt_str_or_null("cwd", m.cwd.as_deref())
+            .raw("name", r.name.as_ref().map_or("null", JsString::json))
+            .value("entries", &json!(r.entry_count))
+            .value("messages", &json!(r.stats.message_count))
+            .value("cost", &js_number(r.stats.cost_total))
+            .value("totalTokens", &js_number(r.stats.total_tokens));
+        list.push(row.finish());
     }
     if rows.is_empty() {
         text.push_str("no sessions\n");
     }
-    Ok(Report::new(
-        json!({"sessions": list, "page": args.page, "limit": args.limit}),
-        text,
-    ))
+    let mut json = ObjectWriter::new();
+    json.raw("sessions", &format!("[{}]", list.join(",")))
+        .value("page", &json!(args.page))
+        .value("limit", &json!(args.limit));
+    Ok(Report::raw(json.finish(), text))
 }
 
 /// Truncates to `max` characters with an ellipsis.
@@ -135,29 +142,35 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let ctx = session.build_context(args.from.as_deref())?;
     let cwd = session.storage().metadata()?.cwd;
     let value: Value = serde_json::from_str(&ctx.to_json_text()).unwrap_or(Value::Null);
+    // Readable forms of the stored JSON (strings unquoted).
+    let show =
+        |raw: Option<&RawValue>| match raw.map(|r| sessiontree::json::parse_value_lossy(r.get())) {
+            Some(Ok(Value::String(s))) => s,
+            Some(Ok(Value::Array(names))) => names
+                .iter()
+                .map(|n| n.as_str().map_or_else(|| n.to_string(), str::to_owned))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Some(Ok(other)) => other.to_string(),
+            Some(Err(_)) | None => "?".into(),
+        };
     let model = match &ctx.model {
         Some(m) => format!(
             "{}/{}",
-            m["provider"].as_str().unwrap_or("?"),
-            m["modelId"].as_str().unwrap_or("?")
+            show(m.provider.as_deref()),
+            show(m.model_id.as_deref())
         ),
         None => "-".into(),
     };
-    let tools = match &ctx.active_tool_names {
-        Some(Value::Array(names)) => names
-            .iter()
-            .map(|n| n.as_str().map_or_else(|| n.to_string(), str::to_owned))
-            .collect::<Vec<_>>()
-            .join(", "),
-        Some(other) => other.to_string(),
-        None => "-".into(),
-    };
+    let tools = ctx
+        .active_tool_names
+        .as_deref()
+        .map_or_else(|| "-".into(), |t| show(Some(t)));
     let mut text = format!(
         "thinking: {}  model: {model}  tools: {tools}\n",
-        ctx.thinking_level.as_ref().map_or_else(
-            || "-".into(),
-            |t| t.as_str().map_or_else(|| t.to_string(), str::to_owned)
-        ),
+        ctx.thinking_level
+            .as_deref()
+            .map_or_else(|| "-".into(), |t| show(Some(t))),
     );
     for m in value["messages"].as_array().into_iter().flatten() {
         let (role, body) = match m["summary"].as_str() {

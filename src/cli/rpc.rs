@@ -46,7 +46,10 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
         Backend::Jsonl => rpc::serve(jsonl.map(Session::new), stdin, stdout).map_err(io),
         Backend::Memory => {
             let memory = jsonl.and_then(|j| {
-                MemoryStorage::with_entries(j.metadata()?, j.all_entries().iter().cloned())
+                Ok(MemoryStorage::loaded(
+                    j.metadata()?,
+                    j.all_entries().iter().cloned(),
+                ))
             });
             rpc::serve(memory.map(Session::new), stdin, stdout).map_err(io)
         }

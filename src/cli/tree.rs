@@ -192,7 +192,7 @@ pub fn render(
     let mut labels = HashMap::new();
     for e in &entries {
         if let Some(l) = storage.label(e.id())? {
-            labels.insert(e.id().to_owned(), l);
+            labels.insert(e.id().to_owned(), l.to_string_lossy());
         }
     }
     let from_index = match from {

@@ -5,6 +5,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 use sessiontree::backend::jsonl::{encode_cwd, session_file_name};
 use sessiontree::convert::export_jsonl;
+use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
@@ -227,13 +228,14 @@ pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
     let id = session.append_label(&args.entry, text)?;
     let label = session.storage().label(&args.entry)?;
     let text = match &label {
-        Some(l) => format!("labelled {} {l:?} (entry {id})\n", args.entry),
+        Some(l) => format!("labelled {} {} (entry {id})\n", args.entry, l.json()),
         None => format!("cleared the label of {} (entry {id})\n", args.entry),
     };
-    Ok(Report::new(
-        json!({"entry": id, "target": args.entry, "label": label}),
-        text,
-    ))
+    let mut json = ObjectWriter::new();
+    json.str("entry", &id)
+        .str("target", &args.entry)
+        .raw("label", label.as_ref().map_or("null", JsString::json));
+    Ok(Report::raw(json.finish(), text))
 }
 
 /// Arguments of `name`.
@@ -250,9 +252,12 @@ pub fn name(cli: &Cli, args: &NameArgs) -> Result<Report> {
     let mut session = Session::new(target::open(cli, &args.session)?);
     let id = session.append_session_name(&args.text)?;
     let name = session.storage().session_name()?;
-    Ok(Report::new(
-        json!({"entry": id, "name": name}),
-        format!("named {:?}\n", name.unwrap_or_default()),
+    let mut json = ObjectWriter::new();
+    json.str("entry", &id)
+        .raw("name", name.as_ref().map_or("null", JsString::json));
+    Ok(Report::raw(
+        json.finish(),
+        format!("named {}\n", name.as_ref().map_or("\"\"", JsString::json)),
     ))
 }
 

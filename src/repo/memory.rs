@@ -40,10 +40,10 @@ impl SessionStorage for SharedMemoryStorage {
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
         self.lock().find_entries(entry_type)
     }
-    fn label(&self, id: &str) -> Result<Option<String>> {
+    fn label(&self, id: &str) -> Result<Option<crate::json::JsString>> {
         self.lock().label(id)
     }
-    fn session_name(&self) -> Result<Option<String>> {
+    fn session_name(&self) -> Result<Option<crate::json::JsString>> {
         self.lock().session_name()
     }
     fn session_stats(&self) -> Result<SessionStats> {

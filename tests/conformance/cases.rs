@@ -5,6 +5,7 @@
 use super::harness::Harness;
 use serde_json::{json, Value};
 use sessiontree::context::{ContextOptions, EntryProjector, EntryTransform};
+use sessiontree::json::JsString;
 use sessiontree::repo::entries_to_fork;
 use sessiontree::rules::ForkPosition;
 use sessiontree::session::{BranchSummary, Compaction};
@@ -180,9 +181,15 @@ pub fn labels_are_trimmed_replaced_and_cleared<H: Harness>(h: &mut H) -> R {
         entry(v)
     };
     s.append_entry(label("l1", Some("  first  ")))?;
-    assert_eq!(s.label("a")?.as_deref(), Some("first"));
+    assert_eq!(
+        s.label("a")?.map(|s| s.to_string_lossy()).as_deref(),
+        Some("first")
+    );
     s.append_entry(label("l2", Some("second")))?;
-    assert_eq!(s.label("a")?.as_deref(), Some("second"));
+    assert_eq!(
+        s.label("a")?.map(|s| s.to_string_lossy()).as_deref(),
+        Some("second")
+    );
     s.append_entry(label("l3", Some("   ")))?;
     assert_eq!(s.label("a")?, None, "blank clears");
     s.append_entry(label("l4", Some("back")))?;
@@ -191,7 +198,10 @@ pub fn labels_are_trimmed_replaced_and_cleared<H: Harness>(h: &mut H) -> R {
     s.append_entry(label("l6", Some("final")))?;
     assert_eq!(s.label("b")?, None);
     let s = h.reopen(s);
-    assert_eq!(s.label("a")?.as_deref(), Some("final"));
+    assert_eq!(
+        s.label("a")?.map(|s| s.to_string_lossy()).as_deref(),
+        Some("final")
+    );
     Ok(())
 }
 
@@ -205,7 +215,10 @@ pub fn session_name_is_the_last_session_info_trimmed<H: Harness>(h: &mut H) -> R
         entry(v)
     };
     s.append_entry(info("n1", Some("  Alpha ")))?;
-    assert_eq!(s.session_name()?.as_deref(), Some("Alpha"));
+    assert_eq!(
+        s.session_name()?.map(|s| s.to_string_lossy()).as_deref(),
+        Some("Alpha")
+    );
     s.append_entry(info("n2", Some("  ")))?;
     assert_eq!(
         s.session_name()?,
@@ -217,7 +230,10 @@ pub fn session_name_is_the_last_session_info_trimmed<H: Harness>(h: &mut H) -> R
     assert_eq!(s.session_name()?, None);
     s.append_entry(info("n5", Some("Gamma")))?;
     let s = h.reopen(s);
-    assert_eq!(s.session_name()?.as_deref(), Some("Gamma"));
+    assert_eq!(
+        s.session_name()?.map(|s| s.to_string_lossy()).as_deref(),
+        Some("Gamma")
+    );
     Ok(())
 }
 
@@ -559,12 +575,13 @@ pub fn entries_come_back_exactly_as_stored<H: Harness>(h: &mut H) -> R {
 pub fn session_layer_builds_entries_as_pi_does<H: Harness>(h: &mut H) -> R {
     let mut session = Session::new(h.fresh());
     let m = session.append_message(&JsonText::parse(r#"{"role":"user","content":"hi"}"#)?)?;
-    let t = session.append_thinking_level_change("high")?;
-    let mc = session.append_model_change("anthropic", "claude")?;
-    let tools = session.append_active_tools_change(&["read".to_owned(), "bash".to_owned()])?;
-    let custom = session.append_custom_entry("todo", Some(&JsonText::parse(r#"{"n":1}"#)?))?;
+    let js = JsString::new;
+    let t = session.append_thinking_level_change(&js("high"))?;
+    let mc = session.append_model_change(&js("anthropic"), &js("claude"))?;
+    let tools = session.append_active_tools_change(&[js("read"), js("bash")])?;
+    let custom = session.append_custom_entry(&js("todo"), Some(&JsonText::parse(r#"{"n":1}"#)?))?;
     let cm = session.append_custom_message_entry(
-        "note",
+        &js("note"),
         &JsonText::string("remember"),
         Some(true),
         None,
@@ -594,7 +611,10 @@ pub fn session_layer_builds_entries_as_pi_does<H: Harness>(h: &mut H) -> R {
         .json()
         .ends_with(r#","customType":"note","content":"remember","display":true}"#));
     assert!(get(&name).json().ends_with(r#","name":"my session"}"#));
-    assert_eq!(st.session_name()?.as_deref(), Some("my session"));
+    assert_eq!(
+        st.session_name()?.map(|s| s.to_string_lossy()).as_deref(),
+        Some("my session")
+    );
     let ts = get(&m).timestamp().to_owned();
     assert_eq!(ts.len(), 24, "ISO-8601 with milliseconds: {ts}");
     assert!(ts.ends_with('Z'));
@@ -610,7 +630,14 @@ pub fn labels_need_an_existing_target<H: Harness>(h: &mut H) -> R {
     assert_eq!(err.code(), ErrorCode::NotFound);
     assert_eq!(session.storage().entry_count()?, 1);
     let l = session.append_label(&m, Some(" star "))?;
-    assert_eq!(session.storage().label(&m)?.as_deref(), Some("star"));
+    assert_eq!(
+        session
+            .storage()
+            .label(&m)?
+            .map(|s| s.to_string_lossy())
+            .as_deref(),
+        Some("star")
+    );
     assert!(session
         .storage()
         .entry(&l)?
@@ -859,3 +886,72 @@ pub fn writes_survive_reopen_with_identical_answers<H: Harness>(h: &mut H) -> R 
 }
 
 pub use super::harness::snapshot;
+
+/// pi's costs have 17 significant digits; they must be read correctly rounded
+/// and summed in log order, as JavaScript does (issue: serde_json's default
+/// parser read `0.011844299999999999` as `0.0118443`).
+pub fn stats_sum_seventeen_digit_costs_exactly<H: Harness>(h: &mut H) -> R {
+    let costs = [
+        "0.011844299999999999",
+        "0.026755499999999998",
+        "0.037346700000000004",
+        "0.0029907",
+        "5e-324",
+        "0.1",
+    ];
+    let mut s = h.fresh();
+    let mut parent: Option<String> = None;
+    let mut expected = 0.0_f64;
+    for (i, c) in costs.iter().enumerate() {
+        let id = format!("a{i}");
+        let text = format!(
+            r#"{{"type":"message","id":"{id}","parentId":{},"timestamp":"2025-01-01T00:00:00.000Z","message":{{"role":"assistant","content":[],"usage":{{"input":1,"output":2,"cacheRead":0,"cacheWrite":0,"cost":{{"total":{c}}}}}}}}}"#,
+            parent
+                .as_ref()
+                .map_or("null".to_owned(), |p| format!("{p:?}"))
+        );
+        s.append_entry(Entry::from_json(&text)?)?;
+        expected += c.parse::<f64>().expect("a Rust float literal");
+        parent = Some(id);
+    }
+    assert_eq!(s.session_stats()?.cost_total.to_bits(), expected.to_bits());
+    let s = h.reopen(s);
+    assert_eq!(s.session_stats()?.cost_total.to_bits(), expected.to_bits());
+    Ok(())
+}
+
+/// Labels and names keep lone UTF-16 surrogates (pi returns them as stored),
+/// trimmed by JavaScript's rule, across a reopen.
+pub fn labels_and_names_keep_lone_surrogates<H: Harness>(h: &mut H) -> R {
+    let mut s = h.fresh();
+    s.append_entry(Entry::from_json(
+        r#"{"type":"message","id":"m","parentId":null,"timestamp":"t","message":{"role":"user","content":"x"}}"#,
+    )?)?;
+    s.append_entry(Entry::from_json(
+        r#"{"type":"label","id":"l","parentId":"m","timestamp":"t","targetId":"m","label":" label \udbff "}"#,
+    )?)?;
+    s.append_entry(Entry::from_json(
+        r#"{"type":"session_info","id":"n","parentId":"l","timestamp":"t","name":"\ud800 name\u3000"}"#,
+    )?)?;
+    let check = |s: &H::S| -> R {
+        assert_eq!(
+            s.label("m")?.map(|l| l.json().to_owned()).as_deref(),
+            Some(r#""label \udbff""#)
+        );
+        assert_eq!(
+            s.session_name()?.map(|n| n.json().to_owned()).as_deref(),
+            Some(r#""\ud800 name""#)
+        );
+        Ok(())
+    };
+    check(&s)?;
+    let mut session = Session::new(h.reopen(s));
+    check(session.storage())?;
+    // The session layer writes such strings back exactly.
+    let lone = JsString::from_json_literal(r#""\udfff x""#).expect("a literal");
+    session.append_js_label("m", Some(&lone))?;
+    session.append_js_session_name(&lone)?;
+    assert_eq!(session.storage().label("m")?, Some(lone.clone()));
+    assert_eq!(session.storage().session_name()?, Some(lone));
+    Ok(())
+}

@@ -170,10 +170,10 @@ impl<S: SessionStorage> SessionStorage for SnapshotRef<'_, S> {
     fn find_entries(&self, t: &str) -> sessiontree::Result<Vec<Entry>> {
         self.0.find_entries(t)
     }
-    fn label(&self, id: &str) -> sessiontree::Result<Option<String>> {
+    fn label(&self, id: &str) -> sessiontree::Result<Option<sessiontree::json::JsString>> {
         self.0.label(id)
     }
-    fn session_name(&self) -> sessiontree::Result<Option<String>> {
+    fn session_name(&self) -> sessiontree::Result<Option<sessiontree::json::JsString>> {
         self.0.session_name()
     }
     fn session_stats(&self) -> sessiontree::Result<sessiontree::rules::SessionStats> {

@@ -38,6 +38,8 @@ macro_rules! conformance {
             parent_cycles_are_reported_not_followed_forever,
             message_without_message_is_an_error_not_a_crash,
             writes_survive_reopen_with_identical_answers,
+            stats_sum_seventeen_digit_costs_exactly,
+            labels_and_names_keep_lone_surrogates,
         );
     };
     (@cases $backend:ident, $make:expr, $($case:ident),+ $(,)?) => {

@@ -2,9 +2,10 @@
 
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, verify_session_facts, Appender, SessionWriter};
-use super::{branch_cache, sql, Archive};
+use super::{branch_cache, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
+use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::SessionMetadata;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
@@ -32,7 +33,7 @@ pub struct SessionSummary {
     /// Metadata.
     pub metadata: SessionMetadata,
     /// Session name.
-    pub name: Option<String>,
+    pub name: Option<JsString>,
     /// Entries in the log.
     pub entry_count: i64,
     /// Statistics.
@@ -178,10 +179,15 @@ impl Archive {
             )
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        // Names are stored as JSON literals: look for the query as it is escaped there.
+        let name_fragment = q.name_contains.as_deref().map(|n| {
+            let literal = JsString::new(n);
+            literal.json()[1..literal.json().len() - 1].to_owned()
+        });
         let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
         let rows = st
             .query_map(
-                params![q.cwd, q.since_ms, q.name_contains, limit, offset],
+                params![q.cwd, q.since_ms, name_fragment, limit, offset],
                 |r| {
                     Ok(SessionSummary {
                         metadata: SessionMetadata {
@@ -192,7 +198,7 @@ impl Archive {
                             parent_session: r.get(3)?,
                             metadata: r.get(4)?,
                         },
-                        name: r.get(5)?,
+                        name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
                         entry_count: r.get(6)?,
                         stats: SessionStats {
                             message_count: r.get::<_, i64>(7)?.try_into().unwrap_or(0),

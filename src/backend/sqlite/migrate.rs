@@ -3,14 +3,36 @@
 //! each step runs in its own IMMEDIATE transaction.
 
 use crate::error::{Error, Result};
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::Path;
 
+/// One migration step: its SQL file, then the code that rewrites rows the SQL
+/// cannot (in the same transaction).
+pub struct Migration {
+    /// The schema file's text.
+    pub sql: &'static str,
+    /// Row rewrites done after the SQL.
+    pub rewrite: Option<fn(&Transaction) -> Result<()>>,
+}
+
 /// The migration steps, oldest first; step `i` brings the schema to version `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
-    include_str!("../../../schema/0001_init.sql"),
-    include_str!("../../../schema/0002_search.sql"),
-    include_str!("../../../schema/0003_imports.sql"),
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        sql: include_str!("../../../schema/0001_init.sql"),
+        rewrite: None,
+    },
+    Migration {
+        sql: include_str!("../../../schema/0002_search.sql"),
+        rewrite: None,
+    },
+    Migration {
+        sql: include_str!("../../../schema/0003_imports.sql"),
+        rewrite: None,
+    },
+    Migration {
+        sql: include_str!("../../../schema/0004_exact_facts.sql"),
+        rewrite: Some(super::writer::refresh_all_session_facts),
+    },
 ];
 
 /// The schema version this build writes.
@@ -34,7 +56,7 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
             supported: latest_version(),
         });
     }
-    for (i, sql) in MIGRATIONS
+    for (i, step) in MIGRATIONS
         .iter()
         .enumerate()
         .skip(usize::try_from(found).unwrap_or(0))
@@ -48,7 +70,11 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
         if current_version(&tx)? >= version {
             continue;
         }
-        tx.execute_batch(sql).map_err(|e| Error::sqlite(ctx(), e))?;
+        tx.execute_batch(step.sql)
+            .map_err(|e| Error::sqlite(ctx(), e))?;
+        if let Some(rewrite) = step.rewrite {
+            rewrite(&tx)?;
+        }
         tx.pragma_update(None, "user_version", version)
             .map_err(|e| Error::sqlite(ctx(), e))?;
         tx.commit().map_err(|e| Error::sqlite(ctx(), e))?;

@@ -33,6 +33,7 @@ mod storage;
 mod writer;
 
 use crate::error::{Error, Result};
+use crate::json::JsString;
 use crate::storage::Durability;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -103,6 +104,12 @@ pub struct Archive(Arc<ArchiveInner>);
 
 fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| Error::sqlite(context, e)
+}
+
+/// Labels and names are stored as their JSON literal (so lone surrogates
+/// survive); text from before schema version 4 is read as plain text.
+fn stored_js_string(text: String) -> JsString {
+    JsString::from_json_literal(&text).unwrap_or_else(|| JsString::new(&text))
 }
 
 impl Archive {

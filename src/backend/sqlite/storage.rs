@@ -1,9 +1,10 @@
 //! One session of an archive as a [`SessionStorage`].
 
 use super::writer::{session_facts, Appender, SessionFacts};
-use super::{branch_cache, claim, sql, Archive};
+use super::{branch_cache, claim, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::Result;
+use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::{SessionMetadata, SessionStorage};
 use branch_cache::ReadCost;
@@ -193,17 +194,18 @@ impl SessionStorage for SqliteStorage {
         )
     }
 
-    fn label(&self, id: &str) -> Result<Option<String>> {
+    fn label(&self, id: &str) -> Result<Option<JsString>> {
         let conn = self.archive.conn()?;
         conn.prepare_cached("SELECT label FROM labels WHERE session_key = ?1 AND target_id = ?2")
             .and_then(|mut s| {
                 s.query_row(params![self.session_key, id], |r| r.get(0))
                     .optional()
             })
+            .map(|label| label.map(stored_js_string))
             .map_err(sql("reading a label"))
     }
 
-    fn session_name(&self) -> Result<Option<String>> {
+    fn session_name(&self) -> Result<Option<JsString>> {
         Ok(self.facts()?.name)
     }
 

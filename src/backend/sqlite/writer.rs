@@ -2,11 +2,13 @@
 //! maintaining every derived fact (session row, labels, leaf events, search rows).
 
 use super::archive::{ImportRecord, NewSession};
-use super::{branch_cache, search, sql};
+use super::{branch_cache, search, sql, stored_js_string};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
+use crate::json::JsString;
 use crate::rules::{SessionStats, StatsAccumulator};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use std::collections::HashMap;
 
 pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> {
     let exists: Option<i64> = tx
@@ -44,7 +46,7 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct SessionFacts {
     pub(super) leaf_id: Option<String>,
-    pub(super) name: Option<String>,
+    pub(super) name: Option<JsString>,
     pub(super) entry_count: i64,
     pub(super) stats: StatsAccumulator,
 }
@@ -58,7 +60,7 @@ pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts>
         s.query_row([key], |r| {
             Ok(SessionFacts {
                 leaf_id: r.get(0)?,
-                name: r.get(1)?,
+                name: r.get::<_, Option<String>>(1)?.map(stored_js_string),
                 entry_count: r.get(2)?,
                 stats: StatsAccumulator {
                     stats: SessionStats {
@@ -76,53 +78,132 @@ pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts>
     .map_err(sql("reading session facts"))
 }
 
+/// The facts of a session as a replay of its log gives them: the session row's
+/// facts and the labels.
+fn replay_session_facts(
+    conn: &Connection,
+    key: i64,
+) -> Result<(SessionFacts, HashMap<String, JsString>)> {
+    let mut st = conn
+        .prepare("SELECT json FROM entries WHERE session_key = ?1 ORDER BY seq")
+        .map_err(sql("replaying session facts"))?;
+    let rows = st
+        .query_map([key], |r| r.get::<_, String>(0))
+        .map_err(sql("replaying session facts"))?;
+    let mut facts = SessionFacts {
+        leaf_id: None,
+        name: None,
+        entry_count: 0,
+        stats: StatsAccumulator::default(),
+    };
+    let mut labels = HashMap::new();
+    for json in rows {
+        let entry = Entry::from_checked_text(json.map_err(sql("replaying session facts"))?);
+        let f = entry.facts();
+        if let Some((target, label)) = f.label_update() {
+            match label {
+                Some(l) => labels.insert(target.to_owned(), l),
+                None => labels.remove(target),
+            };
+        }
+        if let Some(name) = f.session_name_update() {
+            facts.name = name;
+        }
+        facts.stats.add(&entry);
+        facts.leaf_id = f.leaf_after().map(str::to_owned);
+        facts.entry_count += 1;
+    }
+    Ok((facts, labels))
+}
+
+fn stored_labels(conn: &Connection, key: i64) -> Result<HashMap<String, JsString>> {
+    conn.prepare("SELECT target_id, label FROM labels WHERE session_key = ?1")
+        .and_then(|mut st| {
+            st.query_map([key], |r| Ok((r.get(0)?, stored_js_string(r.get(1)?))))
+                .and_then(Iterator::collect)
+        })
+        .map_err(sql("reading labels"))
+}
+
 /// Replays the log and compares the maintained facts (leaf, name, stats, labels).
 pub(super) fn verify_session_facts(conn: &Connection, key: i64) -> Result<Vec<String>> {
     let stored = session_facts(conn, key)?;
-    let mut st = conn
-        .prepare("SELECT json FROM entries WHERE session_key = ?1 ORDER BY seq")
-        .map_err(sql("verifying session facts"))?;
-    let rows = st
-        .query_map([key], |r| r.get::<_, String>(0))
-        .map_err(sql("verifying session facts"))?;
-    let mut log = crate::backend::LogIndex::default();
-    for json in rows {
-        log.push(Entry::from_checked_text(
-            json.map_err(sql("verifying session facts"))?,
-        ));
-    }
-    let mut stats = StatsAccumulator::default();
-    for e in log.all() {
-        stats.add(e);
-    }
-    let expected = SessionFacts {
-        leaf_id: log.leaf().map(str::to_owned),
-        name: log.name(),
-        entry_count: log.all().len() as i64,
-        stats,
-    };
+    let (expected, labels) = replay_session_facts(conn, key)?;
     let mut problems = Vec::new();
     if expected != stored {
         problems.push(format!(
             "maintained facts {stored:?} differ from a replay {expected:?}"
         ));
     }
-    let mut st = conn
-        .prepare("SELECT target_id, label FROM labels WHERE session_key = ?1")
-        .map_err(sql("verifying labels"))?;
-    let labels: Vec<(String, String)> = st
-        .query_map([key], |r| Ok((r.get(0)?, r.get(1)?)))
-        .and_then(Iterator::collect)
-        .map_err(sql("verifying labels"))?;
-    for (target, label) in &labels {
-        if log.label(target).as_deref() != Some(label) {
+    let stored_labels = stored_labels(conn, key)?;
+    for (target, label) in &stored_labels {
+        if labels.get(target) != Some(label) {
             problems.push(format!(
-                "label on {target} is {label:?}, a replay gives {:?}",
-                log.label(target)
+                "label on {target} is {label}, a replay gives {:?}",
+                labels.get(target).map(JsString::json)
             ));
         }
     }
+    for (target, label) in &labels {
+        if !stored_labels.contains_key(target) {
+            problems.push(format!("label {} on {target} is missing", label.json()));
+        }
+    }
     Ok(problems)
+}
+
+/// Rewrites every session's maintained facts and labels from a replay of its
+/// log (schema version 4: correctly rounded statistics, labels and names as
+/// JSON literals).
+pub(super) fn refresh_all_session_facts(tx: &Transaction) -> Result<()> {
+    let keys: Vec<i64> = tx
+        .prepare("SELECT session_key FROM sessions ORDER BY session_key")
+        .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
+        .map_err(sql("listing sessions to refresh"))?;
+    for key in keys {
+        let (facts, labels) = replay_session_facts(tx, key)?;
+        write_session_facts(tx, key, &facts)?;
+        tx.execute("DELETE FROM labels WHERE session_key = ?1", [key])
+            .map_err(sql("refreshing labels"))?;
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT INTO labels (session_key, target_id, label) VALUES (?1, ?2, ?3)",
+            )
+            .map_err(sql("refreshing labels"))?;
+        for (target, label) in &labels {
+            insert
+                .execute(params![key, target, label.json()])
+                .map_err(sql("refreshing labels"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Stores a session row's maintained facts.
+fn write_session_facts(tx: &Transaction, key: i64, facts: &SessionFacts) -> Result<()> {
+    let s = &facts.stats.stats;
+    tx.prepare_cached(
+        "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,
+                cached_tokens = ?6, uncached_tokens = ?7, total_tokens = ?8, cost_total = ?9,
+                broken_message_id = ?10
+             WHERE session_key = ?1",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            key,
+            facts.leaf_id,
+            facts.name.as_ref().map(JsString::json),
+            facts.entry_count,
+            i64::try_from(s.message_count).unwrap_or(i64::MAX),
+            s.cached_tokens,
+            s.uncached_tokens,
+            s.total_tokens,
+            s.cost_total,
+            facts.stats.broken_message
+        ])
+    })
+    .map_err(sql("updating session facts"))?;
+    Ok(())
 }
 
 /// The entries table's unique id index refusing a duplicate becomes `invalid_entry`.
@@ -218,7 +299,7 @@ impl Appender {
                         "INSERT INTO labels (session_key, target_id, label) VALUES (?1, ?2, ?3)
                          ON CONFLICT (session_key, target_id) DO UPDATE SET label = excluded.label",
                     )
-                    .and_then(|mut s| s.execute(params![self.key, target, l])),
+                    .and_then(|mut s| s.execute(params![self.key, target, l.json()])),
                 None => tx
                     .prepare_cached("DELETE FROM labels WHERE session_key = ?1 AND target_id = ?2")
                     .and_then(|mut s| s.execute(params![self.key, target])),
@@ -233,7 +314,7 @@ impl Appender {
             }
         }
         if let Some(name) = f.session_name_update() {
-            self.facts.name = name.map(str::to_owned);
+            self.facts.name = name;
         }
         self.facts.stats.add(entry);
         self.facts.leaf_id = f.leaf_after().map(str::to_owned);
@@ -244,29 +325,7 @@ impl Appender {
     pub(super) fn finish(mut self, tx: &Transaction) -> Result<()> {
         self.flush_text(tx)?;
         self.tail.flush(tx)?;
-        let s = &self.facts.stats.stats;
-        tx.prepare_cached(
-            "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,
-                    cached_tokens = ?6, uncached_tokens = ?7, total_tokens = ?8, cost_total = ?9,
-                    broken_message_id = ?10
-                 WHERE session_key = ?1",
-        )
-        .and_then(|mut st| {
-            st.execute(params![
-                self.key,
-                self.facts.leaf_id,
-                self.facts.name,
-                self.facts.entry_count,
-                i64::try_from(s.message_count).unwrap_or(i64::MAX),
-                s.cached_tokens,
-                s.uncached_tokens,
-                s.total_tokens,
-                s.cost_total,
-                self.facts.stats.broken_message
-            ])
-        })
-        .map_err(sql("updating session facts"))?;
-        Ok(())
+        write_session_facts(tx, self.key, &self.facts)
     }
 }
 

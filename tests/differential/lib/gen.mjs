@@ -11,7 +11,9 @@
 // Inputs that are legal for pi but unusual, by category (DIFF_EXOTIC):
 //   surrogate-text    lone UTF-16 surrogates ("\ud800" escapes) in opaque
 //                     content: messages, summaries, custom data
-//   surrogate-labels  lone surrogates in labels and session names
+//   surrogate-labels  lone surrogates in the strings the contract reads: labels,
+//                     session names, custom types, thinking levels, providers,
+//                     models and tool names
 //   dates             caller timestamps in the other forms of ECMAScript's
 //                     date-time string format (YYYY, YYYY-MM, THH:mm±hh:mm,
 //                     T24:00) and near misses JavaScript rejects (second 60,
@@ -106,7 +108,7 @@ const TEXTS = [
   "日本語のテキスト",
   "x".repeat(300),
 ];
-const EXOTIC_TEXTS = ["lone \ud800 surrogate", "\udfff"];
+const EXOTIC_TEXTS = ["lone \ud800 surrogate", "\udfff", " \udbff padded ", "pair \ud83d\ude00 then lone \udc00"];
 
 // Label / name material: JavaScript's trim() removes ASCII whitespace, line
 // terminators, U+00A0, U+FEFF, U+3000, U+2028 etc., but not U+0085 or U+200B.
@@ -188,6 +190,13 @@ export class Generator {
     return r.pick(TEXTS);
   }
 
+  /** A pick from `list`, or sometimes a string with lone surrogates (surrogate-labels). */
+  word(list) {
+    const r = this.rng;
+    if (r.chance(this.exoticChance("surrogate-labels"))) return r.pick(EXOTIC_TEXTS);
+    return r.pick(list);
+  }
+
   label() {
     const r = this.rng;
     if (r.chance(this.exoticChance("surrogate-labels"))) return r.pick(EXOTIC_TEXTS);
@@ -205,19 +214,36 @@ export class Generator {
     const r = this.rng;
     return r.weighted([
       [6, () => r.int(5000)],
+      [2, () => r.int(400000)],
       [1, 0],
       [1, () => r.pick([0.1, 0.2, 0.3, 1e-7, 123.456, 2.5e-5, 0.000123])],
       [1, () => r.pick([1e21, 9007199254740993, -17, 1.5e-323, 1e300])],
+      // Edges of the double format: subnormals, the smallest normal, integers
+      // past 2^53, values whose shortest spelling has 17 digits.
+      [1, () => r.pick([5e-324, 2.2250738585072014e-308, 2.225073858507201e-308, 2 ** 53 + 2, 2 ** 60, 1e17, 123456789012345680000, 0.1 + 0.2, 1 / 3, -0])],
     ]);
+  }
+
+  /** A cost as pi computes it: token counts times per-million prices, summed. */
+  realCost() {
+    const r = this.rng;
+    const prices = [3, 15, 0.3, 3.75, 0.8, 4, 1.25, 5, 25, 0.5, 1.5, 0.075];
+    let total = 0;
+    for (let i = r.range(1, 4); i > 0; i--) total += (r.int(200000) * r.pick(prices)) / 1e6;
+    return total;
   }
 
   cost() {
     const r = this.rng;
     return r.weighted([
       [3, () => r.pick([0.1, 0.2, 0.3, 0.0015, 1.23e-5, 0.7, 3])],
+      [4, () => this.realCost()],
+      // Costs seen in real pi sessions (17 significant digits).
+      [1, () => r.pick([0.011844299999999999, 0.026755499999999998, 0.037346700000000004, 0.0029907, 0.34508130000000004])],
       [1, 0],
       [1, () => r.int(100) / 7],
       [0.3, 1e308],
+      [0.2, () => r.pick([5e-324, -0, 2 ** 53 + 2])],
     ]);
   }
 
@@ -286,11 +312,11 @@ export class Generator {
           content: [
             { type: "thinking", thinking: this.text() },
             { type: "text", text: this.text() },
-            { type: "toolCall", id: "call_1", name: r.pick(TOOLS), arguments: { path: "a.txt" } },
+            { type: "toolCall", id: "call_1", name: this.word(TOOLS), arguments: { path: "a.txt" } },
           ].slice(0, r.range(0, 3)),
           api: "anthropic-messages",
-          provider: r.pick(PROVIDERS),
-          model: r.pick(MODELS),
+          provider: this.word(PROVIDERS),
+          model: this.word(MODELS),
           stopReason: r.pick(["stop", "toolUse", "length"]),
           timestamp,
         };
@@ -303,7 +329,7 @@ export class Generator {
         return {
           role: "toolResult",
           toolCallId: "call_1",
-          toolName: r.pick(TOOLS),
+          toolName: this.word(TOOLS),
           content: [{ type: "text", text: this.text() }],
           isError: r.chance(0.2),
           timestamp,
@@ -311,7 +337,7 @@ export class Generator {
       case "custom":
         return {
           role: "custom",
-          customType: r.pick(CUSTOM_TYPES),
+          customType: this.word(CUSTOM_TYPES),
           content: this.content(),
           display: r.chance(0.5),
           timestamp,
@@ -458,12 +484,12 @@ export class Generator {
   opThinking() {
     return {
       method: "appendThinkingLevelChange",
-      params: { thinkingLevel: this.rng.pick(THINKING_LEVELS) },
+      params: { thinkingLevel: this.word(THINKING_LEVELS) },
     };
   }
   opModel() {
     const r = this.rng;
-    return { method: "appendModelChange", params: { provider: r.pick(PROVIDERS), modelId: r.pick(MODELS) } };
+    return { method: "appendModelChange", params: { provider: this.word(PROVIDERS), modelId: this.word(MODELS) } };
   }
   opTools() {
     const r = this.rng;
@@ -501,13 +527,13 @@ export class Generator {
   }
   opCustom() {
     const r = this.rng;
-    const params = { customType: r.pick(CUSTOM_TYPES) };
+    const params = { customType: this.word(CUSTOM_TYPES) };
     if (r.chance(0.8)) params.data = r.pick([{ k: this.text() }, [1, 2, 3], "str", 0, false, { nested: { deep: [null] } }]);
     return { method: "appendCustomEntry", params };
   }
   opCustomMessage() {
     const r = this.rng;
-    const params = { customType: r.pick(CUSTOM_TYPES), content: this.content(), display: r.chance(0.6) };
+    const params = { customType: this.word(CUSTOM_TYPES), content: this.content(), display: r.chance(0.6) };
     if (r.chance(0.4)) params.details = this.details();
     return { method: "appendCustomMessageEntry", params };
   }
@@ -646,7 +672,9 @@ export class Generator {
       [forPrefix ? 0 : 1, "created"],
       [this.opts.allowDuplicateIds && snap.ids.length ? 0.6 : 0, "duplicate"],
     ]);
-    if (idKind === "created" && snap.pending.length) id = r.pick(snap.pending);
+    // Without late parents (sqlite), never use an id that stored entries already name as their parent.
+    const usable = this.opts.lateParents ? snap.pending : snap.pending.filter((p) => !snap.entries.some((e) => e.parent === p));
+    if (idKind === "created" && usable.length) id = r.pick(usable);
     else if (idKind === "duplicate") id = r.pick(snap.ids);
     else id = this.freshCallerId();
 
@@ -681,11 +709,11 @@ export class Generator {
         entry.message = this.message();
         break;
       case "thinking_level_change":
-        if (!r.chance(ex)) entry.thinkingLevel = r.pick(THINKING_LEVELS);
+        if (!r.chance(ex)) entry.thinkingLevel = this.word(THINKING_LEVELS);
         break;
       case "model_change":
-        if (!r.chance(ex)) entry.provider = r.pick(PROVIDERS);
-        entry.modelId = r.pick(MODELS);
+        if (!r.chance(ex)) entry.provider = this.word(PROVIDERS);
+        entry.modelId = this.word(MODELS);
         break;
       case "active_tools_change":
         entry.activeToolNames = r.chance(ex) ? ["read", 7, null] : r.shuffle(TOOLS).slice(0, r.range(0, 3));
@@ -712,11 +740,11 @@ export class Generator {
         if (r.chance(ex)) delete entry.fromId;
         break;
       case "custom":
-        entry.customType = r.pick(CUSTOM_TYPES);
+        entry.customType = this.word(CUSTOM_TYPES);
         if (r.chance(0.7)) entry.data = { k: this.text() };
         break;
       case "custom_message":
-        entry.customType = r.pick(CUSTOM_TYPES);
+        entry.customType = this.word(CUSTOM_TYPES);
         entry.content = this.content();
         if (!r.chance(ex)) entry.display = r.chance(0.5);
         if (r.chance(0.4)) entry.details = this.details();

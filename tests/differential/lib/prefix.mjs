@@ -2,7 +2,62 @@
 // hand" with the spellings pi's reader accepts (extra spaces, CRLF, blank
 // lines, duplicate keys where the last wins, \u escapes, key order).
 
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { makeSnapshot } from "./gen.mjs";
+
+/** Real pi sessions, found through ../shared beside the project (never copied into it). */
+export const FIXTURE_DIR =
+  process.env.DIFF_FIXTURES ??
+  resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..", "shared", "fixtures", "pi-sessions");
+
+let fixtures = null;
+function loadFixtures() {
+  if (fixtures) return fixtures;
+  fixtures = [];
+  let names = [];
+  try {
+    names = readdirSync(FIXTURE_DIR).filter((n) => n.endsWith(".jsonl")).sort();
+  } catch {
+    return fixtures;
+  }
+  for (const n of names) {
+    const lines = readFileSync(join(FIXTURE_DIR, n), "utf8").split("\n").filter((l) => l.trim());
+    // Every line but the header is an entry; v1 files have no ids yet.
+    fixtures.push(lines.slice(1).map((l) => JSON.parse(l)).filter((e) => e && typeof e === "object" && e.type !== "session"));
+  }
+  return fixtures;
+}
+
+/** How many real pi sessions were found. */
+export function realFixtureCount() {
+  return loadFixtures().length;
+}
+
+/**
+ * A window of a real pi session as v3 entries (ids and a parent chain added
+ * the way pi's migration links a v1 file: each entry the child of the one
+ * before), or null when there are none. Mostly short windows; sometimes the
+ * whole file.
+ */
+export function realPrefixEntries(rng) {
+  const all = loadFixtures();
+  if (all.length === 0) return null;
+  const file = rng.pick(all);
+  const len = rng.chance(0.05) ? file.length : Math.min(file.length, rng.range(3, 60));
+  const start = rng.int(file.length - len + 1);
+  const out = [];
+  let parent = null;
+  for (const [i, e] of file.slice(start, start + len).entries()) {
+    const { type, id, parentId, timestamp, ...rest } = e;
+    const entry = { type, id: id ?? `real${String(start + i).padStart(5, "0")}`, parentId: id ? parentId ?? null : parent, timestamp, ...rest };
+    if (id && parentId && !out.some((o) => o.id === parentId)) entry.parentId = parent;
+    out.push(entry);
+    parent = entry.id;
+  }
+  return out;
+}
 
 function hex(n, width) {
   return (n >>> 0).toString(16).padStart(width, "0").slice(-width);
