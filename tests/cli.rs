@@ -2063,3 +2063,76 @@ fn import_does_not_follow_symlinked_directories() {
         "{r}"
     );
 }
+
+/// A lone UTF-16 surrogate in a stored name or label leaves `ls --json`,
+/// `label`/`name --json` and rpc as the same `\uXXXX` escape pi writes, never
+/// as U+FFFD.
+#[test]
+fn lone_surrogates_in_names_and_labels_come_back_escaped() {
+    let sb = Sandbox::new();
+    let id = "0198aaaa-0000-7000-8000-00000000cafe";
+    let file = sb.write(
+        "pi/s.jsonl",
+        &format!(
+            concat!(
+                r#"{{"type":"session","version":3,"id":"{}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#,
+                "\n",
+                r#"{{"type":"message","id":"m1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z","message":{{"role":"user","content":"hi"}}}}"#,
+                "\n",
+                r#"{{"type":"label","id":"l1","parentId":"m1","timestamp":"2025-01-01T00:00:02.000Z","targetId":"m1","label":" tag \udbff "}}"#,
+                "\n",
+                r#"{{"type":"session_info","id":"n1","parentId":"l1","timestamp":"2025-01-01T00:00:03.000Z","name":"name \ud800"}}"#,
+                "\n"
+            ),
+            id
+        ),
+    );
+    sb.import(&[&file]);
+    let ls = sb.run(&["--json", "ls"]);
+    assert_eq!(ls.status, 0, "{ls:#?}");
+    assert!(ls.stdout.contains(r#""name":"name \ud800""#), "{ls:#?}");
+    assert!(!ls.stdout.contains('\u{fffd}'), "{ls:#?}");
+    let mut rpc = sb.command();
+    rpc.args(["rpc", id]).stdin(std::process::Stdio::piped());
+    let mut child = rpc
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("rpc");
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().expect("stdin");
+        writeln!(
+            stdin,
+            r#"{{"id":1,"method":"getLabel","params":{{"id":"m1"}}}}"#
+        )
+        .unwrap();
+        writeln!(stdin, r#"{{"id":2,"method":"getSessionName"}}"#).unwrap();
+    }
+    let out = child.wait_with_output().expect("rpc output");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(text.contains(r#""value":"tag \udbff""#), "{text}");
+    assert!(text.contains(r#""value":"name \ud800""#), "{text}");
+    // Reading the file directly (JSONL and memory backends) answers alike.
+    for backend in ["jsonl", "memory"] {
+        let mut rpc = sb.command();
+        rpc.args(["rpc", "--backend", backend, s(&file)])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = rpc.spawn().expect("rpc");
+        {
+            use std::io::Write;
+            let stdin = child.stdin.as_mut().expect("stdin");
+            writeln!(
+                stdin,
+                r#"{{"id":1,"method":"getLabel","params":{{"id":"m1"}}}}"#
+            )
+            .unwrap();
+        }
+        let out = child.wait_with_output().expect("rpc output");
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        assert!(
+            text.contains(r#""value":"tag \udbff""#),
+            "{backend}: {text}"
+        );
+    }
+}

@@ -350,7 +350,8 @@ fn migration_4_recomputes_stats_and_keeps_labels() -> R {
     // What a version-3 build left behind.
     {
         let conn = rusqlite::Connection::open(&db)?;
-        let wrong = 0.0118443_f64 + 0.0267555 + 0.0373467;
+        // A stale total, as summed from mis-read costs.
+        let wrong = pi_total + 1e-17;
         assert_ne!(wrong.to_bits(), pi_total.to_bits());
         conn.execute_batch(&format!(
             "UPDATE sessions SET cost_total = {wrong:?}, name = 'Old name';
