@@ -457,12 +457,9 @@ fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// A number as JavaScript prints it, for the values the generator makes
-/// (integers, and fractions ≥ 1e-6 where both languages print the shortest
-/// round-trip digits without an exponent).
+/// A number as JavaScript prints it.
 fn push_js_number(out: &mut String, x: f64) {
-    debug_assert!(x == 0.0 || (x.abs() >= 1e-6 && x.abs() < 1e21));
-    let _ = write!(out, "{x}");
+    out.push_str(&crate::json::js_number_text(x));
 }
 
 // ---------------------------------------------------------------------------

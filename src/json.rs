@@ -436,6 +436,51 @@ pub fn js_number(x: f64) -> Value {
     serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 
+/// A number spelled as JavaScript's `JSON.stringify` spells it (ECMAScript
+/// `Number::toString`: the shortest digits that read back to the same double,
+/// plain between 1e-7 and 1e21, exponent form with a sign outside; `-0` as `0`,
+/// non-finite values as `null`).
+pub fn js_number_text(x: f64) -> String {
+    if !x.is_finite() {
+        return "null".to_owned();
+    }
+    if x == 0.0 {
+        return "0".to_owned();
+    }
+    // Rust's `{:e}` writes the shortest round-trip digits, as ECMAScript asks.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let k = digits.len() as i64;
+    let n = exp.parse::<i64>().unwrap_or(0) + 1;
+    let mut out = String::with_capacity(24);
+    if x < 0.0 {
+        out.push('-');
+    }
+    if k <= n && n <= 21 {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (n - k) as usize));
+    } else if 0 < n && n <= 21 {
+        out.push_str(&digits[..n as usize]);
+        out.push('.');
+        out.push_str(&digits[n as usize..]);
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-n) as usize));
+        out.push_str(&digits);
+    } else {
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if n > 0 { '+' } else { '-' });
+        out.push_str(&(n - 1).abs().to_string());
+    }
+    out
+}
+
 /// Wraps JSON text (already valid) as a raw value for embedding in output.
 pub fn raw_value(text: &str) -> Box<RawValue> {
     RawValue::from_string(text.to_owned())
@@ -445,6 +490,36 @@ pub fn raw_value(text: &str) -> Box<RawValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_spelled_as_javascript_spells_them() {
+        for (x, js) in [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-17.0, "-17"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (0.345_081_300_000_000_1, "0.3450813000000001"),
+            (0.011_844_299_999_999_999, "0.011844299999999999"),
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (123_456_789_012_345_680_000.0, "123456789012345680000"),
+            (2f64.powi(60), "1152921504606847000"),
+            (1e-6, "0.000001"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (5e-324, "5e-324"),
+            (1.797_693_134_862_315_7e308, "1.7976931348623157e+308"),
+            (123.456, "123.456"),
+            (f64::NAN, "null"),
+            (f64::INFINITY, "null"),
+        ] {
+            assert_eq!(js_number_text(x), js, "{x:e}");
+            if x.is_finite() {
+                assert_eq!(js.parse::<f64>().unwrap(), x, "{js} reads back");
+            }
+        }
+    }
 
     #[test]
     fn js_strings_keep_lone_surrogates() {

@@ -125,7 +125,7 @@ fn dispatch<S: SessionStorage>(
         "findEntries" => entry_list(&st.find_entries(&p.required_string("type")?)?),
         "getLabel" => opt_js_string(st.label(&p.required_string("id")?)?),
         "getSessionName" => opt_js_string(st.session_name()?),
-        "getSessionStats" => st.session_stats()?.to_json().to_string(),
+        "getSessionStats" => st.session_stats()?.to_json_text(),
         "getPathToRootOrCompaction" => {
             entry_list(&st.path_to_root_or_compaction(p.string("leafId")?.as_deref())?)
         }

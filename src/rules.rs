@@ -4,7 +4,7 @@
 
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::json::js_number;
+use crate::json::{js_number, js_number_text};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -24,6 +24,17 @@ pub struct SessionStats {
 }
 
 impl SessionStats {
+    /// The stats as pi's `JSON.stringify` writes them, numbers spelled as JavaScript spells them.
+    pub fn to_json_text(&self) -> String {
+        let mut w = crate::json::ObjectWriter::new();
+        w.raw("messageCount", &self.message_count.to_string())
+            .raw("cachedTokens", &js_number_text(self.cached_tokens))
+            .raw("uncachedTokens", &js_number_text(self.uncached_tokens))
+            .raw("totalTokens", &js_number_text(self.total_tokens))
+            .raw("costTotal", &js_number_text(self.cost_total));
+        w.finish()
+    }
+
     /// The stats as pi returns them (camelCase, JavaScript numbers).
     pub fn to_json(&self) -> Value {
         json!({
