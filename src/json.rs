@@ -367,6 +367,15 @@ impl fmt::Display for JsString {
     }
 }
 
+/// Appends `s` as a JSON string literal, escaped as `JSON.stringify` does.
+pub fn push_string_literal(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        push_escaped(out, c);
+    }
+    out.push('"');
+}
+
 /// Escapes one character the way `JSON.stringify` does.
 fn push_escaped(out: &mut String, c: char) {
     match c {
