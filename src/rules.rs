@@ -4,7 +4,7 @@
 
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::json::{js_number, js_number_text};
+use crate::json::{js_number, js_number_text, JsString};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -82,6 +82,36 @@ impl StatsAccumulator {
             Some(id) => Err(message_missing(id)),
             None => Ok(self.stats),
         }
+    }
+}
+
+/// The facts a replay of the log maintains (spec §3, §6): the leaf, the session
+/// name, the statistics and the number of entries. Every backend folds its log
+/// through this one rule; labels are returned to the caller, which keeps them
+/// where it indexes them (a map, a table).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Replay {
+    /// The leaf after the last entry (may name a missing entry).
+    pub leaf: Option<String>,
+    /// The session name, trimmed; `None` if blank.
+    pub name: Option<JsString>,
+    /// The statistics so far.
+    pub stats: StatsAccumulator,
+    /// Entries folded in.
+    pub entry_count: u64,
+}
+
+impl Replay {
+    /// Folds in one entry; returns the label change it makes, if it is a `label` entry.
+    pub fn push<'e>(&mut self, entry: &'e Entry) -> Option<(&'e str, Option<JsString>)> {
+        let f = entry.facts();
+        if let Some(name) = f.session_name_update() {
+            self.name = name;
+        }
+        self.stats.add(entry);
+        self.leaf = f.leaf_after().map(str::to_owned);
+        self.entry_count += 1;
+        f.label_update()
     }
 }
 

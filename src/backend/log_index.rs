@@ -4,7 +4,7 @@
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
-use crate::rules::{SessionStats, StatsAccumulator};
+use crate::rules::{Replay, SessionStats};
 use std::collections::HashMap;
 
 /// An in-memory log: entries in order, the latest entry per id, labels, session
@@ -14,9 +14,7 @@ pub struct LogIndex {
     entries: Vec<Entry>,
     by_id: HashMap<String, usize>,
     labels: HashMap<String, JsString>,
-    name: Option<JsString>,
-    stats: StatsAccumulator,
-    leaf: Option<String>,
+    replay: Replay,
 }
 
 impl LogIndex {
@@ -31,19 +29,14 @@ impl LogIndex {
 
     /// Adds one entry at the end of the log.
     pub fn push(&mut self, entry: Entry) {
-        let f = entry.facts();
-        if let Some((target, label)) = f.label_update() {
+        if let Some((target, label)) = self.replay.push(&entry) {
             match label {
                 Some(l) => self.labels.insert(target.to_owned(), l),
                 None => self.labels.remove(target),
             };
         }
-        if let Some(name) = f.session_name_update() {
-            self.name = name;
-        }
-        self.stats.add(&entry);
-        self.leaf = f.leaf_after().map(str::to_owned);
-        self.by_id.insert(f.id.clone(), self.entries.len());
+        self.by_id
+            .insert(entry.facts().id.clone(), self.entries.len());
         self.entries.push(entry);
     }
 
@@ -54,7 +47,7 @@ impl LogIndex {
 
     /// The replayed leaf.
     pub fn leaf(&self) -> Option<&str> {
-        self.leaf.as_deref()
+        self.replay.leaf.as_deref()
     }
 
     /// All entries in log order.
@@ -78,12 +71,12 @@ impl LogIndex {
 
     /// The session name.
     pub fn name(&self) -> Option<JsString> {
-        self.name.clone()
+        self.replay.name.clone()
     }
 
     /// The statistics.
     pub fn stats(&self) -> Result<SessionStats> {
-        self.stats.result()
+        self.replay.stats.result()
     }
 
     /// `[after, after + limit)` by position.

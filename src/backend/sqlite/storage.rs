@@ -160,7 +160,7 @@ impl SessionStorage for SqliteStorage {
     }
 
     fn stored_leaf_id(&self) -> Result<Option<String>> {
-        Ok(self.facts()?.leaf_id)
+        Ok(self.facts()?.leaf)
     }
 
     fn append_entry(&mut self, entry: Entry) -> Result<()> {

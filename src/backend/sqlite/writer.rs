@@ -6,7 +6,7 @@ use super::{branch_cache, search, sql, stored_js_string};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
-use crate::rules::{SessionStats, StatsAccumulator};
+use crate::rules::{Replay, SessionStats, StatsAccumulator};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::collections::HashMap;
 
@@ -42,14 +42,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
     Ok(tx.last_insert_rowid())
 }
 
-/// The maintained facts of a session row.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct SessionFacts {
-    pub(super) leaf_id: Option<String>,
-    pub(super) name: Option<JsString>,
-    pub(super) entry_count: i64,
-    pub(super) stats: StatsAccumulator,
-}
+/// The maintained facts of a session row: the replay of its log.
+pub(super) type SessionFacts = Replay;
 
 pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts> {
     conn.prepare_cached(
@@ -59,9 +53,9 @@ pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts>
     .and_then(|mut s| {
         s.query_row([key], |r| {
             Ok(SessionFacts {
-                leaf_id: r.get(0)?,
+                leaf: r.get(0)?,
                 name: r.get::<_, Option<String>>(1)?.map(stored_js_string),
-                entry_count: r.get(2)?,
+                entry_count: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
                 stats: StatsAccumulator {
                     stats: SessionStats {
                         message_count: r.get::<_, i64>(3)?.try_into().unwrap_or(0),
@@ -90,28 +84,16 @@ fn replay_session_facts(
     let rows = st
         .query_map([key], |r| r.get::<_, String>(0))
         .map_err(sql("replaying session facts"))?;
-    let mut facts = SessionFacts {
-        leaf_id: None,
-        name: None,
-        entry_count: 0,
-        stats: StatsAccumulator::default(),
-    };
+    let mut facts = Replay::default();
     let mut labels = HashMap::new();
     for json in rows {
         let entry = Entry::from_checked_text(json.map_err(sql("replaying session facts"))?);
-        let f = entry.facts();
-        if let Some((target, label)) = f.label_update() {
+        if let Some((target, label)) = facts.push(&entry) {
             match label {
                 Some(l) => labels.insert(target.to_owned(), l),
                 None => labels.remove(target),
             };
         }
-        if let Some(name) = f.session_name_update() {
-            facts.name = name;
-        }
-        facts.stats.add(&entry);
-        facts.leaf_id = f.leaf_after().map(str::to_owned);
-        facts.entry_count += 1;
     }
     Ok((facts, labels))
 }
@@ -191,9 +173,9 @@ fn write_session_facts(tx: &Transaction, key: i64, facts: &SessionFacts) -> Resu
     .and_then(|mut st| {
         st.execute(params![
             key,
-            facts.leaf_id,
+            facts.leaf,
             facts.name.as_ref().map(JsString::json),
-            facts.entry_count,
+            i64::try_from(facts.entry_count).unwrap_or(i64::MAX),
             i64::try_from(s.message_count).unwrap_or(i64::MAX),
             s.cached_tokens,
             s.uncached_tokens,
@@ -276,7 +258,7 @@ impl Appender {
     ) -> Result<()> {
         let f = entry.facts();
         let placed = branch_cache::place(tx, self.key, entry, &mut self.tail)?;
-        let seq = self.facts.entry_count;
+        let seq = i64::try_from(self.facts.entry_count).unwrap_or(i64::MAX);
         tx
             .prepare_cached(
                 "INSERT INTO entries (entry_key, session_key, seq, id, parent_id, type, timestamp, json)
@@ -313,12 +295,8 @@ impl Appender {
                 self.flush_text(tx)?;
             }
         }
-        if let Some(name) = f.session_name_update() {
-            self.facts.name = name;
-        }
-        self.facts.stats.add(entry);
-        self.facts.leaf_id = f.leaf_after().map(str::to_owned);
-        self.facts.entry_count += 1;
+        // The label change is already in the table; the rest of the fold is kept here.
+        let _ = self.facts.push(entry);
         Ok(())
     }
 
