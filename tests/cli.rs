@@ -2135,4 +2135,7 @@ fn lone_surrogates_in_names_and_labels_come_back_escaped() {
             "{backend}: {text}"
         );
     }
+    // Blank is JavaScript's idea of blank: U+0085 is not whitespace there.
+    let v = sb.json(&["label", id, "m1", "\u{85}"]);
+    assert_eq!(v["label"], json!("\u{85}"), "{v}");
 }

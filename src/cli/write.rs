@@ -224,7 +224,7 @@ pub struct LabelArgs {
 /// `label`.
 pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
     let mut session = Session::new(target::open(cli, &args.session)?);
-    let text = (!args.text.trim().is_empty()).then_some(args.text.as_str());
+    let text = (!sessiontree::json::js_trim(&args.text).is_empty()).then_some(args.text.as_str());
     let id = session.append_label(&args.entry, text)?;
     let label = session.storage().label(&args.entry)?;
     let text = match &label {
