@@ -97,6 +97,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A file is in the way of an export and differs from what it would get (`storage`).
+    #[error("{path} exists and is not a copy of the archive's session ({reason}); nothing written. Import it first, or use --force to replace it (the old file is kept beside it as a backup)")]
+    WouldOverwrite {
+        /// The file in the way.
+        path: std::path::PathBuf,
+        /// How it differs.
+        reason: String,
+    },
     /// SQLite failed (`storage`).
     #[error("{context}: {source}")]
     Sqlite {
@@ -153,6 +161,7 @@ impl Error {
             }
             Error::Io { .. }
             | Error::Sqlite { .. }
+            | Error::WouldOverwrite { .. }
             | Error::Pool(_)
             | Error::WriterClaimed { .. }
             | Error::SchemaTooNew { .. }

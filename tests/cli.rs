@@ -904,7 +904,7 @@ fn export_is_byte_identical_for_v3_and_upgrades_v1() {
     let exported = out.join(tree.pi_path());
     assert_eq!(
         v,
-        json!({"exported": [{"session": TREE_ID, "path": s(&exported)}], "failed": []})
+        json!({"exported": [{"session": TREE_ID, "path": s(&exported), "action": "created", "backup": null}], "failed": []})
     );
     assert_eq!(
         std::fs::read(&exported).expect("exported"),
@@ -999,7 +999,7 @@ fn export_refuses_to_write_outside_the_directory() {
     let v = r.parse();
     assert_eq!(
         v["exported"],
-        json!([{"session": good.id, "path": s(&out.join(good.pi_path()))}])
+        json!([{"session": good.id, "path": s(&out.join(good.pi_path())), "action": "created", "backup": null}])
     );
     assert_eq!(v["failed"].as_array().map(Vec::len), Some(1));
     assert_eq!(v["failed"][0]["session"], "../../escaped");
@@ -2138,4 +2138,83 @@ fn lone_surrogates_in_names_and_labels_come_back_escaped() {
     // Blank is JavaScript's idea of blank: U+0085 is not whitespace there.
     let v = sb.json(&["label", id, "m1", "\u{85}"]);
     assert_eq!(v["label"], json!("\u{85}"), "{v}");
+}
+
+/// `export` never destroys a file: into pi's own directory it creates what is
+/// missing, leaves identical files alone, appends to a file that is a prefix
+/// of the archive's copy, and refuses a longer or different file (pi appended
+/// since the import) unless `--force`, which keeps a backup.
+#[test]
+fn export_never_destroys_a_file_that_differs() {
+    let sb = Sandbox::new();
+    let f = small_session(
+        "01950000-bbbb-7000-8000-000000000001",
+        "/home/ada/safe",
+        "2025-03-01T10:00:00.000Z",
+        "safety",
+        None,
+    );
+    let src = f.save(&sb, "pi");
+    sb.import(&[&src]);
+    let full = read(&src);
+    let out = sb.path("pi");
+    let export = |extra: &[&str]| {
+        let mut args = vec!["--json", "export", "--all", "--out", s(&out)];
+        args.extend_from_slice(extra);
+        sb.run(&args)
+    };
+    let action = |r: &Run| r.parse()["exported"][0]["action"].clone();
+
+    // The very file it came from: unchanged.
+    let r = export(&[]);
+    assert_eq!(r.status, 0, "{r:#?}");
+    assert_eq!(action(&r), json!("unchanged"));
+    assert_eq!(read(&src), full);
+
+    // pi's file is a prefix (the archive has more): the rest is appended.
+    let first_line = full.find('\n').expect("header line") + 1;
+    std::fs::write(&src, &full[..first_line + 5]).expect("truncate");
+    let r = export(&[]);
+    assert_eq!(action(&r), json!("appended"), "{r:#?}");
+    assert_eq!(read(&src), full);
+
+    // pi appended a line since the import: refused, the file untouched.
+    let longer = format!(
+        "{full}{}\n",
+        r#"{"type":"custom","id":"zz","parentId":null,"timestamp":"2025-03-02T00:00:00.000Z","customType":"pi-later"}"#
+    );
+    std::fs::write(&src, &longer).expect("append");
+    let r = export(&[]);
+    assert_eq!(r.status, 2, "{r:#?}");
+    let v = r.parse();
+    assert_eq!(v["failed"][0]["code"], json!("storage"), "{v}");
+    assert!(
+        v["failed"][0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--force"),
+        "{v}"
+    );
+    assert_eq!(read(&src), longer);
+
+    // A file that differs inside: refused too.
+    let different = full.replacen("safety", "SAFETY", 1);
+    std::fs::write(&src, &different).expect("rewrite");
+    assert_eq!(export(&[]).status, 2);
+    assert_eq!(read(&src), different);
+
+    // --force replaces it and keeps the old file beside it.
+    let r = export(&["--force"]);
+    assert_eq!(r.status, 0, "{r:#?}");
+    assert_eq!(action(&r), json!("replaced"));
+    let backup = PathBuf::from(r.parse()["exported"][0]["backup"].as_str().expect("backup"));
+    assert_eq!(read(&src), full);
+    assert_eq!(read(&backup), different);
+
+    // No temporary file is left behind.
+    let leftovers: Vec<_> = walk(&out)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("sessiontree-tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }

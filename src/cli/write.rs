@@ -4,7 +4,7 @@ use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use sessiontree::backend::jsonl::{encode_cwd, session_file_name};
-use sessiontree::convert::export_jsonl;
+use sessiontree::convert::{export_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
@@ -24,6 +24,11 @@ pub struct ExportArgs {
     /// The sessions root to write into (pi's layout below it).
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace a file that differs from the archive's copy (it is kept as `NAME.bak`).
+    /// Without it such a file is refused; a file that is a prefix of the
+    /// archive's copy only has the rest appended.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// The file a session exports to, refusing anything that would land outside `out`.
@@ -67,10 +72,25 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     let mut failed = Vec::new();
     let mut text = String::new();
     for id in ids {
-        match export_one(&archive, &id, &args.out) {
-            Ok(path) => {
-                text.push_str(&format!("{id} → {}\n", path.display()));
-                written.push(json!({"session": id, "path": path.display().to_string()}));
+        match export_one(&archive, &id, &args.out, args.force) {
+            Ok((path, outcome)) => {
+                let (what, backup) = match &outcome {
+                    ExportOutcome::Created => ("created".to_owned(), None),
+                    ExportOutcome::Unchanged => ("unchanged".to_owned(), None),
+                    ExportOutcome::Appended { bytes } => (format!("appended {bytes} bytes"), None),
+                    ExportOutcome::Replaced { backup } => (
+                        format!("replaced (the old file is {})", backup.display()),
+                        Some(backup.display().to_string()),
+                    ),
+                };
+                text.push_str(&format!("{id} → {} ({what})\n", path.display()));
+                let action = match outcome {
+                    ExportOutcome::Created => "created",
+                    ExportOutcome::Unchanged => "unchanged",
+                    ExportOutcome::Appended { .. } => "appended",
+                    ExportOutcome::Replaced { .. } => "replaced",
+                };
+                written.push(json!({"session": id, "path": path.display().to_string(), "action": action, "backup": backup}));
             }
             Err(e) => {
                 text.push_str(&format!("failed [{}]: {id}: {e}\n", e.code()));
@@ -87,36 +107,19 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     Ok(report)
 }
 
-/// Writes one session below `out` (through a temporary file renamed into place).
+/// Writes one session below `out`, never destroying a file there (see
+/// [`export_to_file`]).
 fn export_one(
     archive: &sessiontree::backend::sqlite::Archive,
     id: &str,
     out: &Path,
-) -> Result<PathBuf> {
+    force: bool,
+) -> Result<(PathBuf, ExportOutcome)> {
     let storage = archive.open_session(id)?;
     let meta = sessiontree::SessionStorage::metadata(&storage)?;
     let path = export_path(out, &meta)?;
-    let dir = path.parent().unwrap_or(out);
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let tmp = path.with_extension("jsonl.tmp");
-    let write = || -> Result<()> {
-        let file = std::fs::File::create(&tmp)
-            .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-        let mut w = std::io::BufWriter::new(file);
-        export_jsonl(&storage, &mut w)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| Error::io(format!("writing {}", tmp.display()), e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
-    };
-    write().inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })?;
-    Ok(path)
+    let outcome = export_to_file(&storage, &path, force)?;
+    Ok((path, outcome))
 }
 
 /// `--position`.
