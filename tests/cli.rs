@@ -2218,3 +2218,41 @@ fn export_never_destroys_a_file_that_differs() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A mistyped pi directory never fills a real archive with demo data: with
+/// sessions already in the archive, `import` says what is missing and adds
+/// nothing; `--demo` still adds the demo when asked.
+#[test]
+fn import_with_a_missing_pi_directory_leaves_a_real_archive_alone() {
+    let sb = Sandbox::new();
+    let f = small_session(
+        "01950000-cccc-7000-8000-000000000001",
+        "/home/ada/real",
+        "2025-03-01T10:00:00.000Z",
+        "real work",
+        None,
+    );
+    let src = f.save(&sb, "pi");
+    sb.import(&[&src]);
+    let mut c = sb.command();
+    c.env("PI_CODING_AGENT_DIR", sb.path("typo"));
+    let r = sb.run_with(c, &["import"]);
+    let msg = r.fails(3, "not_found").to_owned();
+    assert!(msg.contains("typo") && msg.contains("--demo"), "{msg}");
+    let listed = sb.json(&["ls"]);
+    assert_eq!(
+        listed["sessions"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+
+    let mut c = sb.command();
+    c.env("PI_CODING_AGENT_DIR", sb.path("typo"));
+    let r = sb.run_with(c, &["import", "--demo", "--quiet"]);
+    assert_eq!(r.status, 0, "{r:#?}");
+    let listed = sb.json(&["ls", "--limit", "1000"]);
+    assert!(
+        listed["sessions"].as_array().map_or(0, Vec::len) > 1,
+        "{listed}"
+    );
+}

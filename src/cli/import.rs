@@ -20,18 +20,24 @@ pub struct ImportArgs {
     #[arg(long)]
     pub quiet: bool,
     /// Import a generated demo archive (what happens anyway, with a note, when
-    /// no paths are given and pi's sessions directory does not exist).
+    /// no paths are given, pi's sessions directory does not exist and the
+    /// archive holds nothing but the demo).
     #[arg(long)]
     pub demo: bool,
+}
+
+/// Where the demo archive's files live: beside the database.
+fn demo_dir(cli: &Cli) -> PathBuf {
+    super::archive_path(cli).parent().map_or_else(
+        || PathBuf::from("demo-sessions"),
+        |p| p.join("demo-sessions"),
+    )
 }
 
 /// Writes a small generated archive (deterministic) next to the database and
 /// returns its directory.
 fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
-    let dir = super::archive_path(cli).parent().map_or_else(
-        || PathBuf::from("demo-sessions"),
-        |p| p.join("demo-sessions"),
-    );
+    let dir = demo_dir(cli);
     if !dir.is_dir() {
         let options = sessiontree::gen::GenOptions {
             shape: sessiontree::gen::Shape::Archive,
@@ -91,6 +97,25 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         if pi.is_dir() {
             vec![pi]
         } else {
+            // Demo data goes only into an archive that holds nothing else: a
+            // mistyped pi directory must not fill a real archive with generated
+            // sessions (rerunning the demo import stays a no-op).
+            let db = super::archive_path(cli);
+            if db.exists() {
+                let demo_dir = demo_dir(cli);
+                let demo_dir = std::fs::canonicalize(&demo_dir).unwrap_or(demo_dir);
+                let held = super::open_archive(cli)?.sessions_not_imported_from(&demo_dir)?;
+                if held > 0 {
+                    return Err(sessiontree::Error::Io {
+                        context: format!(
+                            "no pi sessions at {} (set PI_CODING_AGENT_DIR, or name files or directories to import); the archive {} is not empty, so no demo data was added (--demo adds it)",
+                            pi.display(),
+                            db.display()
+                        ),
+                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    });
+                }
+            }
             let demo = demo_sessions(cli)?;
             note = format!(
                 "no pi sessions at {}; imported a generated demo archive from {} instead\n",

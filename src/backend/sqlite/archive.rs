@@ -165,6 +165,22 @@ impl Archive {
         ids
     }
 
+    /// How many sessions did not come from a file below `dir` (sessions created
+    /// in the archive count too).
+    pub fn sessions_not_imported_from(&self, dir: &std::path::Path) -> Result<u64> {
+        let prefix = format!("{}{}", dir.display(), std::path::MAIN_SEPARATOR);
+        self.conn()?
+            .query_row(
+                "SELECT count(*) FROM sessions s WHERE NOT EXISTS (
+                     SELECT 1 FROM imports i WHERE i.session_key = s.session_key
+                        AND substr(i.source_path, 1, length(?1)) = ?1)",
+                [prefix],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(sql("counting sessions"))
+    }
+
     /// Sessions newest first, filtered and paged, without touching entries.
     pub fn list(&self, q: &ListQuery) -> Result<Vec<SessionSummary>> {
         let conn = self.conn()?;
