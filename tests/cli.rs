@@ -1994,7 +1994,7 @@ fn help_describes_every_command() {
     let top = sb.run(&["--help"]);
     let commands = [
         "import", "ls", "tree", "branch", "context", "search", "stats", "export", "fork", "label",
-        "name", "move", "check", "rpc",
+        "name", "move", "check", "delete", "rpc",
     ];
     for c in commands {
         assert!(
@@ -2255,4 +2255,77 @@ fn import_with_a_missing_pi_directory_leaves_a_real_archive_alone() {
         listed["sessions"].as_array().map_or(0, Vec::len) > 1,
         "{listed}"
     );
+}
+
+/// `delete` removes a session with everything derived from it (check finds no
+/// orphan), the file then imports afresh; `check` reports orphans left by a
+/// delete done by hand.
+#[test]
+fn delete_then_reimport_and_check_finds_orphans() {
+    let sb = Sandbox::new();
+    let f = small_session(
+        "01950000-dddd-7000-8000-000000000001",
+        "/home/ada/del",
+        "2025-03-01T10:00:00.000Z",
+        "deletion",
+        Some("to delete"),
+    );
+    let src = f.save(&sb, "pi");
+    let other = small_session(
+        "01950000-eeee-7000-8000-000000000001",
+        "/home/ada/keep",
+        "2025-03-02T10:00:00.000Z",
+        "keeping",
+        None,
+    )
+    .save(&sb, "pi");
+    sb.import(&[&src, &other]);
+    let hits = |sb: &Sandbox| {
+        sb.json(&["search", "deletion"])["hits"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    let before = hits(&sb);
+    assert!(before > 0);
+
+    let v = sb.json(&["delete", "01950000-dddd"]);
+    assert_eq!(
+        v["deleted"],
+        json!(["01950000-dddd-7000-8000-000000000001"]),
+        "{v}"
+    );
+    assert_eq!(sb.json(&["check"])["ok"], json!(true));
+    assert_eq!(hits(&sb), 0);
+    assert_eq!(
+        sb.json(&["ls"])["sessions"].as_array().map(Vec::len),
+        Some(1)
+    );
+    // Unknown ids fail alone; the command says so with exit 2.
+    let r = sb.run(&["--json", "delete", "nope"]);
+    assert_eq!(r.status, 2, "{r:#?}");
+    assert_eq!(r.parse()["failed"][0]["code"], json!("not_found"));
+
+    // The file imports afresh, whole.
+    let v = sb.import(&[&src]);
+    assert_eq!(v["imported"], json!(1), "{v}");
+    assert_eq!(hits(&sb), before);
+
+    // A delete by hand (foreign keys off, search rows left) is found by check.
+    let conn = rusqlite::Connection::open(sb.default_db()).expect("db");
+    conn.execute_batch(
+        "PRAGMA foreign_keys = OFF;
+         DELETE FROM sessions WHERE id = '01950000-dddd-7000-8000-000000000001';",
+    )
+    .expect("delete by hand");
+    drop(conn);
+    let r = sb.run(&["--json", "check"]);
+    let v = r.parse();
+    assert_eq!(v["ok"], json!(false), "{v}");
+    let problems = v["problems"].to_string();
+    for table in ["entries", "segments", "message_text", "imports"] {
+        assert!(
+            problems.contains(table),
+            "{table} orphans reported: {problems}"
+        );
+    }
 }

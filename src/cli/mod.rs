@@ -84,6 +84,8 @@ pub enum Command {
     Move(write::MoveArgs),
     /// Check the archive: SQLite integrity and the branch cache against a rebuild.
     Check(write::CheckArgs),
+    /// Delete sessions from the archive (each in one transaction, with everything derived from it).
+    Delete(write::DeleteArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
     Rpc(rpc::RpcArgs),
     /// Generate deterministic pi-realistic session files (benchmarks, tests).
@@ -151,6 +153,7 @@ pub fn run() -> i32 {
         Command::Name(args) => write::name(&cli, args).map(Some),
         Command::Move(args) => write::move_leaf(&cli, args).map(Some),
         Command::Check(args) => write::check(&cli, args).map(Some),
+        Command::Delete(args) => write::delete(&cli, args).map(Some),
     };
     match result {
         Ok(None) => 0,

@@ -385,3 +385,42 @@ fn check_file(cli: &Cli, path: &str) -> Result<Report> {
     }
     Ok(report)
 }
+
+/// Arguments of `delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Sessions of the archive (ids or unique prefixes). pi's own files are never touched.
+    #[arg(required = true)]
+    pub sessions: Vec<String>,
+}
+
+/// `delete`: each session in its own transaction; one that cannot be deleted
+/// (unknown, held by a writer) is reported and the others go on (exit 2).
+pub fn delete(cli: &Cli, args: &DeleteArgs) -> Result<Report> {
+    let archive = super::open_archive(cli)?;
+    let mut deleted = Vec::new();
+    let mut failed = Vec::new();
+    let mut text = String::new();
+    for arg in &args.sessions {
+        match target::resolve_id(&archive, arg).and_then(|id| {
+            archive.delete_session(&id)?;
+            Ok(id)
+        }) {
+            Ok(id) => {
+                text.push_str(&format!("deleted {id}\n"));
+                deleted.push(id);
+            }
+            Err(e) => {
+                text.push_str(&format!("failed [{}]: {arg}: {e}\n", e.code()));
+                failed.push(
+                    json!({"session": arg, "code": e.code().as_str(), "message": e.to_string()}),
+                );
+            }
+        }
+    }
+    let mut report = Report::new(json!({"deleted": deleted, "failed": failed}), text);
+    if !failed.is_empty() {
+        report.status = 2;
+    }
+    Ok(report)
+}
