@@ -18,6 +18,9 @@ pub enum ErrorCode {
     InvalidForkTarget,
     /// The storage below failed (I/O, SQLite, lock held by another writer).
     Storage,
+    /// The caller asked for something that does not make sense (a command-line
+    /// or request mistake, not a stored-data problem).
+    Usage,
     /// Anything else.
     Unknown,
 }
@@ -31,6 +34,7 @@ impl ErrorCode {
             ErrorCode::InvalidEntry => "invalid_entry",
             ErrorCode::InvalidForkTarget => "invalid_fork_target",
             ErrorCode::Storage => "storage",
+            ErrorCode::Usage => "usage",
             ErrorCode::Unknown => "unknown",
         }
     }
@@ -76,6 +80,9 @@ pub enum Error {
         /// What is wrong, in pi's words.
         reason: String,
     },
+    /// A usage mistake: an ambiguous prefix, a malformed option value (`usage`).
+    #[error("{0}")]
+    Usage(String),
     /// An entry given through the API is not valid, or cannot be stored (`invalid_entry`).
     #[error("{0}")]
     InvalidEntry(String),
@@ -166,6 +173,7 @@ impl Error {
             | Error::WriterClaimed { .. }
             | Error::SchemaTooNew { .. }
             | Error::Poisoned(_) => ErrorCode::Storage,
+            Error::Usage(_) => ErrorCode::Usage,
             Error::Unknown(_) => ErrorCode::Unknown,
         }
     }

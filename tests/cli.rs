@@ -966,7 +966,7 @@ fn export_is_byte_identical_for_v3_and_upgrades_v1() {
     assert_eq!(read(&find_file(&again, ".jsonl")), v1);
 
     // Errors: nothing named, an unknown session.
-    sb.run(&["export", "--out", s(&out)]).fails(1, "unknown");
+    sb.run(&["export", "--out", s(&out)]).fails(2, "usage");
     sb.run(&["export", "nope", "--out", s(&out)])
         .fails(3, "not_found");
 }
@@ -1186,7 +1186,7 @@ ID                                    CREATED                   ENTRIES    MSGS 
     assert_eq!(text.ok(), expected);
 
     let bad = sb.run(&["ls", "--since", "last tuesday"]);
-    let err = bad.fails(1, "unknown");
+    let err = bad.fails(2, "usage");
     assert!(
         err.contains("--since \"last tuesday\" is not an ISO-8601 date or time"),
         "{err}"
@@ -1471,7 +1471,7 @@ fn search_with_filters() {
         "by prefix"
     );
     sb.run(&["search", "rust", "--session", "01950000-0000"])
-        .fails(1, "unknown");
+        .fails(2, "usage");
     sb.run(&["search", "rust", "--session", "nope"])
         .fails(3, "not_found");
     assert_eq!(hits(&["nothing-like-this"]).len(), 0);
@@ -1926,11 +1926,17 @@ fn session_arguments_by_id_prefix_and_path() {
     // Ambiguous: several sessions start so.
     for arg in ["0195", "01950000-0000-7000-8000-00000000010"] {
         let r = sb.run(&["stats", arg]);
-        let err = r.fails(1, "unknown");
+        let err = r.fails(2, "usage");
         assert!(
             err.contains(&format!(
                 "session prefix {arg:?} is ambiguous; give more characters"
             )),
+            "{err}"
+        );
+        // Like git, the candidates are listed.
+        assert!(
+            err.contains("\n  01950000-0000-7000-8000-000000000101")
+                && err.contains("\n  01950000-0000-7000-8000-000000000102"),
             "{err}"
         );
     }

@@ -220,9 +220,10 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
     } else {
         let mut v = Vec::new();
         for o in &args.ops {
-            let op = OPS.iter().find(|x| **x == o.as_str()).ok_or_else(|| {
-                Error::Unknown(format!("unknown operation {o:?}; one of {OPS:?}"))
-            })?;
+            let op = OPS
+                .iter()
+                .find(|x| **x == o.as_str())
+                .ok_or_else(|| Error::Usage(format!("unknown operation {o:?}; one of {OPS:?}")))?;
             v.push(*op);
         }
         v

@@ -43,7 +43,7 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
     let since_ms = match &args.since {
         None => None,
         Some(s) => Some(sessiontree::entry::timestamp_millis(s).ok_or_else(|| {
-            Error::Unknown(format!("--since {s:?} is not an ISO-8601 date or time"))
+            Error::Usage(format!("--since {s:?} is not an ISO-8601 date or time"))
         })?),
     };
     let rows = archive.list(&ListQuery {

@@ -129,6 +129,7 @@ pub fn exit_status(e: &Error) -> i32 {
         ErrorCode::InvalidEntry => 5,
         ErrorCode::InvalidForkTarget => 6,
         ErrorCode::Storage => 7,
+        ErrorCode::Usage => 2,
         ErrorCode::Unknown => 1,
     }
 }

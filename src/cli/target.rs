@@ -27,13 +27,20 @@ pub fn resolve_id(archive: &sessiontree::backend::sqlite::Archive, arg: &str) ->
     if arg.is_empty() {
         return Err(Error::SessionNotFound("(empty session id)".into()));
     }
-    let found = archive.sessions_with_prefix(arg, 2)?;
+    if archive.has_session(arg)? {
+        return Ok(arg.to_owned());
+    }
+    const SHOWN: usize = 10;
+    let found = archive.sessions_with_prefix(arg, SHOWN + 1)?;
     match found.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Error::SessionNotFound(arg.to_owned())),
-        _ if found.iter().any(|f| f == arg) => Ok(arg.to_owned()),
-        _ => Err(Error::Unknown(format!(
-            "session prefix {arg:?} is ambiguous; give more characters"
-        ))),
+        _ => {
+            let more = if found.len() > SHOWN { "\n  …" } else { "" };
+            Err(Error::Usage(format!(
+                "session prefix {arg:?} is ambiguous; give more characters. Candidates:\n  {}{more}",
+                found[..found.len().min(SHOWN)].join("\n  ")
+            )))
+        }
     }
 }

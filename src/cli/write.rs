@@ -59,7 +59,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             .collect()
     } else {
         if args.sessions.is_empty() {
-            return Err(Error::Unknown("name sessions to export, or --all".into()));
+            return Err(Error::Usage("name sessions to export, or --all".into()));
         }
         args.sessions
             .iter()
