@@ -2335,3 +2335,52 @@ fn delete_then_reimport_and_check_finds_orphans() {
         );
     }
 }
+
+/// Escape sequences and other control characters in stored text never reach
+/// the terminal raw: every human-readable output shows them escaped.
+#[test]
+fn control_characters_in_stored_text_never_reach_the_terminal() {
+    let sb = Sandbox::new();
+    let hostile =
+        "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7} back\rspace\ttab \u{202e}rtl \u{9b}c1";
+    let f = small_session(
+        "01950000-ffff-7000-8000-000000000001",
+        "/home/ada/esc",
+        "2025-03-01T10:00:00.000Z",
+        hostile,
+        Some(hostile),
+    );
+    let src = f.save(&sb, "pi");
+    sb.import(&[&src]);
+    let id = "01950000-ffff";
+    for args in [
+        vec!["ls"],
+        vec!["tree", id],
+        vec!["branch", id],
+        vec!["context", id],
+        vec!["search", "red"],
+        vec!["stats", id],
+        vec!["label", id, "u0000001", hostile],
+        vec!["name", id, hostile],
+        vec!["tree", id],
+    ] {
+        let r = sb.run(&args);
+        assert_eq!(r.status, 0, "{r:#?}");
+        for c in ['\u{1b}', '\r', '\t', '\u{7}', '\u{202e}', '\u{9b}'] {
+            assert!(
+                !r.stdout.contains(c),
+                "{args:?} printed {c:?} raw: {:?}",
+                r.stdout
+            );
+            assert!(
+                !r.stderr.contains(c),
+                "{args:?} printed {c:?} raw to stderr"
+            );
+        }
+    }
+    // The text is still there, visibly.
+    assert!(sb.run(&["context", id]).ok().contains("\\u{1b}[31mred"));
+    // Errors that quote stored or given text are safe too.
+    let r = sb.run(&["branch", "\u{1b}[2J"]);
+    assert!(!r.stderr.contains('\u{1b}'), "{r:#?}");
+}

@@ -159,7 +159,11 @@ pub fn run() -> i32 {
     match result {
         Ok(None) => 0,
         Ok(Some(report)) => {
-            let mut out = if cli.json { report.json } else { report.text };
+            let mut out = if cli.json {
+                report.json
+            } else {
+                terminal_safe(&report.text)
+            };
             if !out.is_empty() && !out.ends_with('\n') {
                 out.push('\n');
             }
@@ -173,10 +177,36 @@ pub fn run() -> i32 {
                 let err = serde_json::json!({"error": {"code": e.code().as_str(), "message": e.to_string()}});
                 write_stdout(&format!("{err}\n"));
             }
-            eprintln!("sessiontree: error [{}]: {e}", e.code());
+            eprintln!(
+                "sessiontree: error [{}]: {}",
+                e.code(),
+                terminal_safe(&e.to_string())
+            );
             exit_status(&e)
         }
     }
+}
+
+/// Human-readable output with every control character that stored text may
+/// carry shown escaped, so a session can never drive the terminal (ANSI escape
+/// sequences, carriage returns, bidirectional overrides): `\x1b` → `\u{1b}`,
+/// tab → `\t`. Line breaks stay.
+pub fn terminal_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push('\n'),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control()
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                out.push_str(&c.escape_unicode().to_string());
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Writes to stdout. A closed pipe (`sessiontree tree … | head`) is not an
