@@ -282,9 +282,14 @@ pub fn serve<S: SessionStorage>(
         let request: Request = match serde_json::from_str(&text) {
             Ok(r) => r,
             Err(e) => {
+                // A request of the wrong shape is still answered under its id,
+                // whenever the line is a JSON object that has one.
+                let id = json::OrderedObject::parse(&text)
+                    .ok()
+                    .and_then(|o| o.get("id").map(|r| json::raw_value(r.get())));
                 respond(
                     &mut output,
-                    None,
+                    id.as_deref(),
                     &answer(Err(Error::Unknown(format!("invalid request: {e}")))),
                 )?;
                 continue;

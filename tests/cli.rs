@@ -2384,3 +2384,58 @@ fn control_characters_in_stored_text_never_reach_the_terminal() {
     let r = sb.run(&["branch", "\u{1b}[2J"]);
     assert!(!r.stderr.contains('\u{1b}'), "{r:#?}");
 }
+
+/// A request of the wrong shape is answered under its own id whenever the
+/// line is a JSON object with one (a client can match the error to its call).
+#[test]
+fn rpc_errors_for_malformed_requests_keep_the_request_id() {
+    let sb = Sandbox::new();
+    let file = small_session(
+        "01950000-abab-7000-8000-000000000001",
+        "/w",
+        "2025-03-01T10:00:00.000Z",
+        "ids",
+        None,
+    )
+    .save(&sb, "pi");
+    let mut rpc = sb.command();
+    rpc.args(["rpc", s(&file)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = rpc.spawn().expect("rpc");
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(b"{\"id\":42,\"params\":1}\n{\"id\":\"x\"}\n[1]\nnot json\n")
+            .unwrap();
+    }
+    let out = child.wait_with_output().expect("rpc output");
+    let answers: Vec<Value> = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON answer"))
+        .collect();
+    let ids: Vec<Value> = answers.iter().map(|a| a["id"].clone()).collect();
+    assert_eq!(ids, vec![json!(42), json!("x"), json!(null), json!(null)]);
+    assert!(answers.iter().all(|a| a["ok"] == json!(false)));
+}
+
+/// Paging arithmetic never wraps: a page past any archive is a usage error.
+#[test]
+fn ls_paging_past_any_archive_is_a_usage_error() {
+    let sb = Sandbox::new();
+    let file = small_session(
+        "01950000-acac-7000-8000-000000000001",
+        "/w",
+        "2025-03-01T10:00:00.000Z",
+        "paging",
+        None,
+    )
+    .save(&sb, "pi");
+    sb.import(&[&file]);
+    sb.run(&["ls", "--limit", "9223372036854775808", "--page", "3"])
+        .fails(2, "usage");
+    let v = sb.json(&["ls", "--limit", "9223372036854775808", "--page", "1"]);
+    assert_eq!(v["sessions"].as_array().map(Vec::len), Some(1), "{v}");
+}

@@ -51,7 +51,15 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
         since_ms,
         name_contains: args.name.clone(),
         limit: Some(args.limit),
-        offset: args.limit * args.page.saturating_sub(1),
+        offset: args
+            .limit
+            .checked_mul(args.page.saturating_sub(1))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "--limit {} with --page {} is past any archive",
+                    args.limit, args.page
+                ))
+            })?,
     })?;
     let mut text = String::new();
     if !rows.is_empty() {
