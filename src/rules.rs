@@ -115,6 +115,18 @@ impl Replay {
     }
 }
 
+/// Applies a label change (from [`Replay::push`]) to a map of current labels:
+/// a label replaces, `None` clears.
+pub fn apply_label_change(
+    labels: &mut std::collections::HashMap<String, JsString>,
+    (target, label): (&str, Option<JsString>),
+) {
+    match label {
+        Some(l) => labels.insert(target.to_owned(), l),
+        None => labels.remove(target),
+    };
+}
+
 /// The error for a `message` entry that has no message.
 pub fn message_missing(id: &str) -> Error {
     Error::InvalidSession(format!("Entry {id} is a message entry without a message"))

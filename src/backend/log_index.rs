@@ -4,7 +4,7 @@
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
-use crate::rules::{Replay, SessionStats};
+use crate::rules::{apply_label_change, Replay, SessionStats};
 use std::collections::HashMap;
 
 /// An in-memory log: entries in order, the latest entry per id, labels, session
@@ -29,11 +29,8 @@ impl LogIndex {
 
     /// Adds one entry at the end of the log.
     pub fn push(&mut self, entry: Entry) {
-        if let Some((target, label)) = self.replay.push(&entry) {
-            match label {
-                Some(l) => self.labels.insert(target.to_owned(), l),
-                None => self.labels.remove(target),
-            };
+        if let Some(change) = self.replay.push(&entry) {
+            apply_label_change(&mut self.labels, change);
         }
         self.by_id
             .insert(entry.facts().id.clone(), self.entries.len());

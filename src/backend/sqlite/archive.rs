@@ -286,22 +286,7 @@ impl Archive {
             .optional()
             .map_err(sql("deleting a session"))?;
         let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-        let holder: Option<(String, i64, i64)> = tx
-            .query_row(
-                "SELECT host, pid, expires_ms FROM writer_claims WHERE session_key = ?1",
-                [key],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(sql("deleting a session"))?;
-        if let Some((host, pid, expires_ms)) = holder {
-            if expires_ms > chrono::Utc::now().timestamp_millis() {
-                return Err(Error::WriterClaimed {
-                    session: id.to_owned(),
-                    holder: format!("{host} pid {pid}"),
-                });
-            }
-        }
+        super::claim::refuse_if_held(&tx, key, id)?;
         tx.execute(
             "DELETE FROM message_text WHERE rowid IN (SELECT entry_key FROM entries WHERE session_key = ?1)",
             [key],

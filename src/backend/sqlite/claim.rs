@@ -53,6 +53,32 @@ pub struct WriterClaim {
     heartbeat: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Inside a write transaction: fails naming the holder if another writer
+/// holds the session's claim (a live lease, not a dead process on this host).
+pub fn refuse_if_held(conn: &Connection, session_key: i64, session_id: &str) -> Result<()> {
+    let holder: Option<(String, String, i64, i64)> = conn
+        .query_row(
+            "SELECT token, host, pid, expires_ms FROM writer_claims WHERE session_key = ?1",
+            [session_key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()
+        .map_err(|e| Error::sqlite("reading the writer claim", e))?;
+    if let Some((their_token, their_host, their_pid, expires)) = holder {
+        let pid = i64::from(std::process::id());
+        let dead_here = their_host == host_name()
+            && their_pid != pid
+            && process_alive(their_pid) == Some(false);
+        if expires > now_ms() && !dead_here {
+            return Err(Error::WriterClaimed {
+                session: session_id.to_owned(),
+                holder: format!("process {their_pid} on {their_host} (claim {their_token})"),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl WriterClaim {
     /// Takes the claim on a session, or fails naming the holder.
     pub fn acquire(pool: &Pool, session_key: i64, session_id: &str) -> Result<Self> {
@@ -63,24 +89,7 @@ impl WriterClaim {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite("taking the writer claim", e))?;
-        let holder: Option<(String, String, i64, i64)> = tx
-            .query_row(
-                "SELECT token, host, pid, expires_ms FROM writer_claims WHERE session_key = ?1",
-                [session_key],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .optional()
-            .map_err(|e| Error::sqlite("taking the writer claim", e))?;
-        if let Some((their_token, their_host, their_pid, expires)) = holder {
-            let dead_here =
-                their_host == host && their_pid != pid && process_alive(their_pid) == Some(false);
-            if expires > now_ms() && !dead_here {
-                return Err(Error::WriterClaimed {
-                    session: session_id.to_owned(),
-                    holder: format!("process {their_pid} on {their_host} (claim {their_token})"),
-                });
-            }
-        }
+        refuse_if_held(&tx, session_key, session_id)?;
         tx.execute(
             "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,

@@ -6,7 +6,7 @@ use super::{branch_cache, search, sql, stored_js_string};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
-use crate::rules::{Replay, SessionStats, StatsAccumulator};
+use crate::rules::{apply_label_change, Replay, SessionStats, StatsAccumulator};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::collections::HashMap;
 
@@ -88,11 +88,8 @@ fn replay_session_facts(
     let mut labels = HashMap::new();
     for json in rows {
         let entry = Entry::from_checked_text(json.map_err(sql("replaying session facts"))?);
-        if let Some((target, label)) = facts.push(&entry) {
-            match label {
-                Some(l) => labels.insert(target.to_owned(), l),
-                None => labels.remove(target),
-            };
+        if let Some(change) = facts.push(&entry) {
+            apply_label_change(&mut labels, change);
         }
     }
     Ok((facts, labels))
