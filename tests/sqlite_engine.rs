@@ -3,7 +3,7 @@
 //! rows written) instead of timing it.
 
 use serde_json::json;
-use sessiontree::backend::sqlite::branch_cache::ReadCost;
+use sessiontree::backend::sqlite::branch_cache::{ReadCost, PATH_QUERY, SEGMENT_HOLDING_QUERY};
 use sessiontree::backend::sqlite::migrate::latest_version;
 use sessiontree::backend::sqlite::{Archive, NewSession, SqliteStorage};
 use sessiontree::{Durability, Entry, ErrorCode, SessionStorage};
@@ -49,7 +49,6 @@ fn migrations_apply_once_and_refuse_a_newer_database() -> R {
         "imports",
         "labels",
         "leaf_events",
-        "segment_ancestry",
         "segments",
         "sessions",
         "writer_claims",
@@ -196,7 +195,6 @@ fn rows_written(
         for t in [
             "entries",
             "segments",
-            "segment_ancestry",
             "leaf_events",
             "labels",
             "compactions",
@@ -285,20 +283,39 @@ fn hot_queries_use_indexes() -> R {
     let conn = archive.conn()?;
     let plan = |sql: &str| -> Result<String, Box<dyn std::error::Error>> {
         let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
-        let rows: Vec<String> = st.query_map([], |r| r.get(3))?.collect::<Result<_, _>>()?;
+        let unbound = vec![rusqlite::types::Null; st.parameter_count()];
+        let rows: Vec<String> = st
+            .query_map(rusqlite::params_from_iter(unbound), |r| r.get(3))?
+            .collect::<Result<_, _>>()?;
         Ok(rows.join(" | "))
     };
     let checks = [
-        ("SELECT leaf_id, name, entry_count FROM sessions WHERE session_key = 1", "INTEGER PRIMARY KEY"),
-        ("SELECT json FROM entries WHERE session_key = 1 AND id = 'x'", "entries_by_id"),
-        ("SELECT json FROM entries WHERE session_key = 1 AND type = 'x' ORDER BY seq", "entries_by_type"),
-        ("SELECT json FROM entries WHERE session_key = 1 AND seq >= 5 ORDER BY seq LIMIT 10", "entries_by_seq"),
-        ("SELECT label FROM labels WHERE session_key = 1 AND target_id = 'x'", "PRIMARY KEY"),
-        ("SELECT max(entry_key) FROM compactions WHERE entry_key BETWEEN 1 AND 9", "INTEGER PRIMARY KEY"),
         (
-            "SELECT e.json FROM segment_ancestry a JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, 0)) AND ((a.ancestor_segment << 32) | min(a.to_depth, 9)) WHERE a.segment_id = 1 AND a.from_depth <= 9 AND a.from_depth >= (SELECT max(from_depth) FROM segment_ancestry WHERE segment_id = 1 AND from_depth <= 0) ORDER BY a.from_depth, e.entry_key",
+            "SELECT leaf_id, name, entry_count FROM sessions WHERE session_key = 1",
             "INTEGER PRIMARY KEY",
         ),
+        (
+            "SELECT json FROM entries WHERE session_key = 1 AND id = 'x'",
+            "entries_by_id",
+        ),
+        (
+            "SELECT json FROM entries WHERE session_key = 1 AND type = 'x' ORDER BY seq",
+            "entries_by_type",
+        ),
+        (
+            "SELECT json FROM entries WHERE session_key = 1 AND seq >= 5 ORDER BY seq LIMIT 10",
+            "entries_by_seq",
+        ),
+        (
+            "SELECT label FROM labels WHERE session_key = 1 AND target_id = 'x'",
+            "PRIMARY KEY",
+        ),
+        (
+            "SELECT max(entry_key) FROM compactions WHERE entry_key BETWEEN 1 AND 9",
+            "INTEGER PRIMARY KEY",
+        ),
+        (PATH_QUERY, "INTEGER PRIMARY KEY"),
+        (SEGMENT_HOLDING_QUERY, "INTEGER PRIMARY KEY"),
     ];
     for (sql, wanted) in checks {
         let p = plan(sql)?;
@@ -308,6 +325,32 @@ fn hot_queries_use_indexes() -> R {
             "{sql}\n  plan: {p}"
         );
     }
+    Ok(())
+}
+
+/// Turns an archive of the latest schema back into what a version-4 build
+/// wrote: the branch cache v1 (`segment_ancestry` rows, one per segment on
+/// each segment's path) instead of jump pointers.
+fn downgrade_to_version_4(conn: &rusqlite::Connection) -> R {
+    conn.execute_batch(
+        "CREATE TABLE segment_ancestry (
+             segment_id       INTEGER NOT NULL REFERENCES segments (segment_id) ON DELETE CASCADE,
+             from_depth       INTEGER NOT NULL,
+             ancestor_segment INTEGER NOT NULL,
+             to_depth         INTEGER NOT NULL,
+             PRIMARY KEY (segment_id, from_depth)
+         ) WITHOUT ROWID;
+         WITH RECURSIVE up (seg, ancestor, from_depth, to_depth, parent) AS (
+             SELECT segment_id, segment_id, first_depth, 4294967295, parent_segment FROM segments
+             UNION ALL
+             SELECT up.seg, p.segment_id, p.first_depth, up.from_depth - 1, p.parent_segment
+             FROM up JOIN segments p ON p.segment_id = up.parent
+         )
+         INSERT INTO segment_ancestry SELECT seg, from_depth, ancestor, to_depth FROM up;
+         ALTER TABLE segments DROP COLUMN jump_segment;
+         ALTER TABLE segments DROP COLUMN position;
+         PRAGMA user_version = 4;",
+    )?;
     Ok(())
 }
 
@@ -350,6 +393,7 @@ fn migration_4_recomputes_stats_and_keeps_labels() -> R {
     // What a version-3 build left behind.
     {
         let conn = rusqlite::Connection::open(&db)?;
+        downgrade_to_version_4(&conn)?;
         // A stale total, as summed from mis-read costs.
         let wrong = pi_total + 1e-17;
         assert_ne!(wrong.to_bits(), pi_total.to_bits());
@@ -377,5 +421,319 @@ fn migration_4_recomputes_stats_and_keeps_labels() -> R {
     let listed = archive.list(&Default::default())?;
     assert_eq!(listed[0].stats.cost_total.to_bits(), pi_total.to_bits());
     assert_eq!(archive.check(Some("s-old"))?, Vec::<String>::new());
+    Ok(())
+}
+
+fn leaf(id: &str, parent: &str, target: &str) -> Entry {
+    Entry::from_value(&json!({"type":"leaf","id":id,"parentId":parent,"timestamp":"2025-01-01T00:00:00.000Z","targetId":target}))
+        .expect("leaf entry")
+}
+
+fn compaction(id: &str, parent: &str, first_kept: &str) -> Entry {
+    Entry::from_value(&json!({"type":"compaction","id":id,"parentId":parent,"timestamp":"t","summary":"s","tokensBefore":1,"firstKeptEntryId":first_kept}))
+        .expect("compaction entry")
+}
+
+/// Adversarial shapes for the counting tests, each with `forks` forks on the
+/// active path; returns the entries and the id of the tip.
+#[derive(Debug, Clone, Copy)]
+enum Adversary {
+    /// "Regenerate the last reply" again and again: user, reply, leaf back to
+    /// the user message, a new reply that the conversation goes on from.
+    Regenerate,
+    /// A spine with a dead-end side entry at every spine entry.
+    Caterpillar,
+    /// `forks` sibling replies to one message, the last one continued.
+    Broom,
+}
+
+fn adversarial_entries(shape: Adversary, forks: usize) -> (Vec<Entry>, String) {
+    let mut out = Vec::new();
+    let mut tip = "root".to_owned();
+    out.push(msg("root", None));
+    for k in 0..forks {
+        match shape {
+            Adversary::Regenerate => {
+                let (u, a, l, b) = (
+                    format!("u{k}"),
+                    format!("a{k}"),
+                    format!("l{k}"),
+                    format!("b{k}"),
+                );
+                out.push(msg(&u, Some(&tip)));
+                out.push(msg(&a, Some(&u)));
+                out.push(leaf(&l, &a, &u));
+                out.push(msg(&b, Some(&u)));
+                tip = b;
+            }
+            Adversary::Caterpillar => {
+                let (s, x, l) = (format!("s{k}"), format!("x{k}"), format!("l{k}"));
+                out.push(msg(&s, Some(&tip)));
+                out.push(msg(&x, Some(&s)));
+                out.push(leaf(&l, &x, &s));
+                tip = s;
+            }
+            Adversary::Broom => {
+                // Every bristle hangs from the root; the leaf returns there first.
+                let (b, l) = (format!("b{k}"), format!("l{k}"));
+                if k > 0 {
+                    out.push(leaf(&l, &format!("b{}", k - 1), "root"));
+                }
+                out.push(msg(&b, Some("root")));
+                tip = b;
+            }
+        }
+    }
+    (out, tip)
+}
+
+/// Segments on the path of the entry `id`, and the segment of each path
+/// entry (read through the keys, not the cache).
+fn segment_of(
+    archive: &Archive,
+    session: &str,
+    id: &str,
+) -> Result<i64, Box<dyn std::error::Error>> {
+    let conn = archive.conn()?;
+    let key: i64 = conn.query_row(
+        "SELECT e.entry_key FROM entries e JOIN sessions s USING (session_key) WHERE s.id = ?1 AND e.id = ?2",
+        [session, id],
+        |r| r.get(0),
+    )?;
+    Ok(key >> 32)
+}
+
+/// Runs the jump-pointer search and counts its VM steps.
+fn holding_steps(
+    archive: &Archive,
+    from: i64,
+    depth: i64,
+) -> Result<(Option<i64>, u64), Box<dyn std::error::Error>> {
+    let conn = archive.conn()?;
+    let mut st = conn.prepare(SEGMENT_HOLDING_QUERY)?;
+    let found: Option<i64> = {
+        let mut rows = st.query([from, depth])?;
+        match rows.next()? {
+            Some(r) => Some(r.get(0)?),
+            None => None,
+        }
+    };
+    Ok((
+        found,
+        st.get_status(rusqlite::StatementStatus::VmStep) as u64,
+    ))
+}
+
+/// The bounds stated at the top of `branch_cache.rs`, counted on the shapes
+/// that broke the first cache: every fork on the active path (regenerate),
+/// a fork at every entry of it (caterpillar), and a broom.
+#[test]
+fn cache_costs_are_bounded_for_every_shape() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut report = Vec::new();
+    for shape in [
+        Adversary::Regenerate,
+        Adversary::Caterpillar,
+        Adversary::Broom,
+    ] {
+        let mut steps_per_row = Vec::new();
+        for forks in [10usize, 1_000, 25_000] {
+            let id = format!("{shape:?}-{forks}");
+            let (entries, tip) = adversarial_entries(shape, forks);
+            let n = entries.len();
+            archive.create_session_with(&new_session(&id), entries.into_iter().map(Ok))?;
+            let mut s = archive.open_session(&id)?;
+            // Space: one segment per fork (plus the root), whatever the shape.
+            let size = sessiontree::backend::sqlite::branch_cache::cache_size(
+                &*archive.conn()?,
+                archive.conn()?.query_row(
+                    "SELECT session_key FROM sessions WHERE id = ?1",
+                    [&id],
+                    |r| r.get(0),
+                )?,
+            )?;
+            assert_eq!(size.entries as usize, n);
+            assert!(
+                size.segments as usize <= forks + 1 && size.compactions == 0,
+                "{shape:?} F={forks}: {size:?}"
+            );
+            // Path read from the tip: five statements, VM work in proportion
+            // to the answer (every segment read contributes an entry to it).
+            let (len, cost) = path_cost(&s, &tip)?;
+            assert!(cost.statements <= 5, "{shape:?} F={forks}: {cost:?}");
+            assert_eq!(cost.rows as usize, len);
+            assert!(
+                cost.vm_steps <= 64 * (len as u64 + 4),
+                "{shape:?} F={forks}: {len} rows, {cost:?}"
+            );
+            steps_per_row.push(cost.vm_steps as f64 / len as f64);
+            // The jump-pointer search finds the segment holding any depth in
+            // O(log F) steps, and finds the right one.
+            let tip_segment = segment_of(&archive, &id, &tip)?;
+            let path = s.path_to_root_or_compaction(Some(&tip))?;
+            let mut worst_search = 0;
+            for d in [0, len / 7, len / 3, len / 2, len - 1] {
+                let (found, steps) = holding_steps(&archive, tip_segment, d as i64)?;
+                assert_eq!(
+                    found,
+                    Some(segment_of(&archive, &id, path[d].id())?),
+                    "{shape:?} F={forks} depth {d}"
+                );
+                worst_search = worst_search.max(steps);
+            }
+            let log_f = (forks as f64).log2().ceil() as u64 + 1;
+            assert!(
+                worst_search <= 100 * (log_f + 1),
+                "{shape:?} F={forks}: the depth search took {worst_search} VM steps"
+            );
+            // Writes: an append, a leaf move and the fork after it each write
+            // a bounded number of rows at any F (an entry, a leaf event or a
+            // segment, a search row).
+            let appended = rows_written(&archive, || s.append_entry(msg("next", Some(&tip))))?;
+            let target = path[len / 2].id().to_owned();
+            let moved = rows_written(&archive, || s.set_leaf_id(Some(&target)))?;
+            let forked = rows_written(&archive, || {
+                s.append_entry(msg("after-move", Some(&target)))
+            })?;
+            // A compaction whose kept entry is far up the path: its stop is
+            // resolved by the jump-pointer search, and the path cut there.
+            let kept = path[1].id().to_owned();
+            let compacted = rows_written(&archive, || {
+                s.append_entry(compaction("c", "after-move", &kept))
+            })?;
+            assert!(
+                appended <= 3 && moved <= 2 && forked <= 3 && compacted <= 3,
+                "{shape:?} F={forks}: append {appended}, move {moved}, fork {forked}, compaction {compacted}"
+            );
+            let cut = s.path_to_root_or_compaction(Some("c"))?;
+            assert_eq!(cut.first().map(|e| e.id()), Some(kept.as_str()));
+            // path[1..=len/2], the entry after the move, and the compaction.
+            assert_eq!(cut.len(), len / 2 + 2);
+            assert_eq!(archive.check(Some(&id))?, Vec::<String>::new());
+            report.push(format!(
+                "{shape:?} F={forks}: {n} entries, {} segments; tip path {len} rows {cost:?}; depth search ≤ {worst_search} steps; writes: append {appended}, move {moved}, fork {forked}",
+                size.segments
+            ));
+        }
+        // Work per returned row does not grow with the number of forks.
+        assert!(
+            steps_per_row[2] <= steps_per_row[0] * 1.5 + 2.0,
+            "{shape:?}: VM steps per row {steps_per_row:?}"
+        );
+    }
+    for line in report {
+        eprintln!("{line}");
+    }
+    Ok(())
+}
+
+/// An archive whose branch cache is version 1 (what builds before schema 5
+/// wrote) migrates in place: every path reads the same, `check` passes, the
+/// ancestry table is gone, and the rewrite reports its progress.
+#[test]
+fn migration_5_rebuilds_the_branch_cache_in_place() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("v4.db");
+    let mut before = Vec::new();
+    {
+        let archive = Archive::open(&db, Durability::Relaxed)?;
+        for (i, shape) in [
+            Adversary::Regenerate,
+            Adversary::Caterpillar,
+            Adversary::Broom,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = format!("s{i}");
+            let (mut entries, tip) = adversarial_entries(shape, 300);
+            entries.push(compaction("c", &tip, "root"));
+            entries.push(msg("after", Some("c")));
+            archive.create_session_with(&new_session(&id), entries.into_iter().map(Ok))?;
+            let s = archive.open_session(&id)?;
+            for e in s.entries(0, None)? {
+                let path = s.path_to_root_or_compaction(Some(e.id()))?;
+                before.push((id.clone(), e.id().to_owned(), jsons(&path)));
+            }
+        }
+        let conn = rusqlite::Connection::open(&db)?;
+        downgrade_to_version_4(&conn)?;
+        let v1_rows: i64 =
+            conn.query_row("SELECT count(*) FROM segment_ancestry", [], |r| r.get(0))?;
+        assert!(
+            v1_rows > 40_000,
+            "the v1 cache is quadratic on these shapes: {v1_rows} rows"
+        );
+    }
+    let mut heard = Vec::new();
+    let archive = Archive::open_with_progress(&db, Durability::Relaxed, &mut |p| heard.push(p))?;
+    let segments: i64 = archive
+        .conn()?
+        .query_row("SELECT count(*) FROM segments", [], |r| r.get(0))?;
+    let last = heard
+        .iter()
+        .rev()
+        .find(|p| p.version == 5)
+        .expect("progress of migration 5");
+    assert_eq!((last.done, last.total), (segments as u64, segments as u64));
+    let tables: i64 = archive.conn()?.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'segment_ancestry'",
+        [],
+        |r| r.get(0),
+    )?;
+    assert_eq!(tables, 0);
+    assert_eq!(archive.check(None)?, Vec::<String>::new());
+    for (session, id, path) in before {
+        let s = archive.open_session(&session)?;
+        assert_eq!(
+            jsons(&s.path_to_root_or_compaction(Some(&id))?),
+            path,
+            "{session} {id}"
+        );
+    }
+    Ok(())
+}
+
+fn jsons(entries: &[Entry]) -> Vec<String> {
+    entries.iter().map(|e| e.json().to_owned()).collect()
+}
+
+/// `check` compares every cache invariant with a rebuild from the log: a
+/// wrong jump pointer, position, nearest compaction or leaf event is named.
+#[test]
+fn check_finds_every_kind_of_cache_damage() -> R {
+    let damage = [
+        ("jump pointer", "UPDATE segments SET jump_segment = parent_segment WHERE segment_id = (SELECT max(segment_id) FROM segments WHERE jump_segment <> parent_segment)"),
+        ("position", "UPDATE segments SET position = position + 1 WHERE segment_id = (SELECT max(segment_id) FROM segments)"),
+        ("nearest compaction", "UPDATE segments SET inherited_compaction = NULL WHERE inherited_compaction IS NOT NULL"),
+        ("leaf event", "DELETE FROM leaf_events WHERE seq = (SELECT min(seq) FROM leaf_events)"),
+        ("compaction stop", "UPDATE compactions SET stop_key = NULL"),
+    ];
+    for (what, sql) in damage {
+        let dir = tempfile::tempdir()?;
+        let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+        let (mut entries, tip) = adversarial_entries(Adversary::Regenerate, 40);
+        entries.push(compaction("c", &tip, "u3"));
+        // Forks below the compaction inherit it as their nearest compaction.
+        let mut spine = "c".to_owned();
+        for k in 0..5 {
+            let (s, x, l) = (format!("cs{k}"), format!("cx{k}"), format!("cl{k}"));
+            entries.push(msg(&s, Some(&spine)));
+            entries.push(msg(&x, Some(&s)));
+            entries.push(leaf(&l, &x, &s));
+            spine = s;
+        }
+        archive.create_session_with(&new_session("s"), entries.into_iter().map(Ok))?;
+        assert_eq!(
+            archive.check(None)?,
+            Vec::<String>::new(),
+            "{what}: before the damage"
+        );
+        let changed = archive.conn()?.execute(sql, [])?;
+        assert!(changed > 0, "{what}: the damage changed nothing");
+        let problems = archive.check(None)?;
+        assert!(!problems.is_empty(), "{what}: check found nothing");
+    }
     Ok(())
 }

@@ -380,68 +380,17 @@ pub fn resume(backend: Backend, ds: &Dataset, memory: Option<&MemoryStorage>) ->
 // ---------------------------------------------------------------------------
 // Path from a random entry.
 
-/// The library's path query (`branch_cache::path`: four statements, then the
-/// ancestry ⋈ entries range join) replicated here returning text only, for a
-/// diagnostic row that separates its SQL cost from the per-entry parse.
+/// The library's path query without building entries (text only), for a
+/// diagnostic row that separates its SQL cost from the per-entry wrapping:
+/// the library's own statements, reached through its hidden hook.
 /// Returns the rows read.
 pub fn branch_cache_sql_only(
     conn: &rusqlite::Connection,
     session_key: i64,
     id: &str,
 ) -> Result<usize> {
-    use rusqlite::{params, OptionalExtension};
-    let e = |x| Error::sqlite("diagnostic path", x);
-    let key: i64 = conn
-        .prepare_cached("SELECT entry_key FROM entries WHERE session_key = ?1 AND id = ?2")
-        .and_then(|mut s| s.query_row(params![session_key, id], |r| r.get(0)))
-        .map_err(e)?;
-    let (seg, depth) = (key >> 32, key & 0xffff_ffff);
-    let (first, inherited): (i64, Option<i64>) = conn
-        .prepare_cached(
-            "SELECT first_depth, inherited_compaction FROM segments WHERE segment_id = ?1",
-        )
-        .and_then(|mut s| s.query_row([seg], |r| Ok((r.get(0)?, r.get(1)?))))
-        .map_err(e)?;
-    let mut nearest = inherited;
-    if depth >= first {
-        let found: Option<i64> = conn
-            .prepare_cached(
-                "SELECT max(entry_key) FROM compactions WHERE entry_key BETWEEN ?1 AND ?2",
-            )
-            .and_then(|mut s| s.query_row(params![(seg << 32) | first, key], |r| r.get(0)))
-            .map_err(e)?;
-        if found.is_some() {
-            nearest = found;
-        }
-    }
-    let stop: Option<i64> = match nearest {
-        Some(c) => conn
-            .prepare_cached("SELECT stop_key FROM compactions WHERE entry_key = ?1")
-            .and_then(|mut s| s.query_row([c], |r| r.get(0)).optional())
-            .map_err(e)?
-            .flatten(),
-        None => None,
-    };
-    let low = stop.map_or(0, |s| s & 0xffff_ffff);
-    let mut st = conn
-        .prepare_cached(
-            "SELECT e.json FROM segment_ancestry a
-             JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
-                                             AND ((a.ancestor_segment << 32) | min(a.to_depth, ?3))
-             WHERE a.segment_id = ?1 AND a.to_depth >= ?2 AND a.from_depth <= ?3
-             ORDER BY a.from_depth, e.entry_key",
-        )
-        .map_err(e)?;
-    let mut rows = st.query(params![seg, low, depth]).map_err(e)?;
-    let mut n = 0;
-    while let Some(row) = rows.next().map_err(e)? {
-        let text = row
-            .get_ref(0)
-            .and_then(|v| v.as_str().map_err(Into::into))
-            .map_err(e)?;
-        n += usize::from(!text.is_empty());
-    }
-    Ok(n)
+    let mut cost = sessiontree::backend::sqlite::branch_cache::ReadCost::default();
+    sessiontree::backend::sqlite::branch_cache::path_rows_sql_only(conn, session_key, id, &mut cost)
 }
 
 /// Every store of one data set open for reading, with sample start entries.

@@ -244,5 +244,30 @@ pub fn open_archive(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqli
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     }
-    sessiontree::backend::sqlite::Archive::open(path, cli.durability.into())
+    // A migration that rewrites rows (a large archive from an older build)
+    // shows a progress bar on a terminal; the bar appears only if one runs.
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let archive = sessiontree::backend::sqlite::Archive::open_with_progress(
+        path,
+        cli.durability.into(),
+        &mut |p| {
+            let bar = bar.get_or_insert_with(|| {
+                let bar = indicatif::ProgressBar::new(p.total);
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{msg} {bar:30} {pos}/{len} ({eta} left)",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                );
+                bar
+            });
+            bar.set_message(format!("migrating the archive to schema {}", p.version));
+            bar.set_length(p.total);
+            bar.set_position(p.done);
+        },
+    );
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    archive
 }

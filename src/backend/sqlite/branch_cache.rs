@@ -1,5 +1,6 @@
 //! The materialized branch cache: how an append places an entry in the tree,
-//! and how a path is read back with a depth-independent number of statements.
+//! and how a path is read back with a bounded number of statements whatever
+//! the depth and whatever the shape of the tree.
 //!
 //! # Invariants
 //! 1. **Segments.** Every entry belongs to exactly one segment: a run of entries
@@ -10,30 +11,59 @@
 //!    (a root, or an entry whose parent does not exist, has depth 0). The entries
 //!    of segment `s` have depths `first_depth..=tail_depth`, and
 //!    `entry_key = s << 32 | depth`, so a segment's entries are one rowid range.
-//! 3. **Ancestry.** For every segment `s`, `segment_ancestry` holds one row per
-//!    segment on the path from the root to `s` (itself included) with the
-//!    depth range `from_depth..=to_depth` that segment contributes; the ranges
-//!    are disjoint and cover `0..` without gaps. `s`'s own row has
-//!    `to_depth = OPEN_END`. A new segment copies its parent's rows (cut at the
-//!    fork depth) plus its own: one row per fork on its path, nothing per entry.
-//! 4. **Compactions.** Every compaction `c` has `stop_key`: where a walk that
+//! 3. **Segment tree.** `parent_segment` is the segment holding the parent of
+//!    `s`'s first entry (`NULL` for a root); `position` is the number of
+//!    segments on the path from the root to `s`, `s` included (1 for a root).
+//!    A segment is created after its parent, so its id is larger: root-first
+//!    order on a path is ascending segment id.
+//! 4. **Jump pointers.** `jump_segment` is an ancestor of `s` chosen by Myers'
+//!    skew-binary rule ([`jump_for_child`]; `NULL` for a root): with `p` the
+//!    parent and `j` its jump, `s` jumps to `j`'s jump when `p` and `j` are as
+//!    far apart as `j` and its jump, otherwise to `p`. Then the segment on `s`'s
+//!    path that holds a given depth is found in `O(log position)` steps
+//!    ([`segment_holding`]), one statement.
+//! 5. **Compactions.** Every compaction `c` has `stop_key`: where a walk that
 //!    reaches `c` ends (spec §5). It depends only on `c` and its ancestors,
 //!    because a compaction overwrites the pending stop: it is `c` itself with a
 //!    retained tail; else `c`'s `firstKeptEntryId` when that entry is an
 //!    ancestor no higher than the next compaction above; else that
 //!    compaction's `stop_key`; `NULL` means the root.
-//! 5. **Nearest compaction.** `segments.inherited_compaction` is the nearest
+//! 6. **Nearest compaction.** `segments.inherited_compaction` is the nearest
 //!    compaction above the segment's first entry on its path, so the nearest
 //!    compaction at or above any entry is one range query plus one row.
-//! 6. **Dangling roots.** `segments.missing_root_parent` is the missing
+//! 7. **Dangling roots.** `segments.missing_root_parent` is the missing
 //!    `parentId` of the path's root entry; a walk that runs to the root of
 //!    such a path fails with `invalid_session`. An entry whose id is such a
 //!    missing parent is refused, since it would re-parent existing entries.
 //!
-//! Hence: an append writes O(1) rows (plus one ancestry row per fork on the
-//! path when it forks), a leaf move is an append, and a path read runs four
-//! statements whatever the depth, reading the ancestry rows and the returned
-//! entries only. [`verify`] rebuilds all of this from `entries` and compares.
+//! # Bounds
+//! With `N` entries and `F` forks in a session, `k` segments on a path and `A`
+//! entries in an answer, for **every** tree shape (a fork at the tip again and
+//! again, a caterpillar with a side branch at every entry, a broom):
+//! * **space**: one `segments` row per segment (`F` + roots) and one
+//!   `compactions` row per compaction: `O(N)` rows, never `O(F²)`;
+//! * **append**: at most one cache row written (a new segment), worst case; a
+//!   run of appends that extends one segment updates its row once per write
+//!   ([`OpenTail`]); a compaction adds its own row after `O(log k)` reads;
+//! * **leaf move**: an append (the `leaf` entry) plus its `leaf_events` row;
+//!   the first append after it starts a segment: one row, at any depth;
+//! * **path read**: five statements; the recursive walk reads one `segments`
+//!   row per segment the answer spans, and each of those contributes at least
+//!   one entry to the answer, so rows read ≤ `2A`;
+//! * **open**: `O(1)` rows (the session row).
+//!
+//! # Why not Fenwick blocks or an ancestry table
+//! Materializing each segment's ancestry (version 1 of this cache) copies a
+//! row per fork above a new segment: `O(F²)` on "regenerate the last reply".
+//! A Fenwick decomposition (segment `p` stores its `lowbit(p)` nearest
+//! ancestors) is `O(F log F)` on a single chain but still `O(F²)` on a broom of
+//! brooms (many siblings at a position `2^j`, each copying `2^j` rows) and
+//! writes `O(F)` rows in a single append. A path read must seek each segment's
+//! entry range anyway, so contiguous ancestry rows only save one primary-key
+//! lookup per segment; the parent walk costs that lookup and nothing more,
+//! and the jump pointers keep the one query that is not answer-sized — "is
+//! this entry an ancestor?" for a compaction's `firstKeptEntryId` — at
+//! `O(log k)`. [`verify`] rebuilds all of this from `entries` and compares.
 
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
@@ -42,8 +72,8 @@ use std::collections::HashMap;
 
 /// Bits of `entry_key` that hold the depth.
 pub const DEPTH_BITS: u32 = 32;
-/// `to_depth` of a segment's own ancestry row: the segment may still grow.
-pub const OPEN_END: i64 = (1 << DEPTH_BITS) - 1;
+/// Mask of the depth bits.
+const DEPTH_MASK: i64 = (1 << DEPTH_BITS) - 1;
 
 /// The key of the entry at `depth` in `segment`.
 pub fn entry_key(segment: i64, depth: i64) -> i64 {
@@ -52,7 +82,7 @@ pub fn entry_key(segment: i64, depth: i64) -> i64 {
 
 /// The segment and depth of an entry key.
 pub fn split_key(key: i64) -> (i64, i64) {
-    (key >> DEPTH_BITS, key & OPEN_END)
+    (key >> DEPTH_BITS, key & DEPTH_MASK)
 }
 
 fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
@@ -70,6 +100,10 @@ pub struct Segment {
     pub first_depth: i64,
     /// Depth of its last entry.
     pub tail_depth: i64,
+    /// Segments on the path from the root to it, itself included.
+    pub position: i64,
+    /// Its skew-binary jump pointer (`None` for a root).
+    pub jump: Option<i64>,
     /// Nearest compaction above its first entry.
     pub inherited_compaction: Option<i64>,
     /// Missing parent id of its path's root.
@@ -78,7 +112,8 @@ pub struct Segment {
 
 fn segment(conn: &Connection, id: i64) -> Result<Segment> {
     conn.prepare_cached(
-        "SELECT parent_segment, first_depth, tail_depth, inherited_compaction, missing_root_parent
+        "SELECT parent_segment, first_depth, tail_depth, position, jump_segment,
+                inherited_compaction, missing_root_parent
          FROM segments WHERE segment_id = ?1",
     )
     .and_then(|mut s| {
@@ -88,12 +123,46 @@ fn segment(conn: &Connection, id: i64) -> Result<Segment> {
                 parent: r.get(0)?,
                 first_depth: r.get(1)?,
                 tail_depth: r.get(2)?,
-                inherited_compaction: r.get(3)?,
-                missing_root_parent: r.get(4)?,
+                position: r.get(3)?,
+                jump: r.get(4)?,
+                inherited_compaction: r.get(5)?,
+                missing_root_parent: r.get(6)?,
             })
         })
     })
     .map_err(sql("reading a segment"))
+}
+
+/// Invariant 4: the jump pointer of a new child of `parent`, given a way to
+/// read any segment's `(position, jump)`. One rule for the placer, the
+/// migration and [`verify`].
+pub fn jump_for_child(
+    parent: (i64, i64, Option<i64>),
+    mut lookup: impl FnMut(i64) -> Result<(i64, Option<i64>)>,
+) -> Result<i64> {
+    let (parent_id, parent_position, parent_jump) = parent;
+    // A root jumps to itself in Myers' formulation; its children jump to it.
+    let Some(j) = parent_jump else {
+        return Ok(parent_id);
+    };
+    let (j_position, j_jump) = lookup(j)?;
+    let (jj, jj_position) = match j_jump {
+        Some(jj) => (jj, lookup(jj)?.0),
+        None => (j, j_position),
+    };
+    Ok(
+        if parent_position - j_position == j_position - jj_position {
+            jj
+        } else {
+            parent_id
+        },
+    )
+}
+
+fn position_and_jump(conn: &Connection, id: i64) -> Result<(i64, Option<i64>)> {
+    conn.prepare_cached("SELECT position, jump_segment FROM segments WHERE segment_id = ?1")
+        .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))))
+        .map_err(sql("reading a jump pointer"))
 }
 
 /// The key of the entry answering to `id` in the session.
@@ -127,26 +196,42 @@ fn nearest_compaction(conn: &Connection, seg: &Segment, depth: i64) -> Result<Op
     Ok(seg.inherited_compaction)
 }
 
+/// [`segment_holding`]'s statement (`?1` the segment, `?2` the depth).
+pub const SEGMENT_HOLDING_QUERY: &str =
+    "WITH RECURSIVE up (seg, first, parent, jump, jump_first) AS (
+     SELECT s.segment_id, s.first_depth, s.parent_segment, s.jump_segment, j.first_depth
+     FROM segments s LEFT JOIN segments j ON j.segment_id = s.jump_segment
+     WHERE s.segment_id = ?1
+     UNION ALL
+     SELECT s.segment_id, s.first_depth, s.parent_segment, s.jump_segment, j.first_depth
+     FROM up
+     JOIN segments s ON s.segment_id = CASE WHEN up.jump_first > ?2 THEN up.jump ELSE up.parent END
+     LEFT JOIN segments j ON j.segment_id = s.jump_segment
+     WHERE up.first > ?2
+ )
+ SELECT seg FROM up WHERE first <= ?2 LIMIT 1";
+
+/// Invariant 4's search: the segment on `from`'s path that holds `depth` (the
+/// deepest one whose first entry is at or above it), following jump pointers
+/// while they do not overshoot. One statement; `O(log position)` rows.
+pub fn segment_holding(conn: &Connection, from: i64, depth: i64) -> Result<Option<i64>> {
+    conn.prepare_cached(SEGMENT_HOLDING_QUERY)
+        .and_then(|mut s| s.query_row([from, depth], |r| r.get(0)).optional())
+        .map_err(sql("searching a path by depth"))
+}
+
 /// Whether the entry at `key` lies on the path of `seg` at a depth below `depth`.
 fn is_ancestor(conn: &Connection, key: i64, seg: &Segment, depth: i64) -> Result<bool> {
     let (kseg, kdepth) = split_key(key);
     if kdepth >= depth {
         return Ok(false);
     }
-    if kseg == seg.id {
-        return Ok(kdepth >= seg.first_depth);
+    if kdepth >= seg.first_depth {
+        return Ok(kseg == seg.id);
     }
-    let row: Option<(i64, i64)> = conn
-        .prepare_cached(
-            "SELECT ancestor_segment, to_depth FROM segment_ancestry
-             WHERE segment_id = ?1 AND from_depth <= ?2 ORDER BY from_depth DESC LIMIT 1",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![seg.id, kdepth], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .map_err(sql("checking ancestry"))?;
-    Ok(row.is_some_and(|(anc, to)| anc == kseg && kdepth <= to))
+    // The segment holding `kdepth` on the path contributes every depth from
+    // its first entry to the fork below it, `kdepth` included.
+    Ok(segment_holding(conn, seg.id, kdepth)? == Some(kseg))
 }
 
 fn stop_of(conn: &Connection, compaction_key: i64) -> Result<Option<i64>> {
@@ -196,7 +281,7 @@ pub struct Placement {
 }
 
 /// Places a new entry: extends its parent's segment or starts a new one, and
-/// maintains the ancestry, compaction and root facts (invariants 1–6).
+/// maintains the segment, jump, compaction and root facts (invariants 1–7).
 /// Must run inside the append's transaction.
 pub fn place(
     conn: &Connection,
@@ -228,20 +313,10 @@ pub fn place(
     };
     let key = match parent_key {
         None => {
-            let missing = f.parent().map(str::to_owned);
-            let seg = new_segment(conn, session_key, None, 0, None, missing.as_deref())?;
-            tail.switch_to(
-                conn,
-                Segment {
-                    id: seg,
-                    parent: None,
-                    first_depth: 0,
-                    tail_depth: 0,
-                    inherited_compaction: None,
-                    missing_root_parent: missing,
-                },
-            )?;
-            entry_key(seg, 0)
+            let root = new_segment(conn, session_key, None, 0, None, f.parent())?;
+            let key = entry_key(root.id, 0);
+            tail.switch_to(conn, root)?;
+            key
         }
         Some(pk) => {
             let (pseg_id, pdepth) = split_key(pk);
@@ -260,33 +335,18 @@ pub fn place(
                 entry_key(pseg_id, pdepth + 1)
             } else {
                 let inherited = nearest_compaction(conn, &pseg, pdepth)?;
-                let seg = new_segment(
+                let missing = pseg.missing_root_parent.clone();
+                let fork = new_segment(
                     conn,
                     session_key,
-                    Some(pseg_id),
+                    Some(&pseg),
                     pdepth + 1,
                     inherited,
-                    pseg.missing_root_parent.as_deref(),
+                    missing.as_deref(),
                 )?;
-                conn.prepare_cached(
-                    "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
-                     SELECT ?1, from_depth, ancestor_segment, min(to_depth, ?3)
-                     FROM segment_ancestry WHERE segment_id = ?2 AND from_depth <= ?3",
-                )
-                .and_then(|mut s| s.execute(params![seg, pseg_id, pdepth]))
-                .map_err(sql("copying segment ancestry"))?;
-                tail.switch_to(
-                    conn,
-                    Segment {
-                        id: seg,
-                        parent: Some(pseg_id),
-                        first_depth: pdepth + 1,
-                        tail_depth: pdepth + 1,
-                        inherited_compaction: inherited,
-                        missing_root_parent: pseg.missing_root_parent.clone(),
-                    },
-                )?;
-                entry_key(seg, pdepth + 1)
+                let key = entry_key(fork.id, pdepth + 1);
+                tail.switch_to(conn, fork)?;
+                key
             }
         }
     };
@@ -302,30 +362,55 @@ pub fn place(
     Ok(Placement { key })
 }
 
+/// Writes a new segment's one row (invariants 3, 4, 6, 7).
 fn new_segment(
     conn: &Connection,
     session_key: i64,
-    parent: Option<i64>,
+    parent: Option<&Segment>,
     first_depth: i64,
     inherited_compaction: Option<i64>,
     missing_root_parent: Option<&str>,
-) -> Result<i64> {
+) -> Result<Segment> {
+    let (position, jump) = match parent {
+        None => (1, None),
+        Some(p) => (
+            p.position + 1,
+            Some(jump_for_child((p.id, p.position, p.jump), |id| {
+                position_and_jump(conn, id)
+            })?),
+        ),
+    };
+    let parent_id = parent.map(|p| p.id);
     conn.prepare_cached(
-        "INSERT INTO segments (session_key, parent_segment, first_depth, tail_depth, inherited_compaction, missing_root_parent)
-         VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
+        "INSERT INTO segments (session_key, parent_segment, first_depth, tail_depth, position,
+                               jump_segment, inherited_compaction, missing_root_parent)
+         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7)",
     )
-    .and_then(|mut s| s.execute(params![session_key, parent, first_depth, inherited_compaction, missing_root_parent]))
+    .and_then(|mut s| {
+        s.execute(params![
+            session_key,
+            parent_id,
+            first_depth,
+            position,
+            jump,
+            inherited_compaction,
+            missing_root_parent
+        ])
+    })
     .map_err(sql("creating a segment"))?;
-    let id = conn.last_insert_rowid();
-    conn.prepare_cached(
-        "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth) VALUES (?1, ?2, ?1, ?3)",
-    )
-    .and_then(|mut s| s.execute(params![id, first_depth, OPEN_END]))
-    .map_err(sql("creating a segment"))?;
-    Ok(id)
+    Ok(Segment {
+        id: conn.last_insert_rowid(),
+        parent: parent_id,
+        first_depth,
+        tail_depth: first_depth,
+        position,
+        jump,
+        inherited_compaction,
+        missing_root_parent: missing_root_parent.map(str::to_owned),
+    })
 }
 
-/// Invariant 4: where a walk reaching this compaction stops.
+/// Invariant 5: where a walk reaching this compaction stops.
 fn compaction_stop(
     conn: &Connection,
     session_key: i64,
@@ -368,13 +453,22 @@ pub struct ReadCost {
     pub vm_steps: u64,
 }
 
-/// The path from `start` to the root or the compaction stop (spec §5), root-side first.
-pub fn path(
+/// Where a path read starts and where it stops: the start's segment and
+/// depth, and the depth of the root-side end.
+struct PathPlan {
+    segment: i64,
+    depth: i64,
+    low: i64,
+}
+
+/// The compaction stop rule through the indexes (invariants 5–7): four
+/// statements, whatever the depth.
+fn plan_path(
     conn: &Connection,
     session_key: i64,
     start: &str,
     cost: &mut ReadCost,
-) -> Result<Vec<Entry>> {
+) -> Result<PathPlan> {
     let key =
         key_of(conn, session_key, start)?.ok_or_else(|| Error::EntryNotFound(start.to_owned()))?;
     let (seg_id, depth) = split_key(key);
@@ -397,79 +491,281 @@ pub fn path(
             0
         }
     };
+    Ok(PathPlan {
+        segment: seg_id,
+        depth,
+        low,
+    })
+}
+
+/// The path query (`?1` the start's segment, `?2` the root-side depth, `?3`
+/// the start's depth): a recursive walk up the segments the answer spans,
+/// each joined with its rowid range of entries.
+pub const PATH_QUERY: &str = "WITH RECURSIVE walk (seg, parent, low, high) AS (
+     SELECT segment_id, parent_segment, max(first_depth, ?2), ?3
+     FROM segments WHERE segment_id = ?1
+     UNION ALL
+     SELECT s.segment_id, s.parent_segment, max(s.first_depth, ?2), walk.low - 1
+     FROM walk JOIN segments s ON s.segment_id = walk.parent
+     WHERE walk.low > ?2
+ )
+ SELECT walk.seg, e.json FROM walk
+ JOIN entries e ON e.entry_key BETWEEN ((walk.seg << 32) | walk.low)
+                                 AND ((walk.seg << 32) | walk.high)";
+
+/// Runs the path query of `plan`: each row is a segment id and one entry's
+/// text. Rows come a segment at a time, each segment's entries root-side
+/// first; the segments in the order the walk met them (deepest first).
+fn scan_path(
+    conn: &Connection,
+    plan: &PathPlan,
+    cost: &mut ReadCost,
+    mut visit: impl FnMut(i64, &str),
+) -> Result<()> {
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT e.json FROM segment_ancestry a
-             JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
-                                             AND ((a.ancestor_segment << 32) | min(a.to_depth, ?3))
-             WHERE a.segment_id = ?1 AND a.from_depth <= ?3
-               AND a.from_depth >= (SELECT max(from_depth) FROM segment_ancestry
-                                    WHERE segment_id = ?1 AND from_depth <= ?2)
-             ORDER BY a.from_depth, e.entry_key",
-        )
+        .prepare_cached(PATH_QUERY)
         .map_err(sql("reading a path"))?;
     let before = stmt.get_status(rusqlite::StatementStatus::VmStep);
-    let rows = stmt
-        .query_map(params![seg_id, low, depth], |r| r.get::<_, String>(0))
+    let mut rows = stmt
+        .query(params![plan.segment, plan.low, plan.depth])
         .map_err(sql("reading a path"))?;
-    let mut out = Vec::with_capacity(usize::try_from(depth - low + 1).unwrap_or(0));
-    for json in rows {
-        let json = json.map_err(sql("reading a path"))?;
-        out.push(Entry::from_checked_text(json));
+    let mut returned = 0;
+    while let Some(row) = rows.next().map_err(sql("reading a path"))? {
+        let seg: i64 = row.get(0).map_err(sql("reading a path"))?;
+        let text = row
+            .get_ref(1)
+            .and_then(|v| v.as_str().map_err(Into::into))
+            .map_err(sql("reading a path"))?;
+        visit(seg, text);
+        returned += 1;
     }
+    drop(rows);
     cost.statements += 1;
-    cost.rows += out.len() as u64;
+    cost.rows += returned;
     cost.vm_steps +=
         u64::try_from(stmt.get_status(rusqlite::StatementStatus::VmStep) - before).unwrap_or(0);
-    Ok(out)
+    Ok(())
+}
+
+/// The path from `start` to the root or the compaction stop (spec §5), root-side first.
+pub fn path(
+    conn: &Connection,
+    session_key: i64,
+    start: &str,
+    cost: &mut ReadCost,
+) -> Result<Vec<Entry>> {
+    let plan = plan_path(conn, session_key, start, cost)?;
+    let mut out = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
+    // Runs of one segment: (segment, first index in `out`).
+    let mut runs: Vec<(i64, usize)> = Vec::new();
+    scan_path(conn, &plan, cost, |seg, text| {
+        if runs.last().is_none_or(|&(s, _)| s != seg) {
+            runs.push((seg, out.len()));
+        }
+        out.push(Entry::from_checked_text(text.to_owned()));
+    })?;
+    // Root-first is ascending segment id (invariant 3).
+    if runs.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Ok(out);
+    }
+    let bounds: Vec<(i64, usize, usize)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, &(seg, start))| (seg, start, runs.get(i + 1).map_or(out.len(), |r| r.1)))
+        .collect();
+    let mut order: Vec<&(i64, usize, usize)> = bounds.iter().collect();
+    order.sort_by_key(|b| b.0);
+    let mut slots: Vec<Option<Entry>> = out.into_iter().map(Some).collect();
+    let mut sorted = Vec::with_capacity(slots.len());
+    for &&(_, from, to) in &order {
+        sorted.extend(slots[from..to].iter_mut().filter_map(Option::take));
+    }
+    Ok(sorted)
+}
+
+/// The path's rows as stored, text only, without building entries: what the
+/// bench's SQL-only diagnostic measures. Returns the rows read.
+#[doc(hidden)]
+pub fn path_rows_sql_only(
+    conn: &Connection,
+    session_key: i64,
+    start: &str,
+    cost: &mut ReadCost,
+) -> Result<usize> {
+    let plan = plan_path(conn, session_key, start, cost)?;
+    let mut n = 0;
+    scan_path(conn, &plan, cost, |_, text| {
+        n += usize::from(!text.is_empty())
+    })?;
+    Ok(n)
+}
+
+/// The size of a session's branch cache: segments and compaction rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheSize {
+    /// Entries in the session's log.
+    pub entries: i64,
+    /// `segments` rows.
+    pub segments: i64,
+    /// `compactions` rows.
+    pub compactions: i64,
+}
+
+impl CacheSize {
+    /// Cache rows per entry (0 for an empty session).
+    pub fn rows_per_entry(&self) -> f64 {
+        if self.entries == 0 {
+            0.0
+        } else {
+            (self.segments + self.compactions) as f64 / self.entries as f64
+        }
+    }
+}
+
+/// Counts a session's cache rows (index range counts, no table scan).
+pub fn cache_size(conn: &Connection, session_key: i64) -> Result<CacheSize> {
+    conn.prepare_cached(
+        "SELECT (SELECT count(*) FROM entries WHERE session_key = ?1),
+                (SELECT count(*) FROM segments WHERE session_key = ?1),
+                (SELECT count(*) FROM compactions WHERE session_key = ?1)",
+    )
+    .and_then(|mut s| {
+        s.query_row([session_key], |r| {
+            Ok(CacheSize {
+                entries: r.get(0)?,
+                segments: r.get(1)?,
+                compactions: r.get(2)?,
+            })
+        })
+    })
+    .map_err(sql("measuring the branch cache"))
+}
+
+/// A segment as a replay of the log builds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ModelSegment {
+    parent: Option<usize>,
+    first_depth: i64,
+    tail_depth: i64,
+    position: i64,
+    jump: Option<usize>,
+    /// Index (in log order) of the nearest compaction above the first entry.
+    inherited_compaction: Option<usize>,
+    missing_root_parent: Option<String>,
+}
+
+/// Fills in the cache of existing segments after schema version 5 added
+/// `position` and `jump_segment` (parents before children, by id).
+pub(super) fn fill_jump_pointers(
+    tx: &Connection,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<()> {
+    let total: i64 = tx
+        .query_row("SELECT count(*) FROM segments", [], |r| r.get(0))
+        .map_err(sql("counting segments"))?;
+    let total = u64::try_from(total).unwrap_or(0);
+    let mut known: HashMap<i64, (i64, Option<i64>)> = HashMap::new();
+    let mut read = tx
+        .prepare("SELECT segment_id, parent_segment FROM segments ORDER BY segment_id")
+        .map_err(sql("reading segments"))?;
+    let mut write = tx
+        .prepare("UPDATE segments SET position = ?2, jump_segment = ?3 WHERE segment_id = ?1")
+        .map_err(sql("writing jump pointers"))?;
+    let mut rows = read.query([]).map_err(sql("reading segments"))?;
+    let mut done = 0u64;
+    while let Some(row) = rows.next().map_err(sql("reading segments"))? {
+        let id: i64 = row.get(0).map_err(sql("reading segments"))?;
+        let parent: Option<i64> = row.get(1).map_err(sql("reading segments"))?;
+        let (position, jump) = match parent {
+            None => (1, None),
+            Some(p) => {
+                let &(pp, pj) = known.get(&p).ok_or_else(|| {
+                    Error::InvalidSession(format!(
+                        "segment {id} names parent segment {p}, which is not an earlier segment"
+                    ))
+                })?;
+                let jump = jump_for_child((p, pp, pj), |s| {
+                    known
+                        .get(&s)
+                        .copied()
+                        .ok_or_else(|| Error::Unknown(format!("segment {s} was not seen")))
+                })?;
+                (pp + 1, Some(jump))
+            }
+        };
+        write
+            .execute(params![id, position, jump])
+            .map_err(sql("writing jump pointers"))?;
+        known.insert(id, (position, jump));
+        done += 1;
+        if done.is_multiple_of(4096) || done == total {
+            progress(done, total);
+        }
+    }
+    Ok(())
 }
 
 /// Rebuilds the branch cache of a session from `entries` in log order, in
-/// memory, and compares it with the stored cache. Returns the differences found
-/// (empty when the cache is exact).
+/// memory, and compares it with the stored cache (every invariant above, and
+/// the leaf-event table against the log's `leaf` entries). Returns the
+/// differences found (empty when the cache is exact).
 pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
-    #[derive(Default)]
-    struct Model {
-        // id -> (segment index, depth)
-        by_id: HashMap<String, (usize, i64)>,
-        // per segment: parent segment, first depth, tail depth, missing root parent
-        segments: Vec<(Option<usize>, i64, i64, Option<String>)>,
-    }
     let mut problems = Vec::new();
-    let mut model = Model::default();
-    let mut stmt = conn
-        .prepare("SELECT entry_key, json FROM entries WHERE session_key = ?1 ORDER BY seq")
-        .map_err(sql("verifying the branch cache"))?;
-    let rows = stmt
-        .query_map([session_key], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-        })
-        .map_err(sql("verifying the branch cache"))?;
-    // stored segment id -> model segment index, established in creation order
+    let mut segments: Vec<ModelSegment> = Vec::new();
+    // id -> (segment index, depth, nearest compaction at or above, by log index)
+    let mut by_id: HashMap<String, (usize, i64, Option<usize>)> = HashMap::new();
+    // stored segment id <-> model segment index, established in creation order
     let mut seg_map: HashMap<i64, usize> = HashMap::new();
-    let mut keys = HashMap::new();
-    for row in rows {
-        let (key, json) = row.map_err(sql("verifying the branch cache"))?;
-        let entry = Entry::from_checked_text(json);
+    let mut keys: HashMap<String, i64> = HashMap::new();
+    let mut compaction_keys: Vec<i64> = Vec::new();
+    let mut leaf_entries: Vec<(i64, i64, Option<String>)> = Vec::new();
+    let mut stmt = conn
+        .prepare("SELECT entry_key, seq, json FROM entries WHERE session_key = ?1 ORDER BY seq")
+        .map_err(sql("verifying the branch cache"))?;
+    let mut rows = stmt
+        .query([session_key])
+        .map_err(sql("verifying the branch cache"))?;
+    while let Some(row) = rows.next().map_err(sql("verifying the branch cache"))? {
+        let key: i64 = row.get(0).map_err(sql("verifying the branch cache"))?;
+        let seq: i64 = row.get(1).map_err(sql("verifying the branch cache"))?;
+        let entry =
+            Entry::from_checked_text(row.get(2).map_err(sql("verifying the branch cache"))?);
         let f = entry.facts();
-        let parent = f.parent().and_then(|p| model.by_id.get(p).copied());
-        let (seg, depth) = match parent {
-            Some((pseg, pdepth)) if model.segments[pseg].2 == pdepth => {
-                model.segments[pseg].2 += 1;
-                (pseg, pdepth + 1)
+        let parent = f.parent().and_then(|p| by_id.get(p).cloned());
+        let (seg, depth, above) = match parent {
+            Some((pseg, pdepth, above)) if segments[pseg].tail_depth == pdepth => {
+                segments[pseg].tail_depth += 1;
+                (pseg, pdepth + 1, above)
             }
-            Some((pseg, pdepth)) => {
-                let missing = model.segments[pseg].3.clone();
-                model
-                    .segments
-                    .push((Some(pseg), pdepth + 1, pdepth + 1, missing));
-                (model.segments.len() - 1, pdepth + 1)
+            Some((pseg, pdepth, above)) => {
+                let p = &segments[pseg];
+                let jump =
+                    jump_for_child((pseg as i64, p.position, p.jump.map(|j| j as i64)), |s| {
+                        let s = &segments[usize::try_from(s).unwrap_or(0)];
+                        Ok((s.position, s.jump.map(|j| j as i64)))
+                    })?;
+                segments.push(ModelSegment {
+                    parent: Some(pseg),
+                    first_depth: pdepth + 1,
+                    tail_depth: pdepth + 1,
+                    position: p.position + 1,
+                    jump: Some(usize::try_from(jump).unwrap_or(0)),
+                    inherited_compaction: above,
+                    missing_root_parent: p.missing_root_parent.clone(),
+                });
+                (segments.len() - 1, pdepth + 1, above)
             }
             None => {
-                model
-                    .segments
-                    .push((None, 0, 0, f.parent().map(str::to_owned)));
-                (model.segments.len() - 1, 0)
+                segments.push(ModelSegment {
+                    parent: None,
+                    first_depth: 0,
+                    tail_depth: 0,
+                    position: 1,
+                    jump: None,
+                    inherited_compaction: None,
+                    missing_root_parent: f.parent().map(str::to_owned),
+                });
+                (segments.len() - 1, 0, None)
             }
         };
         let (stored_seg, stored_depth) = split_key(key);
@@ -488,50 +784,101 @@ pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
                 f.id
             ));
         }
+        let is_compaction = f.entry_type == EntryType::Compaction;
+        if is_compaction {
+            compaction_keys.push(key);
+        }
+        if f.entry_type == EntryType::Leaf {
+            leaf_entries.push((seq, key, f.target_id.clone()));
+        }
+        let nearest = if is_compaction {
+            Some(compaction_keys.len() - 1)
+        } else {
+            above
+        };
         keys.insert(f.id.clone(), key);
-        model.by_id.insert(f.id.clone(), (seg, depth));
+        by_id.insert(f.id.clone(), (seg, depth, nearest));
     }
+    drop(rows);
     drop(stmt);
     let inverse: HashMap<usize, i64> = seg_map.iter().map(|(s, m)| (*m, *s)).collect();
-    for (m, (parent, first, tail, missing)) in model.segments.iter().enumerate() {
+    let stored_count: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM segments WHERE session_key = ?1",
+            [session_key],
+            |r| r.get(0),
+        )
+        .map_err(sql("verifying the branch cache"))?;
+    if usize::try_from(stored_count).ok() != Some(segments.len()) {
+        problems.push(format!(
+            "{stored_count} segments stored, the rebuild has {}",
+            segments.len()
+        ));
+    }
+    for (m, model) in segments.iter().enumerate() {
         let Some(&sid) = inverse.get(&m) else {
             problems.push(format!("segment #{m} of the rebuild has no stored segment"));
             continue;
         };
         let stored = segment(conn, sid)?;
-        let expected_parent = parent.and_then(|p| inverse.get(&p).copied());
-        if stored.parent != expected_parent
-            || stored.first_depth != *first
-            || stored.tail_depth != *tail
-            || stored.missing_root_parent != *missing
-        {
-            problems.push(format!("segment {sid} differs from its rebuild"));
-        }
-        // The ancestry rebuilt by walking parents.
-        let mut expected = Vec::new();
-        let mut cur = Some(m);
-        let mut to = OPEN_END;
-        while let Some(c) = cur {
-            let (p, f, _, _) = &model.segments[c];
-            expected.push((*f, inverse.get(&c).copied().unwrap_or(-1), to));
-            to = f - 1;
-            cur = *p;
-        }
-        expected.reverse();
-        let mut st = conn
-            .prepare_cached("SELECT from_depth, ancestor_segment, to_depth FROM segment_ancestry WHERE segment_id = ?1 ORDER BY from_depth")
-            .map_err(sql("verifying the branch cache"))?;
-        let actual: Vec<(i64, i64, i64)> = st
-            .query_map([sid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(Iterator::collect)
-            .map_err(sql("verifying the branch cache"))?;
-        if actual != expected {
+        let expected = Segment {
+            id: sid,
+            parent: model.parent.and_then(|p| inverse.get(&p).copied()),
+            first_depth: model.first_depth,
+            tail_depth: model.tail_depth,
+            position: model.position,
+            jump: model.jump.and_then(|j| inverse.get(&j).copied()),
+            inherited_compaction: model.inherited_compaction.map(|c| compaction_keys[c]),
+            missing_root_parent: model.missing_root_parent.clone(),
+        };
+        if stored != expected {
             problems.push(format!(
-                "segment {sid} ancestry {actual:?} differs from its rebuild {expected:?}"
+                "segment {sid} is {stored:?}, its rebuild {expected:?}"
             ));
         }
     }
-    // Compaction stops, recomputed by the reference walk over the rebuilt tree.
+    problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
+    problems.extend(verify_compaction_stops(conn, session_key, &keys)?);
+    Ok(problems)
+}
+
+/// The leaf-event table holds exactly the log's `leaf` entries.
+fn verify_leaf_events(
+    conn: &Connection,
+    session_key: i64,
+    expected: &[(i64, i64, Option<String>)],
+) -> Result<Vec<String>> {
+    let stored: Vec<(i64, i64, Option<String>)> = conn
+        .prepare(
+            "SELECT seq, entry_key, target_id FROM leaf_events WHERE session_key = ?1 ORDER BY seq",
+        )
+        .and_then(|mut st| {
+            st.query_map([session_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .and_then(Iterator::collect)
+        })
+        .map_err(sql("verifying leaf events"))?;
+    if stored == expected {
+        return Ok(Vec::new());
+    }
+    let first_difference = stored
+        .iter()
+        .zip(expected)
+        .position(|(a, b)| a != b)
+        .unwrap_or(stored.len().min(expected.len()));
+    Ok(vec![format!(
+        "leaf_events has {} rows, the log {} leaf entries; first difference at row {first_difference}",
+        stored.len(),
+        expected.len()
+    )])
+}
+
+/// Compaction stops, recomputed by the reference walk of `rules.rs`.
+fn verify_compaction_stops(
+    conn: &Connection,
+    session_key: i64,
+    keys: &HashMap<String, i64>,
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
     let mut st = conn
         .prepare("SELECT c.entry_key, c.stop_key, e.id FROM compactions c JOIN entries e USING (entry_key) WHERE c.session_key = ?1")
         .map_err(sql("verifying the branch cache"))?;

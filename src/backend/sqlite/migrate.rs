@@ -6,13 +6,28 @@ use crate::error::{Error, Result};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::Path;
 
+/// Code that rewrites rows after a step's SQL, in the same transaction,
+/// reporting progress as (done, total) in units of its choosing.
+pub type Rewrite = fn(&Transaction, &mut dyn FnMut(u64, u64)) -> Result<()>;
+
 /// One migration step: its SQL file, then the code that rewrites rows the SQL
 /// cannot (in the same transaction).
 pub struct Migration {
     /// The schema file's text.
     pub sql: &'static str,
     /// Row rewrites done after the SQL.
-    pub rewrite: Option<fn(&Transaction) -> Result<()>>,
+    pub rewrite: Option<Rewrite>,
+}
+
+/// How far a migration has come, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigrationProgress {
+    /// The schema version being applied.
+    pub version: i64,
+    /// Units of its rewrite done.
+    pub done: u64,
+    /// Units of its rewrite in all.
+    pub total: u64,
 }
 
 /// The migration steps, oldest first; step `i` brings the schema to version `i + 1`.
@@ -33,6 +48,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0004_exact_facts.sql"),
         rewrite: Some(super::writer::refresh_all_session_facts),
     },
+    Migration {
+        sql: include_str!("../../../schema/0005_branch_cache_v2.sql"),
+        rewrite: Some(|tx, progress| super::branch_cache::fill_jump_pointers(tx, progress)),
+    },
 ];
 
 /// The schema version this build writes.
@@ -46,8 +65,13 @@ pub fn current_version(conn: &Connection) -> Result<i64> {
         .map_err(|e| Error::sqlite("reading the schema version", e))
 }
 
-/// Brings the database to the latest schema; refuses a database newer than this build.
-pub fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+/// Brings the database to the latest schema; refuses a database newer than
+/// this build. `progress` hears from steps that rewrite rows.
+pub fn migrate(
+    conn: &mut Connection,
+    path: &Path,
+    progress: &mut dyn FnMut(MigrationProgress),
+) -> Result<()> {
     let found = current_version(conn)?;
     if found > latest_version() {
         return Err(Error::SchemaTooNew {
@@ -73,7 +97,13 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
         tx.execute_batch(step.sql)
             .map_err(|e| Error::sqlite(ctx(), e))?;
         if let Some(rewrite) = step.rewrite {
-            rewrite(&tx)?;
+            rewrite(&tx, &mut |done, total| {
+                progress(MigrationProgress {
+                    version,
+                    done,
+                    total,
+                })
+            })?;
         }
         tx.pragma_update(None, "user_version", version)
             .map_err(|e| Error::sqlite(ctx(), e))?;

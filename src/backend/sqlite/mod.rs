@@ -115,6 +115,16 @@ fn stored_js_string(text: String) -> JsString {
 impl Archive {
     /// Opens (creating if needed) an archive, migrated to the latest schema.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self> {
+        Self::open_with_progress(path, durability, &mut |_| {})
+    }
+
+    /// [`Archive::open`], reporting the progress of any migration that
+    /// rewrites rows (a progress bar for a large archive).
+    pub fn open_with_progress(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        progress: &mut dyn FnMut(migrate::MigrationProgress),
+    ) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let manager = ConnectionManager {
             path: path.clone(),
@@ -132,7 +142,7 @@ impl Archive {
                 path.display()
             )));
         }
-        migrate::migrate(&mut conn, &path)?;
+        migrate::migrate(&mut conn, &path, progress)?;
         drop(conn);
         let pool = r2d2::Pool::builder()
             .max_size(8)

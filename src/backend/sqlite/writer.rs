@@ -134,12 +134,17 @@ pub(super) fn verify_session_facts(conn: &Connection, key: i64) -> Result<Vec<St
 /// Rewrites every session's maintained facts and labels from a replay of its
 /// log (schema version 4: correctly rounded statistics, labels and names as
 /// JSON literals).
-pub(super) fn refresh_all_session_facts(tx: &Transaction) -> Result<()> {
+pub(super) fn refresh_all_session_facts(
+    tx: &Transaction,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
     let keys: Vec<i64> = tx
         .prepare("SELECT session_key FROM sessions ORDER BY session_key")
         .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
         .map_err(sql("listing sessions to refresh"))?;
-    for key in keys {
+    let total = keys.len() as u64;
+    for (done, key) in keys.into_iter().enumerate() {
+        progress(done as u64, total);
         let (facts, labels) = replay_session_facts(tx, key)?;
         write_session_facts(tx, key, &facts)?;
         tx.execute("DELETE FROM labels WHERE session_key = ?1", [key])
