@@ -29,4 +29,4 @@ pub use entry::{Entry, EntryType};
 pub use error::{Error, ErrorCode, Result};
 pub use json::JsonText;
 pub use session::Session;
-pub use storage::{Durability, SessionMetadata, SessionStorage};
+pub use storage::{Durability, LeafMove, SessionMetadata, SessionStorage};

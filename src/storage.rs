@@ -63,6 +63,32 @@ impl SessionMetadata {
     }
 }
 
+/// One move of the leaf pointer: a `leaf` entry of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafMove {
+    /// The `leaf` entry's id.
+    pub id: String,
+    /// When the move was made.
+    pub timestamp: String,
+    /// The leaf before the move (the `leaf` entry's parent).
+    pub from: Option<String>,
+    /// The leaf after it (`targetId`; `None` moves it before the first entry).
+    pub to: Option<String>,
+}
+
+impl LeafMove {
+    /// The move a `leaf` entry records.
+    pub fn of(entry: &Entry) -> Self {
+        let f = entry.facts();
+        LeafMove {
+            id: f.id.clone(),
+            timestamp: f.timestamp.clone(),
+            from: f.parent_id.clone(),
+            to: f.target_id.clone(),
+        }
+    }
+}
+
 /// One session's append-only log with its leaf pointer (spec §4).
 ///
 /// Reads take `&self`; appends take `&mut self`. Every method that stores
@@ -115,6 +141,13 @@ pub trait SessionStorage {
     /// The path from `id` towards the root, cut at a compaction (spec §5), root-side first.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         walk_to_root_or_compaction(id, |id| self.entry(id))
+    }
+
+    /// The navigation history: the latest `limit` leaf moves, newest first
+    /// ("where was I before"). Backends with an index of moves override this.
+    fn leaf_moves(&self, limit: usize) -> Result<Vec<LeafMove>> {
+        let leaves = self.find_entries("leaf")?;
+        Ok(leaves.iter().rev().take(limit).map(LeafMove::of).collect())
     }
 
     /// The current leaf; `invalid_session` if it names an entry that does not exist.
@@ -193,6 +226,9 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn leaf_id(&self) -> Result<Option<String>> {
         (**self).leaf_id()
+    }
+    fn leaf_moves(&self, limit: usize) -> Result<Vec<LeafMove>> {
+        (**self).leaf_moves(limit)
     }
     fn create_entry_id(&self) -> Result<String> {
         (**self).create_entry_id()

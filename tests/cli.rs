@@ -1194,6 +1194,42 @@ ID                                    CREATED                   ENTRIES    MSGS 
 }
 
 #[test]
+fn history_lists_leaf_moves_newest_first_from_archive_and_file() {
+    let sb = Sandbox::new();
+    let path = tree_session().save(&sb, "sessions");
+    sb.import(&[&path]);
+    let from_archive = sb.json(&["history", TREE_ID]);
+    assert_eq!(
+        from_archive["moves"],
+        json!([
+            {"id": "leaf0002", "timestamp": from_archive["moves"][0]["timestamp"], "from": "ast00012", "to": "nam00001"},
+            {"id": "leaf0001", "timestamp": from_archive["moves"][1]["timestamp"], "from": "ast00004", "to": "lbl00001"},
+        ])
+    );
+    assert_eq!(sb.json(&["history", s(&path)]), from_archive);
+    assert_eq!(
+        sb.json(&["history", TREE_ID, "--limit", "1"])["moves"],
+        json!([from_archive["moves"][0]])
+    );
+    // Text: where the leaf was and where it went, with previews.
+    let text = sb.run(&["history", TREE_ID]).ok().to_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].contains("from ast00012 ") && lines[1].contains("to nam00001 "),
+        "{text}"
+    );
+    // A move made now is the newest.
+    sb.run(&["move", TREE_ID, "usr00001"]).ok();
+    let moves = sb.json(&["history", TREE_ID])["moves"].clone();
+    assert_eq!(
+        (moves[0]["from"].as_str(), moves[0]["to"].as_str()),
+        (Some("lbl00003"), Some("usr00001"))
+    );
+    sb.run(&["history", "nope"]).fails(3, "not_found");
+}
+
+#[test]
 fn tree_snapshot() {
     let sb = Sandbox::new();
     let path = tree_session().save(&sb, "sessions");
@@ -1757,11 +1793,32 @@ fn writes_on_an_archive_session() {
         );
     }
 
-    assert_eq!(sb.json(&["check"]), json!({"ok": true, "problems": []}));
+    let checked = sb.json(&["check"]);
     assert_eq!(
-        sb.run(&["check", TREE_ID]).ok(),
-        "ok: integrity_check passed and every branch cache equals its rebuild\n"
+        (&checked["ok"], &checked["problems"]),
+        (&json!(true), &json!([]))
     );
+    // The cache's size is reported, in all and for the sessions with the most rows per entry.
+    let cache = &checked["cache"];
+    assert!(cache["rows"].as_i64().is_some_and(|r| r > 0), "{checked}");
+    assert!(
+        cache["rowsPerEntry"].as_f64().is_some_and(|r| r < 1.0),
+        "{checked}"
+    );
+    assert!(
+        cache["mostPerEntry"][0]["segments"]
+            .as_i64()
+            .is_some_and(|s| s >= 1),
+        "{checked}"
+    );
+    let text = sb.run(&["check", TREE_ID]).ok().to_owned();
+    assert!(
+        text.starts_with(
+            "ok: integrity_check passed and every branch cache equals its rebuild\nbranch cache: "
+        ),
+        "{text}"
+    );
+    assert!(text.contains(&format!("  {TREE_ID}: ")), "{text}");
     sb.run(&["check", "nope"]).fails(3, "not_found");
 
     // A file with problems: listed, status 8. A missing file is an error.

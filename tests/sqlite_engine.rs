@@ -545,14 +545,7 @@ fn cache_costs_are_bounded_for_every_shape() -> R {
             archive.create_session_with(&new_session(&id), entries.into_iter().map(Ok))?;
             let mut s = archive.open_session(&id)?;
             // Space: one segment per fork (plus the root), whatever the shape.
-            let size = sessiontree::backend::sqlite::branch_cache::cache_size(
-                &*archive.conn()?,
-                archive.conn()?.query_row(
-                    "SELECT session_key FROM sessions WHERE id = ?1",
-                    [&id],
-                    |r| r.get(0),
-                )?,
-            )?;
+            let size = archive.cache_sizes(Some(&id))?[0].1;
             assert_eq!(size.entries as usize, n);
             assert!(
                 size.segments as usize <= forks + 1 && size.compactions == 0,

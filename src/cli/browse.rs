@@ -144,6 +144,51 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     ))
 }
 
+/// Arguments of `history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Session id, unique id prefix, or `.jsonl` path.
+    pub session: String,
+    /// How many moves to show, newest first.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+/// `history`: where the leaf has been moved, newest first ("where was I
+/// before"), from the archive's leaf-event index (a file's `leaf` entries).
+pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
+    let storage = target::open(cli, &args.session)?;
+    let moves = storage.leaf_moves(args.limit)?;
+    let cwd = storage.metadata()?.cwd;
+    let describe = |id: Option<&str>| -> Result<String> {
+        Ok(match id {
+            None => "(before the first entry)".to_owned(),
+            Some(id) => match storage.entry(id)? {
+                Some(e) => format!("{id} {}", preview_in(&e, 48, cwd.as_deref())),
+                None => format!("{id} (missing)"),
+            },
+        })
+    };
+    let mut text = String::new();
+    for m in &moves {
+        text.push_str(&format!(
+            "{}  from {}\n{:>24}    to {}\n",
+            m.timestamp,
+            describe(m.from.as_deref())?,
+            "",
+            describe(m.to.as_deref())?
+        ));
+    }
+    if moves.is_empty() {
+        text.push_str("the leaf has never been moved\n");
+    }
+    let rows: Vec<Value> = moves
+        .iter()
+        .map(|m| json!({"id": m.id, "timestamp": m.timestamp, "from": m.from, "to": m.to}))
+        .collect();
+    Ok(Report::new(json!({"moves": rows}), text))
+}
+
 /// `context`.
 pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let session = Session::new(target::open(cli, &args.session)?);

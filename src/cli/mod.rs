@@ -68,6 +68,8 @@ pub enum Command {
     Branch(browse::BranchArgs),
     /// Print the model-visible context of the active path.
     Context(browse::BranchArgs),
+    /// Where the leaf has been moved, newest first ("where was I before").
+    History(browse::HistoryArgs),
     /// Full-text search over message text.
     Search(browse::SearchArgs),
     /// Token, cost and message totals, per session or archive-wide.
@@ -146,6 +148,7 @@ pub fn run() -> i32 {
         Command::Tree(args) => tree::run(&cli, args).map(Some),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
+        Command::History(args) => browse::history(&cli, args).map(Some),
         Command::Search(args) => browse::search(&cli, args).map(Some),
         Command::Stats(args) => browse::stats(&cli, args).map(Some),
         Command::Export(args) => write::export(&cli, args).map(Some),

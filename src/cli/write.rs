@@ -2,8 +2,9 @@
 
 use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
-use serde_json::json;
+use serde_json::{json, Value};
 use sessiontree::backend::jsonl::{encode_cwd, session_file_name};
+use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::repo::sqlite::SqliteRepo;
@@ -311,19 +312,59 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .map(|s| target::resolve_id(&archive, s))
         .transpose()?;
     let problems = archive.check(id.as_deref())?;
-    let text = if problems.is_empty() {
+    let mut text = if problems.is_empty() {
         "ok: integrity_check passed and every branch cache equals its rebuild\n".to_owned()
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };
+    let (cache_text, cache_json) = cache_report(&archive.cache_sizes(id.as_deref())?);
+    text.push_str(&cache_text);
     let mut report = Report::new(
-        json!({"ok": problems.is_empty(), "problems": problems}),
+        json!({"ok": problems.is_empty(), "problems": problems, "cache": cache_json}),
         text,
     );
     if !problems.is_empty() {
         report.status = 8;
     }
     Ok(report)
+}
+
+/// The branch cache's size: in all, and the sessions with the most cache
+/// rows per entry (a healthy session has well under one).
+fn cache_report(sizes: &[(String, CacheSize)]) -> (String, Value) {
+    const SHOWN: usize = 5;
+    let entries: i64 = sizes.iter().map(|(_, c)| c.entries).sum();
+    let rows: i64 = sizes.iter().map(|(_, c)| c.segments + c.compactions).sum();
+    let mut worst: Vec<&(String, CacheSize)> = sizes.iter().collect();
+    worst.sort_by(|a, b| b.1.rows_per_entry().total_cmp(&a.1.rows_per_entry()));
+    worst.truncate(SHOWN);
+    let per_entry = if entries > 0 {
+        rows as f64 / entries as f64
+    } else {
+        0.0
+    };
+    let mut text = format!(
+        "branch cache: {rows} rows for {entries} entries in {} sessions ({per_entry:.3} per entry)\n",
+        sizes.len()
+    );
+    for (id, c) in worst.iter().filter(|(_, c)| c.entries > 0) {
+        text.push_str(&format!(
+            "  {id}: {:.3} rows per entry ({} segments, {} compactions, {} entries)\n",
+            c.rows_per_entry(),
+            c.segments,
+            c.compactions,
+            c.entries
+        ));
+    }
+    let sessions: Vec<Value> = worst
+        .iter()
+        .map(|(id, c)| {
+            json!({"session": id, "entries": c.entries, "segments": c.segments,
+                   "compactions": c.compactions, "rowsPerEntry": c.rows_per_entry()})
+        })
+        .collect();
+    let json = json!({"entries": entries, "rows": rows, "rowsPerEntry": per_entry, "mostPerEntry": sessions});
+    (text, json)
 }
 
 /// `check` of a `.jsonl` file: it opens (every line valid), the contract's

@@ -955,3 +955,35 @@ pub fn labels_and_names_keep_lone_surrogates<H: Harness>(h: &mut H) -> R {
     assert_eq!(session.storage().session_name()?, Some(lone));
     Ok(())
 }
+
+pub fn leaf_moves_are_the_navigation_history_newest_first<H: Harness>(h: &mut H) -> R {
+    let mut s = h.fresh();
+    assert!(s.leaf_moves(10)?.is_empty());
+    chain(&mut s);
+    s.set_leaf_id(Some("a"))?;
+    s.append_entry(message("d", Some("a"), "assistant", "again"))?;
+    s.set_leaf_id(Some("c"))?;
+    s.set_leaf_id(None)?;
+    let moves = s.leaf_moves(10)?;
+    let hops: Vec<(Option<&str>, Option<&str>)> = moves
+        .iter()
+        .map(|m| (m.from.as_deref(), m.to.as_deref()))
+        .collect();
+    // Each move starts where the one before left the leaf (or where appends took it).
+    assert_eq!(
+        hops,
+        vec![
+            (Some("c"), None),
+            (Some("d"), Some("c")),
+            (Some("c"), Some("a"))
+        ]
+    );
+    let leaves = s.find_entries("leaf")?;
+    assert_eq!(moves[2].id, leaves[0].id());
+    assert_eq!(moves[0].timestamp, leaves[2].facts().timestamp);
+    assert_eq!(s.leaf_moves(1)?, moves[..1].to_vec());
+    assert!(s.leaf_moves(0)?.is_empty());
+    let s = h.reopen(s);
+    assert_eq!(s.leaf_moves(10)?, moves);
+    Ok(())
+}

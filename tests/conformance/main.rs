@@ -40,6 +40,7 @@ macro_rules! conformance {
             writes_survive_reopen_with_identical_answers,
             stats_sum_seventeen_digit_costs_exactly,
             labels_and_names_keep_lone_surrogates,
+            leaf_moves_are_the_navigation_history_newest_first,
         );
     };
     (@cases $backend:ident, $make:expr, $($case:ident),+ $(,)?) => {

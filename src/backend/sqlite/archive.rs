@@ -382,6 +382,17 @@ impl Archive {
     }
 }
 
+impl Archive {
+    /// The branch cache's size per session (or for one): entries, segments
+    /// and compaction rows, so a pathological session can be seen.
+    pub fn cache_sizes(
+        &self,
+        session: Option<&str>,
+    ) -> Result<Vec<(String, branch_cache::CacheSize)>> {
+        branch_cache::cache_sizes(&*self.conn()?, session)
+    }
+}
+
 /// Rows of derived tables whose session, segment or entry is gone (a delete
 /// done by hand, a bug): one problem per table that has any.
 fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {

@@ -622,21 +622,27 @@ impl CacheSize {
     }
 }
 
-/// Counts a session's cache rows (index range counts, no table scan).
-pub fn cache_size(conn: &Connection, session_key: i64) -> Result<CacheSize> {
+/// The cache size of every session (or of the one with id `session`), by
+/// index range counts: what `check` reports so a pathological session shows.
+pub fn cache_sizes(conn: &Connection, session: Option<&str>) -> Result<Vec<(String, CacheSize)>> {
     conn.prepare_cached(
-        "SELECT (SELECT count(*) FROM entries WHERE session_key = ?1),
-                (SELECT count(*) FROM segments WHERE session_key = ?1),
-                (SELECT count(*) FROM compactions WHERE session_key = ?1)",
+        "SELECT s.id, s.entry_count,
+                (SELECT count(*) FROM segments g WHERE g.session_key = s.session_key),
+                (SELECT count(*) FROM compactions c WHERE c.session_key = s.session_key)
+         FROM sessions s WHERE ?1 IS NULL OR s.id = ?1 ORDER BY s.session_key",
     )
     .and_then(|mut s| {
-        s.query_row([session_key], |r| {
-            Ok(CacheSize {
-                entries: r.get(0)?,
-                segments: r.get(1)?,
-                compactions: r.get(2)?,
-            })
+        s.query_map([session], |r| {
+            Ok((
+                r.get(0)?,
+                CacheSize {
+                    entries: r.get(1)?,
+                    segments: r.get(2)?,
+                    compactions: r.get(3)?,
+                },
+            ))
         })
+        .and_then(Iterator::collect)
     })
     .map_err(sql("measuring the branch cache"))
 }

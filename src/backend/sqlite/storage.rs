@@ -6,7 +6,7 @@ use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
 use crate::rules::SessionStats;
-use crate::storage::{SessionMetadata, SessionStorage};
+use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
 use branch_cache::ReadCost;
 use claim::WriterClaim;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
@@ -224,6 +224,32 @@ impl SessionStorage for SqliteStorage {
 
     fn entry_count(&self) -> Result<usize> {
         Ok(usize::try_from(self.facts()?.entry_count).unwrap_or(0))
+    }
+
+    /// Read from `leaf_events` newest first through its primary key: the
+    /// moves asked for and nothing else, however long the log.
+    fn leaf_moves(&self, limit: usize) -> Result<Vec<LeafMove>> {
+        let conn = self.archive.conn()?;
+        conn.prepare_cached(
+            "SELECT e.id, e.timestamp, e.parent_id, l.target_id FROM leaf_events l
+             JOIN entries e ON e.entry_key = l.entry_key
+             WHERE l.session_key = ?1 ORDER BY l.seq DESC LIMIT ?2",
+        )
+        .and_then(|mut st| {
+            st.query_map(
+                params![self.session_key, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    Ok(LeafMove {
+                        id: r.get(0)?,
+                        timestamp: r.get(1)?,
+                        from: r.get(2)?,
+                        to: r.get(3)?,
+                    })
+                },
+            )
+            .and_then(Iterator::collect)
+        })
+        .map_err(sql("reading leaf moves"))
     }
 
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
