@@ -334,7 +334,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
 fn cache_report(sizes: &[(String, CacheSize)]) -> (String, Value) {
     const SHOWN: usize = 5;
     let entries: i64 = sizes.iter().map(|(_, c)| c.entries).sum();
-    let rows: i64 = sizes.iter().map(|(_, c)| c.segments + c.compactions).sum();
+    let rows: i64 = sizes.iter().map(|(_, c)| c.rows()).sum();
     let mut worst: Vec<&(String, CacheSize)> = sizes.iter().collect();
     worst.sort_by(|a, b| b.1.rows_per_entry().total_cmp(&a.1.rows_per_entry()));
     worst.truncate(SHOWN);
@@ -349,9 +349,10 @@ fn cache_report(sizes: &[(String, CacheSize)]) -> (String, Value) {
     );
     for (id, c) in worst.iter().filter(|(_, c)| c.entries > 0) {
         text.push_str(&format!(
-            "  {id}: {:.3} rows per entry ({} segments, {} compactions, {} entries)\n",
+            "  {id}: {:.3} rows per entry ({} segments, {} ancestry rows, {} compactions, {} entries)\n",
             c.rows_per_entry(),
             c.segments,
+            c.ancestry,
             c.compactions,
             c.entries
         ));
@@ -360,7 +361,8 @@ fn cache_report(sizes: &[(String, CacheSize)]) -> (String, Value) {
         .iter()
         .map(|(id, c)| {
             json!({"session": id, "entries": c.entries, "segments": c.segments,
-                   "compactions": c.compactions, "rowsPerEntry": c.rows_per_entry()})
+                   "ancestry": c.ancestry, "compactions": c.compactions,
+                   "rowsPerEntry": c.rows_per_entry()})
         })
         .collect();
     let json = json!({"entries": entries, "rows": rows, "rowsPerEntry": per_entry, "mostPerEntry": sessions});

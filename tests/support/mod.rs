@@ -306,6 +306,7 @@ pub fn archive_dump(path: &Path) -> Vec<String> {
         ("labels", "session_key, target_id"),
         ("leaf_events", "session_key, seq"),
         ("segments", "segment_id"),
+        ("segment_ancestry", "segment_id, from_depth"),
         ("compactions", "entry_key"),
         ("imports", "source_path"),
     ] {

@@ -399,6 +399,7 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
     const ORPHANS: &[(&str, &str)] = &[
         ("entries", "SELECT count(*) FROM entries WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("segments", "SELECT count(*) FROM segments WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("segment_ancestry", "SELECT count(*) FROM segment_ancestry WHERE segment_id NOT IN (SELECT segment_id FROM segments)"),
         ("segments (parent or jump pointer)", "SELECT count(*) FROM segments s WHERE (s.parent_segment IS NOT NULL AND s.parent_segment NOT IN (SELECT segment_id FROM segments)) OR (s.jump_segment IS NOT NULL AND s.jump_segment NOT IN (SELECT segment_id FROM segments))"),
         ("leaf_events", "SELECT count(*) FROM leaf_events WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("compactions", "SELECT count(*) FROM compactions WHERE entry_key NOT IN (SELECT entry_key FROM entries)"),

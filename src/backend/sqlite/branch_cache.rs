@@ -16,54 +16,71 @@
 //!    segments on the path from the root to `s`, `s` included (1 for a root).
 //!    A segment is created after its parent, so its id is larger: root-first
 //!    order on a path is ascending segment id.
-//! 4. **Jump pointers.** `jump_segment` is an ancestor of `s` chosen by Myers'
+//! 4. **Nearest ancestry.** For every segment `s`, `segment_ancestry` holds
+//!    one row for each of the [`ANCESTRY_BLOCK`] segments nearest to `s` on
+//!    its path (`s` itself included; fewer near the root), with the depth
+//!    range `from_depth..=to_depth` that segment contributes to `s`'s path;
+//!    `s`'s own row has `to_depth = OPEN_END`. The ranges are disjoint and
+//!    contiguous. A new segment copies its parent's block cut at the fork
+//!    depth, less its root-most row: at most [`ANCESTRY_BLOCK`] rows,
+//!    whatever the depth or the number of forks. A path read reads a block,
+//!    then continues from the parent of the block's root-most segment.
+//! 5. **Jump pointers.** `jump_segment` is an ancestor of `s` chosen by Myers'
 //!    skew-binary rule ([`jump_for_child`]; `NULL` for a root): with `p` the
 //!    parent and `j` its jump, `s` jumps to `j`'s jump when `p` and `j` are as
 //!    far apart as `j` and its jump, otherwise to `p`. Then the segment on `s`'s
 //!    path that holds a given depth is found in `O(log position)` steps
 //!    ([`segment_holding`]), one statement.
-//! 5. **Compactions.** Every compaction `c` has `stop_key`: where a walk that
+//! 6. **Compactions.** Every compaction `c` has `stop_key`: where a walk that
 //!    reaches `c` ends (spec §5). It depends only on `c` and its ancestors,
 //!    because a compaction overwrites the pending stop: it is `c` itself with a
 //!    retained tail; else `c`'s `firstKeptEntryId` when that entry is an
 //!    ancestor no higher than the next compaction above; else that
 //!    compaction's `stop_key`; `NULL` means the root.
-//! 6. **Nearest compaction.** `segments.inherited_compaction` is the nearest
+//! 7. **Nearest compaction.** `segments.inherited_compaction` is the nearest
 //!    compaction above the segment's first entry on its path, so the nearest
 //!    compaction at or above any entry is one range query plus one row.
-//! 7. **Dangling roots.** `segments.missing_root_parent` is the missing
+//! 8. **Dangling roots.** `segments.missing_root_parent` is the missing
 //!    `parentId` of the path's root entry; a walk that runs to the root of
 //!    such a path fails with `invalid_session`. An entry whose id is such a
 //!    missing parent is refused, since it would re-parent existing entries.
 //!
 //! # Bounds
-//! With `N` entries and `F` forks in a session, `k` segments on a path and `A`
-//! entries in an answer, for **every** tree shape (a fork at the tip again and
-//! again, a caterpillar with a side branch at every entry, a broom):
-//! * **space**: one `segments` row per segment (`F` + roots) and one
-//!   `compactions` row per compaction: `O(N)` rows, never `O(F²)`;
-//! * **append**: at most one cache row written (a new segment), worst case; a
-//!   run of appends that extends one segment updates its row once per write
-//!   ([`OpenTail`]); a compaction adds its own row after `O(log k)` reads;
+//! With `N` entries and `F` forks in a session, `k` segments on a path, `A`
+//! entries in an answer and `B` = [`ANCESTRY_BLOCK`] (16), for **every** tree
+//! shape (a fork at the tip again and again, a caterpillar with a side branch
+//! at every entry, a broom):
+//! * **space**: one `segments` row per segment (`F` + roots), at most `B`
+//!   ancestry rows per segment, one `compactions` row per compaction:
+//!   `O(N + B·F)` rows, never `O(F²)`;
+//! * **append**: extending a segment writes no cache row until the write ends
+//!   (then one update, [`OpenTail`]); starting a segment writes its row and at
+//!   most `B` ancestry rows — the worst case of any single append; a
+//!   compaction adds its own row after an `O(log k)` depth search;
 //! * **leaf move**: an append (the `leaf` entry) plus its `leaf_events` row;
-//!   the first append after it starts a segment: one row, at any depth;
-//! * **path read**: five statements; the recursive walk reads one `segments`
-//!   row per segment the answer spans, and each of those contributes at least
-//!   one entry to the answer, so rows read ≤ `2A`;
+//!   the first append after it starts a segment: at most `B + 1` rows, at any
+//!   depth;
+//! * **path read**: five statements; the walk takes one step per block
+//!   (`k / B + 1` steps) and reads one ancestry row per segment the answer
+//!   spans, each of which contributes at least one entry to the answer, so
+//!   rows read ≤ `2A + k / B + 1`;
 //! * **open**: `O(1)` rows (the session row).
 //!
-//! # Why not Fenwick blocks or an ancestry table
-//! Materializing each segment's ancestry (version 1 of this cache) copies a
-//! row per fork above a new segment: `O(F²)` on "regenerate the last reply".
-//! A Fenwick decomposition (segment `p` stores its `lowbit(p)` nearest
-//! ancestors) is `O(F log F)` on a single chain but still `O(F²)` on a broom of
-//! brooms (many siblings at a position `2^j`, each copying `2^j` rows) and
-//! writes `O(F)` rows in a single append. A path read must seek each segment's
-//! entry range anyway, so contiguous ancestry rows only save one primary-key
-//! lookup per segment; the parent walk costs that lookup and nothing more,
-//! and the jump pointers keep the one query that is not answer-sized — "is
-//! this entry an ancestor?" for a compaction's `firstKeptEntryId` — at
-//! `O(log k)`. [`verify`] rebuilds all of this from `entries` and compares.
+//! # Why bounded blocks, and not full ancestry or Fenwick blocks
+//! Materializing each segment's whole ancestry (version 1 of this cache)
+//! copies a row per fork above a new segment: `O(F²)` on "regenerate the last
+//! reply". A Fenwick decomposition (segment `p` stores its `lowbit(p)` nearest
+//! ancestors) is `O(F log F)` on a single chain but `O(F²)` on a broom of
+//! brooms (many siblings at a position `2^j`, each copying `2^j` rows), and
+//! writes `O(F)` rows in a single append. A walk over parent pointers alone
+//! is `O(1)` per append but pays a recursive step per segment, which on the
+//! regenerate shape (a segment every two or three entries of the path)
+//! doubled the cost of a path read. A fixed block of the nearest `B` segments
+//! keeps every append `O(B)`, reads each segment's range from one contiguous
+//! block, and needs a recursive step only every `B` segments; the jump
+//! pointers keep the one query that is not answer-sized — "is this entry an
+//! ancestor?" for a compaction's `firstKeptEntryId` — at `O(log k)`.
+//! [`verify`] rebuilds all of this from `entries` and compares.
 
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
@@ -74,6 +91,11 @@ use std::collections::HashMap;
 pub const DEPTH_BITS: u32 = 32;
 /// Mask of the depth bits.
 const DEPTH_MASK: i64 = (1 << DEPTH_BITS) - 1;
+/// `to_depth` of a segment's own ancestry row: the segment may still grow.
+pub const OPEN_END: i64 = DEPTH_MASK;
+/// Ancestry rows per segment: itself and its nearest ancestors (invariant 4;
+/// `schema/0005_branch_cache_v2.sql` trims version-1 archives to the same).
+pub const ANCESTRY_BLOCK: i64 = 16;
 
 /// The key of the entry at `depth` in `segment`.
 pub fn entry_key(segment: i64, depth: i64) -> i64 {
@@ -398,8 +420,25 @@ fn new_segment(
         ])
     })
     .map_err(sql("creating a segment"))?;
+    let id = conn.last_insert_rowid();
+    conn.prepare_cached(
+        "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
+         VALUES (?1, ?2, ?1, ?3)",
+    )
+    .and_then(|mut s| s.execute(params![id, first_depth, OPEN_END]))
+    .map_err(sql("creating a segment"))?;
+    if let Some(p) = parent_id {
+        conn.prepare_cached(
+            "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
+             SELECT ?1, from_depth, ancestor_segment, min(to_depth, ?3)
+             FROM segment_ancestry WHERE segment_id = ?2
+             ORDER BY from_depth DESC LIMIT ?4",
+        )
+        .and_then(|mut s| s.execute(params![id, p, first_depth - 1, ANCESTRY_BLOCK - 1]))
+        .map_err(sql("copying segment ancestry"))?;
+    }
     Ok(Segment {
-        id: conn.last_insert_rowid(),
+        id,
         parent: parent_id,
         first_depth,
         tail_depth: first_depth,
@@ -499,23 +538,27 @@ fn plan_path(
 }
 
 /// The path query (`?1` the start's segment, `?2` the root-side depth, `?3`
-/// the start's depth): a recursive walk up the segments the answer spans,
-/// each joined with its rowid range of entries.
-pub const PATH_QUERY: &str = "WITH RECURSIVE walk (seg, parent, low, high) AS (
-     SELECT segment_id, parent_segment, max(first_depth, ?2), ?3
-     FROM segments WHERE segment_id = ?1
+/// the start's depth): a recursive walk from block to block (invariant 4),
+/// each block's rows joined with their rowid ranges of entries.
+pub const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
+     SELECT ?1, ?3
      UNION ALL
-     SELECT s.segment_id, s.parent_segment, max(s.first_depth, ?2), walk.low - 1
-     FROM walk JOIN segments s ON s.segment_id = walk.parent
-     WHERE walk.low > ?2
+     SELECT s.parent_segment, a.from_depth - 1
+     FROM walk
+     JOIN segment_ancestry a ON a.segment_id = walk.head
+          AND a.from_depth = (SELECT min(from_depth) FROM segment_ancestry WHERE segment_id = walk.head)
+     JOIN segments s ON s.segment_id = a.ancestor_segment
+     WHERE a.from_depth > ?2 AND s.parent_segment IS NOT NULL
  )
- SELECT walk.seg, e.json FROM walk
- JOIN entries e ON e.entry_key BETWEEN ((walk.seg << 32) | walk.low)
-                                 AND ((walk.seg << 32) | walk.high)";
+ SELECT a.ancestor_segment, e.json FROM walk
+ JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2
+ JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
+                                 AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))";
 
 /// Runs the path query of `plan`: each row is a segment id and one entry's
 /// text. Rows come a segment at a time, each segment's entries root-side
-/// first; the segments in the order the walk met them (deepest first).
+/// first; blocks in the order the walk met them (deepest first), each
+/// block's segments root-side first.
 fn scan_path(
     conn: &Connection,
     plan: &PathPlan,
@@ -607,17 +650,24 @@ pub struct CacheSize {
     pub entries: i64,
     /// `segments` rows.
     pub segments: i64,
+    /// `segment_ancestry` rows.
+    pub ancestry: i64,
     /// `compactions` rows.
     pub compactions: i64,
 }
 
 impl CacheSize {
+    /// Cache rows in all.
+    pub fn rows(&self) -> i64 {
+        self.segments + self.ancestry + self.compactions
+    }
+
     /// Cache rows per entry (0 for an empty session).
     pub fn rows_per_entry(&self) -> f64 {
         if self.entries == 0 {
             0.0
         } else {
-            (self.segments + self.compactions) as f64 / self.entries as f64
+            self.rows() as f64 / self.entries as f64
         }
     }
 }
@@ -628,6 +678,8 @@ pub fn cache_sizes(conn: &Connection, session: Option<&str>) -> Result<Vec<(Stri
     conn.prepare_cached(
         "SELECT s.id, s.entry_count,
                 (SELECT count(*) FROM segments g WHERE g.session_key = s.session_key),
+                (SELECT count(*) FROM segments g JOIN segment_ancestry a USING (segment_id)
+                 WHERE g.session_key = s.session_key),
                 (SELECT count(*) FROM compactions c WHERE c.session_key = s.session_key)
          FROM sessions s WHERE ?1 IS NULL OR s.id = ?1 ORDER BY s.session_key",
     )
@@ -638,7 +690,8 @@ pub fn cache_sizes(conn: &Connection, session: Option<&str>) -> Result<Vec<(Stri
                 CacheSize {
                     entries: r.get(1)?,
                     segments: r.get(2)?,
-                    compactions: r.get(3)?,
+                    ancestry: r.get(3)?,
+                    compactions: r.get(4)?,
                 },
             ))
         })
@@ -840,6 +893,31 @@ pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
         if stored != expected {
             problems.push(format!(
                 "segment {sid} is {stored:?}, its rebuild {expected:?}"
+            ));
+        }
+        // Invariant 4: the nearest segments of its path, rebuilt by walking parents.
+        let mut block = Vec::new();
+        let (mut cur, mut to) = (Some(m), OPEN_END);
+        while let Some(c) = cur.filter(|_| block.len() < ANCESTRY_BLOCK as usize) {
+            let seg = &segments[c];
+            block.push((seg.first_depth, inverse.get(&c).copied().unwrap_or(-1), to));
+            to = seg.first_depth - 1;
+            cur = seg.parent;
+        }
+        block.reverse();
+        let actual: Vec<(i64, i64, i64)> = conn
+            .prepare_cached(
+                "SELECT from_depth, ancestor_segment, to_depth FROM segment_ancestry
+                 WHERE segment_id = ?1 ORDER BY from_depth",
+            )
+            .and_then(|mut st| {
+                st.query_map([sid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .and_then(Iterator::collect)
+            })
+            .map_err(sql("verifying the branch cache"))?;
+        if actual != block {
+            problems.push(format!(
+                "segment {sid} ancestry {actual:?} differs from its rebuild {block:?}"
             ));
         }
     }
