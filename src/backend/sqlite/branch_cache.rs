@@ -274,6 +274,10 @@ pub struct OpenTail {
     segment: Option<Segment>,
     /// Whether the row's `tail_depth` is behind.
     dirty: bool,
+    /// Whether the session has a dangling root (invariant 8), read at the
+    /// first entry of the write and kept up to date by it: a session without
+    /// one needs no re-parenting check per entry.
+    dangling_roots: Option<bool>,
 }
 
 impl OpenTail {
@@ -312,21 +316,8 @@ pub fn place(
     tail: &mut OpenTail,
 ) -> Result<Placement> {
     let f = entry.facts();
-    let refused_reparent: Option<i64> = conn
-        .prepare_cached(
-            "SELECT segment_id FROM segments WHERE session_key = ?1 AND missing_root_parent = ?2
-             AND parent_segment IS NULL LIMIT 1",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![session_key, f.id], |r| r.get(0))
-                .optional()
-        })
-        .map_err(sql("checking dangling parents"))?;
-    if refused_reparent.is_some() {
-        return Err(Error::InvalidEntry(format!(
-            "Entry {} is the missing parent of entries already stored; appending it now would re-parent them",
-            f.id
-        )));
+    if has_dangling_roots(conn, session_key, tail)? {
+        refuse_reparenting(conn, session_key, &f.id)?;
     }
     let parent_key = match (f.parent(), &tail.last) {
         (Some(p), Some((last_id, last_key))) if last_id == p => Some(*last_key),
@@ -335,6 +326,9 @@ pub fn place(
     };
     let key = match parent_key {
         None => {
+            if f.parent().is_some() {
+                tail.dangling_roots = Some(true);
+            }
             let root = new_segment(conn, session_key, None, 0, None, f.parent())?;
             let key = entry_key(root.id, 0);
             tail.switch_to(conn, root)?;
@@ -384,7 +378,42 @@ pub fn place(
     Ok(Placement { key })
 }
 
-/// Writes a new segment's one row (invariants 3, 4, 6, 7).
+fn has_dangling_roots(conn: &Connection, session_key: i64, tail: &mut OpenTail) -> Result<bool> {
+    if let Some(known) = tail.dangling_roots {
+        return Ok(known);
+    }
+    let found = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM segments WHERE session_key = ?1
+                            AND missing_root_parent IS NOT NULL AND parent_segment IS NULL)",
+        )
+        .and_then(|mut s| s.query_row([session_key], |r| r.get(0)))
+        .map_err(sql("checking dangling parents"))?;
+    tail.dangling_roots = Some(found);
+    Ok(found)
+}
+
+/// Invariant 8: an entry whose id is the missing parent of a stored root is refused.
+fn refuse_reparenting(conn: &Connection, session_key: i64, id: &str) -> Result<()> {
+    let orphaned: Option<i64> = conn
+        .prepare_cached(
+            "SELECT segment_id FROM segments WHERE session_key = ?1 AND missing_root_parent = ?2
+             AND parent_segment IS NULL LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![session_key, id], |r| r.get(0))
+                .optional()
+        })
+        .map_err(sql("checking dangling parents"))?;
+    match orphaned {
+        Some(_) => Err(Error::InvalidEntry(format!(
+            "Entry {id} is the missing parent of entries already stored; appending it now would re-parent them"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Writes a new segment's row and its ancestry block (invariants 3–5, 7, 8).
 fn new_segment(
     conn: &Connection,
     session_key: i64,
@@ -421,22 +450,25 @@ fn new_segment(
     })
     .map_err(sql("creating a segment"))?;
     let id = conn.last_insert_rowid();
+    // Its own row, then its parent's block cut at the fork, less the root-most row.
     conn.prepare_cached(
         "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
-         VALUES (?1, ?2, ?1, ?3)",
+         SELECT ?1, ?2, ?1, ?3
+         UNION ALL
+         SELECT * FROM (SELECT ?1, from_depth, ancestor_segment, min(to_depth, ?2 - 1)
+                        FROM segment_ancestry WHERE segment_id = ?4
+                        ORDER BY from_depth DESC LIMIT ?5)",
     )
-    .and_then(|mut s| s.execute(params![id, first_depth, OPEN_END]))
-    .map_err(sql("creating a segment"))?;
-    if let Some(p) = parent_id {
-        conn.prepare_cached(
-            "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
-             SELECT ?1, from_depth, ancestor_segment, min(to_depth, ?3)
-             FROM segment_ancestry WHERE segment_id = ?2
-             ORDER BY from_depth DESC LIMIT ?4",
-        )
-        .and_then(|mut s| s.execute(params![id, p, first_depth - 1, ANCESTRY_BLOCK - 1]))
-        .map_err(sql("copying segment ancestry"))?;
-    }
+    .and_then(|mut s| {
+        s.execute(params![
+            id,
+            first_depth,
+            OPEN_END,
+            parent_id,
+            ANCESTRY_BLOCK - 1
+        ])
+    })
+    .map_err(sql("writing segment ancestry"))?;
     Ok(Segment {
         id,
         parent: parent_id,
