@@ -613,8 +613,9 @@ fn cache_costs_are_bounded_for_every_shape() -> R {
             assert_eq!(cut.len(), len / 2 + 2);
             assert_eq!(archive.check(Some(&id))?, Vec::<String>::new());
             report.push(format!(
-                "{shape:?} F={forks}: {n} entries, {} segments; tip path {len} rows {cost:?}; depth search ≤ {worst_search} steps; writes: append {appended}, move {moved}, fork {forked}",
-                size.segments
+                "{shape:?} F={forks}: {n} entries, {} segments + {} ancestry rows; tip path {len} rows {cost:?}; depth search ≤ {worst_search} steps; writes: append {appended}, move {moved}, fork {forked}",
+                size.segments,
+                size.ancestry
             ));
         }
         // Work per returned row does not grow with the number of forks.
