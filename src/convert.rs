@@ -186,32 +186,54 @@ fn import_new(
     })
 }
 
-/// Entries a reading thread may run ahead of the writing one.
-const PIPELINE_DEPTH: usize = 64;
+/// Entries the reading thread hands over at a time (one channel message per
+/// batch, not per entry: a hand-over wakes the other thread).
+const PIPELINE_BATCH: usize = 64;
+/// Bytes of entry text after which a batch is handed over early (huge lines).
+const PIPELINE_BATCH_BYTES: usize = 1 << 20;
+/// Batches the reading thread may run ahead of the writing one.
+const PIPELINE_DEPTH: usize = 4;
 
 /// Reads and parses entries (and extracts their search text) on a second
 /// thread while this one writes them, so an import keeps both cores busy.
-/// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] entries ahead.
+/// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
+/// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead.
 fn pipelined<R: BufRead + Send>(
     reader: R,
     path: &Path,
     start: ReadStart,
     w: &mut SessionWriter<'_>,
 ) -> Result<ReadSummary> {
+    type Batch = Vec<(crate::entry::Entry, Option<(String, String)>)>;
     std::thread::scope(|scope| {
-        let (send, receive) = std::sync::mpsc::sync_channel(PIPELINE_DEPTH);
+        let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(PIPELINE_DEPTH);
         let reading = scope.spawn(move || {
-            read_session_from(reader, path, start, |_, entry| {
+            let stopped = || Error::Unknown("the import's writer stopped".into());
+            let mut batch: Batch = Vec::with_capacity(PIPELINE_BATCH);
+            let mut bytes = 0;
+            let summary = read_session_from(reader, path, start, |_, entry| {
                 let text = searchable_text(&entry);
-                send.send((entry, text))
-                    .map_err(|_| Error::Unknown("the import's writer stopped".into()))
-            })
+                bytes += entry.json().len();
+                batch.push((entry, text));
+                if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
+                    bytes = 0;
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
+                    send.send(full).map_err(|_| stopped())?;
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                send.send(batch).map_err(|_| stopped())?;
+            }
+            Ok(summary)
         });
         let mut written = Ok(());
-        for (entry, text) in receive.iter() {
-            if let Err(e) = w.push_indexed(&entry, text) {
-                written = Err(e);
-                break;
+        'batches: for batch in receive.iter() {
+            for (entry, text) in batch {
+                if let Err(e) = w.push_indexed(&entry, text) {
+                    written = Err(e);
+                    break 'batches;
+                }
             }
         }
         // Dropping the receiver stops a reader still sending.

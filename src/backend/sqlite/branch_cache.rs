@@ -413,6 +413,17 @@ fn refuse_reparenting(conn: &Connection, session_key: i64, id: &str) -> Result<(
     }
 }
 
+/// Copies a parent's (`?2`) ancestry block to its new child (`?1`), cut at
+/// the fork depth (`?3`): the `ANCESTRY_BLOCK - 1` rows nearest the child.
+/// (`+?2`: with a bare `?2` SQLite re-prepares this statement whenever the
+/// bound value changes — same plan, a parse per fork; so the block size is
+/// spelled out too rather than bound.)
+const COPY_ANCESTRY: &str =
+    "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
+     SELECT ?1, from_depth, ancestor_segment, min(to_depth, ?3)
+     FROM segment_ancestry WHERE segment_id = +?2
+     ORDER BY from_depth DESC LIMIT 15";
+
 /// Writes a new segment's row and its ancestry block (invariants 3–5, 7, 8).
 fn new_segment(
     conn: &Connection,
@@ -450,25 +461,19 @@ fn new_segment(
     })
     .map_err(sql("creating a segment"))?;
     let id = conn.last_insert_rowid();
-    // Its own row, then its parent's block cut at the fork, less the root-most row.
+    // Its own row, then its parent's block cut at the fork, less the
+    // root-most row.
     conn.prepare_cached(
         "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
-         SELECT ?1, ?2, ?1, ?3
-         UNION ALL
-         SELECT * FROM (SELECT ?1, from_depth, ancestor_segment, min(to_depth, ?2 - 1)
-                        FROM segment_ancestry WHERE segment_id = ?4
-                        ORDER BY from_depth DESC LIMIT ?5)",
+         VALUES (?1, ?2, ?1, ?3)",
     )
-    .and_then(|mut s| {
-        s.execute(params![
-            id,
-            first_depth,
-            OPEN_END,
-            parent_id,
-            ANCESTRY_BLOCK - 1
-        ])
-    })
+    .and_then(|mut s| s.execute(params![id, first_depth, OPEN_END]))
     .map_err(sql("writing segment ancestry"))?;
+    if let Some(p) = parent_id {
+        conn.prepare_cached(COPY_ANCESTRY)
+            .and_then(|mut s| s.execute(params![id, p, first_depth - 1]))
+            .map_err(sql("writing segment ancestry"))?;
+    }
     Ok(Segment {
         id,
         parent: parent_id,
@@ -1048,4 +1053,45 @@ fn stops_at_first(path: &[Entry]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_block_size_spelled_in_sql_is_the_constant() {
+        assert!(COPY_ANCESTRY.ends_with(&format!("LIMIT {}", ANCESTRY_BLOCK - 1)));
+        let migration = include_str!("../../../schema/0005_branch_cache_v2.sql");
+        assert!(migration.contains(&format!("WHERE nearness > {ANCESTRY_BLOCK})")));
+    }
+
+    /// Myers' rule gives every node of a chain a jump whose search reaches
+    /// any depth in O(log n) steps.
+    #[test]
+    fn skew_binary_jumps_search_a_chain_in_logarithmic_steps() {
+        let n = 100_000usize;
+        // (position, jump) of segment i; segment i's parent is i - 1.
+        let mut chain: Vec<(i64, Option<i64>)> = vec![(1, None)];
+        for i in 1..n {
+            let p = i - 1;
+            let jump = jump_for_child((p as i64, chain[p].0, chain[p].1), |s| {
+                Ok(chain[usize::try_from(s).unwrap_or(0)])
+            })
+            .expect("jump");
+            chain.push((chain[p].0 + 1, Some(jump)));
+        }
+        let mut worst = 0;
+        for target in [0usize, 1, 7, 4_095, 50_000, 99_998] {
+            let (mut cur, mut steps) = (n - 1, 0);
+            while cur > target {
+                let j = chain[cur].1.map_or(cur, |j| j as usize);
+                cur = if j >= target && j < cur { j } else { cur - 1 };
+                steps += 1;
+            }
+            assert_eq!(cur, target);
+            worst = worst.max(steps);
+        }
+        assert!(worst <= 3 * 17, "{worst} steps");
+    }
 }
