@@ -30,6 +30,20 @@
 //! - [`Shape::Archive`]: many sessions (sizes skewed: many small, a few large)
 //!   across a dozen working directories, created over half a year.
 //!
+//! Adversarial shapes, for the branch cache and path walks:
+//! - [`Shape::Regenerate`]: the user regenerates the latest assistant reply
+//!   again and again (about every [`GenOptions::fork_every`] entries, default
+//!   4) and goes on from the new one: every fork point lies on the active path.
+//! - [`Shape::Caterpillar`]: a long spine with a one-entry dead-end side branch
+//!   at every spine entry (every [`GenOptions::fork_every`]-th, default 1); the
+//!   leaf moves back to the spine entry after each side branch.
+//! - [`Shape::Broom`]: a short handle, then [`GenOptions::forks`] sibling
+//!   replies (*bristles*, 1–3 entries each) under one user message (best-of-n
+//!   sampling), then the conversation goes on from the last bristle.
+//! - [`Shape::DanglingRoot`]: like [`Shape::Forked`], but the first entry's
+//!   `parentId` names an entry that is not in the file (a file cut from a
+//!   longer one): pi opens it; a walk to the root fails with `invalid_session`.
+//!
 //! # Entry ids
 //! Entry `i` of a session has the id [`SessionIds::id`]`(i)`: eight hex digits
 //! from a bijection of `i`, so ids never collide and a benchmark can name a
@@ -140,17 +154,79 @@ pub enum Shape {
     Forked,
     /// Many sessions in pi's directory layout.
     Archive,
+    /// One chat whose latest reply is regenerated again and again (every fork on the active path).
+    Regenerate,
+    /// A long spine with a one-entry dead-end side branch at every spine entry.
+    Caterpillar,
+    /// Thousands of sibling replies under one user message (best-of-n sampling).
+    Broom,
+    /// Like `Forked`, but the first entry's parent is missing from the file.
+    DanglingRoot,
 }
 
 impl Shape {
+    /// Every shape, in declaration order.
+    pub const ALL: [Shape; 7] = [
+        Shape::Linear,
+        Shape::Forked,
+        Shape::Archive,
+        Shape::Regenerate,
+        Shape::Caterpillar,
+        Shape::Broom,
+        Shape::DanglingRoot,
+    ];
+
     /// The shape's name as the CLI spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Shape::Linear => "linear",
             Shape::Forked => "forked",
             Shape::Archive => "archive",
+            Shape::Regenerate => "regenerate",
+            Shape::Caterpillar => "caterpillar",
+            Shape::Broom => "broom",
+            Shape::DanglingRoot => "dangling-root",
         }
     }
+
+    /// The stream each shape draws from, so two shapes generated with the
+    /// same seed never share session or entry ids.
+    fn salt(self) -> u64 {
+        match self {
+            Shape::Linear => 0x6c69_6e65_6172,
+            Shape::Forked => 0x666f_726b_6564,
+            Shape::Archive => 0x6172_6368_6976,
+            Shape::Regenerate => 0x7265_6765_6e72,
+            Shape::Caterpillar => 0x6361_7465_7270,
+            Shape::Broom => 0x6272_6f6f_6d73,
+            Shape::DanglingRoot => 0x6461_6e67_6c65,
+        }
+    }
+}
+
+/// The tree shape of one generated session (what a [`Shape`] makes of each
+/// of its sessions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeShape {
+    /// [`SessionSpec::forks`] forks spread over the session (regenerations,
+    /// moves back, detours); with none, a chain.
+    Spread,
+    /// The latest assistant reply on the active path is regenerated about
+    /// every `every` entries (at least 2; below about 5 the chat's own turns
+    /// set the pace) and the chat goes on from the new one.
+    Regenerate {
+        /// About how many entries between regenerations.
+        every: usize,
+    },
+    /// Every `every`-th entry that becomes the leaf gets a one-entry dead-end
+    /// side child, then the leaf moves back to it.
+    Caterpillar {
+        /// Spine entries per side branch (1: every spine entry).
+        every: usize,
+    },
+    /// A short handle, then [`SessionSpec::forks`] sibling replies (bristles)
+    /// under one user message, then the chat goes on from the last one.
+    Broom,
 }
 
 /// What to generate.
@@ -160,9 +236,16 @@ pub struct GenOptions {
     pub shape: Shape,
     /// Entries in all (for an archive: summed over its sessions).
     pub entries: usize,
-    /// Forks (forked shape; for an archive, summed over its sessions). `None`
-    /// means one per 100 entries for `forked`, one per 150 for `archive`.
+    /// Forks (forked and dangling-root shapes; for an archive, summed over
+    /// its sessions; for a broom, its bristles). `None` means one per 100
+    /// entries for `forked` and `dangling-root`, one per 150 for `archive`,
+    /// and for `broom` entries/2 (at most 10,000), cut to what fits.
     pub forks: Option<usize>,
+    /// About how many entries between forks: between regenerations for
+    /// `regenerate` (`None`: 4; at least 2, though below about 5 the chat's
+    /// own turns set the pace), spine entries per side branch for
+    /// `caterpillar` (`None`: 1). Other shapes ignore it.
+    pub fork_every: Option<usize>,
     /// Sessions of an archive; `None` means one per 100 entries (1–10,000).
     pub sessions: Option<usize>,
     /// About how many entries between compactions (0: none).
@@ -179,6 +262,7 @@ impl Default for GenOptions {
             shape: Shape::Linear,
             entries: 1000,
             forks: None,
+            fork_every: None,
             sessions: None,
             compaction_every: 500,
             seed: 1,
@@ -204,7 +288,8 @@ pub struct GeneratedSession {
     pub entries: usize,
     /// Bytes written (the header included).
     pub bytes: u64,
-    /// Forks made (regenerations plus moves back).
+    /// Forks made: regenerations plus moves back; for a caterpillar its side
+    /// branches; for a broom its bristles (the children of its hub).
     pub forks: usize,
     /// Compaction entries.
     pub compactions: usize,
@@ -250,49 +335,75 @@ pub struct SessionSpec {
     pub cwd: String,
     /// Entries to write.
     pub entries: usize,
-    /// Forks to make.
+    /// Forks to make ([`TreeShape::Spread`]) or bristles ([`TreeShape::Broom`]).
     pub forks: usize,
     /// About how many entries between compactions (0: none).
     pub compaction_every: usize,
     /// Seed of the entries.
     pub seed: u64,
+    /// The shape of the session's tree.
+    pub tree: TreeShape,
+    /// Whether the first entry's `parentId` names an entry that is not in the
+    /// file (as in a file cut from a longer one) instead of being `null`.
+    pub dangling_root: bool,
 }
 
 const BASE_MS: i64 = 1_748_736_000_000; // 2025-06-01T00:00:00.000Z
 
+impl GenOptions {
+    /// The sessions [`generate`] writes for these options, in creation order
+    /// (one for every shape but [`Shape::Archive`]); [`write_session`] writes
+    /// each.
+    pub fn session_specs(&self) -> Vec<SessionSpec> {
+        // Each shape draws from its own stream, so two shapes generated with
+        // the same seed never share session ids (they can be imported side by
+        // side).
+        let mut rng = SplitMix64::new(self.seed).fork(self.shape.salt());
+        let (tree, forks) = match self.shape {
+            Shape::Archive => return archive_specs(self, &mut rng),
+            Shape::Linear => (TreeShape::Spread, 0),
+            Shape::Forked | Shape::DanglingRoot => {
+                (TreeShape::Spread, self.forks.unwrap_or(self.entries / 100))
+            }
+            Shape::Regenerate => (
+                TreeShape::Regenerate {
+                    every: self.fork_every.unwrap_or(4).max(2),
+                },
+                0,
+            ),
+            Shape::Caterpillar => (
+                TreeShape::Caterpillar {
+                    every: self.fork_every.unwrap_or(1).max(1),
+                },
+                0,
+            ),
+            Shape::Broom => (
+                TreeShape::Broom,
+                self.forks.unwrap_or((self.entries / 2).min(10_000)),
+            ),
+        };
+        let cwd = self
+            .cwd
+            .clone()
+            .unwrap_or_else(|| "/home/dev/projects/sessiontree".to_owned());
+        let created_ms = BASE_MS + rng.below(86_400_000) as i64;
+        vec![SessionSpec {
+            id: uuid_v7(created_ms, &mut rng),
+            created_ms,
+            cwd,
+            entries: self.entries,
+            forks,
+            compaction_every: self.compaction_every,
+            seed: rng.next_u64(),
+            tree,
+            dangling_root: self.shape == Shape::DanglingRoot,
+        }]
+    }
+}
+
 /// Generates a workload under `out` (created if needed) in pi's layout.
 pub fn generate(out: &Path, options: &GenOptions) -> Result<GenReport> {
-    // Each shape draws from its own stream, so two shapes generated with the
-    // same seed never share session ids (they can be imported side by side).
-    let salt = match options.shape {
-        Shape::Linear => 0x6c69_6e65_6172,
-        Shape::Forked => 0x666f_726b_6564,
-        Shape::Archive => 0x6172_6368_6976,
-    };
-    let mut rng = SplitMix64::new(options.seed).fork(salt);
-    let specs = match options.shape {
-        Shape::Linear | Shape::Forked => {
-            let cwd = options
-                .cwd
-                .clone()
-                .unwrap_or_else(|| "/home/dev/projects/sessiontree".to_owned());
-            let created_ms = BASE_MS + rng.below(86_400_000) as i64;
-            let forks = match options.shape {
-                Shape::Linear => 0,
-                _ => options.forks.unwrap_or(options.entries / 100),
-            };
-            vec![SessionSpec {
-                id: uuid_v7(created_ms, &mut rng),
-                created_ms,
-                cwd,
-                entries: options.entries,
-                forks,
-                compaction_every: options.compaction_every,
-                seed: rng.next_u64(),
-            }]
-        }
-        Shape::Archive => archive_specs(options, &mut rng),
-    };
+    let specs = options.session_specs();
     let mut sessions = Vec::with_capacity(specs.len());
     for spec in &specs {
         let dir = out.join(encode_cwd(&spec.cwd));
@@ -387,6 +498,8 @@ fn archive_specs(options: &GenOptions, rng: &mut SplitMix64) -> Vec<SessionSpec>
             forks: (total_forks as f64 * entries as f64 / total as f64).round() as usize,
             compaction_every: options.compaction_every,
             seed: rng.next_u64(),
+            tree: TreeShape::Spread,
+            dangling_root: false,
         })
         .collect()
 }
@@ -858,6 +971,7 @@ enum Kind {
     AssistantTool,
     ToolResult,
     AssistantFinal,
+    Compaction,
     Other,
 }
 
@@ -884,9 +998,53 @@ struct Builder<'w, W: Write> {
     compaction_every: usize,
     /// A far fork in progress: the tip to return to, and when.
     detour: Option<(u32, usize)>,
+    /// The `parentId` the first root gets instead of `null` (a dangling root).
+    root_parent: Option<String>,
+    /// Caterpillar: a side branch at every this many spine entries (0: none).
+    side_every: usize,
+    /// Caterpillar: spine entries so far.
+    spine: usize,
+    /// Caterpillar: a side branch is being written.
+    in_side: bool,
+    /// Turns so far.
+    turns: usize,
+    /// Whether the session has been named.
+    named: bool,
 }
 
-impl<W: Write> Builder<'_, W> {
+impl<'w, W: Write> Builder<'w, W> {
+    /// A builder of `target` entries whose clock starts at `now_ms`, without
+    /// compactions, side branches or a dangling root.
+    fn new(out: &'w mut W, rng: SplitMix64, ids: SessionIds, target: usize, now_ms: i64) -> Self {
+        let capacity = target.min(1 << 20);
+        Builder {
+            out,
+            rng,
+            ids,
+            target,
+            parent: Vec::with_capacity(capacity),
+            depth: Vec::with_capacity(capacity),
+            kind: Vec::with_capacity(capacity),
+            leaf: NONE,
+            now_ms,
+            line: String::with_capacity(8192),
+            bytes: 0,
+            model: 0,
+            compactions: 0,
+            forks: 0,
+            since_compaction: 0,
+            next_compaction: usize::MAX,
+            compaction_every: 1,
+            detour: None,
+            root_parent: None,
+            side_every: 0,
+            spine: 0,
+            in_side: false,
+            turns: 0,
+            named: false,
+        }
+    }
+
     fn full(&self) -> bool {
         self.parent.len() >= self.target
     }
@@ -907,7 +1065,10 @@ impl<W: Write> Builder<'_, W> {
         self.line.push_str(&id);
         self.line.push_str("\",\"parentId\":");
         if parent == NONE {
-            self.line.push_str("null");
+            match self.root_parent.take() {
+                Some(p) => push_json_str(&mut self.line, &p),
+                None => self.line.push_str("null"),
+            }
         } else {
             let p = self.id(parent);
             push_json_str(&mut self.line, &p);
@@ -921,7 +1082,8 @@ impl<W: Write> Builder<'_, W> {
 
     /// Ends the line started by [`Builder::begin`], records the entry and
     /// writes it. `leaf_after` is the leaf the entry leaves (itself, or a
-    /// `leaf` entry's target).
+    /// `leaf` entry's target). In a caterpillar, an entry that becomes the
+    /// leaf may get its side branch ([`Builder::side_branch`]).
     fn finish(&mut self, parent: u32, kind: Kind, leaf_after: u32) -> std::io::Result<u32> {
         self.line.push_str("}\n");
         let index = self.parent.len() as u32;
@@ -936,7 +1098,34 @@ impl<W: Write> Builder<'_, W> {
         self.since_compaction += 1;
         self.bytes += self.line.len() as u64;
         self.out.write_all(self.line.as_bytes())?;
+        if self.side_every > 0 && !self.in_side && leaf_after == index {
+            self.spine += 1;
+            if self.spine.is_multiple_of(self.side_every) {
+                self.side_branch(index, kind)?;
+            }
+        }
         Ok(index)
+    }
+
+    /// A caterpillar's side branch of spine entry `t`: one dead-end child (a
+    /// reply the user abandoned beside a user message, else a message the user
+    /// took back), then the leaf moves back to `t`.
+    fn side_branch(&mut self, t: u32, kind: Kind) -> std::io::Result<()> {
+        if self.full() {
+            return Ok(());
+        }
+        self.in_side = true;
+        let side = if kind == Kind::User {
+            self.assistant(None).map(|_| ())
+        } else {
+            self.user().map(|_| ())
+        };
+        let moved = match side {
+            Ok(()) if !self.full() => self.move_leaf(t).map(|_| self.forks += 1),
+            other => other,
+        };
+        self.in_side = false;
+        moved
     }
 
     fn usage(&mut self, input: u64, output: u64) {
@@ -1196,7 +1385,7 @@ impl<W: Write> Builder<'_, W> {
         push_json_str(&mut self.line, f);
         self.line.push_str("]}");
         self.compactions += 1;
-        let i = self.finish(parent, Kind::Other, self.parent.len() as u32)?;
+        let i = self.finish(parent, Kind::Compaction, self.parent.len() as u32)?;
         self.since_compaction = 0;
         let every = self.compaction_every;
         self.next_compaction = self.rng.range(every * 9 / 10, every * 11 / 10).max(1);
@@ -1232,9 +1421,21 @@ impl<W: Write> Builder<'_, W> {
 
     /// Picks a recent entry of one of `kinds` on the active path (2–40 steps up).
     fn pick_recent(&mut self, kinds: &[Kind]) -> Option<u32> {
+        let steps = self.rng.range(2, 40);
+        self.find_up(kinds, steps)
+    }
+
+    /// The first entry of one of `kinds` (not a root) among the `steps`
+    /// entries from the leaf up the active path.
+    fn find_up(&self, kinds: &[Kind], steps: usize) -> Option<u32> {
+        self.find_up_until(kinds, steps, None)
+    }
+
+    /// [`Builder::find_up`] that gives up at an entry of kind `stop`.
+    fn find_up_until(&self, kinds: &[Kind], steps: usize, stop: Option<Kind>) -> Option<u32> {
         let mut i = self.leaf;
-        for _ in 0..self.rng.range(2, 40) {
-            if i == NONE {
+        for _ in 0..steps {
+            if i == NONE || stop == Some(self.kind[i as usize]) {
                 break;
             }
             if kinds.contains(&self.kind[i as usize]) && self.parent[i as usize] != NONE {
@@ -1328,13 +1529,20 @@ impl<W: Write> Builder<'_, W> {
 
     /// The assistant side of a turn: tool calls with results, then an answer.
     fn turn_body(&mut self) -> std::io::Result<()> {
+        self.turn_body_within(usize::MAX)
+    }
+
+    /// A turn body of at most `limit` entries (≥ 1): tool calls beyond what
+    /// fits are dropped.
+    fn turn_body_within(&mut self, limit: usize) -> std::io::Result<()> {
         let calls = match self.rng.below(10) {
             0..=1 => 0,
             2..=4 => 1,
             5..=6 => 2,
             7..=8 => 3,
             _ => self.rng.range(4, 8),
-        };
+        }
+        .min(limit.saturating_sub(1) / 2);
         for _ in 0..calls {
             if self.full() {
                 return Ok(());
@@ -1358,6 +1566,174 @@ impl<W: Write> Builder<'_, W> {
             self.turn_body()?;
         }
         Ok(())
+    }
+
+    /// What comes before anything else: the session's first entries (model
+    /// and thinking level), or a compaction when one is due. Returns whether
+    /// it wrote anything.
+    fn housekeeping(&mut self) -> std::io::Result<bool> {
+        if self.parent.is_empty() {
+            self.model_change()?;
+            if !self.full() {
+                self.thinking_change()?;
+            }
+            return Ok(true);
+        }
+        if self.since_compaction >= self.next_compaction {
+            self.compaction()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// One step of the conversation: the session's name after the first
+    /// turn, a model, thinking-level or tool change, a label, or a turn.
+    fn chat(&mut self) -> std::io::Result<()> {
+        if self.turns == 1 && !self.named {
+            self.named = true;
+            let len = self.rng.range(3, 7);
+            let mut name = String::new();
+            for k in 0..len {
+                if k > 0 {
+                    name.push(' ');
+                }
+                name.push_str(word(&mut self.rng));
+            }
+            let mut body = String::from(",\"name\":");
+            push_json_str(&mut body, &name);
+            self.simple("session_info", &body)?;
+            return Ok(());
+        }
+        match self.rng.below(1000) {
+            0..=24 => {
+                self.model_change()?;
+            }
+            25..=54 => {
+                self.thinking_change()?;
+            }
+            55..=64 => {
+                let body = "\"activeToolNames\":[\"read\",\"bash\",\"edit\",\"write\",\"grep\"]";
+                let body = format!(",{body}");
+                self.simple("active_tools_change", &body)?;
+            }
+            65..=104 => {
+                // Label a recent user message on the active path.
+                if let Some(t) = self.pick_recent(&[Kind::User]) {
+                    let tid = self.id(t);
+                    let mut body = String::from(",\"targetId\":");
+                    push_json_str(&mut body, &tid);
+                    let _ = write!(body, ",\"label\":\"checkpoint-{}\"", self.rng.below(1000));
+                    self.simple("label", &body)?;
+                }
+            }
+            _ => {
+                self.turn()?;
+                self.turns += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Chats (with the housekeeping) until the session has `n` entries or is full.
+    fn chat_until(&mut self, n: usize) -> std::io::Result<()> {
+        while !self.full() && self.parent.len() < n {
+            if !self.housekeeping()? {
+                self.chat()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A [`TreeShape::Spread`] session: forks at the positions in `fork_at`
+    /// (sorted, latest first), far ones as detours.
+    fn spread(&mut self, mut fork_at: Vec<usize>) -> std::io::Result<()> {
+        while !self.full() {
+            if self.housekeeping()? || self.end_detour()? {
+                continue;
+            }
+            let n = self.parent.len();
+            if self.detour.is_none() && fork_at.last().is_some_and(|&f| n >= f) {
+                fork_at.pop();
+                self.fork()?;
+                continue;
+            }
+            self.chat()?;
+        }
+        Ok(())
+    }
+
+    /// A [`TreeShape::Regenerate`] session: about every `every` entries the
+    /// leaf moves to the parent of the latest assistant message on the active
+    /// path and a new reply (at most `every − 1` entries) is written there.
+    /// Regenerations are due on a schedule, so a long turn is followed by a
+    /// run of regenerations that catch up; one reply is regenerated at most
+    /// 1–3 times in a row before the chat goes on.
+    fn regenerate(&mut self, every: usize) -> std::io::Result<()> {
+        let assistants = [Kind::AssistantTool, Kind::AssistantFinal];
+        let mut due = every;
+        // The fork point regenerated last, how often, and how often it may be.
+        let (mut point, mut times, mut allowed) = (NONE, 0, 0);
+        while !self.full() {
+            if self.housekeeping()? {
+                continue;
+            }
+            if self.parent.len() >= due {
+                // Never a reply above the latest compaction: regenerating it
+                // would abandon the compaction, which pi's users do not do.
+                if let Some(latest) = self.find_up_until(&assistants, 64, Some(Kind::Compaction)) {
+                    let p = self.parent[latest as usize];
+                    if p != point {
+                        (point, times, allowed) = (p, 0, self.rng.range(1, 3));
+                    }
+                    if times < allowed {
+                        times += 1;
+                        due += self.rng.range(every / 2, every + every / 2);
+                        self.move_leaf(p)?;
+                        self.forks += 1;
+                        if !self.full() {
+                            self.turn_body_within(every - 1)?;
+                        }
+                        continue;
+                    }
+                }
+            }
+            self.chat()?;
+        }
+        Ok(())
+    }
+
+    /// A [`TreeShape::Broom`] session: a handle of a few turns, a user message
+    /// (the hub), up to `bristles` replies of 1–3 entries under it (the leaf
+    /// moving back to the hub before each), then the chat goes on from the
+    /// last bristle. Bristles are cut to what fits, keeping a tenth of the
+    /// session for the chat after them.
+    fn broom(&mut self, bristles: usize) -> std::io::Result<()> {
+        let handle = self.rng.range(8, 24).min(self.target / 10);
+        self.chat_until(handle)?;
+        let tail = self.target / 10;
+        if !self.full() {
+            let hub = self.user()?;
+            let room = self.target.saturating_sub(self.parent.len() + tail);
+            let bristles = bristles.min(room / 2).max(1);
+            for k in 0..bristles {
+                if self.full() {
+                    break;
+                }
+                self.housekeeping()?;
+                if k > 0 && !self.full() {
+                    self.move_leaf(hub)?;
+                }
+                if self.full() {
+                    break;
+                }
+                // Leave each later bristle two entries (its move and a reply).
+                let left = 2 * (bristles - k - 1) + tail;
+                let room = self.target.saturating_sub(self.parent.len() + left);
+                self.turn_body_within(room.clamp(1, 3))?;
+                self.forks += 1;
+            }
+        }
+        self.chat_until(self.target)
     }
 }
 
@@ -1385,7 +1761,8 @@ pub fn write_session<W: Write>(
         rng.range(every * 9 / 10, every * 11 / 10).max(1)
     };
     // Fork points, spread over the session (never in its first 2%).
-    let mut fork_at: Vec<usize> = (0..spec.forks)
+    let spread = spec.tree == TreeShape::Spread;
+    let mut fork_at: Vec<usize> = (0..if spread { spec.forks } else { 0 })
         .map(|_| {
             let lo = spec.entries / 50;
             rng.range(lo, (spec.entries * 19 / 20).max(lo))
@@ -1393,91 +1770,21 @@ pub fn write_session<W: Write>(
         .collect();
     fork_at.sort_unstable();
     fork_at.reverse();
-    let mut b = Builder {
-        out,
-        rng,
-        ids: SessionIds::new(spec.seed),
-        target: spec.entries,
-        parent: Vec::with_capacity(spec.entries),
-        depth: Vec::with_capacity(spec.entries),
-        kind: Vec::with_capacity(spec.entries),
-        leaf: NONE,
-        now_ms: spec.created_ms,
-        line: String::with_capacity(8192),
-        bytes: header.len() as u64,
-        model: 0,
-        compactions: 0,
-        forks: 0,
-        since_compaction: 0,
-        next_compaction: first_compaction,
-        compaction_every: every.max(1),
-        detour: None,
-    };
-    let mut turns = 0usize;
-    let mut named = false;
-    while !b.full() {
-        let n = b.parent.len();
-        if n == 0 {
-            b.model_change()?;
-            if !b.full() {
-                b.thinking_change()?;
-            }
-            continue;
+    let ids = SessionIds::new(spec.seed);
+    let mut b = Builder::new(out, rng, ids, spec.entries, spec.created_ms);
+    b.bytes = header.len() as u64;
+    b.next_compaction = first_compaction;
+    b.compaction_every = every.max(1);
+    // The id entry 2^32 − 1 would have: no generated session reaches it.
+    b.root_parent = spec.dangling_root.then(|| ids.id(u32::MAX));
+    match spec.tree {
+        TreeShape::Spread => b.spread(fork_at)?,
+        TreeShape::Regenerate { every } => b.regenerate(every.max(2))?,
+        TreeShape::Caterpillar { every } => {
+            b.side_every = every.max(1);
+            b.chat_until(spec.entries)?;
         }
-        if every > 0 && b.since_compaction >= b.next_compaction {
-            b.compaction()?;
-            continue;
-        }
-        if b.end_detour()? {
-            continue;
-        }
-        if b.detour.is_none() && fork_at.last().is_some_and(|&f| n >= f) {
-            fork_at.pop();
-            b.fork()?;
-            continue;
-        }
-        if turns == 1 && !named {
-            named = true;
-            let len = b.rng.range(3, 7);
-            let mut name = String::new();
-            for k in 0..len {
-                if k > 0 {
-                    name.push(' ');
-                }
-                name.push_str(word(&mut b.rng));
-            }
-            let mut body = String::from(",\"name\":");
-            push_json_str(&mut body, &name);
-            b.simple("session_info", &body)?;
-            continue;
-        }
-        match b.rng.below(1000) {
-            0..=24 => {
-                b.model_change()?;
-            }
-            25..=54 => {
-                b.thinking_change()?;
-            }
-            55..=64 => {
-                let body = "\"activeToolNames\":[\"read\",\"bash\",\"edit\",\"write\",\"grep\"]";
-                let body = format!(",{body}");
-                b.simple("active_tools_change", &body)?;
-            }
-            65..=104 => {
-                // Label a recent user message on the active path.
-                if let Some(t) = b.pick_recent(&[Kind::User]) {
-                    let tid = b.id(t);
-                    let mut body = String::from(",\"targetId\":");
-                    push_json_str(&mut body, &tid);
-                    let _ = write!(body, ",\"label\":\"checkpoint-{}\"", b.rng.below(1000));
-                    b.simple("label", &body)?;
-                }
-            }
-            _ => {
-                b.turn()?;
-                turns += 1;
-            }
-        }
+        TreeShape::Broom => b.broom(spec.forks)?,
     }
     let leaf_id = (b.leaf != NONE).then(|| b.id(b.leaf));
     let leaf_depth = if b.leaf == NONE {
@@ -1506,35 +1813,13 @@ pub fn write_session<W: Write>(
 /// and time, as one line without the newline: what benchmarks append.
 pub fn message_entry(seed: u64, id: &str, parent: Option<&str>, timestamp_ms: i64) -> String {
     let mut sink = Vec::new();
-    let spec = SessionSpec {
-        id: String::new(),
-        created_ms: timestamp_ms,
-        cwd: String::new(),
-        entries: 0,
-        forks: 0,
-        compaction_every: 0,
-        seed,
-    };
-    let mut b = Builder {
-        out: &mut sink,
-        rng: SplitMix64::new(seed),
-        ids: SessionIds::new(spec.seed),
-        target: usize::MAX,
-        parent: Vec::new(),
-        depth: Vec::new(),
-        kind: Vec::new(),
-        leaf: NONE,
-        now_ms: timestamp_ms - 1,
-        line: String::new(),
-        bytes: 0,
-        model: 0,
-        compactions: 0,
-        forks: 0,
-        since_compaction: 0,
-        next_compaction: usize::MAX,
-        compaction_every: 1,
-        detour: None,
-    };
+    let mut b = Builder::new(
+        &mut sink,
+        SplitMix64::new(seed),
+        SessionIds::new(seed),
+        usize::MAX,
+        timestamp_ms - 1,
+    );
     let written = match b.rng.below(3) {
         0 => b.user().map(|_| ()),
         1 => b.assistant(Some("bash")).map(|_| ()),

@@ -18,6 +18,18 @@ pub enum ShapeArg {
     Forked,
     /// Many sessions in pi's directory layout.
     Archive,
+    /// One chat whose latest reply is regenerated about every `--fork-every`
+    /// entries (default 4): every fork on the active path.
+    Regenerate,
+    /// A long spine with a one-entry dead-end side branch at every
+    /// `--fork-every`-th spine entry (default 1).
+    Caterpillar,
+    /// A short handle, then `--forks` sibling replies under one user message
+    /// (default entries/2, at most 10,000, cut to what fits).
+    Broom,
+    /// Like `forked`, but the first entry's parentId names an entry that is
+    /// not in the file (a file cut from a longer one).
+    DanglingRoot,
 }
 
 impl From<ShapeArg> for Shape {
@@ -26,6 +38,10 @@ impl From<ShapeArg> for Shape {
             ShapeArg::Linear => Shape::Linear,
             ShapeArg::Forked => Shape::Forked,
             ShapeArg::Archive => Shape::Archive,
+            ShapeArg::Regenerate => Shape::Regenerate,
+            ShapeArg::Caterpillar => Shape::Caterpillar,
+            ShapeArg::Broom => Shape::Broom,
+            ShapeArg::DanglingRoot => Shape::DanglingRoot,
         }
     }
 }
@@ -39,9 +55,14 @@ pub struct GenArgs {
     /// Entries in all (an archive spreads them over its sessions).
     #[arg(long, default_value_t = 10_000)]
     pub entries: usize,
-    /// Forks (default: one per 100 entries for `forked`, one per 150 for `archive`).
+    /// Forks (default: one per 100 entries for `forked` and `dangling-root`,
+    /// one per 150 for `archive`); for `broom`, its bristles.
     #[arg(long)]
     pub forks: Option<usize>,
+    /// About how many entries between regenerations (`regenerate`, default 4,
+    /// at least 2), or spine entries per side branch (`caterpillar`, default 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub fork_every: Option<u64>,
     /// Sessions of an archive (default: one per 100 entries).
     #[arg(long)]
     pub sessions: Option<usize>,
@@ -66,6 +87,9 @@ pub fn run(_cli: &Cli, args: &GenArgs) -> Result<Report> {
         shape: args.shape.into(),
         entries: args.entries,
         forks: args.forks,
+        fork_every: args
+            .fork_every
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         sessions: args.sessions,
         compaction_every: args.compaction_every,
         seed: args.seed,

@@ -14,6 +14,9 @@
 //   --real F              fraction of sequences starting from a window of a real pi
 //                         session in ../shared/fixtures/pi-sessions, 0.1 (DIFF_REAL;
 //                         the folder: DIFF_FIXTURES)
+//   --gen F               fraction of the other sequences starting from a session written by
+//                         `sessiontree gen` (every --shape, 20-200 entries, compactions every
+//                         4-60 entries or none; seeds from the sequence seed), 0.1 (DIFF_GEN)
 //   --jobs N              sequences in parallel, 2      (DIFF_JOBS)
 //   --exotic LIST         exotic input categories (DIFF_EXOTIC): "default" (all but the
 //                         known mismatches below), "all", "none", or a comma list of
@@ -31,7 +34,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Rng, mixSeed } from "./lib/prng.mjs";
 import { Generator, makeSnapshot, ENTRY_TYPES, EXOTIC_CATEGORIES } from "./lib/gen.mjs";
-import { makeHeader, makePrefixEntries, realPrefixEntries, realFixtureCount, FIXTURE_DIR, renderFile } from "./lib/prefix.mjs";
+import { makeHeader, makePrefixEntries, realPrefixEntries, realFixtureCount, FIXTURE_DIR, renderFile, generatedPrefixEntries, GEN_SHAPES } from "./lib/prefix.mjs";
 import { FailedSide, PiSide, RpcSide, runOnce } from "./lib/sides.mjs";
 import { Clock, compareAnswers, normalizeAnswer, normalizeMessage } from "./lib/compare.mjs";
 
@@ -87,6 +90,7 @@ function parseArgs(argv) {
     maxOps: Number(env.DIFF_MAX_OPS ?? 40),
     longFraction: Number(env.DIFF_LONG ?? 0.05),
     realFraction: Number(env.DIFF_REAL ?? 0.1),
+    genFraction: Number(env.DIFF_GEN ?? 0.1),
     jobs: Number(env.DIFF_JOBS ?? 2),
     exotic: parseExotic(env.DIFF_EXOTIC ?? "default"),
     durability: env.DIFF_DURABILITY ?? "relaxed",
@@ -108,6 +112,7 @@ function parseArgs(argv) {
       case "--max-ops": cfg.maxOps = Number(val()); break;
       case "--long": cfg.longFraction = Number(val()); break;
       case "--real": cfg.realFraction = Number(val()); break;
+      case "--gen": cfg.genFraction = Number(val()); break;
       case "--jobs": cfg.jobs = Number(val()); break;
       case "--exotic": cfg.exotic = parseExotic(val()); break;
       case "--durability": cfg.durability = val(); break;
@@ -164,6 +169,7 @@ const GENERATES_ID = new Set([
 // ---------------------------------------------------------------- sqlite hook
 
 let realSequences = 0;
+const genSequences = new Map(); // shape -> sequences started from `sessiontree gen` output
 let sqliteImport = null; // null = unknown, true/false after detection
 
 async function detectSqliteImport() {
@@ -554,12 +560,18 @@ function generatedSpec(seed, backend) {
   // text), converted to v3; others from entries written by hand.
   const real = rng.chance(cfg.realFraction) ? realPrefixEntries(rng) : null;
   if (real) realSequences += 1;
-  const prefixEntries = real ?? (rng.chance(0.3) ? makePrefixEntries(rng, gen, rng.range(1, 8), { lateParents: gen.opts.lateParents }) : []);
+  // Others from a session `sessiontree gen` wrote (adversarial tree shapes),
+  // drawn from a stream of their own so the other sequences stay as they were.
+  const genRng = new Rng(mixSeed(seed, 0x67656e));
+  const generated = !real && genRng.chance(cfg.genFraction) ? generatedPrefixEntries(cfg.bin, genRng) : null;
+  if (generated) genSequences.set(generated.shape, (genSequences.get(generated.shape) ?? 0) + 1);
+  const prefixEntries =
+    real ?? generated?.entries ?? (rng.chance(0.3) ? makePrefixEntries(rng, gen, rng.range(1, 8), { lateParents: gen.opts.lateParents }) : []);
   const blankHead = cfg.exotic.has("blank-head") && (backend !== "sqlite" || cfg.exotic.has("blank-head-import"));
   const pieces = renderFile(rng, header, prefixEntries, { blankHead });
   // A few long sequences grow deeper trees (and see more restarts).
   const nOps = rng.chance(cfg.longFraction) ? rng.range(cfg.maxOps, cfg.maxOps * 5) : rng.range(cfg.minOps, cfg.maxOps);
-  return { seed, backend, rng, gen, header, pieces, nOps, ops: null };
+  return { seed, backend, rng, gen, header, pieces, nOps, ops: null, generated: generated?.args ?? null };
 }
 
 function fixedSpec(base, pieces, ops, { noCross = false, crossOnly = null } = {}) {
@@ -654,7 +666,8 @@ function describe(run, shrunk) {
   lines.push(`  ${m.refSide ?? "pi"}: ${show(m.ref)}`);
   lines.push(`  ${m.side ?? "ours"}: ${show(m.got)}`);
   if (m.detail) lines.push(`  first difference at ${m.detail.path}${m.detail.note ? ` (${m.detail.note})` : ""}: pi ${show(m.detail.a)} vs ours ${show(m.detail.b)}`);
-  lines.push(`  replay: node tests/differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${exoticName(cfg.exotic)} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction}`);
+  if (run.spec.generated) lines.push(`  starting file: sessiontree ${run.spec.generated}`);
+  lines.push(`  replay: node tests/differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${exoticName(cfg.exotic)} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction} --real ${cfg.realFraction} --gen ${cfg.genFraction}`);
   if (run.dir) lines.push(`  files kept in ${run.dir}`);
   if (shrunk) {
     lines.push(`  minimal reproduction (${shrunk.ops.length} ops; ids "#gN" are the N-th id an implementation generated):`);
@@ -780,6 +793,9 @@ async function main() {
   } else {
     console.log(`real pi sessions: ${realSequences} sequences started from a window of one of ${realFixtureCount()} files in ${FIXTURE_DIR}`);
   }
+  const genTotal = [...genSequences.values()].reduce((a, b) => a + b, 0);
+  const genShapes = GEN_SHAPES.map((s) => `${s} ${genSequences.get(s) ?? 0}`).join(", ");
+  console.log(`generated sessions: ${genTotal} sequences started from \`sessiontree gen\` output (${genShapes})`);
   for (const n of notes) console.log(n);
   for (const [b, s] of Object.entries(perBackend)) {
     console.log(`  ${b}: ${s.sequences} sequences, ${s.ops} operations compared, ${s.mismatches} mismatching sequences`);

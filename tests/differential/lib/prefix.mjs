@@ -2,7 +2,9 @@
 // hand" with the spellings pi's reader accepts (extra spaces, CRLF, blank
 // lines, duplicate keys where the last wins, \u escapes, key order).
 
-import { readdirSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { makeSnapshot } from "./gen.mjs";
@@ -57,6 +59,31 @@ export function realPrefixEntries(rng) {
     parent = entry.id;
   }
   return out;
+}
+
+/** The shapes `sessiontree gen --shape` knows (src/gen.rs, `Shape::as_str`). */
+export const GEN_SHAPES = ["linear", "forked", "archive", "regenerate", "caterpillar", "broom", "dangling-root"];
+
+/**
+ * The entries of a session written by `sessiontree gen` (`bin`): a shape of
+ * GEN_SHAPES, 20–200 entries, compactions every few entries (or none), the
+ * generator's seed and options drawn from `rng`. For an archive, its first
+ * session. Returns `{ entries, shape, args }` (`args`: the gen command line,
+ * for reports).
+ */
+export function generatedPrefixEntries(bin, rng) {
+  const shape = rng.pick(GEN_SHAPES);
+  const args = ["--json", "gen", "--shape", shape, "--entries", String(rng.range(20, 200)), "--seed", String(rng.next())];
+  args.push("--compaction-every", String(rng.chance(0.2) ? 0 : rng.range(4, 60)));
+  if ((shape === "regenerate" || shape === "caterpillar") && rng.chance(0.5)) args.push("--fork-every", String(rng.range(1, 6)));
+  const out = mkdtempSync(join(tmpdir(), "sessiontree-diff-gen-"));
+  try {
+    const report = JSON.parse(execFileSync(bin, [...args, "--out", out], { encoding: "utf8" }));
+    const lines = readFileSync(report.sessions[0].path, "utf8").split("\n").filter((l) => l.trim());
+    return { entries: lines.slice(1).map((l) => JSON.parse(l)), shape, args: args.slice(1).join(" ") };
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
 }
 
 function hex(n, width) {
