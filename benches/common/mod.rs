@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Bumped when a prepared data set would differ (besides the generator's own version).
-pub const CACHE_VERSION: u32 = 1;
+pub const CACHE_VERSION: u32 = 2;
 
 /// The word searched for (see [`sessiontree::gen::SEARCH_TERMS`]).
 pub const SEARCH_TERM: &str = "tokenizer";
@@ -172,7 +172,35 @@ pub fn prepare(
     seed: u64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Dataset> {
-    let dir = work.join(dataset_name(shape, entries, seed));
+    prepare_stores(work, shape, entries, seed, true, progress)
+}
+
+/// Generates (or reuses) a data set with the SQLite archive only: for shapes
+/// the naive path-copy design cannot hold (it copies a path per branch, so a
+/// fork at the tip every few entries makes it quadratic).
+pub fn prepare_archive_only(
+    work: &Path,
+    shape: Shape,
+    entries: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Dataset> {
+    prepare_stores(work, shape, entries, seed, false, progress)
+}
+
+fn prepare_stores(
+    work: &Path,
+    shape: Shape,
+    entries: usize,
+    seed: u64,
+    with_naive: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Dataset> {
+    let mut name = dataset_name(shape, entries, seed);
+    if !with_naive {
+        name.push_str("-archive-only");
+    }
+    let dir = work.join(name);
     let manifest = dir.join("manifest.json");
     let files = dir.join("files");
     let archive = dir.join("archive.db");
@@ -212,11 +240,11 @@ pub fn prepare(
         }
     }
     let archive_import_secs = started.elapsed().as_secs_f64();
-    progress(&format!(
-        "importing {} into the naive database",
-        shape.as_str()
-    ));
-    {
+    if with_naive {
+        progress(&format!(
+            "importing {} into the naive database",
+            shape.as_str()
+        ));
         let mut n = Naive::open(&naive_db, false)?;
         for s in &report.sessions {
             n.import_file(&s.path, true)?;
@@ -227,7 +255,7 @@ pub fn prepare(
     }
     checkpoint_archive(&archive)?;
     let v = json!({
-        "shape": shape.as_str(), "entries": entries, "seed": seed,
+        "shape": shape.as_str(), "entries": entries, "seed": seed, "naive": with_naive,
         "generator_version": GENERATOR_VERSION, "cache_version": CACHE_VERSION,
         "archive_import_secs": archive_import_secs,
         "sessions": report.sessions.iter().map(session_json).collect::<Vec<_>>(),
@@ -257,18 +285,17 @@ pub fn load(dir: &Path) -> Result<Dataset> {
         .as_array()
         .and_then(|a| a.iter().map(session_from_json).collect::<Option<Vec<_>>>())
         .ok_or_else(bad)?;
-    let shape = match v["shape"].as_str() {
-        Some("linear") => Shape::Linear,
-        Some("forked") => Shape::Forked,
-        Some("archive") => Shape::Archive,
-        _ => return Err(bad()),
-    };
+    let shape = Shape::ALL
+        .into_iter()
+        .find(|s| v["shape"].as_str() == Some(s.as_str()))
+        .ok_or_else(bad)?;
     let archive = dir.join("archive.db");
     let naive = dir.join("naive.db");
+    let wants_naive = v["naive"].as_bool().unwrap_or(true);
     if sessions.is_empty()
         || !sessions.iter().all(|s| s.path.is_file())
         || !archive.is_file()
-        || !naive.is_file()
+        || (wants_naive && !naive.is_file())
     {
         return Err(bad());
     }
@@ -413,8 +440,6 @@ impl PathFixture {
     /// Opens the stores and draws `samples` start entries from `seed`.
     pub fn new(ds: &Dataset, samples: usize, seed: u64) -> Result<PathFixture> {
         let main = ds.main();
-        let archive = Archive::open(&ds.archive, Durability::Full)?;
-        let sqlite = archive.open_session(&main.id)?;
         let jsonl = JsonlStorage::open(&main.path, Durability::Full)?;
         let memory = MemoryStorage::with_entries(jsonl.metadata()?, jsonl.all_entries().to_vec())?;
         let naive = Naive::open(&ds.naive, true)?;
@@ -434,15 +459,12 @@ impl PathFixture {
                 |r| r.get(0),
             )
             .map_err(|e| Error::sqlite("opening the archive", e))?;
-        let names = SessionIds::new(main.seed);
-        let mut rng = SplitMix64::new(seed);
-        let ids: Vec<String> = (0..samples)
-            .map(|_| names.id(rng.below(main.entries as u64) as u32))
-            .collect();
-        let mut lengths = Vec::with_capacity(samples);
-        for id in &ids {
-            lengths.push(sqlite.path_to_root_or_compaction(Some(id))?.len());
-        }
+        let SqlitePaths {
+            sqlite,
+            ids,
+            lengths,
+        } = SqlitePaths::new(ds, samples, seed)?;
+        let mut rng = SplitMix64::new(seed ^ 0xf100_5eed);
         let (lo, hi) = naive.rowid_range(session_key)?;
         let floor_starts = lengths
             .iter()
@@ -514,6 +536,66 @@ impl PathFixture {
     pub fn mean_length(&self) -> f64 {
         self.lengths.iter().sum::<usize>() as f64 / self.lengths.len().max(1) as f64
     }
+}
+
+/// The SQLite archive of a data set open for path reads from sample entries
+/// (for data sets without the other stores).
+pub struct SqlitePaths {
+    sqlite: SqliteStorage,
+    /// The start entries, drawn uniformly from the whole log.
+    pub ids: Vec<String>,
+    /// Entries each path holds.
+    pub lengths: Vec<usize>,
+}
+
+impl SqlitePaths {
+    /// Opens the archive and draws `samples` start entries from `seed`.
+    pub fn new(ds: &Dataset, samples: usize, seed: u64) -> Result<SqlitePaths> {
+        let main = ds.main();
+        let sqlite = Archive::open(&ds.archive, Durability::Full)?.open_session(&main.id)?;
+        let names = SessionIds::new(main.seed);
+        let mut rng = SplitMix64::new(seed);
+        let ids: Vec<String> = (0..samples)
+            .map(|_| names.id(rng.below(main.entries as u64) as u32))
+            .collect();
+        let mut lengths = Vec::with_capacity(samples);
+        for id in &ids {
+            lengths.push(sqlite.path_to_root_or_compaction(Some(id))?.len());
+        }
+        Ok(SqlitePaths {
+            sqlite,
+            ids,
+            lengths,
+        })
+    }
+
+    /// The path from sample `i`; returns its length.
+    pub fn read(&self, i: usize) -> Result<usize> {
+        Ok(self
+            .sqlite
+            .path_to_root_or_compaction(Some(&self.ids[i]))?
+            .len())
+    }
+
+    /// Mean path length over the samples.
+    pub fn mean_length(&self) -> f64 {
+        self.lengths.iter().sum::<usize>() as f64 / self.lengths.len().max(1) as f64
+    }
+}
+
+/// Bytes an SQLite database holds (pages in use, its WAL included), and the
+/// rows of its `segments` table.
+pub fn archive_bytes(path: &Path) -> Result<(u64, u64)> {
+    let conn = rusqlite::Connection::open(path).map_err(|e| Error::sqlite("measuring", e))?;
+    let (pages, free, size, segments): (i64, i64, i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count),
+                    (SELECT page_size FROM pragma_page_size), (SELECT count(*) FROM segments)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .map_err(|e| Error::sqlite("measuring", e))?;
+    Ok((((pages - free) * size) as u64, segments as u64))
 }
 
 // ---------------------------------------------------------------------------

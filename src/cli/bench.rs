@@ -37,7 +37,7 @@ pub struct BenchArgs {
     /// process) is measured, e.g. 1000000.
     #[arg(long, value_delimiter = ',')]
     pub rss_sizes: Vec<usize>,
-    /// Only these operations (resume, path, leaf_move, append, import, list, search).
+    /// Only these operations (resume, path, leaf_move, append, import, list, search, shapes).
     #[arg(long, value_delimiter = ',')]
     pub ops: Vec<String>,
     /// Where the report goes.
@@ -68,7 +68,7 @@ pub struct BenchArgs {
 }
 
 /// Every operation, in report order.
-const OPS: [&str; 7] = [
+const OPS: [&str; 8] = [
     "resume",
     "path",
     "leaf_move",
@@ -76,7 +76,13 @@ const OPS: [&str; 7] = [
     "import",
     "list",
     "search",
+    "shapes",
 ];
+
+/// The tree shapes compared side by side on SQLite: the linear shape is the
+/// baseline; "regenerate the last reply" puts a fork on the active path every
+/// few entries, the caterpillar at every entry of it.
+const SHAPES: [Shape; 3] = [Shape::Linear, Shape::Regenerate, Shape::Caterpillar];
 
 /// What each operation measures (for the report).
 fn op_doc(op: &str) -> &'static str {
@@ -88,6 +94,7 @@ fn op_doc(op: &str) -> &'static str {
         "import" => "bulk import of the forked session's pi JSONL into a fresh store (sqlite maintains branch cache + FTS index; jsonl = open/parse only)",
         "list" => "first page (50) of sessions, newest first, in an archive of size/100 sessions",
         "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
+        "shapes" => "SQLite only, one session per tree shape (linear, regenerate: a fork at the tip every ~4 entries, caterpillar: a fork at every entry of the active path): import MB/s and archive bytes per entry, cold resume, path from a random entry, leaf move near the tip",
         _ => "",
     }
 }
@@ -250,6 +257,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
     let mut checks: Vec<Value> = Vec::new();
     let mut path_ids: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     let mut forked_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
+    let mut shape_rows: Vec<Row> = Vec::new();
 
     for &size in &sizes {
         let forked = common::prepare(&work, Shape::Forked, size, args.seed, &mut |m| progress(m))?;
@@ -441,6 +449,17 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
             }
         }
 
+        if needs("shapes") {
+            shape_rows.extend(measure_shapes(
+                &work,
+                size,
+                args.seed,
+                &budget,
+                path_samples,
+                &mut datasets,
+            )?);
+        }
+
         if needs("list") || needs("search") {
             let archive =
                 common::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
@@ -597,7 +616,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
         }
     }
 
-    let targets = targets(&rows, &rss);
+    let targets = targets(&rows, &rss, &shape_rows);
     let elapsed = started.elapsed().as_secs_f64();
     let report = json!({
         "tool": "sessiontree bench",
@@ -614,6 +633,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
         "operations": ops.iter().map(|o| json!({"op": o, "what": op_doc(o)})).collect::<Vec<_>>(),
         "datasets": datasets,
         "results": rows.iter().map(row_json).collect::<Vec<_>>(),
+        "shapes": shape_rows.iter().map(row_json).collect::<Vec<_>>(),
         "ratios": ratios_json(&rows),
         "checks": checks,
         "rss": rss,
@@ -621,7 +641,8 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
         "targets": targets,
         "elapsed_secs": elapsed,
     });
-    let text = render_text(&report, &rows);
+    let mut text = render_text(&report, &rows);
+    text.push_str(&render_shapes(&shape_rows));
     let write = |name: &str, body: &str| -> Result<()> {
         let p = args.out.join(name);
         std::fs::write(&p, body).map_err(|e| Error::io(format!("writing {}", p.display()), e))
@@ -632,7 +653,6 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
     )?;
     write("report.md", &text)?;
     write("scaling.svg", &svg(&rows))?;
-    let mut text = text;
     let _ = writeln!(
         text,
         "\nwrote {0}/report.json, {0}/report.md, {0}/scaling.svg in {1:.0} s",
@@ -702,7 +722,7 @@ fn target(
     json!({"target": name, "goal": goal, "measured": measured, "status": status, "detail": detail})
 }
 
-fn targets(rows: &[Row], rss: &[Value]) -> Vec<Value> {
+fn targets(rows: &[Row], rss: &[Value], shape_rows: &[Row]) -> Vec<Value> {
     let med = |op: &str, b: &str, size: usize| find(rows, op, b, size).map(Row::median);
     let ratio =
         |op: &str, a: &str, b: &str, size: usize| Some(med(op, a, size)? / med(op, b, size)?);
@@ -794,7 +814,212 @@ fn targets(rows: &[Row], rss: &[Value]) -> Vec<Value> {
         |x| x <= 30.0,
         "MB; run with --rss-sizes 1000000 to measure".to_owned(),
     ));
+    out.extend(shape_targets(shape_rows));
     out
+}
+
+/// The shapes' targets: the regenerate shape within 1.5× of the linear one on
+/// every row, at the largest size measured.
+fn shape_targets(shape_rows: &[Row]) -> Vec<Value> {
+    let Some(size) = shape_rows.iter().map(|r| r.size).max() else {
+        return Vec::new();
+    };
+    let costs = |shape: Shape| shape_costs(shape_rows, shape, size);
+    let (linear, regenerate) = (costs(Shape::Linear), costs(Shape::Regenerate));
+    let names = [
+        "import time per MB",
+        "archive bytes per entry",
+        "cold resume",
+        "path read per returned row",
+        "leaf move",
+    ];
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let r = match (regenerate[i], linear[i]) {
+                (Some(a), Some(b)) => Some(a / b),
+                _ => None,
+            };
+            target(
+                &format!("regenerate shape vs linear at {size} entries: {name} (SQLite)"),
+                "≤ 1.5×",
+                r,
+                |x| x <= 1.5,
+                format!(
+                    "regenerate {} / linear {}",
+                    regenerate[i].map_or("-".to_owned(), |v| format!("{v:.4e}")),
+                    linear[i].map_or("-".to_owned(), |v| format!("{v:.4e}"))
+                ),
+            )
+        })
+        .collect()
+}
+
+/// One shape's costs at one size, each lower-is-better: seconds per MB
+/// imported, archive bytes per entry, resume seconds, path seconds per row,
+/// leaf move seconds.
+fn shape_costs(shape_rows: &[Row], shape: Shape, size: usize) -> [Option<f64>; 5] {
+    let row = |op: &str| find(shape_rows, op, shape.as_str(), size);
+    let import = row("import");
+    [
+        import
+            .and_then(|r| r.extra["mb_per_s"].as_f64())
+            .map(|x| 1.0 / x),
+        import.and_then(|r| r.extra["bytes_per_entry"].as_f64()),
+        row("resume").map(Row::median),
+        row("path").and_then(|r| Some(r.median() / r.extra["mean_path_len"].as_f64()?)),
+        row("leaf_move").map(Row::median),
+    ]
+}
+
+/// Measures every shape of [`SHAPES`] at `size` on SQLite.
+fn measure_shapes(
+    work: &Path,
+    size: usize,
+    seed: u64,
+    budget: &Budget,
+    path_samples: usize,
+    datasets: &mut Vec<Value>,
+) -> Result<Vec<Row>> {
+    let mut out = Vec::new();
+    for shape in SHAPES {
+        let ds = common::prepare_archive_only(work, shape, size, seed, &mut |m| progress(m))?;
+        datasets.push(dataset_json(&ds));
+        let name = shape.as_str();
+        let row = |op: &'static str, samples: Vec<f64>, per_sample: f64, extra: Value| Row {
+            op,
+            backend: name.to_owned(),
+            size,
+            samples,
+            per_sample,
+            extra,
+        };
+
+        progress(&format!("shapes: import {name} @ {size}"));
+        let file = ds.main().path.clone();
+        let mb = ds.main().bytes as f64 / 1e6;
+        let dir = common::scratch(work, "shape-import")?;
+        let import_budget = Budget {
+            secs: budget.secs,
+            min: if size >= 100_000 { 2 } else { budget.min },
+            max: budget.max,
+        };
+        let samples = measure(&import_budget, || {
+            common::import(Backend::Sqlite, &file, &dir).map(drop)
+        })?;
+        let (bytes, segments) = common::archive_bytes(&dir.join("import.db"))?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut import = row("import", samples, 1.0, Value::Null);
+        import.extra = json!({"mb": mb, "mb_per_s": mb / import.median(), "bytes": bytes,
+            "bytes_per_entry": bytes as f64 / ds.main().entries as f64, "segments": segments,
+            "forks": ds.main().forks, "jsonl_bytes": ds.main().bytes});
+        out.push(import);
+
+        progress(&format!("shapes: resume {name} @ {size}"));
+        let messages = common::resume(Backend::Sqlite, &ds, None)?;
+        let samples = measure(budget, || {
+            common::resume(Backend::Sqlite, &ds, None).map(drop)
+        })?;
+        out.push(row(
+            "resume",
+            samples,
+            1.0,
+            json!({"context_messages": messages}),
+        ));
+
+        progress(&format!("shapes: path {name} @ {size}"));
+        let fx = common::SqlitePaths::new(&ds, path_samples, seed ^ 0x5eed)?;
+        let k = fx.ids.len();
+        let samples = measure(budget, || {
+            for i in 0..k {
+                fx.read(i)?;
+            }
+            Ok(())
+        })?;
+        out.push(row(
+            "path",
+            samples,
+            k as f64,
+            json!({"mean_path_len": fx.mean_length(), "reads_per_sample": k}),
+        ));
+
+        progress(&format!("shapes: leaf_move {name} @ {size}"));
+        let dir = common::scratch(work, "shape-leaf")?;
+        let mut fx = WriteFixture::new(
+            Backend::Sqlite,
+            &ds,
+            &dir,
+            Durability::Relaxed,
+            (size * 9 / 10, size),
+            seed,
+        )?;
+        let samples = measure(budget, || fx.move_leaf())?;
+        drop(fx);
+        let _ = std::fs::remove_dir_all(&dir);
+        out.push(row("leaf_move", samples, 1.0, Value::Null));
+    }
+    Ok(out)
+}
+
+/// The shapes section of the report: each shape's cost beside the linear one.
+fn render_shapes(shape_rows: &[Row]) -> String {
+    let mut t = String::new();
+    let mut sizes: Vec<usize> = shape_rows.iter().map(|r| r.size).collect();
+    sizes.dedup();
+    if sizes.is_empty() {
+        return t;
+    }
+    let _ = writeln!(
+        t,
+        "\nTree shapes on SQLite (`(N×)` = that shape's cost / the linear shape's; import and bytes per entry: lower is better too):\n"
+    );
+    let _ = write!(t, "| entries | measure |");
+    for shape in SHAPES {
+        let _ = write!(t, " {} |", shape.as_str());
+    }
+    let _ = write!(t, "\n|---:|---|");
+    for _ in SHAPES {
+        let _ = write!(t, "---:|");
+    }
+    t.push('\n');
+    let labels = [
+        "import (s per MB; MB/s)",
+        "archive bytes per entry",
+        "cold resume",
+        "path read per row (mean rows)",
+        "leaf move",
+    ];
+    for size in sizes {
+        let base = shape_costs(shape_rows, Shape::Linear, size);
+        for (i, label) in labels.iter().enumerate() {
+            let _ = write!(t, "| {size} | {label} |");
+            for shape in SHAPES {
+                let c = shape_costs(shape_rows, shape, size)[i];
+                let shown = match (i, c) {
+                    (_, None) => String::new(),
+                    (0, Some(v)) => format!("{:.1} MB/s", 1.0 / v),
+                    (1, Some(v)) => format!("{v:.0} B"),
+                    (3, Some(v)) => {
+                        let len = find(shape_rows, "path", shape.as_str(), size)
+                            .and_then(|r| r.extra["mean_path_len"].as_f64())
+                            .unwrap_or(f64::NAN);
+                        format!("{} ({len:.0} rows)", fmt_s(v))
+                    }
+                    (_, Some(v)) => fmt_s(v),
+                };
+                let ratio = match (c, base[i]) {
+                    (Some(a), Some(b)) if shape != Shape::Linear => {
+                        format!(" ({})", fmt_ratio(a / b))
+                    }
+                    _ => String::new(),
+                };
+                let _ = write!(t, " {shown}{ratio} |");
+            }
+            t.push('\n');
+        }
+    }
+    t
 }
 
 fn machine() -> Value {
