@@ -634,7 +634,13 @@ fn import_real_pi_files_then_reimport_is_a_no_op() {
     assert_eq!(total["entries"], 2020);
     assert_eq!(total["messageCount"], 990 + 914);
     assert_eq!(total["perCwd"][0]["sessions"], 2);
-    assert_eq!(sb.json(&["check"]), json!({"ok": true, "problems": []}));
+    let checked = sb.json(&["check"]);
+    assert_eq!(
+        (&checked["ok"], &checked["problems"]),
+        (&json!(true), &json!([]))
+    );
+    // Two unforked sessions: a segment and its ancestry row each, and two compactions.
+    assert_eq!(checked["cache"]["rows"], 6);
 }
 
 #[test]
