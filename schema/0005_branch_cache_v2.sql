@@ -2,7 +2,7 @@
 -- Version 1 materialized each segment's whole ancestry in `segment_ancestry`:
 -- one row per fork above every segment, O(F²) rows when every fork lies on
 -- the active path (a user regenerating the last reply again and again).
--- Version 2 keeps only the nearest 16 segments of each path in that table
+-- Version 2 keeps only the nearest 8 segments of each path in that table
 -- (a bounded block: a path read steps from block to block), plus each
 -- segment's position on its path and a skew-binary jump pointer (a depth
 -- search in O(log F) steps). `position` and `jump_segment` are filled in by
@@ -15,4 +15,4 @@ DELETE FROM segment_ancestry WHERE (segment_id, from_depth) IN (
         SELECT segment_id, from_depth,
                row_number() OVER (PARTITION BY segment_id ORDER BY from_depth DESC) AS nearness
         FROM segment_ancestry)
-    WHERE nearness > 16);
+    WHERE nearness > 8);
