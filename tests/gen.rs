@@ -610,8 +610,8 @@ fn bench_quick_smoke_run_writes_a_report() {
     assert!(rss
         .iter()
         .any(|r| r["backend"] == "sqlite" && r["child"]["vmhwm_kb"].is_number()));
-    // Six targets of the backends, five of the regenerate shape against the linear one.
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(11));
+    // Six targets of the backends, six of the regenerate shape against the linear one.
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(12));
     let shapes = v["shapes"].as_array().expect("shape rows");
     for shape in ["linear", "regenerate", "caterpillar"] {
         for op in ["import", "resume", "path", "leaf_move"] {
