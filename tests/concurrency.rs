@@ -423,3 +423,64 @@ fn readers_during_a_write_burst_from_another_process() {
     );
     assert!(archive.check(None).unwrap().is_empty());
 }
+
+/// An import that appends to a session is a writer like any other: refused
+/// while a live writer holds the claim; it takes over a claim whose lease ran
+/// out (a stopped writer) or whose local holder is gone, so the old writer,
+/// resumed, is refused instead of appending on top of the imported lines.
+#[test]
+fn an_import_that_appends_takes_the_writer_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, archive) = archive_with_session(dir.path(), "s");
+    let mut writer = archive.open_session("s").unwrap();
+    writer
+        .append_entry(message_entry("a", None, "user", "a"))
+        .unwrap();
+    let import = |id: &str, parent: &str| {
+        archive.write_session(|w| {
+            w.resume("s")?;
+            w.push(&message_entry(id, Some(parent), "user", id))
+        })
+    };
+    // A live writer: the import is refused, nothing written.
+    let err = import("b", "a").expect_err("a live writer holds the claim");
+    assert_eq!(err.code(), ErrorCode::Storage);
+    assert!(
+        err.to_string().contains("already open for writing"),
+        "{err}"
+    );
+    assert_eq!(writer.entry_count().unwrap(), 1);
+    // The writer stops past its lease: the import appends and takes the claim.
+    archive
+        .conn()
+        .unwrap()
+        .execute("UPDATE writer_claims SET expires_ms = 0", [])
+        .unwrap();
+    import("b", "a").unwrap();
+    let err = writer
+        .append_entry(message_entry("c", Some("a"), "user", "c"))
+        .expect_err("the stopped writer resumes after the import");
+    assert_eq!(err.code(), ErrorCode::Storage);
+    let ids: Vec<String> = writer
+        .entries(0, None)
+        .unwrap()
+        .iter()
+        .map(|e| e.id().to_owned())
+        .collect();
+    assert_eq!(ids, ["a", "b"], "nothing interleaved");
+    // A holder on this host whose process is gone: taken over at once,
+    // however long its lease.
+    let far = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    archive
+        .conn()
+        .unwrap()
+        .execute(
+            "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms)
+             SELECT session_key, 'dead', ?1, 999999999, ?2 FROM sessions WHERE id = 's'",
+            rusqlite::params![sessiontree::backend::sqlite::claim::host_name(), far],
+        )
+        .unwrap();
+    import("d", "b").unwrap();
+    assert_eq!(writer.entry_count().unwrap(), 3);
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}

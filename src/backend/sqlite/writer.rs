@@ -323,27 +323,26 @@ impl SessionWriter<'_> {
         Ok(())
     }
 
-    /// Continues an existing session (appending after its last entry). Fails
-    /// if another process holds its writer claim.
+    /// Continues an existing session (appending after its last entry), as its
+    /// writer: fails if a live writer holds its claim; a claim whose lease ran
+    /// out, or whose holder on this host is gone, is taken over — removed in
+    /// this transaction, so the writer that held it is refused at its next
+    /// append instead of appending on top of this one.
     pub fn resume(&mut self, session_id: &str) -> Result<()> {
-        let row: Option<(i64, Option<i64>)> = self
+        let key: i64 = self
             .tx
             .query_row(
-                "SELECT s.session_key, c.expires_ms FROM sessions s
-                 LEFT JOIN writer_claims c ON c.session_key = s.session_key WHERE s.id = ?1",
+                "SELECT session_key FROM sessions WHERE id = ?1",
                 [session_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| r.get(0),
             )
             .optional()
-            .map_err(sql("resuming a session"))?;
-        let (key, claim_expiry) =
-            row.ok_or_else(|| Error::SessionNotFound(session_id.to_owned()))?;
-        if claim_expiry.is_some_and(|e| e > chrono::Utc::now().timestamp_millis()) {
-            return Err(Error::WriterClaimed {
-                session: session_id.to_owned(),
-                holder: "another writer".to_owned(),
-            });
-        }
+            .map_err(sql("resuming a session"))?
+            .ok_or_else(|| Error::SessionNotFound(session_id.to_owned()))?;
+        super::claim::refuse_if_held(&self.tx, key, session_id)?;
+        self.tx
+            .execute("DELETE FROM writer_claims WHERE session_key = ?1", [key])
+            .map_err(sql("taking over a writer claim"))?;
         self.appender = Some(Appender::start(&self.tx, key)?);
         Ok(())
     }
