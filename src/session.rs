@@ -94,13 +94,7 @@ impl<S: SessionStorage> Session<S> {
         parent: Option<&str>,
         fields: impl FnOnce(&mut ObjectWriter),
     ) -> Result<String> {
-        let mut w = ObjectWriter::new();
-        w.str("type", entry_type)
-            .str("id", id)
-            .opt_str_or_null("parentId", parent)
-            .str("timestamp", &now_timestamp());
-        fields(&mut w);
-        let entry = Entry::from_json(&w.finish())?;
+        let entry = build_entry(entry_type, id, parent, fields)?;
         self.storage.append_entry(entry)?;
         Ok(id.to_owned())
     }
@@ -229,25 +223,26 @@ impl<S: SessionStorage> Session<S> {
         entry_id: Option<&str>,
         summary: Option<&BranchSummary>,
     ) -> Result<Option<String>> {
-        if let Some(id) = entry_id {
-            if !self.storage.contains_entry(id)? {
-                return Err(Error::EntryNotFound(id.to_owned()));
-            }
-        }
-        self.storage.set_leaf_id(entry_id)?;
+        let leaf = self.storage.leaf_entry(entry_id)?;
         let Some(s) = summary else {
+            self.storage.append_entry(leaf)?;
             return Ok(None);
         };
-        let id = self.storage.create_entry_id()?;
+        // The move and its summary are one append: all of it or nothing.
+        let mut id = self.storage.create_entry_id()?;
+        while id == leaf.id() {
+            id = self.storage.create_entry_id()?;
+        }
         let text = |j: &Option<JsonText>| j.as_ref().map(|t| t.as_str().to_owned());
-        self.append_with_parent("branch_summary", &id, entry_id, |w| {
+        let summary = build_entry("branch_summary", &id, entry_id, |w| {
             w.str("fromId", entry_id.unwrap_or("root"))
                 .opt_raw("summary", text(&s.summary).as_deref())
                 .opt_raw("details", text(&s.details).as_deref())
                 .opt_raw("usage", text(&s.usage).as_deref())
                 .opt_raw("fromHook", text(&s.from_hook).as_deref());
-        })
-        .map(Some)
+        })?;
+        self.storage.append_entries(&[leaf, summary])?;
+        Ok(Some(id))
     }
 
     /// The active path from `from` (or the current leaf), root-side first.
@@ -294,4 +289,21 @@ pub fn sanitize_js_session_name(name: &JsString) -> JsString {
 /// The session-name rule for writing: runs of CR/LF become one space, then trim.
 pub fn sanitize_session_name(name: &str) -> String {
     sanitize_js_session_name(&JsString::new(name)).to_string_lossy()
+}
+
+/// An entry with the common fields (`type`, `id`, `parentId`, a timestamp of
+/// now) and the fields `fields` writes, validated.
+fn build_entry(
+    entry_type: &str,
+    id: &str,
+    parent: Option<&str>,
+    fields: impl FnOnce(&mut ObjectWriter),
+) -> Result<Entry> {
+    let mut w = ObjectWriter::new();
+    w.str("type", entry_type)
+        .str("id", id)
+        .opt_str_or_null("parentId", parent)
+        .str("timestamp", &now_timestamp());
+    fields(&mut w);
+    Entry::from_json(&w.finish())
 }

@@ -168,18 +168,24 @@ pub trait SessionStorage {
 
     /// Moves the leaf by appending a `leaf` entry; `id` must exist (`not_found`).
     fn set_leaf_id(&mut self, id: Option<&str>) -> Result<()> {
+        let leaf = self.leaf_entry(id)?;
+        self.append_entry(leaf)
+    }
+
+    /// The `leaf` entry that moves the leaf to `id` (which must exist,
+    /// `not_found`), not yet appended: for a move that appends more with it.
+    fn leaf_entry(&self, id: Option<&str>) -> Result<Entry> {
         if let Some(id) = id {
             if !self.contains_entry(id)? {
                 return Err(Error::EntryNotFound(id.to_owned()));
             }
         }
-        let leaf = Entry::new_leaf(
+        Ok(Entry::new_leaf(
             &self.create_entry_id()?,
             self.stored_leaf_id()?.as_deref(),
             &now_timestamp(),
             id,
-        );
-        self.append_entry(leaf)
+        ))
     }
 }
 
@@ -235,5 +241,8 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn set_leaf_id(&mut self, id: Option<&str>) -> Result<()> {
         (**self).set_leaf_id(id)
+    }
+    fn leaf_entry(&self, id: Option<&str>) -> Result<Entry> {
+        (**self).leaf_entry(id)
     }
 }

@@ -14,7 +14,8 @@
 //! * the store opens (`Archive::check` passes for SQLite);
 //! * the log before the trial is unchanged, byte for byte;
 //! * the new entries are exactly a prefix of what was requested, in order,
-//!   cut at a request boundary (or between the two appends of `moveTo`),
+//!   cut at a request boundary (a `moveTo` with its summary is one append:
+//!   never stored in part, but for a JSONL line torn by the kill),
 //!   and cover every acknowledged request; returned ids name those entries;
 //! * the leaf and its path equal an in-memory replay of the log.
 //!
@@ -46,7 +47,7 @@ enum Op {
     Message(Value),
     /// `setLeafId`.
     SetLeaf(Option<String>),
-    /// `moveTo` with a branch summary: two appends, not one transaction.
+    /// `moveTo` with a branch summary: a `leaf` and a `branch_summary` entry, one append.
     MoveTo(String, String),
     /// `appendLabel`.
     Label(String, String),
@@ -442,8 +443,11 @@ fn trial(store: &Store, state: &mut State, rng: &mut Rng, tally: &mut Tally, rel
         "more entries were stored than requested"
     );
     if let Some(op) = cut_inside {
+        // A move with a summary is one append of both entries (one SQLite
+        // transaction, one write of both JSONL lines): only a JSONL write
+        // torn by the kill can cut it, and then the torn line is the cut.
         assert!(
-            matches!(op, Op::MoveTo(..)),
+            matches!(op, Op::MoveTo(..)) && matches!(store, Store::Jsonl(_)) && reopened.torn,
             "a single request was stored in part: {op:?}"
         );
     }
