@@ -154,7 +154,8 @@ fn import_new(
         inner: file,
         hash: Fnv::new(),
     };
-    archive.write_session(|w| {
+    let canon_for_race = canon.clone();
+    let imported = archive.write_session(|w| {
         w.begin(&new_session_from_header(&header))?;
         let summary = pipelined(
             BufReader::with_capacity(1 << 16, &mut hashing),
@@ -183,7 +184,22 @@ fn import_new(
             bytes_read: summary.bytes,
             torn_tail: summary.torn_tail,
         })
-    })
+    });
+    match imported {
+        // Another import (another process) created the session between our
+        // look and our write: what it did stands, as if it had come first.
+        Err(Error::SessionExists(id)) => Ok(FileImport {
+            session_id: id,
+            outcome: match archive.import_record(&canon_for_race)? {
+                Some(r) if r.file_size == size && r.file_mtime == mtime => ImportOutcome::Unchanged,
+                _ => ImportOutcome::AlreadyPresent,
+            },
+            entries: 0,
+            bytes_read: 0,
+            torn_tail: None,
+        }),
+        other => other,
+    }
 }
 
 /// Entries the reading thread hands over at a time (one channel message per

@@ -59,6 +59,9 @@ pub enum Error {
     /// The leaf or a parent on a walk names an entry that does not exist (`invalid_session`).
     #[error("Entry {0} not found")]
     DanglingReference(String),
+    /// A session with this id is already in the archive (`invalid_session`).
+    #[error("session {0} already exists in the archive")]
+    SessionExists(String),
     /// A `parentId` chain loops back on itself (`invalid_session`); pi would hang.
     #[error("Entry {0} is its own ancestor: the parentId chain has a cycle")]
     ParentCycle(String),
@@ -156,6 +159,7 @@ impl Error {
         match self {
             Error::EntryNotFound(_) | Error::SessionNotFound(_) => ErrorCode::NotFound,
             Error::DanglingReference(_)
+            | Error::SessionExists(_)
             | Error::ParentCycle(_)
             | Error::InvalidHeader { .. }
             | Error::InvalidSession(_) => ErrorCode::InvalidSession,

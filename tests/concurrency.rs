@@ -484,3 +484,51 @@ fn an_import_that_appends_takes_the_writer_claim() {
     assert_eq!(writer.entry_count().unwrap(), 3);
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
+
+/// Two imports of one directory at once (two machines' cron jobs, two
+/// terminals): both succeed, every file is imported exactly once, and the
+/// one that finds a session the other just created reports it as there
+/// already, never as a failure.
+#[test]
+fn concurrent_imports_of_one_directory_both_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("sessions");
+    sessiontree::gen::generate(
+        &files,
+        &sessiontree::gen::GenOptions {
+            shape: sessiontree::gen::Shape::Archive,
+            entries: 3_000,
+            sessions: Some(40),
+            seed: 3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for round in 0..3 {
+        let db = dir.path().join(format!("a{round}.db"));
+        let spawn = || {
+            std::process::Command::new(bin())
+                .args(["--json", "--db"])
+                .arg(&db)
+                .arg("import")
+                .arg(&files)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let mut imported = 0;
+        for child in [a, b] {
+            let out = child.wait_with_output().unwrap();
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+            assert!(out.status.success(), "round {round}: {report}");
+            assert_eq!(report["failed"], json!([]), "round {round}: {report}");
+            imported += report["imported"].as_u64().unwrap();
+        }
+        assert_eq!(imported, 40, "round {round}: every file imported once");
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    }
+}

@@ -20,10 +20,7 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
         .optional()
         .map_err(sql("creating a session"))?;
     if exists.is_some() {
-        return Err(Error::InvalidSession(format!(
-            "session {} already exists in the archive",
-            new.id
-        )));
+        return Err(Error::SessionExists(new.id.clone()));
     }
     tx.execute(
         "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
