@@ -8,7 +8,7 @@
 //! other way is refused (delete the session to import it afresh).
 
 use crate::backend::jsonl::{
-    read_open_header, read_session_from, Header, ReadStart, ReadSummary, TornTail,
+    check_session_id, read_open_header, read_session_from, Header, ReadStart, ReadSummary, TornTail,
 };
 use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
@@ -139,6 +139,8 @@ fn import_new(
     mtime: i64,
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
+    // An id that could not be exported (a path, `..`) is refused at the door.
+    check_session_id(&header.id)?;
     if archive.has_session(&header.id)? {
         return Ok(FileImport {
             session_id: header.id,

@@ -996,7 +996,43 @@ fn export_refuses_to_write_outside_the_directory() {
     );
     sb.write("in/evil.jsonl", &evil.text());
     good.save(&sb, "in");
-    sb.import(&[&sb.path("in")]);
+    // Import refuses an id that could never be exported, naming the file.
+    let imported = sb.run(&["--json", "import", s(&sb.path("in"))]);
+    assert_eq!(imported.status, 2, "{imported:#?}");
+    let v = imported.parse();
+    assert_eq!(
+        (v["imported"].as_u64(), v["failed"][0]["code"].as_str()),
+        (Some(1), Some("invalid_session"))
+    );
+    assert!(
+        v["failed"][0]["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("evil.jsonl")),
+        "{v}"
+    );
+    // An archive written before import checked ids may hold one: export
+    // still refuses it.
+    {
+        let archive = sessiontree::backend::sqlite::Archive::open(
+            sb.default_db(),
+            sessiontree::Durability::Relaxed,
+        )
+        .expect("archive");
+        let text = evil.text();
+        let mut lines = text.lines();
+        let header = lines.next().expect("header");
+        let new = sessiontree::backend::sqlite::NewSession {
+            id: "../../escaped".into(),
+            created_at: "2025-01-01T00:00:00.000Z".into(),
+            cwd: "/p".into(),
+            parent_session: None,
+            metadata: None,
+            header: header.to_owned(),
+        };
+        archive
+            .create_session_with(&new, lines.map(sessiontree::Entry::from_json))
+            .expect("an old archive's session");
+    }
     let out = sb.path("box/out");
 
     // The refused session is reported; the others are exported (status 2, as import).

@@ -1,9 +1,10 @@
 //! Security: every SQL statement is parameterized, so ids, labels, names,
 //! working directories and search queries full of quotes, SQL and FTS5 syntax
 //! are stored and found as data, through the library and the CLI; export
-//! never writes outside `--out` (a crafted imported header id or timestamp
-//! like `../../x` is refused); import stores such headers as data without
-//! touching paths; session ids are validated before they become file names.
+//! never writes outside `--out` (a crafted header timestamp like `../../x` is
+//! refused); import refuses a header id that is a path and stores other
+//! hostile headers as data without touching paths; session ids are
+//! validated before they become file names.
 
 mod support;
 
@@ -390,6 +391,7 @@ fn export_refuses_path_traversal() {
             "2025-01-01T00:00:00.000Z",
         ),
         ("a/b", "/p", "2025-01-01T00:00:00.000Z"),
+        ("..", "/p", "2025-01-01T00:00:00.000Z"),
         ("back\\slash", "/p", "2025-01-01T00:00:00.000Z"),
         ("ts", "/p", "../../../escape"),
         ("ts2", "/p", "/abs/olute"),
@@ -401,6 +403,14 @@ fn export_refuses_path_traversal() {
         hostile_file(&src, id, cwd, ts);
         let before = files_under(dir.path());
         let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        if *id == ".." || id.contains(['/', '\\']) {
+            // An id that could never be exported is refused at import.
+            let err = import_jsonl(&archive, &src).expect_err("a path as a session id");
+            assert_eq!(err.code(), ErrorCode::InvalidSession, "{err}");
+            assert!(err.to_string().contains("cannot be a file name"), "{err}");
+            assert!(!archive.has_session(id).unwrap());
+            continue;
+        }
         let r = import_jsonl(&archive, &src).unwrap_or_else(|e| panic!("import {id:?}: {e}"));
         assert_eq!(r.session_id, *id, "the header is stored as data");
         drop(archive);
