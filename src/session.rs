@@ -99,11 +99,25 @@ impl<S: SessionStorage> Session<S> {
         Ok(id.to_owned())
     }
 
-    /// Appends a `message` entry.
+    /// Appends a `message` entry. The message must be an object with a string
+    /// `role` (`invalid_entry`, nothing written): pi would store anything, and
+    /// every later statistics or context read of the session would fail.
     pub fn append_message(&mut self, message: &JsonText) -> Result<String> {
-        self.append_built("message", |w| {
+        let id = self.storage.create_entry_id()?;
+        let parent = self.storage.leaf_id()?;
+        let entry = build_entry("message", &id, parent.as_deref(), |w| {
             w.raw("message", message.as_str());
-        })
+        })?;
+        if entry.facts().role.is_none() {
+            let text = message.as_str();
+            let shown: String = text.chars().take(60).collect();
+            let more = if shown.len() < text.len() { "…" } else { "" };
+            return Err(Error::InvalidEntry(format!(
+                "appendMessage: the message must be an object with a string role, got {shown}{more}"
+            )));
+        }
+        self.storage.append_entry(entry)?;
+        Ok(id)
     }
 
     /// Appends a `thinking_level_change` entry.

@@ -987,3 +987,26 @@ pub fn leaf_moves_are_the_navigation_history_newest_first<H: Harness>(h: &mut H)
     assert_eq!(s.leaf_moves(10)?, moves);
     Ok(())
 }
+
+pub fn append_message_needs_an_object_with_a_role<H: Harness>(h: &mut H) -> R {
+    let mut session = Session::new(h.fresh());
+    session.append_message(&JsonText::parse(r#"{"role":"user","content":"hi"}"#)?)?;
+    for bad in [
+        "null",
+        "5",
+        r#""text""#,
+        "[]",
+        "{}",
+        r#"{"role":5}"#,
+        r#"{"content":"x"}"#,
+    ] {
+        let err = session
+            .append_message(&JsonText::parse(bad)?)
+            .expect_err(bad);
+        assert_eq!(err.code(), ErrorCode::InvalidEntry, "{bad}: {err}");
+        assert!(err.to_string().contains("string role"), "{err}");
+    }
+    assert_eq!(session.storage().entry_count()?, 1, "nothing was written");
+    assert_eq!(session.storage().session_stats()?.message_count, 1);
+    Ok(())
+}

@@ -44,6 +44,9 @@ pub use archive::{ArchiveTotals, ImportRecord, ListQuery, NewSession, SearchHit,
 pub use storage::SqliteStorage;
 pub use writer::SessionWriter;
 
+/// How long a connection waits for another's lock before `database is locked`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The reader pool.
 pub type Pool = r2d2::Pool<ConnectionManager>;
 
@@ -65,7 +68,7 @@ impl ConnectionManager {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
         let conn = Connection::open_with_flags(&self.path, flags)?;
-        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         let sync = match self.durability {
             Durability::Full => "FULL",
@@ -112,6 +115,24 @@ fn stored_js_string(text: String) -> JsString {
     JsString::from_json_literal(&text).unwrap_or_else(|| JsString::new(&text))
 }
 
+/// Switches to WAL. Two processes creating one archive at once both try
+/// this; SQLite answers the loser `SQLITE_BUSY` at once, without its busy
+/// handler, so the switch is retried for as long as a busy wait would wait.
+fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Archive {
     /// Opens (creating if needed) an archive, migrated to the latest schema.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self> {
@@ -133,9 +154,7 @@ impl Archive {
         };
         let ctx = || format!("opening archive {}", path.display());
         let mut conn = manager.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(|e| Error::sqlite(ctx(), e))?;
+        let mode = switch_to_wal(&conn).map_err(|e| Error::sqlite(ctx(), e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::InvalidSession(format!(
                 "{}: SQLite would not switch to WAL journaling (got {mode})",
