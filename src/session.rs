@@ -99,25 +99,23 @@ impl<S: SessionStorage> Session<S> {
         Ok(id.to_owned())
     }
 
-    /// Appends a `message` entry. The message must be an object with a string
-    /// `role` (`invalid_entry`, nothing written): pi would store anything, and
-    /// every later statistics or context read of the session would fail.
+    /// Appends a `message` entry. The message must be a JSON object
+    /// (`invalid_entry`, nothing written): pi would store `null` or a string
+    /// too, and every later statistics or context read of the session would
+    /// then fail. (An object without a `role` is pi's to judge: stored.)
     pub fn append_message(&mut self, message: &JsonText) -> Result<String> {
-        let id = self.storage.create_entry_id()?;
-        let parent = self.storage.leaf_id()?;
-        let entry = build_entry("message", &id, parent.as_deref(), |w| {
-            w.raw("message", message.as_str());
-        })?;
-        if entry.facts().role.is_none() {
+        // `JsonText` is compact JSON: an object is exactly what starts with `{`.
+        if !message.as_str().starts_with('{') {
             let text = message.as_str();
             let shown: String = text.chars().take(60).collect();
             let more = if shown.len() < text.len() { "…" } else { "" };
             return Err(Error::InvalidEntry(format!(
-                "appendMessage: the message must be an object with a string role, got {shown}{more}"
+                "appendMessage: the message must be a JSON object, got {shown}{more}"
             )));
         }
-        self.storage.append_entry(entry)?;
-        Ok(id)
+        self.append_built("message", |w| {
+            w.raw("message", message.as_str());
+        })
     }
 
     /// Appends a `thinking_level_change` entry.

@@ -41,7 +41,7 @@ macro_rules! conformance {
             stats_sum_seventeen_digit_costs_exactly,
             labels_and_names_keep_lone_surrogates,
             leaf_moves_are_the_navigation_history_newest_first,
-            append_message_needs_an_object_with_a_role,
+            append_message_needs_an_object,
         );
     };
     (@cases $backend:ident, $make:expr, $($case:ident),+ $(,)?) => {
