@@ -689,6 +689,13 @@ fn migration_5_rebuilds_the_branch_cache_in_place() -> R {
         rows > 0 && widest == ANCESTRY_BLOCK,
         "{rows} blocks, the widest {widest} rows"
     );
+    // The quadratic ancestry's pages went back to the file system.
+    let (free, pages): (i64, i64) = archive.conn()?.query_row(
+        "SELECT (SELECT freelist_count FROM pragma_freelist_count), (SELECT page_count FROM pragma_page_count)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    assert_eq!(free, 0, "{free} of {pages} pages free after the migration");
     assert_eq!(archive.check(None)?, Vec::<String>::new());
     for (session, id, path) in before {
         let s = archive.open_session(&session)?;

@@ -98,7 +98,7 @@ const DEPTH_MASK: i64 = (1 << DEPTH_BITS) - 1;
 /// `to_depth` of a segment's own ancestry row: the segment may still grow.
 pub const OPEN_END: i64 = DEPTH_MASK;
 /// Ancestry rows per segment: itself and its nearest ancestors (invariant 4;
-/// `schema/0005_branch_cache_v2.sql` trims version-1 archives to the same).
+/// [`migrate_to_v2`] trims version-1 archives to the same).
 pub const ANCESTRY_BLOCK: i64 = 8;
 
 /// The key of the entry at `depth` in `segment`.
@@ -754,12 +754,10 @@ struct ModelSegment {
     missing_root_parent: Option<String>,
 }
 
-/// Fills in the cache of existing segments after schema version 5 added
-/// `position` and `jump_segment` (parents before children, by id).
-pub(super) fn fill_jump_pointers(
-    tx: &Connection,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<()> {
+/// Schema version 5's rewrite of a version-1 cache: each segment's ancestry
+/// trimmed to its block (invariant 4), `position` and `jump_segment` filled
+/// in (parents before children, by id). Progress counts segments.
+pub(super) fn migrate_to_v2(tx: &Connection, mut progress: impl FnMut(u64, u64)) -> Result<()> {
     let total: i64 = tx
         .query_row("SELECT count(*) FROM segments", [], |r| r.get(0))
         .map_err(sql("counting segments"))?;
@@ -771,6 +769,13 @@ pub(super) fn fill_jump_pointers(
     let mut write = tx
         .prepare("UPDATE segments SET position = ?2, jump_segment = ?3 WHERE segment_id = ?1")
         .map_err(sql("writing jump pointers"))?;
+    let mut trim = tx
+        .prepare(
+            "DELETE FROM segment_ancestry WHERE segment_id = ?1 AND from_depth <
+                 (SELECT from_depth FROM segment_ancestry WHERE segment_id = ?1
+                  ORDER BY from_depth DESC LIMIT 1 OFFSET ?2)",
+        )
+        .map_err(sql("trimming segment ancestry"))?;
     let mut rows = read.query([]).map_err(sql("reading segments"))?;
     let mut done = 0u64;
     while let Some(row) = rows.next().map_err(sql("reading segments"))? {
@@ -796,6 +801,9 @@ pub(super) fn fill_jump_pointers(
         write
             .execute(params![id, position, jump])
             .map_err(sql("writing jump pointers"))?;
+        // Rows above the block's root-most one go (a range delete by key).
+        trim.execute(params![id, ANCESTRY_BLOCK - 1])
+            .map_err(sql("trimming segment ancestry"))?;
         known.insert(id, (position, jump));
         done += 1;
         if done.is_multiple_of(4096) || done == total {
@@ -1066,8 +1074,6 @@ mod tests {
     #[test]
     fn the_block_size_spelled_in_sql_is_the_constant() {
         assert!(COPY_ANCESTRY.ends_with(&format!("LIMIT {}", ANCESTRY_BLOCK - 1)));
-        let migration = include_str!("../../../schema/0005_branch_cache_v2.sql");
-        assert!(migration.contains(&format!("WHERE nearness > {ANCESTRY_BLOCK})")));
     }
 
     /// Myers' rule gives every node of a chain a jump whose search reaches
