@@ -84,19 +84,9 @@ impl<S: SessionStorage> Session<S> {
     ) -> Result<String> {
         let id = self.storage.create_entry_id()?;
         let parent = self.storage.leaf_id()?;
-        self.append_with_parent(entry_type, &id, parent.as_deref(), fields)
-    }
-
-    fn append_with_parent(
-        &mut self,
-        entry_type: &str,
-        id: &str,
-        parent: Option<&str>,
-        fields: impl FnOnce(&mut ObjectWriter),
-    ) -> Result<String> {
-        let entry = build_entry(entry_type, id, parent, fields)?;
+        let entry = build_entry(entry_type, &id, parent.as_deref(), fields)?;
         self.storage.append_entry(entry)?;
-        Ok(id.to_owned())
+        Ok(id)
     }
 
     /// Appends a `message` entry. The message must be a JSON object

@@ -147,6 +147,18 @@ struct Budget {
     max: usize,
 }
 
+impl Budget {
+    /// The budget for a bulk import: a 100,000-entry import takes seconds,
+    /// so two runs are enough there.
+    fn for_import(&self, size: usize) -> Budget {
+        Budget {
+            secs: self.secs,
+            min: if size >= 100_000 { 2 } else { self.min },
+            max: self.max,
+        }
+    }
+}
+
 /// Runs `f` until the budget is spent (at least `min`, at most `max` times);
 /// the first run is a warm-up unless it alone took more than a quarter of the budget.
 fn measure(budget: &Budget, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
@@ -427,12 +439,9 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
             ] {
                 progress(&format!("import {} @ {size}", b.name()));
                 let dir = common::scratch(&work, &format!("import-{}", b.name()))?;
-                let import_budget = Budget {
-                    secs: budget.secs,
-                    min: if size >= 100_000 { 2 } else { budget.min },
-                    max: budget.max,
-                };
-                let samples = measure(&import_budget, || common::import(b, &file, &dir).map(drop))?;
+                let samples = measure(&budget.for_import(size), || {
+                    common::import(b, &file, &dir).map(drop)
+                })?;
                 let _ = std::fs::remove_dir_all(&dir);
                 let mut row = Row {
                     op: "import",
@@ -902,12 +911,7 @@ fn measure_shapes(
         let file = ds.main().path.clone();
         let mb = ds.main().bytes as f64 / 1e6;
         let dir = common::scratch(work, "shape-import")?;
-        let import_budget = Budget {
-            secs: budget.secs,
-            min: if size >= 100_000 { 2 } else { budget.min },
-            max: budget.max,
-        };
-        let samples = measure(&import_budget, || {
+        let samples = measure(&budget.for_import(size), || {
             common::import(Backend::Sqlite, &file, &dir).map(drop)
         })?;
         let (bytes, segments) = common::archive_bytes(&dir.join("import.db"))?;

@@ -639,32 +639,15 @@ pub fn path(
     cost: &mut ReadCost,
 ) -> Result<Vec<Entry>> {
     let plan = plan_path(conn, session_key, start, cost)?;
-    let mut out = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
-    // Runs of one segment: (segment, first index in `out`).
-    let mut runs: Vec<(i64, usize)> = Vec::new();
+    let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
     scan_path(conn, &plan, cost, |seg, text| {
-        if runs.last().is_none_or(|&(s, _)| s != seg) {
-            runs.push((seg, out.len()));
-        }
-        out.push(Entry::from_checked_text(text.to_owned()));
+        rows.push((seg, Entry::from_checked_text(text.to_owned())));
     })?;
-    // Root-first is ascending segment id (invariant 3).
-    if runs.windows(2).all(|w| w[0].0 < w[1].0) {
-        return Ok(out);
-    }
-    let bounds: Vec<(i64, usize, usize)> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, &(seg, start))| (seg, start, runs.get(i + 1).map_or(out.len(), |r| r.1)))
-        .collect();
-    let mut order: Vec<&(i64, usize, usize)> = bounds.iter().collect();
-    order.sort_by_key(|b| b.0);
-    let mut slots: Vec<Option<Entry>> = out.into_iter().map(Some).collect();
-    let mut sorted = Vec::with_capacity(slots.len());
-    for &&(_, from, to) in &order {
-        sorted.extend(slots[from..to].iter_mut().filter_map(Option::take));
-    }
-    Ok(sorted)
+    // Root-first is ascending segment id (invariant 3); each segment's rows
+    // already come root-first, so a stable sort only reorders whole runs
+    // (and finds the runs in one pass).
+    rows.sort_by_key(|&(seg, _)| seg);
+    Ok(rows.into_iter().map(|(_, entry)| entry).collect())
 }
 
 /// The path's rows as stored, text only, without building entries: what the
