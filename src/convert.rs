@@ -10,6 +10,7 @@
 use crate::backend::jsonl::{
     check_session_id, read_open_header, read_session_from, Header, ReadStart, ReadSummary, TornTail,
 };
+use crate::backend::sqlite::codec::Prepared;
 use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
@@ -96,6 +97,41 @@ fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     Ok((canon.to_string_lossy().into_owned(), meta.len(), mtime))
+}
+
+/// Trains the archive's first compression dictionary from the files about
+/// to be imported, unless it has one (a later `compact` retrains on the
+/// whole archive). Reads at most the training budget, spread over the
+/// files; returns the dictionary's size if one was trained.
+pub fn train_dictionary_for(
+    archive: &Archive,
+    files: &[std::path::PathBuf],
+) -> Result<Option<usize>> {
+    use crate::backend::sqlite::codec::TRAINING_BUDGET;
+    if files.is_empty() || archive.has_dictionary()? {
+        return Ok(None);
+    }
+    let per_file = (TRAINING_BUDGET / files.len()).max(64 << 10);
+    let mut samples = Vec::new();
+    let mut total = 0;
+    for file in files {
+        let Ok(f) = File::open(file) else { continue };
+        let mut taken = 0;
+        // The header line teaches nothing entries share.
+        for line in BufReader::new(f).split(b'\n').skip(1) {
+            let Ok(line) = line else { break };
+            taken += line.len();
+            total += line.len();
+            samples.push(line);
+            if taken >= per_file || total >= TRAINING_BUDGET {
+                break;
+            }
+        }
+        if total >= TRAINING_BUDGET {
+            break;
+        }
+    }
+    archive.train_first_dictionary(&samples)
 }
 
 /// Imports a pi session file (version 1, 2 or 3) into the archive, streaming
@@ -212,8 +248,8 @@ const PIPELINE_BATCH_BYTES: usize = 1 << 20;
 /// Batches the reading thread may run ahead of the writing one.
 const PIPELINE_DEPTH: usize = 4;
 
-/// Reads and parses entries (and extracts their search text) on a second
-/// thread while this one writes them, so an import keeps both cores busy.
+/// Reads and parses entries (and extracts their search text and compresses
+/// them) on a second thread while this one writes them, so an import keeps both cores busy.
 /// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
 /// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead.
 fn pipelined<R: BufRead + Send>(
@@ -222,7 +258,8 @@ fn pipelined<R: BufRead + Send>(
     start: ReadStart,
     w: &mut SessionWriter<'_>,
 ) -> Result<ReadSummary> {
-    type Batch = Vec<(crate::entry::Entry, Option<(String, String)>)>;
+    type Batch = Vec<(crate::entry::Entry, Option<(String, String)>, Prepared)>;
+    let encoder = w.encoder()?;
     std::thread::scope(|scope| {
         let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(PIPELINE_DEPTH);
         let reading = scope.spawn(move || {
@@ -231,8 +268,9 @@ fn pipelined<R: BufRead + Send>(
             let mut bytes = 0;
             let summary = read_session_from(reader, path, start, |_, entry| {
                 let text = searchable_text(&entry);
+                let prepared = encoder.prepare(entry.json());
                 bytes += entry.json().len();
-                batch.push((entry, text));
+                batch.push((entry, text, prepared));
                 if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
                     bytes = 0;
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
@@ -247,8 +285,8 @@ fn pipelined<R: BufRead + Send>(
         });
         let mut written = Ok(());
         'batches: for batch in receive.iter() {
-            for (entry, text) in batch {
-                if let Err(e) = w.push_indexed(&entry, text) {
+            for (entry, text, prepared) in batch {
+                if let Err(e) = w.push_prepared(&entry, text, &prepared) {
                     written = Err(e);
                     break 'batches;
                 }

@@ -145,6 +145,10 @@ pub enum Error {
         /// The newest version this build knows.
         supported: i64,
     },
+    /// Stored bytes cannot be read back as they were written: a damaged
+    /// compressed entry, a missing dictionary or blob (`storage`).
+    #[error("{0}")]
+    Corrupt(String),
     /// A store was poisoned by an earlier failed write and refuses further writes (`storage`).
     #[error("{0}")]
     Poisoned(String),
@@ -176,6 +180,7 @@ impl Error {
             | Error::Pool(_)
             | Error::WriterClaimed { .. }
             | Error::SchemaTooNew { .. }
+            | Error::Corrupt(_)
             | Error::Poisoned(_) => ErrorCode::Storage,
             Error::Usage(_) => ErrorCode::Usage,
             Error::Unknown(_) => ErrorCode::Unknown,

@@ -303,7 +303,7 @@ fn hot_queries_use_indexes() -> R {
             "entries_by_id",
         ),
         (
-            "SELECT json FROM entries WHERE session_key = 1 AND type = 'x' ORDER BY seq",
+            "SELECT json FROM entries WHERE session_key = 1 AND type = 'x' AND type <> 'message' ORDER BY seq",
             "entries_by_type",
         ),
         (
@@ -332,10 +332,56 @@ fn hot_queries_use_indexes() -> R {
     Ok(())
 }
 
+/// Turns an archive of the latest schema back into what a version-5 build
+/// wrote: every entry's text stored plain (with `parent_id` and `timestamp`
+/// columns), the search index holding its own copy of the text, no
+/// dictionaries or blobs.
+fn downgrade_to_version_5(db: &std::path::Path) -> R {
+    let texts = Archive::open(db, Durability::Relaxed)?
+        .query_read_only("SELECT entry_key, entry_text(entry_key), session_key FROM entries")?;
+    let conn = rusqlite::Connection::open(db)?;
+    conn.execute_batch(
+        "DROP TRIGGER entries_are_append_only;
+         DROP INDEX entries_by_type;
+         ALTER TABLE entries ADD COLUMN parent_id TEXT;
+         ALTER TABLE entries ADD COLUMN timestamp TEXT NOT NULL DEFAULT '';
+         DROP TABLE message_text;
+         -- SQLite 3.54 leaves this shadow table of a contentless_unindexed table behind.
+         DROP TABLE IF EXISTS message_text_content;
+         CREATE VIRTUAL TABLE message_text USING fts5 (text, role UNINDEXED, session_key UNINDEXED,
+             tokenize = 'unicode61 remove_diacritics 2');
+         DROP TABLE dictionaries; DROP TABLE entry_blobs; DROP TABLE blobs;",
+    )?;
+    for row in &texts.rows {
+        let [key, rusqlite::types::Value::Text(text), session] = &row[..] else {
+            panic!("an entry without text: {row:?}");
+        };
+        let entry = Entry::from_json(text)?;
+        conn.execute(
+            "UPDATE entries SET json = ?2, parent_id = ?3, timestamp = ?4 WHERE entry_key = ?1",
+            rusqlite::params![key, text, entry.facts().parent(), entry.timestamp()],
+        )?;
+        if let Some((role, text)) = sessiontree::backend::sqlite::search::searchable_text(&entry) {
+            conn.execute(
+                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![key, text, role, session],
+            )?;
+        }
+    }
+    conn.execute_batch(
+        "CREATE INDEX entries_by_type ON entries (session_key, type, seq);
+         CREATE TRIGGER entries_are_append_only BEFORE UPDATE ON entries
+         BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;
+         PRAGMA user_version = 5;",
+    )?;
+    Ok(())
+}
+
 /// Turns an archive of the latest schema back into what a version-4 build
-/// wrote: the branch cache v1 (`segment_ancestry` rows for every segment on
-/// each segment's path, no jump pointers).
-fn downgrade_to_version_4(conn: &rusqlite::Connection) -> R {
+/// wrote (the quadratic v1 ancestry, no positions or jump pointers).
+fn downgrade_to_version_4(db: &std::path::Path) -> R {
+    downgrade_to_version_5(db)?;
+    let conn = rusqlite::Connection::open(db)?;
     conn.execute_batch(
         "DELETE FROM segment_ancestry;
          WITH RECURSIVE up (seg, ancestor, from_depth, to_depth, parent) AS (
@@ -390,8 +436,8 @@ fn migration_4_recomputes_stats_and_keeps_labels() -> R {
     }
     // What a version-3 build left behind.
     {
+        downgrade_to_version_4(&db)?;
         let conn = rusqlite::Connection::open(&db)?;
-        downgrade_to_version_4(&conn)?;
         // A stale total, as summed from mis-read costs.
         let wrong = pi_total + 1e-17;
         assert_ne!(wrong.to_bits(), pi_total.to_bits());
@@ -660,8 +706,8 @@ fn migration_5_rebuilds_the_branch_cache_in_place() -> R {
                 before.push((id.clone(), e.id().to_owned(), jsons(&path)));
             }
         }
+        downgrade_to_version_4(&db)?;
         let conn = rusqlite::Connection::open(&db)?;
-        downgrade_to_version_4(&conn)?;
         let v1_rows: i64 =
             conn.query_row("SELECT count(*) FROM segment_ancestry", [], |r| r.get(0))?;
         assert!(

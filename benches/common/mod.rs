@@ -235,6 +235,8 @@ fn prepare_stores(
     let started = Instant::now();
     {
         let a = Archive::open(&archive, Durability::Relaxed)?;
+        let files: Vec<_> = report.sessions.iter().map(|s| s.path.clone()).collect();
+        sessiontree::convert::train_dictionary_for(&a, &files)?;
         for s in &report.sessions {
             import_jsonl(&a, &s.path)?;
         }
@@ -749,6 +751,7 @@ pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
             let db = dir.join("import.db");
             remove_db(&db);
             let archive = Archive::open(&db, Durability::Full)?;
+            sessiontree::convert::train_dictionary_for(&archive, &[file.to_owned()])?;
             Ok(import_jsonl(&archive, file)?.entries)
         }
         Backend::Jsonl | Backend::Memory => {

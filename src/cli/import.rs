@@ -147,6 +147,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
+    sessiontree::convert::train_dictionary_for(&archive, &files)?;
     let (mut imported, mut appended, mut unchanged, mut present) = (0u64, 0u64, 0u64, 0u64);
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut failed = Vec::new();

@@ -5,6 +5,7 @@ mod bench;
 mod browse;
 mod gen;
 mod import;
+mod maintain;
 mod rpc;
 mod target;
 mod tree;
@@ -88,6 +89,10 @@ pub enum Command {
     Check(write::CheckArgs),
     /// Delete sessions from the archive (each in one transaction, with everything derived from it).
     Delete(write::DeleteArgs),
+    /// Retrain the compression dictionary, re-encode every entry, drop what nothing uses, VACUUM.
+    Compact(maintain::CompactArgs),
+    /// Run one read-only SQL statement on the archive (`entry_text(entry_key)` reads an entry).
+    Sql(maintain::SqlArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
     Rpc(rpc::RpcArgs),
     /// Generate deterministic pi-realistic session files (benchmarks, tests).
@@ -158,6 +163,8 @@ pub fn run() -> i32 {
         Command::Move(args) => write::move_leaf(&cli, args).map(Some),
         Command::Check(args) => write::check(&cli, args).map(Some),
         Command::Delete(args) => write::delete(&cli, args).map(Some),
+        Command::Compact(args) => maintain::compact(&cli, args).map(Some),
+        Command::Sql(args) => maintain::sql(&cli, args).map(Some),
     };
     match result {
         Ok(None) => 0,
@@ -238,6 +245,21 @@ pub fn archive_path(cli: &Cli) -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
         .unwrap_or_else(|| PathBuf::from("."));
     base.join("sessiontree").join("archive.db")
+}
+
+/// Opens the archive, which must exist: a command that only reads or
+/// rewrites an archive never creates one at a mistyped path.
+pub fn open_existing_archive(
+    cli: &Cli,
+) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
+    let path = archive_path(cli);
+    if !path.is_file() {
+        return Err(Error::io(
+            format!("no archive at {}", path.display()),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    open_archive(cli)
 }
 
 /// Opens (creating if needed) the archive.

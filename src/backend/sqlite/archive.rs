@@ -2,7 +2,7 @@
 
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, verify_session_facts, Appender, SessionWriter};
-use super::{branch_cache, sql, stored_js_string, Archive};
+use super::{branch_cache, search, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::json::JsString;
@@ -109,7 +109,7 @@ impl Archive {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql("creating a session"))?;
         let key = insert_session(&tx, new)?;
-        let mut appender = Appender::start(&tx, key)?;
+        let mut appender = Appender::start(&tx, self.codec(), key)?;
         for e in entries {
             appender.push(&tx, &e?)?;
         }
@@ -128,9 +128,13 @@ impl Archive {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql("starting a session write"))?;
-        let mut writer = SessionWriter { tx, appender: None };
+        let mut writer = SessionWriter {
+            tx,
+            appender: None,
+            codec: self.codec(),
+        };
         let out = fill(&mut writer)?;
-        let SessionWriter { tx, appender } = writer;
+        let SessionWriter { tx, appender, .. } = writer;
         if let Some(a) = appender {
             a.finish(&tx)?;
         }
@@ -292,8 +296,24 @@ impl Archive {
             [key],
         )
         .map_err(sql("deleting a session"))?;
+        // The session's blobs, before the cascade forgets which they were.
+        let blobs: Vec<i64> = tx
+            .prepare("SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1")
+            .and_then(|mut st| {
+                st.query_map([key], |r| r.get(0))
+                    .and_then(Iterator::collect)
+            })
+            .map_err(sql("deleting a session"))?;
         tx.execute("DELETE FROM sessions WHERE session_key = ?1", [key])
             .map_err(sql("deleting a session"))?;
+        for blob in blobs {
+            tx.execute(
+                "DELETE FROM blobs WHERE blob_id = ?1
+                   AND NOT EXISTS (SELECT 1 FROM entry_blobs WHERE blob_id = ?1)",
+                [blob],
+            )
+            .map_err(sql("deleting a session"))?;
+        }
         tx.commit().map_err(sql("deleting a session"))
     }
 
@@ -314,7 +334,7 @@ impl Archive {
         let conn = self.conn()?;
         let mut st = conn
             .prepare_cached(
-                "SELECT s.id, e.id, m.role, snippet(message_text, 0, '[', ']', '…', 12), bm25(message_text)
+                "SELECT s.id, e.id, m.role, bm25(message_text), m.rowid
                  FROM message_text m
                  JOIN entries e ON e.entry_key = m.rowid
                  JOIN sessions s ON s.session_key = e.session_key
@@ -323,7 +343,7 @@ impl Archive {
                  ORDER BY bm25(message_text) LIMIT ?5",
             )
             .map_err(sql("searching"))?;
-        let hits = st
+        let ranked: Vec<(SearchHit, i64)> = st
             .query_map(
                 params![
                     words,
@@ -333,18 +353,37 @@ impl Archive {
                     i64::try_from(limit).unwrap_or(i64::MAX)
                 ],
                 |r| {
-                    Ok(SearchHit {
+                    let hit = SearchHit {
                         session_id: r.get(0)?,
                         entry_id: r.get(1)?,
                         role: r.get(2)?,
-                        snippet: r.get(3)?,
-                        rank: r.get(4)?,
-                    })
+                        snippet: String::new(),
+                        rank: r.get(3)?,
+                    };
+                    Ok((hit, r.get(4)?))
                 },
             )
             .and_then(Iterator::collect)
-            .map_err(sql("searching"));
-        hits
+            .map_err(sql("searching"))?;
+        // The index keeps no text: each hit's snippet is cut from its entry,
+        // read only for the hits returned.
+        let terms = search::query_terms(query);
+        let mut read = conn
+            .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
+            .map_err(sql("searching"))?;
+        let mut hits = Vec::with_capacity(ranked.len());
+        for (mut hit, key) in ranked {
+            let stored: rusqlite::types::Value = read
+                .query_row([key], |r| r.get(0))
+                .map_err(sql("searching"))?;
+            let entry = Entry::from_checked_text(self.codec().decode(&conn, (&stored).into())?);
+            let text = search::searchable_text(&entry)
+                .map(|(_, text)| text)
+                .unwrap_or_default();
+            hit.snippet = search::snippet(&text, &terms, SNIPPET_TOKENS);
+            hits.push(hit);
+        }
+        Ok(hits)
     }
 
     /// `PRAGMA integrity_check` plus the branch-cache [`branch_cache::verify`] of
@@ -371,10 +410,10 @@ impl Archive {
             problems.extend(orphan_rows(&conn)?);
         }
         for (key, id) in sessions {
-            for p in branch_cache::verify(&conn, key)? {
+            for p in branch_cache::verify(&conn, self.codec(), key)? {
                 problems.push(format!("session {id}: {p}"));
             }
-            for p in verify_session_facts(&conn, key)? {
+            for p in verify_session_facts(&conn, self.codec(), key)? {
                 problems.push(format!("session {id}: {p}"));
             }
         }
@@ -421,6 +460,9 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
     }
     Ok(problems)
 }
+
+/// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).
+const SNIPPET_TOKENS: usize = 12;
 
 /// Quotes each word so user text is never read as FTS5 syntax. NUL splits
 /// words too: FTS5 reads its query as a C string and would stop at one.

@@ -86,6 +86,7 @@
 //! per fork and make the ancestry table outgrow the page cache.
 //! [`verify`] rebuilds all of this from `entries` and compares.
 
+use super::codec::Codec;
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -604,7 +605,7 @@ fn scan_path(
     conn: &Connection,
     plan: &PathPlan,
     cost: &mut ReadCost,
-    mut visit: impl FnMut(i64, &str),
+    mut visit: impl FnMut(i64, rusqlite::types::ValueRef<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(PATH_QUERY)
@@ -616,11 +617,7 @@ fn scan_path(
     let mut returned = 0;
     while let Some(row) = rows.next().map_err(sql("reading a path"))? {
         let seg: i64 = row.get(0).map_err(sql("reading a path"))?;
-        let text = row
-            .get_ref(1)
-            .and_then(|v| v.as_str().map_err(Into::into))
-            .map_err(sql("reading a path"))?;
-        visit(seg, text);
+        visit(seg, row.get_ref(1).map_err(sql("reading a path"))?)?;
         returned += 1;
     }
     drop(rows);
@@ -634,14 +631,16 @@ fn scan_path(
 /// The path from `start` to the root or the compaction stop (spec §5), root-side first.
 pub fn path(
     conn: &Connection,
+    codec: &Codec,
     session_key: i64,
     start: &str,
     cost: &mut ReadCost,
 ) -> Result<Vec<Entry>> {
     let plan = plan_path(conn, session_key, start, cost)?;
     let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
-    scan_path(conn, &plan, cost, |seg, text| {
-        rows.push((seg, Entry::from_checked_text(text.to_owned())));
+    scan_path(conn, &plan, cost, |seg, stored| {
+        rows.push((seg, Entry::from_checked_text(codec.decode(conn, stored)?)));
+        Ok(())
     })?;
     // Root-first is ascending segment id (invariant 3); each segment's rows
     // already come root-first, so a stable sort only reorders whole runs
@@ -650,8 +649,8 @@ pub fn path(
     Ok(rows.into_iter().map(|(_, entry)| entry).collect())
 }
 
-/// The path's rows as stored, text only, without building entries: what the
-/// bench's SQL-only diagnostic measures. Returns the rows read.
+/// The path's rows as stored, neither decoded nor built into entries: what
+/// the bench's SQL-only diagnostic measures. Returns the rows read.
 #[doc(hidden)]
 pub fn path_rows_sql_only(
     conn: &Connection,
@@ -661,8 +660,9 @@ pub fn path_rows_sql_only(
 ) -> Result<usize> {
     let plan = plan_path(conn, session_key, start, cost)?;
     let mut n = 0;
-    scan_path(conn, &plan, cost, |_, text| {
-        n += usize::from(!text.is_empty())
+    scan_path(conn, &plan, cost, |_, stored| {
+        n += usize::from(stored.as_bytes().is_ok_and(|b| !b.is_empty()));
+        Ok(())
     })?;
     Ok(n)
 }
@@ -800,7 +800,7 @@ pub(super) fn migrate_to_v2(tx: &Connection, mut progress: impl FnMut(u64, u64))
 /// memory, and compares it with the stored cache (every invariant above, and
 /// the leaf-event table against the log's `leaf` entries). Returns the
 /// differences found (empty when the cache is exact).
-pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
+pub fn verify(conn: &Connection, codec: &Codec, session_key: i64) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let mut segments: Vec<ModelSegment> = Vec::new();
     // id -> (segment index, depth, nearest compaction at or above, by log index)
@@ -819,8 +819,10 @@ pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
     while let Some(row) = rows.next().map_err(sql("verifying the branch cache"))? {
         let key: i64 = row.get(0).map_err(sql("verifying the branch cache"))?;
         let seq: i64 = row.get(1).map_err(sql("verifying the branch cache"))?;
-        let entry =
-            Entry::from_checked_text(row.get(2).map_err(sql("verifying the branch cache"))?);
+        let entry = Entry::from_checked_text(codec.decode(
+            conn,
+            row.get_ref(2).map_err(sql("verifying the branch cache"))?,
+        )?);
         let f = entry.facts();
         let parent = f.parent().and_then(|p| by_id.get(p).cloned());
         let (seg, depth, above) = match parent {
@@ -954,7 +956,7 @@ pub fn verify(conn: &Connection, session_key: i64) -> Result<Vec<String>> {
         }
     }
     problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
-    problems.extend(verify_compaction_stops(conn, session_key, &keys)?);
+    problems.extend(verify_compaction_stops(conn, codec, session_key, &keys)?);
     Ok(problems)
 }
 
@@ -991,6 +993,7 @@ fn verify_leaf_events(
 /// Compaction stops, recomputed by the reference walk of `rules.rs`.
 fn verify_compaction_stops(
     conn: &Connection,
+    codec: &Codec,
     session_key: i64,
     keys: &HashMap<String, i64>,
 ) -> Result<Vec<String>> {
@@ -1005,12 +1008,14 @@ fn verify_compaction_stops(
     let lookup = |id: &str| -> Result<Option<Entry>> {
         match keys.get(id) {
             Some(k) => {
-                let json: String = conn
+                let json: rusqlite::types::Value = conn
                     .query_row("SELECT json FROM entries WHERE entry_key = ?1", [k], |r| {
                         r.get(0)
                     })
                     .map_err(sql("verifying the branch cache"))?;
-                Ok(Some(Entry::from_checked_text(json)))
+                Ok(Some(Entry::from_checked_text(
+                    codec.decode(conn, (&json).into())?,
+                )))
             }
             None => Ok(None),
         }

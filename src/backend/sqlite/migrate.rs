@@ -52,6 +52,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0005_branch_cache_v2.sql"),
         rewrite: Some(|tx, progress| super::branch_cache::migrate_to_v2(tx, progress)),
     },
+    Migration {
+        sql: include_str!("../../../schema/0006_compact_archive.sql"),
+        rewrite: Some(super::compact::migrate_to_v6),
+    },
 ];
 
 /// The schema version this build writes.

@@ -5,7 +5,9 @@
 //! `mod.rs` opens archives (connection settings, pool, migration);
 //! [`branch_cache`] places entries in the tree and reads paths (its invariants
 //! are stated there); `writer.rs` appends inside a transaction and maintains
-//! every derived fact; `archive.rs` is the many-session side (create, list,
+//! every derived fact; [`codec`] keeps entry text compressed with blobs out
+//! of line (its invariants are stated there) and `compact.rs` re-encodes an
+//! archive; `archive.rs` is the many-session side (create, list,
 //! delete, search, check, import records); `storage.rs` is one session as a
 //! [`crate::SessionStorage`]; [`claim`] is the one-writer rule; [`migrate`]
 //! applies `schema/*.sql`.
@@ -27,7 +29,10 @@
 mod archive;
 pub mod branch_cache;
 pub mod claim;
+pub mod codec;
+mod compact;
 pub mod migrate;
+mod query;
 pub mod search;
 mod storage;
 mod writer;
@@ -41,6 +46,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use archive::{ArchiveTotals, ImportRecord, ListQuery, NewSession, SearchHit, SessionSummary};
+pub use compact::{CompactReport, StorageSplit};
+pub use query::QueryResult;
 pub use storage::SqliteStorage;
 pub use writer::SessionWriter;
 
@@ -77,6 +84,7 @@ impl ConnectionManager {
         conn.pragma_update(None, "synchronous", sync)?;
         conn.pragma_update(None, "cache_size", -16_000)?;
         conn.set_prepared_statement_cache_capacity(64);
+        compact::register_reencode_guard(&conn)?;
         Ok(conn)
     }
 }
@@ -99,6 +107,7 @@ impl r2d2::ManageConnection for ConnectionManager {
 struct ArchiveInner {
     pool: Pool,
     path: PathBuf,
+    codec: codec::Codec,
 }
 
 /// An archive: one SQLite file holding many sessions.
@@ -169,7 +178,11 @@ impl Archive {
             .test_on_check_out(false)
             .connection_timeout(Duration::from_secs(30))
             .build(manager)?;
-        Ok(Archive(Arc::new(ArchiveInner { pool, path })))
+        Ok(Archive(Arc::new(ArchiveInner {
+            pool,
+            path,
+            codec: codec::Codec::default(),
+        })))
     }
 
     /// The database file.
@@ -180,6 +193,11 @@ impl Archive {
     /// The connection pool.
     pub fn pool(&self) -> &Pool {
         &self.0.pool
+    }
+
+    /// The archive's dictionaries: what decodes stored entry text.
+    pub fn codec(&self) -> &codec::Codec {
+        &self.0.codec
     }
 
     /// A pooled connection.

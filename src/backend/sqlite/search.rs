@@ -115,3 +115,186 @@ pub fn content_text(content: &Value) -> String {
         _ => String::new(),
     }
 }
+
+/// A token as `unicode61` sees it: a run of letters and digits.
+fn is_token_char(c: char) -> bool {
+    c.is_alphanumeric()
+}
+
+/// A character folded as `unicode61 remove_diacritics 2` folds the common
+/// Latin letters: lower case, accents removed.
+fn fold(c: char) -> char {
+    let c = c.to_lowercase().next().unwrap_or(c);
+    match c {
+        'à'..='å' | 'ā' | 'ă' | 'ą' => 'a',
+        'ç' | 'ć' | 'ĉ' | 'ċ' | 'č' => 'c',
+        'è'..='ë' | 'ē' | 'ĕ' | 'ė' | 'ę' | 'ě' => 'e',
+        'ì'..='ï' | 'ĩ' | 'ī' | 'ĭ' | 'į' => 'i',
+        'ñ' | 'ń' | 'ņ' | 'ň' => 'n',
+        'ò'..='ö' | 'ø' | 'ō' | 'ŏ' | 'ő' => 'o',
+        'ù'..='ü' | 'ũ' | 'ū' | 'ŭ' | 'ů' | 'ű' | 'ų' => 'u',
+        'ý' | 'ÿ' => 'y',
+        'ś' | 'ŝ' | 'ş' | 'š' => 's',
+        'ź' | 'ż' | 'ž' => 'z',
+        other => other,
+    }
+}
+
+fn folded(token: &str) -> String {
+    token.chars().map(fold).collect()
+}
+
+/// The folded tokens of a search query, to find in hit text.
+pub fn query_terms(query: &str) -> Vec<String> {
+    tokens(query).map(|r| folded(&query[r])).collect()
+}
+
+/// The byte ranges of the tokens of `text`, lazily.
+fn tokens(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut chars = text.char_indices().peekable();
+    std::iter::from_fn(move || {
+        let start = loop {
+            let (i, c) = chars.next()?;
+            if is_token_char(c) {
+                break i;
+            }
+        };
+        let mut end = text.len();
+        while let Some(&(i, c)) = chars.peek() {
+            if !is_token_char(c) {
+                end = i;
+                break;
+            }
+            chars.next();
+        }
+        Some(start..end)
+    })
+}
+
+/// Text around the first match of `terms` in `text`: `window` tokens, each
+/// match in `[` `]`, `…` where the text goes on, as FTS5's `snippet()`
+/// showed. Reads the text only up to the window (a many-match megabyte
+/// message costs what its first match's position costs).
+pub fn snippet(text: &str, terms: &[String], window: usize) -> String {
+    let window = window.max(1);
+    let lead = (window - 1) / 2;
+    let is_match =
+        |r: &std::ops::Range<usize>| terms.iter().any(|t| *t == folded(&text[r.clone()]));
+    let mut toks = tokens(text);
+    // Tokens before the first match: the last `window - 1` of them, whether
+    // any were dropped, and the text's first `window + 1` (if none matches).
+    let mut before = std::collections::VecDeque::with_capacity(window);
+    let mut head = Vec::with_capacity(window + 1);
+    let mut dropped = false;
+    let mut after = Vec::with_capacity(window);
+    for r in toks.by_ref() {
+        if is_match(&r) {
+            after.push(r);
+            break;
+        }
+        if head.len() <= window {
+            head.push(r.clone());
+        }
+        before.push_back(r);
+        if before.len() > window - 1 {
+            before.pop_front();
+            dropped = true;
+        }
+    }
+    if after.is_empty() {
+        // No match (a fold this approximation lacks): the text's start.
+        before.clear();
+        dropped = false;
+        after = head;
+    }
+    after.extend(toks.by_ref().take((window + 1).saturating_sub(after.len())));
+    let mut take_before = before.len().min(lead);
+    if after.len() < window - take_before {
+        take_before = before.len().min(window - after.len());
+    }
+    let take_after = after.len().min(window - take_before);
+    let dropped_before = dropped || take_before < before.len();
+    let chosen: Vec<_> = before
+        .iter()
+        .skip(before.len() - take_before)
+        .chain(after.iter().take(take_after))
+        .cloned()
+        .collect();
+    let more_after = take_after < after.len();
+    let (Some(first), Some(last)) = (chosen.first(), chosen.last()) else {
+        return text.to_owned();
+    };
+    let from = if dropped_before { first.start } else { 0 };
+    let to = if more_after { last.end } else { text.len() };
+    let mut out = String::with_capacity(to - from + 8);
+    if dropped_before {
+        out.push('…');
+    }
+    let mut at = from;
+    for r in &chosen {
+        out.push_str(&text[at..r.start]);
+        if is_match(r) {
+            out.push('[');
+            out.push_str(&text[r.clone()]);
+            out.push(']');
+        } else {
+            out.push_str(&text[r.clone()]);
+        }
+        at = r.end;
+    }
+    out.push_str(&text[at..to]);
+    if more_after {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snip(text: &str, query: &str) -> String {
+        snippet(text, &query_terms(query), 12)
+    }
+
+    #[test]
+    fn snippets_mark_matches_in_a_window_like_fts5() {
+        assert_eq!(
+            snip("Add \\u escapes to strings", "escapes"),
+            "Add \\u [escapes] to strings"
+        );
+        let long = (0..40)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            snip(&long, "w20"),
+            "…w15 w16 w17 w18 w19 [w20] w21 w22 w23 w24 w25 w26…"
+        );
+        assert_eq!(
+            snip(&long, "w1"),
+            "w0 [w1] w2 w3 w4 w5 w6 w7 w8 w9 w10 w11…"
+        );
+        assert_eq!(
+            snip(&long, "W39"),
+            "…w28 w29 w30 w31 w32 w33 w34 w35 w36 w37 w38 [w39]"
+        );
+        assert_eq!(
+            snip(&long, "nothing"),
+            "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11…"
+        );
+        assert_eq!(snip("Café au lait", "cafe"), "[Café] au lait");
+        assert_eq!(snip("", "x"), "");
+    }
+
+    #[test]
+    fn a_megabyte_of_matches_gives_one_window() {
+        let text = "needle ".repeat(150_000);
+        let s = snip(&text, "needle");
+        assert!(
+            s.starts_with("[needle] [needle]") && s.ends_with('…'),
+            "{s}"
+        );
+        assert_eq!(s.matches('[').count(), 12);
+    }
+}

@@ -86,13 +86,10 @@ impl SqliteStorage {
         let mut rows = st
             .query([self.session_key])
             .map_err(sql("reading entries"))?;
+        let codec = self.archive.codec();
         while let Some(row) = rows.next().map_err(sql("reading entries"))? {
-            let json = row
-                .get_ref(0)
-                .map_err(sql("reading entries"))?
-                .as_str()
-                .map_err(|e| sql("reading entries")(e.into()))?;
-            visit(json)?;
+            let json = codec.decode(&conn, row.get_ref(0).map_err(sql("reading entries"))?)?;
+            visit(&json)?;
         }
         Ok(())
     }
@@ -106,7 +103,7 @@ impl SqliteStorage {
         if let Some(claim) = &self.claim {
             claim.check(&tx, &self.id)?;
         }
-        let mut appender = Appender::start(&tx, self.session_key)?;
+        let mut appender = Appender::start(&tx, self.archive.codec(), self.session_key)?;
         for e in entries {
             appender.push(&tx, e)?;
         }
@@ -123,14 +120,12 @@ impl SqliteStorage {
         let mut st = conn
             .prepare_cached(sql_text)
             .map_err(sql("reading entries"))?;
-        let rows = st
-            .query_map(params, |r| r.get::<_, String>(0))
-            .map_err(sql("reading entries"))?;
+        let mut rows = st.query(params).map_err(sql("reading entries"))?;
+        let codec = self.archive.codec();
         let mut out = Vec::new();
-        for json in rows {
-            out.push(Entry::from_checked_text(
-                json.map_err(sql("reading entries"))?,
-            ));
+        while let Some(row) = rows.next().map_err(sql("reading entries"))? {
+            let text = codec.decode(&conn, row.get_ref(0).map_err(sql("reading entries"))?)?;
+            out.push(Entry::from_checked_text(text));
         }
         Ok(out)
     }
@@ -172,15 +167,12 @@ impl SessionStorage for SqliteStorage {
     }
 
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
-        let conn = self.archive.conn()?;
-        let json: Option<String> = conn
-            .prepare_cached("SELECT json FROM entries WHERE session_key = ?1 AND id = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![self.session_key, id], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(sql("reading an entry"))?;
-        Ok(json.map(Entry::from_checked_text))
+        Ok(self
+            .query_entries(
+                "SELECT json FROM entries WHERE session_key = ?1 AND id = ?2",
+                params![self.session_key, id],
+            )?
+            .pop())
     }
 
     fn contains_entry(&self, id: &str) -> Result<bool> {
@@ -188,8 +180,15 @@ impl SessionStorage for SqliteStorage {
     }
 
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        // The type index leaves messages out (most entries are messages).
+        if entry_type == "message" {
+            return self.query_entries(
+                "SELECT json FROM entries WHERE session_key = ?1 AND type = 'message' ORDER BY seq",
+                params![self.session_key],
+            );
+        }
         self.query_entries(
-            "SELECT json FROM entries WHERE session_key = ?1 AND type = ?2 ORDER BY seq",
+            "SELECT json FROM entries WHERE session_key = ?1 AND type = ?2 AND type <> 'message' ORDER BY seq",
             params![self.session_key, entry_type],
         )
     }
@@ -230,26 +229,31 @@ impl SessionStorage for SqliteStorage {
     /// moves asked for and nothing else, however long the log.
     fn leaf_moves(&self, limit: usize) -> Result<Vec<LeafMove>> {
         let conn = self.archive.conn()?;
-        conn.prepare_cached(
-            "SELECT e.id, e.timestamp, e.parent_id, l.target_id FROM leaf_events l
-             JOIN entries e ON e.entry_key = l.entry_key
-             WHERE l.session_key = ?1 ORDER BY l.seq DESC LIMIT ?2",
-        )
-        .and_then(|mut st| {
-            st.query_map(
-                params![self.session_key, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| {
-                    Ok(LeafMove {
-                        id: r.get(0)?,
-                        timestamp: r.get(1)?,
-                        from: r.get(2)?,
-                        to: r.get(3)?,
-                    })
-                },
+        let mut st = conn
+            .prepare_cached(
+                "SELECT e.json, l.target_id FROM leaf_events l
+                 JOIN entries e ON e.entry_key = l.entry_key
+                 WHERE l.session_key = ?1 ORDER BY l.seq DESC LIMIT ?2",
             )
-            .and_then(Iterator::collect)
-        })
-        .map_err(sql("reading leaf moves"))
+            .map_err(sql("reading leaf moves"))?;
+        let mut rows = st
+            .query(params![
+                self.session_key,
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ])
+            .map_err(sql("reading leaf moves"))?;
+        let mut moves = Vec::new();
+        while let Some(row) = rows.next().map_err(sql("reading leaf moves"))? {
+            let stored = row.get_ref(0).map_err(sql("reading leaf moves"))?;
+            let entry = Entry::from_checked_text(self.archive.codec().decode(&conn, stored)?);
+            moves.push(LeafMove {
+                id: entry.id().to_owned(),
+                timestamp: entry.timestamp().to_owned(),
+                from: entry.facts().parent().map(str::to_owned),
+                to: row.get(1).map_err(sql("reading leaf moves"))?,
+            });
+        }
+        Ok(moves)
     }
 
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
@@ -258,7 +262,7 @@ impl SessionStorage for SqliteStorage {
         };
         let conn = self.archive.conn()?;
         let mut cost = ReadCost::default();
-        let path = branch_cache::path(&conn, self.session_key, id, &mut cost);
+        let path = branch_cache::path(&conn, self.archive.codec(), self.session_key, id, &mut cost);
         self.last_read.set(cost);
         path
     }

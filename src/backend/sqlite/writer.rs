@@ -2,6 +2,7 @@
 //! maintaining every derived fact (session row, labels, leaf events, search rows).
 
 use super::archive::{ImportRecord, NewSession};
+use super::codec::{self, Codec, Encoder, Prepared};
 use super::{branch_cache, search, sql, stored_js_string};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
@@ -73,18 +74,21 @@ pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts>
 /// facts and the labels.
 fn replay_session_facts(
     conn: &Connection,
+    codec: &Codec,
     key: i64,
 ) -> Result<(SessionFacts, HashMap<String, JsString>)> {
     let mut st = conn
         .prepare("SELECT json FROM entries WHERE session_key = ?1 ORDER BY seq")
         .map_err(sql("replaying session facts"))?;
-    let rows = st
-        .query_map([key], |r| r.get::<_, String>(0))
-        .map_err(sql("replaying session facts"))?;
+    let mut rows = st.query([key]).map_err(sql("replaying session facts"))?;
     let mut facts = Replay::default();
     let mut labels = HashMap::new();
-    for json in rows {
-        let entry = Entry::from_checked_text(json.map_err(sql("replaying session facts"))?);
+    while let Some(row) = rows.next().map_err(sql("replaying session facts"))? {
+        let text = codec.decode(
+            conn,
+            row.get_ref(0).map_err(sql("replaying session facts"))?,
+        )?;
+        let entry = Entry::from_checked_text(text);
         if let Some(change) = facts.push(&entry) {
             apply_label_change(&mut labels, change);
         }
@@ -102,9 +106,13 @@ fn stored_labels(conn: &Connection, key: i64) -> Result<HashMap<String, JsString
 }
 
 /// Replays the log and compares the maintained facts (leaf, name, stats, labels).
-pub(super) fn verify_session_facts(conn: &Connection, key: i64) -> Result<Vec<String>> {
+pub(super) fn verify_session_facts(
+    conn: &Connection,
+    codec: &Codec,
+    key: i64,
+) -> Result<Vec<String>> {
     let stored = session_facts(conn, key)?;
-    let (expected, labels) = replay_session_facts(conn, key)?;
+    let (expected, labels) = replay_session_facts(conn, codec, key)?;
     let mut problems = Vec::new();
     if expected != stored {
         problems.push(format!(
@@ -142,7 +150,8 @@ pub(super) fn refresh_all_session_facts(
     let total = keys.len() as u64;
     for (done, key) in keys.into_iter().enumerate() {
         progress(done as u64, total);
-        let (facts, labels) = replay_session_facts(tx, key)?;
+        // Version 4 predates compressed text: every row is plain TEXT.
+        let (facts, labels) = replay_session_facts(tx, &Codec::default(), key)?;
         write_session_facts(tx, key, &facts)?;
         tx.execute("DELETE FROM labels WHERE session_key = ?1", [key])
             .map_err(sql("refreshing labels"))?;
@@ -214,19 +223,23 @@ pub(super) struct Appender {
     pending_bytes: usize,
     /// The segment being extended, written back by `finish`.
     tail: branch_cache::OpenTail,
+    /// Encodes entry text with the newest dictionary, read in this
+    /// transaction (so `compact` cannot remove it under us).
+    encoder: Encoder,
 }
 
 /// Search text buffered before it is written (bounds import memory).
 const PENDING_TEXT_LIMIT: usize = 8 << 20;
 
 impl Appender {
-    pub(super) fn start(tx: &Transaction, key: i64) -> Result<Self> {
+    pub(super) fn start(tx: &Transaction, codec: &Codec, key: i64) -> Result<Self> {
         Ok(Appender {
             key,
             facts: session_facts(tx, key)?,
             pending_text: Vec::new(),
             pending_bytes: 0,
             tail: branch_cache::OpenTail::default(),
+            encoder: codec.encoder(tx)?,
         })
     }
 
@@ -245,28 +258,49 @@ impl Appender {
     }
 
     pub(super) fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
-        self.push_indexed(tx, entry, search::searchable_text(entry))
+        let prepared = self.encoder.prepare(entry.json());
+        self.push_prepared(tx, entry, search::searchable_text(entry), &prepared)
     }
 
-    /// [`Appender::push`] with the entry's search text already extracted.
-    fn push_indexed(
+    /// [`Appender::push`] with the entry's search text extracted and its
+    /// text encoded already (on another thread).
+    fn push_prepared(
         &mut self,
         tx: &Transaction,
         entry: &Entry,
         search_text: Option<(String, String)>,
+        prepared: &Prepared,
     ) -> Result<()> {
         let f = entry.facts();
         let placed = branch_cache::place(tx, self.key, entry, &mut self.tail)?;
         let seq = i64::try_from(self.facts.entry_count).unwrap_or(i64::MAX);
-        tx
-            .prepare_cached(
-                "INSERT INTO entries (entry_key, session_key, seq, id, parent_id, type, timestamp, json)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![placed.key, self.key, seq, f.id, f.parent_id, f.entry_type.as_str(), f.timestamp, entry.json()])
-            })
-            .map_err(|e| duplicate_id_or(e, &f.id))?;
+        // Encoded elsewhere with another dictionary: only ours is sure to exist.
+        let reencoded;
+        let prepared = if prepared.dictionary() != self.encoder.dictionary_id()
+            && prepared.dictionary().is_some()
+        {
+            reencoded = self.encoder.prepare(entry.json());
+            &reencoded
+        } else {
+            prepared
+        };
+        let (stored, blobs) = codec::store(tx, entry.json(), prepared)?;
+        tx.prepare_cached(
+            "INSERT INTO entries (entry_key, session_key, seq, id, type, json)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                placed.key,
+                self.key,
+                seq,
+                f.id,
+                f.entry_type.as_str(),
+                stored
+            ])
+        })
+        .map_err(|e| duplicate_id_or(e, &f.id))?;
+        codec::record_blob_refs(tx, self.key, placed.key, &blobs)?;
         if f.entry_type == EntryType::Leaf {
             tx
                 .prepare_cached("INSERT INTO leaf_events (session_key, seq, entry_key, target_id) VALUES (?1, ?2, ?3, ?4)")
@@ -310,13 +344,14 @@ impl Appender {
 pub struct SessionWriter<'c> {
     pub(super) tx: Transaction<'c>,
     pub(super) appender: Option<Appender>,
+    pub(super) codec: &'c Codec,
 }
 
 impl SessionWriter<'_> {
     /// Creates the session row; must come before any entry.
     pub fn begin(&mut self, new: &NewSession) -> Result<()> {
         let key = insert_session(&self.tx, new)?;
-        self.appender = Some(Appender::start(&self.tx, key)?);
+        self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         Ok(())
     }
 
@@ -340,8 +375,15 @@ impl SessionWriter<'_> {
         self.tx
             .execute("DELETE FROM writer_claims WHERE session_key = ?1", [key])
             .map_err(sql("taking over a writer claim"))?;
-        self.appender = Some(Appender::start(&self.tx, key)?);
+        self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         Ok(())
+    }
+
+    /// The encoder entries of this write are prepared with (see
+    /// [`SessionWriter::push_prepared`]), its dictionary read in this
+    /// transaction.
+    pub fn encoder(&self) -> Result<Encoder> {
+        self.codec.encoder(&self.tx)
     }
 
     /// Whether [`SessionWriter::begin`] or [`SessionWriter::resume`] has run.
@@ -385,16 +427,18 @@ impl SessionWriter<'_> {
         appender.push(&self.tx, entry)
     }
 
-    /// Appends one entry whose search text (role, text) the caller extracted,
-    /// e.g. on another thread (see `search::searchable_text`).
-    pub fn push_indexed(
+    /// Appends one entry whose search text (role, text) and stored encoding
+    /// the caller made, e.g. on another thread (see
+    /// `search::searchable_text` and [`SessionWriter::encoder`]).
+    pub fn push_prepared(
         &mut self,
         entry: &Entry,
         search_text: Option<(String, String)>,
+        prepared: &Prepared,
     ) -> Result<()> {
         let appender = self.appender.as_mut().ok_or_else(|| {
             Error::Unknown("a session's entries were written before the session".into())
         })?;
-        appender.push_indexed(&self.tx, entry, search_text)
+        appender.push_prepared(&self.tx, entry, search_text, prepared)
     }
 }

@@ -1,0 +1,890 @@
+//! How an entry's exact text is kept in `entries.json`: plain, compressed
+//! with the archive's own zstd dictionary, and with large base64 payloads
+//! (screenshots, pasted images) moved out of line into the content-addressed
+//! `blobs` table, stored once however many entries hold them.
+//!
+//! # Invariants
+//! 1. **Exact text.** Decoding a stored value gives back the entry's text byte
+//!    for byte. A TEXT value *is* the text (rows written before schema
+//!    version 6, and entries for which no encoding pays). A BLOB value is an
+//!    encoded body (format below).
+//! 2. **Immutable dictionaries.** A `dictionaries` row never changes and is
+//!    committed before any entry uses it (in a transaction of its own, or in
+//!    the migration's), so the in-memory cache keyed by id is never stale.
+//!    Ids come from AUTOINCREMENT and are never reused. A dictionary is
+//!    deleted only when no entry uses it and a newer one exists; a writer
+//!    checks its dictionary still exists inside its write transaction.
+//! 3. **Counted blob references.** Every blob id in a body has a row of
+//!    `entry_blobs` (session, entry, blob); a blob is deleted only when no
+//!    row names it (session delete).
+//! 4. **Content-addressed blobs.** `blobs.hash` is FNV-1a 64 of the payload
+//!    text; equal payloads share one row (bytes compared, never the hash alone).
+//!
+//! # Body format (BLOB values)
+//! ```text
+//! tag       u8      bit 0: the payload is a zstd frame, its 4-byte magic dropped
+//!                   bit 1: a dictionary id follows
+//!                   bit 2: blob splices follow
+//!                   a reader refuses any other bit (a newer format)
+//! dict id   varint  (bit 1)
+//! splices   varint n, then n × (varint gap, varint blob id)        (bit 2)
+//!                   gap: template bytes since the previous splice
+//! payload   the template: the text with each blob's payload cut out
+//! ```
+//! A blob is a JSON string's content (between its quotes) of at least
+//! [`BLOB_THRESHOLD`] bytes, all in the base64 alphabet. Canonical base64 is
+//! stored decoded (three quarters of the size); anything else as its text.
+
+use super::sql;
+use crate::error::{Error, Result};
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use zstd::zstd_safe;
+
+const COMPRESSED: u8 = 1;
+const WITH_DICTIONARY: u8 = 2;
+const WITH_BLOBS: u8 = 4;
+const KNOWN_BITS: u8 = COMPRESSED | WITH_DICTIONARY | WITH_BLOBS;
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+/// The zstd level entries are compressed at as they are written (fast
+/// enough for a bulk import on the reader thread).
+pub const LEVEL: i32 = 3;
+/// The level `compact` re-encodes at: ~15 % smaller than [`LEVEL`] on real
+/// pi sessions for ~3× the time, which an offline rewrite can afford
+/// (decompression costs the same).
+pub const COMPACT_LEVEL: i32 = 12;
+/// A base64 string at least this long goes out of line.
+pub const BLOB_THRESHOLD: usize = 8 << 10;
+/// Training needs at least this much sample text to beat no dictionary.
+pub const MIN_TRAINING_BYTES: usize = 256 << 10;
+/// Sample text read to train a dictionary (training takes ~0.1 s per MB).
+pub const TRAINING_BUDGET: usize = 8 << 20;
+/// A single sample is cut to this length (many short samples teach more
+/// than a few long ones).
+pub const SAMPLE_LIMIT: usize = 16 << 10;
+/// The largest dictionary trained (zstd's recommended size).
+pub const MAX_DICTIONARY: usize = 112 << 10;
+
+/// How blob bytes are kept.
+const BLOB_TEXT: i64 = 0;
+const BLOB_BASE64: i64 = 1;
+
+/// A trained zstd dictionary of an archive.
+pub struct Dictionary {
+    /// Its `dictionaries.dict_id`.
+    pub id: i64,
+    /// Unique in this process: what thread-local compressors key on (ids
+    /// repeat across archives).
+    serial: u64,
+    bytes: Vec<u8>,
+    ddict: zstd_safe::DDict<'static>,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl Dictionary {
+    fn new(id: i64, bytes: Vec<u8>) -> Self {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
+        Dictionary {
+            id,
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            ddict: zstd_safe::DDict::create(&bytes),
+            bytes,
+        }
+    }
+
+    /// The dictionary's size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the dictionary is empty (never, for a trained one).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// An archive's dictionaries, loaded once each (invariant 2).
+#[derive(Debug, Default)]
+pub struct Codec {
+    dictionaries: Mutex<HashMap<i64, Arc<Dictionary>>>,
+}
+
+impl Codec {
+    /// Dictionary `id`, from the cache or the database.
+    pub fn dictionary(&self, conn: &Connection, id: i64) -> Result<Arc<Dictionary>> {
+        if let Some(d) = self.cached(id) {
+            return Ok(d);
+        }
+        let bytes: Vec<u8> = conn
+            .prepare_cached("SELECT bytes FROM dictionaries WHERE dict_id = ?1")
+            .and_then(|mut st| st.query_row([id], |r| r.get(0)).optional())
+            .map_err(sql("reading a compression dictionary"))?
+            .ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "compression dictionary {id} is missing from the archive"
+                ))
+            })?;
+        let d = Arc::new(Dictionary::new(id, bytes));
+        self.dictionaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::clone(&d));
+        Ok(d)
+    }
+
+    fn cached(&self, id: i64) -> Option<Arc<Dictionary>> {
+        self.dictionaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// The newest dictionary, the one new entries are compressed with.
+    pub fn newest(&self, conn: &Connection) -> Result<Option<Arc<Dictionary>>> {
+        let id: Option<i64> = conn
+            .prepare_cached("SELECT max(dict_id) FROM dictionaries")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .map_err(sql("reading the compression dictionary"))?;
+        id.map(|id| self.dictionary(conn, id)).transpose()
+    }
+
+    /// An encoder with the newest dictionary.
+    pub fn encoder(&self, conn: &Connection) -> Result<Encoder> {
+        Ok(Encoder::new(self.newest(conn)?))
+    }
+
+    /// The exact entry text of a stored `entries.json` value (invariant 1).
+    pub fn decode(&self, conn: &Connection, value: ValueRef<'_>) -> Result<String> {
+        match value {
+            ValueRef::Text(t) => String::from_utf8(t.to_vec())
+                .map_err(|_| Error::Corrupt("a stored entry is not UTF-8 text".into())),
+            ValueRef::Blob(b) => self.decode_body(conn, b),
+            other => Err(Error::Corrupt(format!(
+                "a stored entry is {:?}, not text",
+                other.data_type()
+            ))),
+        }
+    }
+
+    fn decode_body(&self, conn: &Connection, body: &[u8]) -> Result<String> {
+        let header = Header::parse(body)?;
+        let payload = &body[header.payload_start..];
+        let dictionary = header
+            .dictionary
+            .map(|id| self.dictionary(conn, id))
+            .transpose()?;
+        let template = if header.compressed {
+            decompress(payload, dictionary.as_deref())?
+        } else {
+            payload.to_vec()
+        };
+        let text = if header.splices.is_empty() {
+            template
+        } else {
+            splice(conn, &template, &header.splices)?
+        };
+        String::from_utf8(text)
+            .map_err(|_| Error::Corrupt("a decoded entry is not UTF-8 text".into()))
+    }
+}
+
+/// The dictionary and blob ids a stored value uses (for checks and compact).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyRefs {
+    /// The dictionary, if compressed with one.
+    pub dictionary: Option<i64>,
+    /// Blob ids, in text order.
+    pub blobs: Vec<i64>,
+}
+
+/// What a stored value refers to, read from its header alone.
+pub fn body_refs(value: ValueRef<'_>) -> Result<BodyRefs> {
+    match value {
+        ValueRef::Blob(b) => {
+            let h = Header::parse(b)?;
+            Ok(BodyRefs {
+                dictionary: h.dictionary,
+                blobs: h.splices.iter().map(|s| s.1).collect(),
+            })
+        }
+        _ => Ok(BodyRefs::default()),
+    }
+}
+
+struct Header {
+    compressed: bool,
+    dictionary: Option<i64>,
+    /// (gap, blob id)
+    splices: Vec<(usize, i64)>,
+    payload_start: usize,
+}
+
+impl Header {
+    fn parse(body: &[u8]) -> Result<Header> {
+        let bad = || Error::Corrupt("a stored entry has a damaged header".into());
+        let (&tag, _) = body.split_first().ok_or_else(bad)?;
+        if tag & !KNOWN_BITS != 0 {
+            return Err(Error::Corrupt(format!(
+                "a stored entry uses encoding {tag:#x}, newer than this build knows; upgrade sessiontree"
+            )));
+        }
+        let mut at = 1;
+        let dictionary = if tag & WITH_DICTIONARY != 0 {
+            Some(read_varint(body, &mut at).ok_or_else(bad)? as i64)
+        } else {
+            None
+        };
+        let mut splices = Vec::new();
+        if tag & WITH_BLOBS != 0 {
+            let n = read_varint(body, &mut at).ok_or_else(bad)?;
+            for _ in 0..n {
+                let gap = read_varint(body, &mut at).ok_or_else(bad)?;
+                let id = read_varint(body, &mut at).ok_or_else(bad)?;
+                splices.push((usize::try_from(gap).map_err(|_| bad())?, id as i64));
+            }
+        }
+        Ok(Header {
+            compressed: tag & COMPRESSED != 0,
+            dictionary,
+            splices,
+            payload_start: at,
+        })
+    }
+}
+
+fn write_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+thread_local! {
+    /// One decompression context per thread (creating one per entry costs
+    /// more than decompressing a small entry).
+    static DCTX: RefCell<zstd_safe::DCtx<'static>> = RefCell::new(zstd_safe::DCtx::create());
+    /// One compression context per thread, with the dictionary (by serial)
+    /// and level it has loaded: loading a dictionary builds its tables once.
+    static CCTX: RefCell<((u64, i32), zstd_safe::CCtx<'static>)> = RefCell::new(((u64::MAX, 0), zstd_safe::CCtx::create()));
+}
+
+fn zstd_error(what: &str, code: usize) -> Error {
+    Error::Corrupt(format!("{what}: {}", zstd_safe::get_error_name(code)))
+}
+
+fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
+    let mut frame = Vec::with_capacity(payload.len() + 4);
+    frame.extend_from_slice(&ZSTD_MAGIC);
+    frame.extend_from_slice(payload);
+    let size = match zstd_safe::get_frame_content_size(&frame) {
+        Ok(Some(n)) => {
+            usize::try_from(n).map_err(|_| Error::Corrupt("a stored entry is too large".into()))?
+        }
+        _ => {
+            return Err(Error::Corrupt(
+                "a stored entry's zstd frame has no size".into(),
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(size);
+    DCTX.with(|d| {
+        let mut d = d.borrow_mut();
+        match dictionary {
+            Some(dict) => d.decompress_using_ddict(&mut out, &frame, &dict.ddict),
+            None => d.decompress(&mut out, &frame),
+        }
+    })
+    .map_err(|c| zstd_error("a stored entry does not decompress", c))?;
+    if out.len() != size {
+        return Err(Error::Corrupt(
+            "a stored entry decompressed to the wrong size".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// Compresses `data` (a frame without its magic), or `None` if zstd fails.
+fn compress(data: &[u8], dictionary: Option<&Dictionary>, level: i32) -> Option<Vec<u8>> {
+    CCTX.with(|c| {
+        let mut c = c.borrow_mut();
+        let loaded = (dictionary.map_or(0, |d| d.serial), level);
+        if c.0 != loaded {
+            let cctx = &mut c.1;
+            cctx.reset(zstd_safe::ResetDirective::SessionAndParameters)
+                .ok()?;
+            cctx.set_parameter(zstd_safe::CParameter::CompressionLevel(level))
+                .ok()?;
+            cctx.set_parameter(zstd_safe::CParameter::ChecksumFlag(false))
+                .ok()?;
+            cctx.set_parameter(zstd_safe::CParameter::ContentSizeFlag(true))
+                .ok()?;
+            cctx.set_parameter(zstd_safe::CParameter::DictIdFlag(false))
+                .ok()?;
+            cctx.load_dictionary(dictionary.map_or(&[][..], |d| &d.bytes))
+                .ok()?;
+            c.0 = loaded;
+        }
+        let mut out = Vec::with_capacity(zstd_safe::compress_bound(data.len()));
+        if c.1.compress2(&mut out, data).is_err() {
+            c.0 = (u64::MAX, 0);
+            return None;
+        }
+        if !out.starts_with(&ZSTD_MAGIC) {
+            return None;
+        }
+        out.drain(..4);
+        Some(out)
+    })
+}
+
+/// A payload cut out of an entry, to be stored in `blobs`.
+#[derive(Debug, Clone)]
+pub struct BlobPayload {
+    /// FNV-1a 64 of the payload text.
+    pub hash: i64,
+    /// `BLOB_TEXT` or `BLOB_BASE64`.
+    encoding: i64,
+    /// What `blobs.bytes` holds.
+    bytes: Vec<u8>,
+    /// The payload text's length.
+    text_len: usize,
+}
+
+/// An entry's text made ready to store: the costly part (cutting out blobs,
+/// compressing) done on any thread; the writer assigns blob ids.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// Stored as TEXT: nothing pays.
+    Plain,
+    /// Stored as a BLOB body.
+    Encoded {
+        /// The dictionary used, if any.
+        dictionary: Option<i64>,
+        /// Whether `payload` is a zstd frame.
+        compressed: bool,
+        /// (gap, payload) for each blob, in text order.
+        blobs: Vec<(usize, BlobPayload)>,
+        /// The template, compressed or raw.
+        payload: Vec<u8>,
+    },
+}
+
+impl Prepared {
+    /// The dictionary the payload was compressed with, if any.
+    pub fn dictionary(&self) -> Option<i64> {
+        match self {
+            Prepared::Encoded { dictionary, .. } => *dictionary,
+            Prepared::Plain => None,
+        }
+    }
+}
+
+/// Records which blobs an entry holds (invariant 3).
+pub fn record_blob_refs(
+    conn: &Connection,
+    session_key: i64,
+    entry_key: i64,
+    blobs: &[i64],
+) -> Result<()> {
+    if blobs.is_empty() {
+        return Ok(());
+    }
+    let mut st = conn
+        .prepare_cached("INSERT OR IGNORE INTO entry_blobs (session_key, entry_key, blob_id) VALUES (?1, ?2, ?3)")
+        .map_err(sql("recording blob references"))?;
+    for id in blobs {
+        st.execute(params![session_key, entry_key, id])
+            .map_err(sql("recording blob references"))?;
+    }
+    Ok(())
+}
+
+/// Prepares entries for storage with one dictionary (or none).
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    dictionary: Option<Arc<Dictionary>>,
+    level: i32,
+}
+
+impl Default for Encoder {
+    fn default() -> Self {
+        Encoder::new(None)
+    }
+}
+
+impl Encoder {
+    /// An encoder with this dictionary (or none), at [`LEVEL`].
+    pub fn new(dictionary: Option<Arc<Dictionary>>) -> Self {
+        Encoder {
+            dictionary,
+            level: LEVEL,
+        }
+    }
+
+    /// The same encoder at another zstd level.
+    pub fn with_level(self, level: i32) -> Self {
+        Encoder { level, ..self }
+    }
+
+    /// The dictionary's id, if any.
+    pub fn dictionary_id(&self) -> Option<i64> {
+        self.dictionary.as_ref().map(|d| d.id)
+    }
+
+    /// Encodes `text`: blobs cut out, the rest compressed if that pays.
+    pub fn prepare(&self, text: &str) -> Prepared {
+        let ranges = blob_ranges(text);
+        let mut blobs = Vec::with_capacity(ranges.len());
+        let template: std::borrow::Cow<'_, [u8]> = if ranges.is_empty() {
+            text.as_bytes().into()
+        } else {
+            let mut template = Vec::with_capacity(text.len());
+            let mut from = 0;
+            for r in ranges {
+                template.extend_from_slice(&text.as_bytes()[from..r.start]);
+                blobs.push((r.start - from, blob_payload(&text[r.clone()])));
+                from = r.end;
+            }
+            template.extend_from_slice(&text.as_bytes()[from..]);
+            template.into()
+        };
+        let dictionary = self.dictionary.as_deref();
+        let compressed = compress(&template, dictionary, self.level)
+            // A frame must beat the raw bytes by more than its tag and id.
+            .filter(|c| c.len() + 4 < template.len());
+        match compressed {
+            Some(payload) => Prepared::Encoded {
+                dictionary: dictionary.map(|d| d.id),
+                compressed: true,
+                blobs,
+                payload,
+            },
+            None if blobs.is_empty() => Prepared::Plain,
+            None => Prepared::Encoded {
+                dictionary: None,
+                compressed: false,
+                blobs,
+                payload: template.into_owned(),
+            },
+        }
+    }
+}
+
+/// The content ranges of JSON strings long enough and base64-only.
+fn blob_ranges(text: &str) -> Vec<Range<usize>> {
+    let mut found = Vec::new();
+    if text.len() < BLOB_THRESHOLD {
+        return found;
+    }
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(q) = b[i..].iter().position(|&c| c == b'"') {
+        let start = i + q + 1;
+        let mut j = start;
+        let mut base64 = true;
+        loop {
+            match b.get(j) {
+                None => return found,
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    base64 = false;
+                    j += 2;
+                }
+                Some(c) => {
+                    base64 &= c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+                    j += 1;
+                }
+            }
+        }
+        if base64 && j - start >= BLOB_THRESHOLD {
+            found.push(start..j);
+        }
+        i = j + 1;
+    }
+    found
+}
+
+fn blob_payload(text: &str) -> BlobPayload {
+    let hash = fnv1a(text.as_bytes()) as i64;
+    match base64_decode(text).filter(|bytes| base64_encode(bytes) == text) {
+        Some(bytes) => BlobPayload {
+            hash,
+            encoding: BLOB_BASE64,
+            bytes,
+            text_len: text.len(),
+        },
+        None => BlobPayload {
+            hash,
+            encoding: BLOB_TEXT,
+            bytes: text.as_bytes().to_vec(),
+            text_len: text.len(),
+        },
+    }
+}
+
+/// FNV-1a 64.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(BASE64[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let b = text.as_bytes();
+    if !b.len().is_multiple_of(4) {
+        return None;
+    }
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(b.len() / 4 * 3);
+    for (k, quad) in b.chunks(4).enumerate() {
+        let last = k + 1 == b.len() / 4;
+        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for (i, &c) in quad[..4 - pad].iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
+    }
+    Some(out)
+}
+
+fn splice(conn: &Connection, template: &[u8], splices: &[(usize, i64)]) -> Result<Vec<u8>> {
+    let mut st = conn
+        .prepare_cached("SELECT encoding, bytes FROM blobs WHERE blob_id = ?1")
+        .map_err(sql("reading a blob"))?;
+    let mut out = Vec::with_capacity(template.len());
+    let mut at = 0;
+    for &(gap, id) in splices {
+        let end = at + gap;
+        out.extend_from_slice(template.get(at..end).ok_or_else(|| {
+            Error::Corrupt("a stored entry's blob splice lies outside its text".into())
+        })?);
+        at = end;
+        let (encoding, bytes): (i64, Vec<u8>) = st
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(sql("reading a blob"))?
+            .ok_or_else(|| Error::Corrupt(format!("blob {id} is missing from the archive")))?;
+        match encoding {
+            BLOB_BASE64 => out.extend_from_slice(base64_encode(&bytes).as_bytes()),
+            BLOB_TEXT => out.extend_from_slice(&bytes),
+            other => {
+                return Err(Error::Corrupt(format!(
+                    "blob {id} has unknown encoding {other}"
+                )))
+            }
+        }
+    }
+    out.extend_from_slice(&template[at..]);
+    Ok(out)
+}
+
+/// The stored value of a prepared entry: TEXT or a BLOB body, with blobs
+/// interned in this transaction (the ids are returned for `entry_blobs`).
+pub fn store(
+    conn: &Connection,
+    text: &str,
+    prepared: &Prepared,
+) -> Result<(rusqlite::types::Value, Vec<i64>)> {
+    use rusqlite::types::Value;
+    let Prepared::Encoded {
+        dictionary,
+        compressed,
+        blobs,
+        payload,
+    } = prepared
+    else {
+        return Ok((Value::Text(text.to_owned()), Vec::new()));
+    };
+    let mut tag = 0;
+    if *compressed {
+        tag |= COMPRESSED;
+    }
+    if dictionary.is_some() {
+        tag |= WITH_DICTIONARY;
+    }
+    if !blobs.is_empty() {
+        tag |= WITH_BLOBS;
+    }
+    let mut body = Vec::with_capacity(payload.len() + 8 + 4 * blobs.len());
+    body.push(tag);
+    if let Some(d) = dictionary {
+        write_varint(&mut body, *d as u64);
+    }
+    let mut ids = Vec::with_capacity(blobs.len());
+    if !blobs.is_empty() {
+        write_varint(&mut body, blobs.len() as u64);
+        for (gap, blob) in blobs {
+            let id = intern_blob(conn, blob)?;
+            write_varint(&mut body, *gap as u64);
+            write_varint(&mut body, id as u64);
+            ids.push(id);
+        }
+    }
+    body.extend_from_slice(payload);
+    Ok((Value::Blob(body), ids))
+}
+
+/// The id of a blob with these bytes, inserting it if new (invariant 4).
+fn intern_blob(conn: &Connection, blob: &BlobPayload) -> Result<i64> {
+    let mut find = conn
+        .prepare_cached("SELECT blob_id, encoding, bytes FROM blobs WHERE hash = ?1")
+        .map_err(sql("storing a blob"))?;
+    let mut rows = find.query([blob.hash]).map_err(sql("storing a blob"))?;
+    while let Some(row) = rows.next().map_err(sql("storing a blob"))? {
+        let same = row.get::<_, i64>(1).map_err(sql("storing a blob"))? == blob.encoding
+            && row
+                .get_ref(2)
+                .map_err(sql("storing a blob"))?
+                .as_blob()
+                .ok()
+                == Some(&blob.bytes[..]);
+        if same {
+            return row.get(0).map_err(sql("storing a blob"));
+        }
+    }
+    drop(rows);
+    conn.prepare_cached(
+        "INSERT INTO blobs (hash, encoding, text_len, bytes) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            blob.hash,
+            blob.encoding,
+            i64::try_from(blob.text_len).unwrap_or(i64::MAX),
+            blob.bytes
+        ])
+    })
+    .map_err(sql("storing a blob"))?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Trains a dictionary from sample entry texts; `None` when there is too
+/// little text or zstd cannot find one.
+pub fn train(samples: &[Vec<u8>]) -> Option<Vec<u8>> {
+    let total: usize = samples.iter().map(Vec::len).sum();
+    if total < MIN_TRAINING_BYTES || samples.len() < 16 {
+        return None;
+    }
+    let size = (total / 20).clamp(16 << 10, MAX_DICTIONARY);
+    zstd::dict::from_samples(samples, size).ok()
+}
+
+/// A sample for training: the text as it will be compressed (blobs cut out,
+/// cut to [`SAMPLE_LIMIT`]).
+pub fn training_sample(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len().min(SAMPLE_LIMIT));
+    let mut from = 0;
+    for r in blob_ranges(text) {
+        out.extend_from_slice(&text.as_bytes()[from..r.start]);
+        from = r.end;
+    }
+    out.extend_from_slice(&text.as_bytes()[from..]);
+    out.truncate(SAMPLE_LIMIT);
+    out
+}
+
+/// Stores a trained dictionary (in the caller's transaction) and returns it.
+pub fn insert_dictionary(
+    conn: &Connection,
+    bytes: Vec<u8>,
+    samples: usize,
+    sample_bytes: usize,
+) -> Result<Arc<Dictionary>> {
+    conn.execute(
+        "INSERT INTO dictionaries (created_at, samples, sample_bytes, bytes) VALUES (?1, ?2, ?3, ?4)",
+        params![
+            crate::entry::now_timestamp(),
+            i64::try_from(samples).unwrap_or(i64::MAX),
+            i64::try_from(sample_bytes).unwrap_or(i64::MAX),
+            bytes
+        ],
+    )
+    .map_err(sql("storing a compression dictionary"))?;
+    Ok(Arc::new(Dictionary::new(conn.last_insert_rowid(), bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE dictionaries (dict_id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT, samples INTEGER, sample_bytes INTEGER, bytes BLOB NOT NULL);
+             CREATE TABLE blobs (blob_id INTEGER PRIMARY KEY, hash INTEGER NOT NULL, encoding INTEGER NOT NULL, text_len INTEGER NOT NULL, bytes BLOB NOT NULL);",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn round_trip(conn: &Connection, encoder: &Encoder, text: &str) -> rusqlite::types::Value {
+        let prepared = encoder.prepare(text);
+        let (value, _) = store(conn, text, &prepared).unwrap();
+        let back = Codec::default()
+            .decode(conn, rusqlite::types::ValueRef::from(&value))
+            .unwrap();
+        assert_eq!(back, text);
+        value
+    }
+
+    #[test]
+    fn base64_round_trips_and_refuses_non_canonical_text() {
+        for n in 0..40 {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+            let text = base64_encode(&bytes);
+            assert_eq!(base64_decode(&text).unwrap(), bytes);
+        }
+        // "QR==" decodes, but re-encodes as "QQ==": kept as text, not decoded.
+        assert_ne!(base64_encode(&base64_decode("QR==").unwrap()), "QR==");
+        assert!(base64_decode("QQ=A").is_none());
+        assert!(base64_decode("QQ").is_none());
+    }
+
+    #[test]
+    fn texts_come_back_exactly_whatever_their_encoding() {
+        let conn = archive();
+        let plain = Encoder::default();
+        let image = base64_encode(
+            &(0..30_000u32)
+                .map(|i| (i * 7919 % 251) as u8)
+                .collect::<Vec<_>>(),
+        );
+        // "AB==" decodes, but re-encodes as "AA==": kept as text.
+        let odd = format!("{}B==", "A".repeat(BLOB_THRESHOLD + 1));
+        let texts = [
+            r#"{"type":"leaf","id":"a"}"#.to_owned(),
+            format!(
+                r#"{{"type":"message","message":{{"content":"{}"}}}}"#,
+                "repeat ".repeat(500)
+            ),
+            format!(
+                r#"{{"content":[{{"type":"image","data":"{image}"}},{{"type":"image","data":"{image}"}}],"x":"\u00e9\ud800"}}"#
+            ),
+            format!(r#"{{"a":"{odd}","b":"{}"}}"#, "=".repeat(BLOB_THRESHOLD)),
+        ];
+        for t in &texts {
+            round_trip(&conn, &plain, t);
+        }
+        let blobs: i64 = conn
+            .query_row("SELECT count(*) FROM blobs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(blobs, 3, "the two copies of the image share one blob");
+        let stored: i64 = conn
+            .query_row(
+                "SELECT sum(length(bytes)) FROM blobs WHERE encoding = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(stored, 30_000, "canonical base64 is kept decoded");
+    }
+
+    #[test]
+    fn a_trained_dictionary_compresses_small_entries() {
+        let conn = archive();
+        let samples: Vec<Vec<u8>> = (0..2000)
+            .map(|i| format!(r#"{{"type":"message","id":"{i:08x}","parentId":"{:08x}","timestamp":"2025-06-01T11:00:{:02}.000Z","message":{{"role":"assistant","content":[{{"type":"text","text":"step {i} of the plan"}}]}}}}"#, i + 1, i % 60).into_bytes())
+            .collect();
+        let dict = insert_dictionary(&conn, train(&samples).expect("trains"), 2000, 0).unwrap();
+        let encoder = Encoder::new(Some(dict));
+        let text = std::str::from_utf8(&samples[7]).unwrap();
+        let stored = round_trip(&conn, &encoder, text);
+        let rusqlite::types::Value::Blob(body) = stored else {
+            panic!("not compressed")
+        };
+        assert!(
+            body.len() * 2 < text.len(),
+            "{} of {}",
+            body.len(),
+            text.len()
+        );
+        assert_eq!(
+            body_refs(ValueRef::Blob(&body)).unwrap().dictionary,
+            Some(1)
+        );
+        // Short texts that nothing helps stay plain TEXT.
+        assert!(matches!(Encoder::default().prepare("{}"), Prepared::Plain));
+    }
+
+    #[test]
+    fn damaged_bodies_are_errors_not_panics() {
+        let conn = archive();
+        let codec = Codec::default();
+        for body in [
+            &[][..],
+            &[0x80],
+            &[1, 2, 3],
+            &[2, 0xff],
+            &[4, 1, 5, 9],
+            &[3, 7, 1, 2],
+        ] {
+            let e = codec.decode(&conn, ValueRef::Blob(body)).unwrap_err();
+            assert_eq!(e.code(), crate::ErrorCode::Storage, "{body:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Re-encoding an archive's entry text ([`codec`]): the version-6
+//! migration (one transaction: a first dictionary, every entry encoded) and
+//! [`Archive::compact`] (a retrained dictionary, entries re-encoded in short
+//! transactions so writers never wait long, unused dictionaries and blobs
+//! dropped, VACUUM). Every rewrite checks that the new value decodes to the
+//! same text before it is written; a kill at any instant leaves each entry
+//! in its old or its new encoding, both readable.
+
+use super::codec::{self, Codec, Encoder};
+use super::{sql, Archive};
+use crate::error::{Error, Result};
+use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use std::sync::Arc;
+
+thread_local! {
+    /// Set while this thread rewrites stored values (see the trigger
+    /// `entries_are_append_only` in schema version 6).
+    static REENCODING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Registers `sessiontree_may_reencode()`, which the append-only trigger
+/// asks: 1 only while this thread is re-encoding.
+pub(super) fn register_reencode_guard(conn: &Connection) -> rusqlite::Result<()> {
+    conn.create_scalar_function(
+        "sessiontree_may_reencode",
+        0,
+        rusqlite::functions::FunctionFlags::SQLITE_UTF8,
+        |_| Ok(i64::from(REENCODING.with(std::cell::Cell::get))),
+    )
+}
+
+/// Runs `f` with this thread allowed to rewrite stored values.
+fn reencoding<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            REENCODING.with(|r| r.set(false));
+        }
+    }
+    REENCODING.with(|r| r.set(true));
+    let _reset = Reset;
+    f()
+}
+
+/// Rows re-encoded per transaction by `compact`.
+const BATCH_ROWS: i64 = 2_000;
+/// Bytes of text held per batch (bounds memory whatever the entry sizes).
+const BATCH_BYTES: usize = 16 << 20;
+
+/// What [`Archive::compact`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactReport {
+    /// File bytes (database plus WAL) before.
+    pub bytes_before: u64,
+    /// File bytes (database plus WAL) after.
+    pub bytes_after: u64,
+    /// Entries read.
+    pub entries: u64,
+    /// Entries whose stored value changed.
+    pub reencoded: u64,
+    /// The new dictionary's size (0 when there was too little text to train).
+    pub dictionary_bytes: usize,
+    /// Dictionaries no entry used any more, removed.
+    pub dictionaries_removed: u64,
+    /// Blobs no entry held any more, removed.
+    pub blobs_removed: u64,
+}
+
+/// Bytes per part of an archive (from SQLite's `dbstat`), for reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageSplit {
+    /// (part, bytes), largest first: entries, search index, branch cache,
+    /// blobs, dictionaries, sessions and the rest.
+    pub parts: Vec<(&'static str, u64)>,
+}
+
+impl StorageSplit {
+    /// All parts together.
+    pub fn total(&self) -> u64 {
+        self.parts.iter().map(|p| p.1).sum()
+    }
+}
+
+fn part_of(table: &str) -> &'static str {
+    match table {
+        t if t.starts_with("message_text") => "search index",
+        "entries" | "entries_by_seq" | "entries_by_id" | "entries_by_type" => "entries",
+        "segments"
+        | "segment_ancestry"
+        | "compactions"
+        | "leaf_events"
+        | "segments_by_session"
+        | "segments_by_missing_parent"
+        | "compactions_by_session" => "branch cache",
+        "blobs" | "blobs_by_hash" | "entry_blobs" | "entry_blobs_by_blob" => "blobs",
+        "dictionaries" => "dictionaries",
+        _ => "sessions and the rest",
+    }
+}
+
+/// Samples of the archive's entry texts for training, spread over the whole
+/// archive, at most [`codec::TRAINING_BUDGET`] bytes.
+fn training_samples(conn: &Connection, codec: &Codec) -> Result<Vec<Vec<u8>>> {
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+        .map_err(sql("sampling entries"))?;
+    // Every k-th entry by a hash of its key (deterministic, spread over
+    // sessions and depths); ~8,000 samples.
+    let k = (rows / 8_000).max(1);
+    let mut st = conn
+        .prepare(
+            "SELECT json FROM entries
+             WHERE ((entry_key >> 32) * 7919 + (entry_key & 4294967295) * 104729) % ?1 = 0",
+        )
+        .map_err(sql("sampling entries"))?;
+    let mut found = st.query([k]).map_err(sql("sampling entries"))?;
+    let mut samples = Vec::new();
+    let mut bytes = 0;
+    while let Some(row) = found.next().map_err(sql("sampling entries"))? {
+        let text = codec.decode(conn, row.get_ref(0).map_err(sql("sampling entries"))?)?;
+        let sample = codec::training_sample(&text);
+        bytes += sample.len();
+        samples.push(sample);
+        if bytes >= codec::TRAINING_BUDGET {
+            break;
+        }
+    }
+    Ok(samples)
+}
+
+/// Trains a dictionary from the archive's entries and stores it (in `tx`).
+fn train_from_archive(tx: &Connection, codec: &Codec) -> Result<Option<Arc<codec::Dictionary>>> {
+    let samples = training_samples(tx, codec)?;
+    let Some(bytes) = codec::train(&samples) else {
+        return Ok(None);
+    };
+    let sample_bytes = samples.iter().map(Vec::len).sum();
+    codec::insert_dictionary(tx, bytes, samples.len(), sample_bytes).map(Some)
+}
+
+#[derive(Default)]
+struct Pass {
+    entries: u64,
+    reencoded: u64,
+}
+
+/// Re-encodes the entries after `after` (entry_key order) in `conn`'s
+/// transaction, up to `max_rows`; returns the last key seen, `None` at the end.
+fn reencode_batch(
+    conn: &Connection,
+    codec: &Codec,
+    encoder: &Encoder,
+    after: i64,
+    max_rows: i64,
+    pass: &mut Pass,
+) -> Result<Option<i64>> {
+    let mut rows = Vec::new();
+    let mut bytes = 0;
+    {
+        let mut st = conn
+            .prepare_cached(
+                "SELECT entry_key, session_key, json FROM entries WHERE entry_key > ?1 ORDER BY entry_key LIMIT ?2",
+            )
+            .map_err(sql("re-encoding entries"))?;
+        let mut found = st
+            .query(params![after, max_rows])
+            .map_err(sql("re-encoding entries"))?;
+        while let Some(row) = found.next().map_err(sql("re-encoding entries"))? {
+            let key: i64 = row.get(0).map_err(sql("re-encoding entries"))?;
+            let session: i64 = row.get(1).map_err(sql("re-encoding entries"))?;
+            let old: rusqlite::types::Value = row.get(2).map_err(sql("re-encoding entries"))?;
+            let text = codec.decode(conn, (&old).into())?;
+            bytes += text.len();
+            rows.push((key, session, old, text));
+            if bytes >= BATCH_BYTES {
+                break;
+            }
+        }
+    }
+    let Some(last) = rows.last().map(|r| r.0) else {
+        return Ok(None);
+    };
+    for (key, session, old, text) in rows {
+        pass.entries += 1;
+        let (new, blobs) = codec::store(conn, &text, &encoder.prepare(&text))?;
+        if new == old {
+            continue;
+        }
+        if codec.decode(conn, (&new).into())? != text {
+            return Err(Error::Corrupt(format!(
+                "entry {key} would not decode to its text after re-encoding; nothing changed"
+            )));
+        }
+        reencoding(|| {
+            conn.prepare_cached("UPDATE entries SET json = ?2 WHERE entry_key = ?1")
+                .and_then(|mut st| st.execute(params![key, new]))
+        })
+        .map_err(sql("re-encoding entries"))?;
+        conn.prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
+            .and_then(|mut st| st.execute(params![session, key]))
+            .map_err(sql("re-encoding entries"))?;
+        codec::record_blob_refs(conn, session, key, &blobs)?;
+        pass.reencoded += 1;
+    }
+    Ok(Some(last))
+}
+
+/// Schema version 6: trains the archive's first dictionary from its
+/// entries and encodes every entry, in the migration's transaction.
+pub(super) fn migrate_to_v6(tx: &Transaction, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+    let codec = Codec::default();
+    let encoder = Encoder::new(train_from_archive(tx, &codec)?);
+    let total: u64 = tx
+        .query_row("SELECT count(*) FROM entries", [], |r| r.get::<_, i64>(0))
+        .map_err(sql("re-encoding entries"))?
+        .try_into()
+        .unwrap_or(0);
+    let mut pass = Pass::default();
+    let mut after = i64::MIN;
+    progress(0, total);
+    while let Some(last) = reencode_batch(tx, &codec, &encoder, after, BATCH_ROWS, &mut pass)? {
+        after = last;
+        progress(pass.entries, total);
+    }
+    Ok(())
+}
+
+fn file_bytes(path: &std::path::Path) -> u64 {
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    size(path) + size(std::path::Path::new(&wal))
+}
+
+impl Archive {
+    /// Whether the archive has a trained dictionary.
+    pub fn has_dictionary(&self) -> Result<bool> {
+        Ok(self.codec().newest(&*self.conn()?)?.is_some())
+    }
+
+    /// Trains the archive's first dictionary from `samples` (entry texts
+    /// about to be imported) unless it has one; returns its size, if trained.
+    pub fn train_first_dictionary(&self, samples: &[Vec<u8>]) -> Result<Option<usize>> {
+        let samples: Vec<Vec<u8>> = samples
+            .iter()
+            .map(|s| codec::training_sample(&String::from_utf8_lossy(s)))
+            .collect();
+        let Some(bytes) = codec::train(&samples) else {
+            return Ok(None);
+        };
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql("storing a compression dictionary"))?;
+        if self.codec().newest(&tx)?.is_some() {
+            return Ok(None);
+        }
+        let size = bytes.len();
+        let sample_bytes = samples.iter().map(Vec::len).sum();
+        codec::insert_dictionary(&tx, bytes, samples.len(), sample_bytes)?;
+        tx.commit()
+            .map_err(sql("storing a compression dictionary"))?;
+        Ok(Some(size))
+    }
+
+    /// Retrains the dictionary on the archive's entries, re-encodes every
+    /// entry with it (short transactions: writers wait at most one batch),
+    /// removes dictionaries and blobs nothing uses, and VACUUMs.
+    /// `progress` hears (entries done, entries in all).
+    pub fn compact(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<CompactReport> {
+        let mut report = CompactReport {
+            bytes_before: file_bytes(self.path()),
+            ..CompactReport::default()
+        };
+        let mut conn = self.conn()?;
+        // The dictionary is committed before any entry uses it (codec invariant 2).
+        let encoder = {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql("training a dictionary"))?;
+            let trained = train_from_archive(&tx, self.codec())?;
+            tx.commit().map_err(sql("training a dictionary"))?;
+            report.dictionary_bytes = trained.as_ref().map_or(0, |d| d.len());
+            match trained {
+                Some(d) => Encoder::new(Some(self.codec().dictionary(&conn, d.id)?)),
+                None => self.codec().encoder(&conn)?,
+            }
+            .with_level(codec::COMPACT_LEVEL)
+        };
+        let total: u64 = conn
+            .query_row("SELECT count(*) FROM entries", [], |r| r.get::<_, i64>(0))
+            .map_err(sql("re-encoding entries"))?
+            .try_into()
+            .unwrap_or(0);
+        let mut pass = Pass::default();
+        let mut after = i64::MIN;
+        progress(0, total);
+        loop {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql("re-encoding entries"))?;
+            let last = reencode_batch(&tx, self.codec(), &encoder, after, BATCH_ROWS, &mut pass)?;
+            tx.commit().map_err(sql("re-encoding entries"))?;
+            progress(pass.entries.min(total), total);
+            match last {
+                Some(l) => after = l,
+                None => break,
+            }
+        }
+        report.entries = pass.entries;
+        report.reencoded = pass.reencoded;
+        let (dictionaries, blobs) = remove_unused(&mut conn, self.codec())?;
+        report.dictionaries_removed = dictionaries;
+        report.blobs_removed = blobs;
+        // One b-tree for the search index instead of its many segments.
+        conn.execute_batch(
+            "INSERT INTO message_text (message_text) VALUES ('optimize');
+             VACUUM; PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .map_err(sql("vacuuming the archive"))?;
+        report.bytes_after = file_bytes(self.path());
+        Ok(report)
+    }
+
+    /// The bytes each part of the archive takes.
+    pub fn storage_split(&self) -> Result<StorageSplit> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")
+            .map_err(sql("measuring the archive"))?;
+        let rows: Vec<(String, i64)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(Iterator::collect)
+            .map_err(sql("measuring the archive"))?;
+        let mut parts: Vec<(&'static str, u64)> = Vec::new();
+        for (name, bytes) in rows {
+            let part = part_of(&name);
+            let bytes = u64::try_from(bytes).unwrap_or(0);
+            match parts.iter_mut().find(|p| p.0 == part) {
+                Some(p) => p.1 += bytes,
+                None => parts.push((part, bytes)),
+            }
+        }
+        parts.sort_by_key(|p| std::cmp::Reverse(p.1));
+        Ok(StorageSplit { parts })
+    }
+}
+
+/// Removes dictionaries no entry uses (never the newest) and blobs no entry
+/// holds, in one transaction (so no writer appends in between).
+fn remove_unused(conn: &mut Connection, codec: &Codec) -> Result<(u64, u64)> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql("removing unused dictionaries"))?;
+    let newest = codec.newest(&tx)?.map(|d| d.id);
+    let mut used = std::collections::HashSet::new();
+    {
+        let mut st = tx
+            .prepare("SELECT json FROM entries WHERE typeof(json) = 'blob'")
+            .map_err(sql("removing unused dictionaries"))?;
+        let mut rows = st.query([]).map_err(sql("removing unused dictionaries"))?;
+        while let Some(row) = rows.next().map_err(sql("removing unused dictionaries"))? {
+            let refs = codec::body_refs(
+                row.get_ref(0)
+                    .map_err(sql("removing unused dictionaries"))?,
+            )?;
+            used.extend(refs.dictionary);
+        }
+    }
+    let ids: Vec<i64> = tx
+        .prepare("SELECT dict_id FROM dictionaries")
+        .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
+        .map_err(sql("removing unused dictionaries"))?;
+    let mut dictionaries = 0;
+    for id in ids {
+        if Some(id) != newest && !used.contains(&id) {
+            tx.execute("DELETE FROM dictionaries WHERE dict_id = ?1", [id])
+                .map_err(sql("removing unused dictionaries"))?;
+            dictionaries += 1;
+        }
+    }
+    let blobs = tx
+        .execute(
+            "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = blobs.blob_id)",
+            [],
+        )
+        .map_err(sql("removing unused blobs"))?;
+    tx.commit().map_err(sql("removing unused dictionaries"))?;
+    Ok((dictionaries, blobs as u64))
+}

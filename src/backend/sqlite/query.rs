@@ -1,0 +1,92 @@
+//! Read-only SQL over an archive for people (`sessiontree sql`): entry text
+//! is stored compressed ([`super::codec`]), so the connection registers
+//! functions that read it back.
+//!
+//! - `entry_text(entry_key)`: the exact text of an entry;
+//! - `decode_entry(json)`: the text of a stored `entries.json` value.
+
+use super::codec::Codec;
+use super::{sql, Archive};
+use crate::error::{Error, Result};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::Value;
+use rusqlite::{Connection, OpenFlags};
+use std::sync::{Arc, Mutex};
+
+/// The answer to a query: column names and rows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueryResult {
+    /// Column names, in order.
+    pub columns: Vec<String>,
+    /// Rows of values.
+    pub rows: Vec<Vec<Value>>,
+}
+
+/// A read-only connection to `path` with the entry functions registered.
+fn read_only(path: &std::path::Path, codec: Arc<Codec>) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.pragma_update(None, "query_only", true)?;
+    // Functions read dictionaries and blobs through a second connection of
+    // their own (a function cannot use the connection running it).
+    let lookup = Arc::new(Mutex::new(Connection::open_with_flags(path, flags)?));
+    let deterministic = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    let (c, l) = (Arc::clone(&codec), Arc::clone(&lookup));
+    conn.create_scalar_function("decode_entry", 1, deterministic, move |ctx| {
+        let stored = ctx.get_raw(0);
+        if matches!(stored, rusqlite::types::ValueRef::Null) {
+            return Ok(None);
+        }
+        let conn = l.lock().unwrap_or_else(|p| p.into_inner());
+        c.decode(&conn, stored)
+            .map(Some)
+            .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))
+    })?;
+    conn.create_scalar_function("entry_text", 1, deterministic, move |ctx| {
+        let key: Option<i64> = ctx.get(0)?;
+        let Some(key) = key else { return Ok(None) };
+        let conn = lookup.lock().unwrap_or_else(|p| p.into_inner());
+        let stored: Option<Value> = conn
+            .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
+            .and_then(|mut st| {
+                rusqlite::OptionalExtension::optional(st.query_row([key], |r| r.get(0)))
+            })?;
+        stored
+            .map(|v| codec.decode(&conn, (&v).into()))
+            .transpose()
+            .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))
+    })?;
+    Ok(conn)
+}
+
+impl Archive {
+    /// Runs one read-only SQL statement with the entry functions
+    /// registered; a statement that would write is refused by SQLite.
+    pub fn query_read_only(&self, statement: &str) -> Result<QueryResult> {
+        let conn = read_only(self.path(), Arc::new(Codec::default()))
+            .map_err(sql("opening the archive read-only"))?;
+        let mut st = conn
+            .prepare(statement)
+            .map_err(|e| Error::Usage(format!("SQL: {e}")))?;
+        let columns: Vec<String> = st.column_names().map(str::to_owned).collect();
+        let n = columns.len();
+        let mut rows = Vec::new();
+        let mut found = st
+            .query([])
+            .map_err(|e| Error::Usage(format!("SQL: {e}")))?;
+        while let Some(row) = found
+            .next()
+            .map_err(|e| Error::Usage(format!("SQL: {e}")))?
+        {
+            let mut values = Vec::with_capacity(n);
+            for i in 0..n {
+                values.push(
+                    row.get::<_, Value>(i)
+                        .map_err(sql("reading a query's row"))?,
+                );
+            }
+            rows.push(values);
+        }
+        Ok(QueryResult { columns, rows })
+    }
+}
