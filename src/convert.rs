@@ -107,7 +107,7 @@ pub fn train_dictionary_for(
     archive: &Archive,
     files: &[std::path::PathBuf],
 ) -> Result<Option<usize>> {
-    use crate::backend::sqlite::codec::TRAINING_BUDGET;
+    use crate::backend::sqlite::codec::IMPORT_TRAINING_BUDGET as TRAINING_BUDGET;
     if files.is_empty() || archive.has_dictionary()? {
         return Ok(None);
     }
