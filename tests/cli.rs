@@ -1856,7 +1856,7 @@ fn writes_on_an_archive_session() {
     let text = sb.run(&["check", TREE_ID]).ok().to_owned();
     assert!(
         text.starts_with(
-            "ok: integrity_check passed and every branch cache equals its rebuild\nbranch cache: "
+            "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\nbranch cache: "
         ),
         "{text}"
     );

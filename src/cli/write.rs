@@ -313,7 +313,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .transpose()?;
     let problems = archive.check(id.as_deref())?;
     let mut text = if problems.is_empty() {
-        "ok: integrity_check passed and every branch cache equals its rebuild\n".to_owned()
+        "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };

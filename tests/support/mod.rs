@@ -495,3 +495,48 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Turns an archive of the latest schema back into what a version-5 build
+/// wrote: every entry's text stored plain (with `parent_id` and `timestamp`
+/// columns), the search index holding its own copy of the text, no
+/// dictionaries or blobs.
+pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let texts = Archive::open(db, Durability::Relaxed)?
+        .query_read_only("SELECT entry_key, entry_text(entry_key), session_key FROM entries")?;
+    let conn = rusqlite::Connection::open(db)?;
+    conn.execute_batch(
+        "DROP TRIGGER entries_are_append_only;
+         DROP INDEX entries_by_type;
+         ALTER TABLE entries ADD COLUMN parent_id TEXT;
+         ALTER TABLE entries ADD COLUMN timestamp TEXT NOT NULL DEFAULT '';
+         DROP TABLE message_text;
+         -- SQLite 3.54 leaves this shadow table of a contentless_unindexed table behind.
+         DROP TABLE IF EXISTS message_text_content;
+         CREATE VIRTUAL TABLE message_text USING fts5 (text, role UNINDEXED, session_key UNINDEXED,
+             tokenize = 'unicode61 remove_diacritics 2');
+         DROP TABLE dictionaries; DROP TABLE entry_blobs; DROP TABLE blobs;",
+    )?;
+    for row in &texts.rows {
+        let [key, rusqlite::types::Value::Text(text), session] = &row[..] else {
+            panic!("an entry without text: {row:?}");
+        };
+        let entry = Entry::from_json(text)?;
+        conn.execute(
+            "UPDATE entries SET json = ?2, parent_id = ?3, timestamp = ?4 WHERE entry_key = ?1",
+            rusqlite::params![key, text, entry.facts().parent(), entry.timestamp()],
+        )?;
+        if let Some((role, text)) = sessiontree::backend::sqlite::search::searchable_text(&entry) {
+            conn.execute(
+                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![key, text, role, session],
+            )?;
+        }
+    }
+    conn.execute_batch(
+        "CREATE INDEX entries_by_type ON entries (session_key, type, seq);
+         CREATE TRIGGER entries_are_append_only BEFORE UPDATE ON entries
+         BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;
+         PRAGMA user_version = 5;",
+    )?;
+    Ok(())
+}

@@ -408,9 +408,18 @@ impl Archive {
             .map_err(sql("checking sessions"))?;
         if session.is_none() {
             problems.extend(orphan_rows(&conn)?);
+            if let Err(e) = conn.execute(
+                "INSERT INTO message_text (message_text, rank) VALUES ('integrity-check', 0)",
+                [],
+            ) {
+                problems.push(format!("search index: {e}"));
+            }
         }
         for (key, id) in sessions {
             for p in branch_cache::verify(&conn, self.codec(), key)? {
+                problems.push(format!("session {id}: {p}"));
+            }
+            for p in super::check::verify_stored_text(&conn, self.codec(), key)? {
                 problems.push(format!("session {id}: {p}"));
             }
             for p in verify_session_facts(&conn, self.codec(), key)? {
@@ -446,6 +455,8 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
         ("writer_claims", "SELECT count(*) FROM writer_claims WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("imports", "SELECT count(*) FROM imports WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("message_text (search)", "SELECT count(*) FROM message_text m WHERE m.session_key NOT IN (SELECT session_key FROM sessions) OR NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = m.rowid AND e.session_key = m.session_key)"),
+        ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
+        ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),
     ];
     let mut problems = Vec::new();
     for (table, query) in ORPHANS {

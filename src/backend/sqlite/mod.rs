@@ -28,6 +28,7 @@
 
 mod archive;
 pub mod branch_cache;
+mod check;
 pub mod claim;
 pub mod codec;
 mod compact;
