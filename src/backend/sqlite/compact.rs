@@ -138,6 +138,14 @@ fn train_from_archive(tx: &Connection, codec: &Codec) -> Result<Option<Arc<codec
     codec::insert_dictionary(tx, bytes, samples.len(), sample_bytes).map(Some)
 }
 
+/// Entries in the archive (the unit of re-encoding progress).
+fn entry_total(conn: &Connection) -> Result<u64> {
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+        .map_err(sql("re-encoding entries"))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 #[derive(Default)]
 struct Pass {
     entries: u64,
@@ -210,11 +218,7 @@ fn reencode_batch(
 pub(super) fn migrate_to_v6(tx: &Transaction, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
     let codec = Codec::default();
     let encoder = Encoder::new(train_from_archive(tx, &codec)?);
-    let total: u64 = tx
-        .query_row("SELECT count(*) FROM entries", [], |r| r.get::<_, i64>(0))
-        .map_err(sql("re-encoding entries"))?
-        .try_into()
-        .unwrap_or(0);
+    let total = entry_total(tx)?;
     let mut pass = Pass::default();
     let mut after = i64::MIN;
     progress(0, total);
@@ -287,11 +291,7 @@ impl Archive {
             }
             .with_level(codec::COMPACT_LEVEL)
         };
-        let total: u64 = conn
-            .query_row("SELECT count(*) FROM entries", [], |r| r.get::<_, i64>(0))
-            .map_err(sql("re-encoding entries"))?
-            .try_into()
-            .unwrap_or(0);
+        let total = entry_total(&conn)?;
         let mut pass = Pass::default();
         let mut after = i64::MIN;
         progress(0, total);
