@@ -14,6 +14,7 @@ use crate::backend::sqlite::codec::Prepared;
 use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
+use crate::fnv::Fnv;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -45,25 +46,6 @@ pub struct FileImport {
     /// A torn final line left out (pi may be writing it right now); a later
     /// import picks it up once complete.
     pub torn_tail: Option<TornTail>,
-}
-
-/// FNV-1a 64: a tiny stable hash to recognise an unchanged file prefix.
-#[derive(Debug, Clone, Copy)]
-struct Fnv(u64);
-
-impl Fnv {
-    fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn hex(self) -> String {
-        format!("{:016x}", self.0)
-    }
 }
 
 /// The hash of the first `len` bytes of a file.

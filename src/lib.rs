@@ -17,6 +17,7 @@ pub mod context;
 pub mod convert;
 pub mod entry;
 pub mod error;
+mod fnv;
 pub mod gen;
 pub mod json;
 pub mod repo;

@@ -539,7 +539,7 @@ fn blob_ranges(text: &str) -> Vec<Range<usize>> {
 }
 
 fn blob_payload(text: &str) -> BlobPayload {
-    let hash = fnv1a(text.as_bytes()) as i64;
+    let hash = crate::fnv::Fnv::of(text.as_bytes()) as i64;
     match base64_decode(text).filter(|bytes| base64_encode(bytes) == text) {
         Some(bytes) => BlobPayload {
             hash,
@@ -554,16 +554,6 @@ fn blob_payload(text: &str) -> BlobPayload {
             text_len: text.len(),
         },
     }
-}
-
-/// FNV-1a 64.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
