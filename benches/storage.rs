@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the storage backends: one group per operation,
 //! the backend (and size) as the parameter. The operations, data sets and the
-//! naive SQL designs are in `benches/common`, shared with `sessiontree bench`
+//! naive SQL designs are in `benches/src/ops.rs`, shared with `sessiontree-bench report`
 //! (which adds ratios, floors, peak RSS, pi and the scaling report).
 //!
 //! ```text
@@ -18,17 +18,15 @@
 //! benchmark keep the whole run to a few minutes on a 2-core machine, while
 //! the differences in kind (O(depth) vs O(1), scan vs index) are already
 //! visible. The 100,000- and 1,000,000-entry numbers the issue's targets name
-//! come from `sessiontree bench --sizes 1000,10000,100000 --rss-sizes 1000000`,
+//! come from `sessiontree-bench report --sizes 1000,10000,100000 --rss-sizes 1000000`,
 //! which times each slow case only a few times instead of criterion's minimum
 //! of 10. Data sets are generated once and cached under
 //! `target/sessiontree-bench/` (delete it to regenerate).
 
-mod common;
-
-use common::{ArchiveFixture, Backend, PathFixture, WriteFixture};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sessiontree::gen::Shape;
 use sessiontree::Durability;
+use sessiontree_bench::gen::Shape;
+use sessiontree_bench::ops::{self, ArchiveFixture, Backend, PathFixture, WriteFixture};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -52,8 +50,8 @@ fn work() -> PathBuf {
     dir
 }
 
-fn prepare(shape: Shape, size: usize) -> common::Dataset {
-    common::prepare(&work(), shape, size, SEED, &mut |m| eprintln!("bench: {m}"))
+fn prepare(shape: Shape, size: usize) -> ops::Dataset {
+    ops::prepare(&work(), shape, size, SEED, &mut |m| eprintln!("bench: {m}"))
         .expect("preparing a data set")
 }
 
@@ -62,10 +60,10 @@ fn resume(c: &mut Criterion) {
     let mut g = c.benchmark_group("resume");
     for size in sizes() {
         let ds = prepare(Shape::Forked, size);
-        let memory = common::load_memory(&ds.main().path).expect("loading");
+        let memory = ops::load_memory(&ds.main().path).expect("loading");
         for b in Backend::ALL {
             g.bench_function(BenchmarkId::new(b.name(), size), |bench| {
-                bench.iter(|| black_box(common::resume(b, &ds, Some(&memory)).expect("resume")))
+                bench.iter(|| black_box(ops::resume(b, &ds, Some(&memory)).expect("resume")))
             });
         }
     }
@@ -120,8 +118,7 @@ fn leaf_move(c: &mut Criterion) {
     for size in depths {
         let ds = prepare(Shape::Linear, size);
         for b in Backend::ALL {
-            let dir =
-                common::scratch(&work(), &format!("crit-leaf-{}", b.name())).expect("scratch");
+            let dir = ops::scratch(&work(), &format!("crit-leaf-{}", b.name())).expect("scratch");
             let mut fx = WriteFixture::new(
                 b,
                 &ds,
@@ -145,8 +142,7 @@ fn append(c: &mut Criterion) {
     for size in sizes() {
         let ds = prepare(Shape::Forked, size);
         for b in Backend::ALL {
-            let dir =
-                common::scratch(&work(), &format!("crit-append-{}", b.name())).expect("scratch");
+            let dir = ops::scratch(&work(), &format!("crit-append-{}", b.name())).expect("scratch");
             let mut fx =
                 WriteFixture::new(b, &ds, &dir, Durability::Full, (0, 1), SEED).expect("opening");
             g.bench_function(BenchmarkId::new(b.name(), size), |bench| {
@@ -170,10 +166,9 @@ fn import(c: &mut Criterion) {
             Backend::SqlCte,
             Backend::SqlPathCopy,
         ] {
-            let dir =
-                common::scratch(&work(), &format!("crit-import-{}", b.name())).expect("scratch");
+            let dir = ops::scratch(&work(), &format!("crit-import-{}", b.name())).expect("scratch");
             g.bench_function(BenchmarkId::new(b.name(), size), |bench| {
-                bench.iter(|| black_box(common::import(b, &file, &dir).expect("import")))
+                bench.iter(|| black_box(ops::import(b, &file, &dir).expect("import")))
             });
         }
     }
@@ -213,7 +208,7 @@ fn search(c: &mut Criterion) {
             Backend::SqlCte,
         ] {
             g.bench_function(BenchmarkId::new(b.name(), size), |bench| {
-                bench.iter(|| black_box(fx.search(b, common::SEARCH_TERM).expect("search")))
+                bench.iter(|| black_box(fx.search(b, ops::SEARCH_TERM).expect("search")))
             });
         }
     }

@@ -8,13 +8,15 @@
 //! other way is refused (delete the session to import it afresh).
 
 use crate::backend::jsonl::{
-    check_session_id, read_open_header, read_session_from, Header, ReadStart, ReadSummary, TornTail,
+    read_open_header, read_session_from, ReadStart, ReadSummary, TornTail,
 };
 use crate::backend::sqlite::codec::Prepared;
 use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
 use crate::fnv::Fnv;
+use crate::header::Header;
+use crate::layout::check_session_id;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;

@@ -493,10 +493,10 @@ fn an_import_that_appends_takes_the_writer_claim() {
 fn concurrent_imports_of_one_directory_both_succeed() {
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("sessions");
-    sessiontree::gen::generate(
+    sessiontree_bench::gen::generate(
         &files,
-        &sessiontree::gen::GenOptions {
-            shape: sessiontree::gen::Shape::Archive,
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Archive,
             entries: 3_000,
             sessions: Some(40),
             seed: 3,

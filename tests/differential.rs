@@ -71,6 +71,31 @@ fn ensure_reference_installed(dir: &Path) {
     );
 }
 
+/// The workload generator's binary (`sessiontree-bench`, the bench crate),
+/// beside the product's. `cargo test --workspace` has built it already; a
+/// plain `cargo test` builds it here.
+fn generator_binary(product: &Path) -> PathBuf {
+    let gen_bin =
+        product.with_file_name(format!("sessiontree-bench{}", std::env::consts::EXE_SUFFIX));
+    if !gen_bin.is_file() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "sessiontree-bench",
+                "--bin",
+                "sessiontree-bench",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("running cargo build -p sessiontree-bench");
+        assert!(status.success(), "building the workload generator failed");
+    }
+    gen_bin
+}
+
 #[test]
 fn sessiontree_matches_pi_reference() {
     require_tool("node");
@@ -79,10 +104,13 @@ fn sessiontree_matches_pi_reference() {
     ensure_reference_installed(&dir);
 
     let bin = env!("CARGO_BIN_EXE_sessiontree");
+    let gen_bin = generator_binary(Path::new(bin));
     let out = tool("node")
         .arg(dir.join("run.mjs"))
         .arg("--bin")
         .arg(bin)
+        .arg("--gen-bin")
+        .arg(&gen_bin)
         .env("SESSIONTREE_BIN", bin)
         .env("TZ", "UTC")
         .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -11,8 +11,8 @@ mod harness;
 use harness::{snapshot_from, Harness, Jsonl, Memory, Sqlite};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use sessiontree::gen::{write_session, GenOptions, Shape};
 use sessiontree::{Entry, SessionStorage};
+use sessiontree_bench::gen::{write_session, GenOptions, Shape};
 
 /// A generated session a case starts from.
 #[derive(Debug, Clone)]

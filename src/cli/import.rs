@@ -34,30 +34,14 @@ fn demo_dir(cli: &Cli) -> PathBuf {
     )
 }
 
-/// Writes a small generated archive (deterministic) next to the database and
-/// returns its directory.
+/// Writes the demo sessions next to the database (once) and returns their
+/// directory.
 fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
     let dir = demo_dir(cli);
     if !dir.is_dir() {
-        let options = sessiontree::gen::GenOptions {
-            shape: sessiontree::gen::Shape::Archive,
-            entries: 6_000,
-            sessions: Some(24),
-            seed: 2026,
-            ..sessiontree::gen::GenOptions::default()
-        };
-        sessiontree::gen::generate(&dir, &options)?;
+        super::demo::write_demo(&dir)?;
     }
     Ok(dir)
-}
-
-/// pi's sessions directory.
-pub fn pi_sessions_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PI_CODING_AGENT_DIR") {
-        return PathBuf::from(dir).join("sessions");
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".pi").join("agent").join("sessions")
 }
 
 fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
@@ -93,7 +77,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     let roots = if args.demo {
         vec![demo_sessions(cli)?]
     } else if args.paths.is_empty() {
-        let pi = pi_sessions_dir();
+        let pi = sessiontree::layout::pi_sessions_dir();
         if pi.is_dir() {
             vec![pi]
         } else {

@@ -1,9 +1,8 @@
 //! Command-line interface: argument parsing, and one module per group of
 //! commands. Commands return a [`Report`]; only [`run`] prints.
 
-mod bench;
 mod browse;
-mod gen;
+mod demo;
 mod import;
 mod maintain;
 mod rpc;
@@ -95,10 +94,6 @@ pub enum Command {
     Sql(maintain::SqlArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
     Rpc(rpc::RpcArgs),
-    /// Generate deterministic pi-realistic session files (benchmarks, tests).
-    Gen(gen::GenArgs),
-    /// Benchmark SQLite against JSONL, memory and naive SQL designs; write a report.
-    Bench(bench::BenchArgs),
 }
 
 /// What a command has to say: JSON for `--json`, text otherwise.
@@ -146,8 +141,6 @@ pub fn run() -> i32 {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
-        Command::Gen(args) => gen::run(&cli, args).map(Some),
-        Command::Bench(args) => bench::run(&cli, args).map(Some),
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Tree(args) => tree::run(&cli, args).map(Some),

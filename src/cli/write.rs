@@ -3,10 +3,10 @@
 use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use sessiontree::backend::jsonl::{encode_cwd, session_file_name};
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
+use sessiontree::layout::{encode_cwd, session_file_name};
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;

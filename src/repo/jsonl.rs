@@ -2,9 +2,11 @@
 //! `<root>/--<encoded cwd>--/<createdAt>_<id>.jsonl`.
 
 use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
-use crate::backend::jsonl::{encode_cwd, read_header, session_file_name, Header, JsonlStorage};
+use crate::backend::jsonl::{read_header, JsonlStorage};
 use crate::entry::{new_session_id, now_timestamp, timestamp_millis};
 use crate::error::{Error, ErrorCode, Result};
+use crate::header::Header;
+use crate::layout::{check_session_id, encode_cwd, session_file_name};
 use crate::session::Session;
 use crate::storage::{Durability, SessionMetadata, SessionStorage};
 use std::path::{Path, PathBuf};
@@ -38,7 +40,7 @@ impl JsonlRepo {
         metadata: Option<&str>,
     ) -> Result<JsonlStorage> {
         let id = id.map_or_else(new_session_id, str::to_owned);
-        crate::backend::jsonl::check_session_id(&id)?;
+        check_session_id(&id)?;
         let created_at = now_timestamp();
         let path = self
             .session_dir(cwd)

@@ -1,10 +1,10 @@
 //! The repository over an SQLite archive: many sessions in one file.
 
 use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
-use crate::backend::jsonl::Header;
 use crate::backend::sqlite::{Archive, ListQuery, NewSession, SqliteStorage};
 use crate::entry::{new_session_id, now_timestamp};
 use crate::error::Result;
+use crate::header::Header;
 use crate::session::Session;
 use crate::storage::{SessionMetadata, SessionStorage};
 

@@ -6,6 +6,8 @@
 //
 // Options (each also as an environment variable):
 //   --bin PATH            sessiontree binary            (SESSIONTREE_BIN)
+//   --gen-bin PATH        sessiontree-bench binary, the workload generator for --gen
+//                         (SESSIONTREE_GEN_BIN; without it --gen is 0)
 //   --sequences N         sequences per backend, 400    (DIFF_SEQUENCES)
 //   --seed N              base seed, 20250101           (DIFF_SEED; "random" for a fresh one)
 //   --backends LIST       jsonl,memory,sqlite           (DIFF_BACKENDS)
@@ -15,7 +17,7 @@
 //                         session in ../shared/fixtures/pi-sessions, 0.1 (DIFF_REAL;
 //                         the folder: DIFF_FIXTURES)
 //   --gen F               fraction of the other sequences starting from a session written by
-//                         `sessiontree gen` (every --shape, 20-200 entries, compactions every
+//                         `sessiontree-bench gen` (every --shape, 20-200 entries, compactions every
 //                         4-60 entries or none; seeds from the sequence seed), 0.1 (DIFF_GEN)
 //   --jobs N              sequences in parallel, 2      (DIFF_JOBS)
 //   --exotic LIST         exotic input categories (DIFF_EXOTIC): "default" (all but the
@@ -83,6 +85,7 @@ function parseArgs(argv) {
   const env = process.env;
   const cfg = {
     bin: env.SESSIONTREE_BIN,
+    genBin: env.SESSIONTREE_GEN_BIN,
     sequences: Number(env.DIFF_SEQUENCES ?? 400),
     seed: env.DIFF_SEED ?? "20250101",
     backends: (env.DIFF_BACKENDS ?? "jsonl,memory,sqlite").split(","),
@@ -105,6 +108,7 @@ function parseArgs(argv) {
     const val = () => argv[++i];
     switch (a) {
       case "--bin": cfg.bin = val(); break;
+      case "--gen-bin": cfg.genBin = val(); break;
       case "--sequences": cfg.sequences = Number(val()); break;
       case "--seed": cfg.seed = val(); break;
       case "--backends": cfg.backends = val().split(","); break;
@@ -133,6 +137,12 @@ function parseArgs(argv) {
     process.exit(2);
   }
   cfg.bin = resolve(cfg.bin);
+  if (!cfg.genBin) {
+    if (cfg.genFraction > 0) console.error("differential: no generator (--gen-bin or SESSIONTREE_GEN_BIN); no sequence starts from a generated session");
+    cfg.genFraction = 0;
+  } else {
+    cfg.genBin = resolve(cfg.genBin);
+  }
   if (!existsSync(cfg.bin)) {
     console.error(`differential: ${cfg.bin} does not exist (cargo build first)`);
     process.exit(2);
@@ -560,10 +570,10 @@ function generatedSpec(seed, backend) {
   // text), converted to v3; others from entries written by hand.
   const real = rng.chance(cfg.realFraction) ? realPrefixEntries(rng) : null;
   if (real) realSequences += 1;
-  // Others from a session `sessiontree gen` wrote (adversarial tree shapes),
+  // Others from a session `sessiontree-bench gen` wrote (adversarial tree shapes),
   // drawn from a stream of their own so the other sequences stay as they were.
   const genRng = new Rng(mixSeed(seed, 0x67656e));
-  const generated = !real && genRng.chance(cfg.genFraction) ? generatedPrefixEntries(cfg.bin, genRng) : null;
+  const generated = !real && genRng.chance(cfg.genFraction) ? generatedPrefixEntries(cfg.genBin, genRng) : null;
   if (generated) genSequences.set(generated.shape, (genSequences.get(generated.shape) ?? 0) + 1);
   const prefixEntries =
     real ?? generated?.entries ?? (rng.chance(0.3) ? makePrefixEntries(rng, gen, rng.range(1, 8), { lateParents: gen.opts.lateParents }) : []);

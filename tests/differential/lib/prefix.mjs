@@ -61,11 +61,11 @@ export function realPrefixEntries(rng) {
   return out;
 }
 
-/** The shapes `sessiontree gen --shape` knows (src/gen.rs, `Shape::as_str`). */
+/** The shapes `sessiontree-bench gen --shape` knows (benches/src/gen.rs, `Shape::as_str`). */
 export const GEN_SHAPES = ["linear", "forked", "archive", "regenerate", "caterpillar", "broom", "dangling-root"];
 
 /**
- * The entries of a session written by `sessiontree gen` (`bin`): a shape of
+ * The entries of a session written by `sessiontree-bench gen` (`bin`): a shape of
  * GEN_SHAPES, 20–200 entries, compactions every few entries (or none), the
  * generator's seed and options drawn from `rng`. For an archive, its first
  * session. Returns `{ entries, shape, args }` (`args`: the gen command line,

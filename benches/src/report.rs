@@ -1,4 +1,4 @@
-//! `sessiontree bench`: the storage comparison as one command. SQLite against
+//! `sessiontree-bench report`: the storage comparison as one command. SQLite against
 //! the JSONL and in-memory backends and two naive SQL designs, on the same
 //! generated data, at several sizes; medians and ratios, the physical floor,
 //! peak RSS of a resume measured in a child process, pi itself as an anchor
@@ -6,17 +6,14 @@
 //! (every number), `report.md` (the tables) and `scaling.svg` (cost against
 //! entries, log–log) to `--out`.
 //!
-//! The operations and the naive designs live in `benches/common` and are
+//! The operations and the naive designs live in [`crate::ops`] and are
 //! shared with the criterion benches, so both measure the same code.
 
-#[path = "../../benches/common/mod.rs"]
-mod common;
-
-use super::{Cli, Report};
+use crate::gen::Shape;
+use crate::ops::{self, ArchiveFixture, Backend, Dataset, PathFixture, WriteFixture};
+use crate::Report;
 use clap::Args;
-use common::{ArchiveFixture, Backend, Dataset, PathFixture, WriteFixture};
 use serde_json::{json, Value};
-use sessiontree::gen::Shape;
 use sessiontree::{Durability, Error, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -221,7 +218,7 @@ fn proc_status_kb(field: &str) -> Option<u64> {
 }
 
 /// Runs `bench`.
-pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
+pub fn run(args: &BenchArgs) -> Result<Report> {
     if let Some(backend) = &args.child_resume {
         return child_resume(backend, args.child_dataset.as_deref());
     }
@@ -272,20 +269,19 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
     let mut shape_rows: Vec<Row> = Vec::new();
 
     for &size in &sizes {
-        let forked = common::prepare(&work, Shape::Forked, size, args.seed, &mut |m| progress(m))?;
+        let forked = ops::prepare(&work, Shape::Forked, size, args.seed, &mut |m| progress(m))?;
         datasets.push(dataset_json(&forked));
         let needs = |op: &str| ops.contains(&op);
 
         if needs("resume") {
-            let memory = common::load_memory(&forked.main().path)?;
+            let memory = ops::load_memory(&forked.main().path)?;
             let mut counts = BTreeMap::new();
             for b in Backend::ALL {
                 progress(&format!("resume {} @ {size}", b.name()));
-                let n = common::resume(b, &forked, Some(&memory))?;
+                let n = ops::resume(b, &forked, Some(&memory))?;
                 counts.insert(b.name(), n);
-                let samples = measure(&budget, || {
-                    common::resume(b, &forked, Some(&memory)).map(drop)
-                })?;
+                let samples =
+                    measure(&budget, || ops::resume(b, &forked, Some(&memory)).map(drop))?;
                 rows.push(Row {
                     op: "resume",
                     backend: b.name().to_owned(),
@@ -379,13 +375,12 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
         }
 
         if needs("leaf_move") {
-            let linear =
-                common::prepare(&work, Shape::Linear, size, args.seed, &mut |m| progress(m))?;
+            let linear = ops::prepare(&work, Shape::Linear, size, args.seed, &mut |m| progress(m))?;
             datasets.push(dataset_json(&linear));
             let lo = size * 9 / 10;
             for b in Backend::ALL {
                 progress(&format!("leaf_move {} @ {size}", b.name()));
-                let dir = common::scratch(&work, &format!("leaf-{}", b.name()))?;
+                let dir = ops::scratch(&work, &format!("leaf-{}", b.name()))?;
                 let mut fx = WriteFixture::new(
                     b,
                     &linear,
@@ -411,7 +406,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
         if needs("append") {
             for b in Backend::ALL {
                 progress(&format!("append {} @ {size}", b.name()));
-                let dir = common::scratch(&work, &format!("append-{}", b.name()))?;
+                let dir = ops::scratch(&work, &format!("append-{}", b.name()))?;
                 let mut fx =
                     WriteFixture::new(b, &forked, &dir, Durability::Full, (0, 1), args.seed)?;
                 let samples = measure(&budget, || fx.append())?;
@@ -438,9 +433,9 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
                 Backend::SqlPathCopy,
             ] {
                 progress(&format!("import {} @ {size}", b.name()));
-                let dir = common::scratch(&work, &format!("import-{}", b.name()))?;
+                let dir = ops::scratch(&work, &format!("import-{}", b.name()))?;
                 let samples = measure(&budget.for_import(size), || {
-                    common::import(b, &file, &dir).map(drop)
+                    ops::import(b, &file, &dir).map(drop)
                 })?;
                 let _ = std::fs::remove_dir_all(&dir);
                 let mut row = Row {
@@ -471,7 +466,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
 
         if needs("list") || needs("search") {
             let archive =
-                common::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
+                ops::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
             datasets.push(dataset_json(&archive));
             let fx = ArchiveFixture::new(&archive)?;
             for b in [
@@ -495,15 +490,15 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
                 }
                 if needs("search") {
                     progress(&format!("search {} @ {size}", b.name()));
-                    let n = fx.search(b, common::SEARCH_TERM)?;
-                    let samples = measure(&budget, || fx.search(b, common::SEARCH_TERM).map(drop))?;
+                    let n = fx.search(b, ops::SEARCH_TERM)?;
+                    let samples = measure(&budget, || fx.search(b, ops::SEARCH_TERM).map(drop))?;
                     rows.push(Row {
                         op: "search",
                         backend: b.name().to_owned(),
                         size,
                         samples,
                         per_sample: 1.0,
-                        extra: json!({"term": common::SEARCH_TERM, "hits_seen": n}),
+                        extra: json!({"term": ops::SEARCH_TERM, "hits_seen": n}),
                     });
                 }
             }
@@ -525,9 +520,8 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
             let ds = match forked_sets.get(&size) {
                 Some(d) => d.clone(),
                 None => {
-                    let d = common::prepare(&work, Shape::Forked, size, args.seed, &mut |m| {
-                        progress(m)
-                    })?;
+                    let d =
+                        ops::prepare(&work, Shape::Forked, size, args.seed, &mut |m| progress(m))?;
                     datasets.push(dataset_json(&d));
                     forked_sets.insert(size, d.clone());
                     d
@@ -536,7 +530,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
             for name in ["none", "sqlite", "jsonl", "sql-cte", "sql-pathcopy"] {
                 progress(&format!("resume RSS {name} @ {size} (child process)"));
                 let out = Command::new(&exe)
-                    .args(["bench", "--child-resume", name, "--child-dataset"])
+                    .args(["report", "--child-resume", name, "--child-dataset"])
                     .arg(&ds.dir)
                     .output()
                     .map_err(|e| Error::io("running the child", e))?;
@@ -555,7 +549,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
         let dir = args
             .pi_dir
             .clone()
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/pi-anchor"));
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pi-anchor"));
         match pi_ready(&dir) {
             Err(why) => pi.push(json!({"error": why})),
             Ok(()) => {
@@ -628,7 +622,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
     let targets = targets(&rows, &rss, &shape_rows);
     let elapsed = started.elapsed().as_secs_f64();
     let report = json!({
-        "tool": "sessiontree bench",
+        "tool": "sessiontree-bench report",
         "version": env!("CARGO_PKG_VERSION"),
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
         "machine": machine(),
@@ -637,7 +631,7 @@ pub fn run(_cli: &Cli, args: &BenchArgs) -> Result<Report> {
             "sizes": sizes, "rss_sizes": rss_sizes, "ops": ops, "seed": args.seed,
             "quick": args.quick, "budget_secs": budget.secs, "min_samples": budget.min,
             "max_samples": budget.max, "path_samples": path_samples,
-            "generator_version": sessiontree::gen::GENERATOR_VERSION,
+            "generator_version": crate::gen::GENERATOR_VERSION,
         },
         "operations": ops.iter().map(|o| json!({"op": o, "what": op_doc(o)})).collect::<Vec<_>>(),
         "datasets": datasets,
@@ -895,7 +889,7 @@ fn measure_shapes(
 ) -> Result<Vec<Row>> {
     let mut out = Vec::new();
     for shape in SHAPES {
-        let ds = common::prepare_archive_only(work, shape, size, seed, &mut |m| progress(m))?;
+        let ds = ops::prepare_archive_only(work, shape, size, seed, &mut |m| progress(m))?;
         datasets.push(dataset_json(&ds));
         let name = shape.as_str();
         let row = |op: &'static str, samples: Vec<f64>, per_sample: f64, extra: Value| Row {
@@ -910,11 +904,11 @@ fn measure_shapes(
         progress(&format!("shapes: import {name} @ {size}"));
         let file = ds.main().path.clone();
         let mb = ds.main().bytes as f64 / 1e6;
-        let dir = common::scratch(work, "shape-import")?;
+        let dir = ops::scratch(work, "shape-import")?;
         let samples = measure(&budget.for_import(size), || {
-            common::import(Backend::Sqlite, &file, &dir).map(drop)
+            ops::import(Backend::Sqlite, &file, &dir).map(drop)
         })?;
-        let (bytes, segments) = common::archive_bytes(&dir.join("import.db"))?;
+        let (bytes, segments) = ops::archive_bytes(&dir.join("import.db"))?;
         let _ = std::fs::remove_dir_all(&dir);
         let mut import = row("import", samples, 1.0, Value::Null);
         import.extra = json!({"mb": mb, "mb_per_s": mb / import.median(), "bytes": bytes,
@@ -923,10 +917,8 @@ fn measure_shapes(
         out.push(import);
 
         progress(&format!("shapes: resume {name} @ {size}"));
-        let messages = common::resume(Backend::Sqlite, &ds, None)?;
-        let samples = measure(budget, || {
-            common::resume(Backend::Sqlite, &ds, None).map(drop)
-        })?;
+        let messages = ops::resume(Backend::Sqlite, &ds, None)?;
+        let samples = measure(budget, || ops::resume(Backend::Sqlite, &ds, None).map(drop))?;
         out.push(row(
             "resume",
             samples,
@@ -935,7 +927,7 @@ fn measure_shapes(
         ));
 
         progress(&format!("shapes: path {name} @ {size}"));
-        let fx = common::SqlitePaths::new(&ds, path_samples, seed ^ 0x5eed)?;
+        let fx = ops::SqlitePaths::new(&ds, path_samples, seed ^ 0x5eed)?;
         let k = fx.ids.len();
         let samples = measure(budget, || {
             for i in 0..k {
@@ -951,7 +943,7 @@ fn measure_shapes(
         ));
 
         progress(&format!("shapes: leaf_move {name} @ {size}"));
-        let dir = common::scratch(work, "shape-leaf")?;
+        let dir = ops::scratch(work, "shape-leaf")?;
         let mut fx = WriteFixture::new(
             Backend::Sqlite,
             &ds,
@@ -1302,8 +1294,8 @@ fn child_resume(backend: &str, dataset: Option<&Path>) -> Result<Report> {
     } else {
         let b = Backend::from_name(backend)
             .ok_or_else(|| Error::Unknown(format!("unknown backend {backend}")))?;
-        let ds = common::load(dir)?;
-        common::resume(b, &ds, None)?
+        let ds = ops::load(dir)?;
+        ops::resume(b, &ds, None)?
     };
     let secs = started.elapsed().as_secs_f64();
     let v = json!({

@@ -1,9 +1,9 @@
-//! The benchmark harness shared by the criterion benches (`benches/*.rs`) and
-//! `sessiontree bench` (`src/cli/bench.rs` includes this file with `#[path]`),
-//! so both measure exactly the same operations on the same data.
+//! The measured operations, shared by the criterion benches
+//! (`benches/storage.rs`) and the report (`sessiontree-bench report`), so both
+//! measure exactly the same operations on the same data.
 //!
 //! # Data sets
-//! [`prepare`] generates a workload with [`sessiontree::gen`] and loads it
+//! [`prepare`] generates a workload with [`crate::gen`] and loads it
 //! into every store once: the pi JSONL files themselves, an SQLite archive
 //! (imported with [`import_jsonl`]), and a naive database holding both naive
 //! SQL designs ([`naive`]). Prepared sets are cached under the work directory,
@@ -15,11 +15,11 @@
 //! library's pi-compatible files), `memory` (the library's in-memory backend:
 //! everything already loaded, the lower bound for reads), `sql-cte` and
 //! `sql-pathcopy` (the naive designs, implemented here and nowhere else).
-#![allow(dead_code)]
-
-pub mod naive;
-
-use naive::Naive;
+use crate::gen::{
+    generate, message_entry, GenOptions, GeneratedSession, SessionIds, Shape, SplitMix64,
+    GENERATOR_VERSION,
+};
+use crate::naive::Naive;
 use serde_json::{json, Value};
 use sessiontree::backend::jsonl::{JsonlStorage, TornTail};
 use sessiontree::backend::memory::MemoryStorage;
@@ -28,10 +28,6 @@ use sessiontree::backend::sqlite::{Archive, ListQuery, SqliteStorage};
 use sessiontree::context::{build_context, ContextOptions};
 use sessiontree::convert::import_jsonl;
 use sessiontree::entry::now_timestamp;
-use sessiontree::gen::{
-    generate, message_entry, GenOptions, GeneratedSession, SessionIds, Shape, SplitMix64,
-    GENERATOR_VERSION,
-};
 use sessiontree::repo::jsonl::JsonlRepo;
 use sessiontree::repo::SessionRepo;
 use sessiontree::{Durability, Entry, Error, Result, Session, SessionStorage};

@@ -49,8 +49,8 @@
 //! from a bijection of `i`, so ids never collide and a benchmark can name a
 //! random existing entry without reading the file.
 
-use crate::backend::jsonl::{encode_cwd, session_file_name};
-use crate::error::{Error, Result};
+use sessiontree::layout::{encode_cwd, session_file_name};
+use sessiontree::{Error, Result};
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -551,12 +551,12 @@ fn push_iso_millis(out: &mut String, ms: i64) {
 
 /// Appends `s` as a JSON string literal, escaped as `JSON.stringify` does.
 fn push_json_str(out: &mut String, s: &str) {
-    crate::json::push_string_literal(out, s);
+    sessiontree::json::push_string_literal(out, s);
 }
 
 /// A number as JavaScript prints it.
 fn push_js_number(out: &mut String, x: f64) {
-    out.push_str(&crate::json::js_number_text(x));
+    out.push_str(&sessiontree::json::js_number_text(x));
 }
 
 // ---------------------------------------------------------------------------
@@ -1869,14 +1869,14 @@ mod tests {
         let mut s = String::new();
         push_json_str(&mut s, "a\"b\\c\nd\u{1}é");
         assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001é\"");
-        assert_eq!(s, crate::json::string_literal("a\"b\\c\nd\u{1}é"));
+        assert_eq!(s, sessiontree::json::string_literal("a\"b\\c\nd\u{1}é"));
     }
 
     #[test]
     fn message_entry_is_valid() {
         for seed in 0..6 {
             let line = message_entry(seed, "abcd1234", Some("ffff0000"), BASE_MS);
-            let e = crate::Entry::from_stored_line(&line).expect("valid entry");
+            let e = sessiontree::Entry::from_stored_line(&line).expect("valid entry");
             assert_eq!(e.id(), "abcd1234");
             assert_eq!(e.parent_id(), Some("ffff0000"));
         }

@@ -1,7 +1,7 @@
-//! The workload generator (`sessiontree::gen`, `sessiontree gen`) and the
-//! benchmark command (`sessiontree bench`): deterministic output, files that
+//! The workload generator (`sessiontree_bench::gen`, `sessiontree-bench gen`)
+//! and the bench report (`sessiontree-bench report`): deterministic output, files that
 //! the JSONL backend opens and that import into SQLite with a clean check,
-//! and a `bench --quick` smoke run whose JSON report has the expected keys.
+//! and a `report --quick` smoke run whose JSON report has the expected keys.
 //! The adversarial shapes (regenerate, caterpillar, broom, dangling root) have
 //! the trees they promise and read alike in the JSONL and memory backends.
 
@@ -9,10 +9,10 @@ use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::memory::MemoryStorage;
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::convert::import_jsonl;
-use sessiontree::gen::{
+use sessiontree::{Durability, Entry, ErrorCode, Session, SessionStorage};
+use sessiontree_bench::gen::{
     generate, GenOptions, GenReport, GeneratedSession, SessionIds, Shape, SplitMix64,
 };
-use sessiontree::{Durability, Entry, ErrorCode, Session, SessionStorage};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -354,7 +354,7 @@ fn dangling_root_names_a_parent_missing_from_the_file() {
 fn gen_command_names_every_shape_as_the_library_does() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for shape in Shape::ALL {
-        let out = Command::new(env!("CARGO_BIN_EXE_sessiontree"))
+        let out = Command::new(env!("CARGO_BIN_EXE_sessiontree-bench"))
             .args([
                 "--json",
                 "gen",
@@ -419,10 +419,7 @@ fn files_open_in_jsonl_and_import_into_sqlite_with_a_clean_check() {
                 .parent()
                 .and_then(|d| d.file_name())
                 .and_then(|d| d.to_str());
-            assert_eq!(
-                dir,
-                Some(sessiontree::backend::jsonl::encode_cwd(&s.cwd).as_str())
-            );
+            assert_eq!(dir, Some(sessiontree::layout::encode_cwd(&s.cwd).as_str()));
             assert_eq!(std::fs::metadata(&s.path).expect("file").len(), s.bytes);
 
             let j = JsonlStorage::open(&s.path, Durability::Relaxed)
@@ -514,7 +511,7 @@ fn lines_are_what_json_stringify_writes() {
 #[test]
 fn gen_command_prints_what_it_wrote() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_sessiontree"))
+    let out = Command::new(env!("CARGO_BIN_EXE_sessiontree-bench"))
         .args([
             "--json",
             "gen",
@@ -547,9 +544,9 @@ fn gen_command_prints_what_it_wrote() {
 fn bench_quick_smoke_run_writes_a_report() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out_dir = tmp.path().join("report");
-    let out = Command::new(env!("CARGO_BIN_EXE_sessiontree"))
+    let out = Command::new(env!("CARGO_BIN_EXE_sessiontree-bench"))
         .args([
-            "--json", "bench", "--quick", "--sizes", "300", "--budget", "0.01", "--out",
+            "--json", "report", "--quick", "--sizes", "300", "--budget", "0.01", "--out",
         ])
         .arg(&out_dir)
         .arg("--work")

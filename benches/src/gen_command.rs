@@ -1,10 +1,10 @@
-//! `sessiontree gen`: deterministic pi-realistic session files (see
-//! [`sessiontree::gen`]).
+//! `sessiontree-bench gen`: deterministic pi-realistic session files (see
+//! [`crate::gen`]).
 
-use super::{Cli, Report};
+use crate::gen::{generate, GenOptions, Shape};
+use crate::Report;
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use sessiontree::gen::{generate, GenOptions, Shape};
 use sessiontree::Result;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -81,7 +81,7 @@ pub struct GenArgs {
 }
 
 /// Runs `gen`.
-pub fn run(_cli: &Cli, args: &GenArgs) -> Result<Report> {
+pub fn run(args: &GenArgs) -> Result<Report> {
     let started = Instant::now();
     let options = GenOptions {
         shape: args.shape.into(),

@@ -1,0 +1,29 @@
+//! sessiontree's benchmark harness, outside the product: the workload
+//! generator ([`gen`]), the measured operations over every backend ([`ops`]),
+//! the naive SQL designs they are compared with ([`naive`]), and the bench
+//! report ([`report`]). The `sessiontree-bench` binary runs the report and
+//! the generator; `cargo bench` runs the criterion benches over [`ops`].
+
+pub mod gen;
+pub mod gen_command;
+pub mod naive;
+pub mod ops;
+pub mod report;
+
+use serde_json::Value;
+
+/// What a command has to say: JSON for `--json`, text otherwise.
+#[derive(Debug)]
+pub struct Report {
+    /// The JSON form.
+    pub json: Value,
+    /// The readable form.
+    pub text: String,
+}
+
+impl Report {
+    /// A report of both forms.
+    pub fn new(json: Value, text: String) -> Self {
+        Report { json, text }
+    }
+}
