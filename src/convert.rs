@@ -136,17 +136,21 @@ pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<FileImport> {
             if size == r.bytes {
                 archive.write_session(|w| {
                     w.resume(&r.session_id)?;
-                    w.record_import(&ImportRecord { file_size: size, file_mtime: mtime, ..r.clone() })
+                    w.record_import(&ImportRecord {
+                        file_size: size,
+                        file_mtime: mtime,
+                        ..r.clone()
+                    })
                 })?;
                 return Ok(unchanged(&r));
             }
             append_new_lines(archive, path, &r, size, mtime)
         }
-        Some(r) => Err(Error::InvalidSession(format!(
-            "{} changed since it was imported as session {} (it was not only appended to); delete that session to import the file afresh",
-            path.display(),
-            r.session_id
-        ))),
+        Some(r) => Err(Error::ImportedFileChanged {
+            path: path.to_owned(),
+            session: r.session_id.clone(),
+            how: "not only appended to",
+        }),
         None => import_new(archive, path, canon, size, mtime),
     }
 }
@@ -295,12 +299,11 @@ fn append_new_lines(
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
     if header.version != 3 {
-        return Err(Error::InvalidSession(format!(
-            "{} is a version {} file that changed since it was imported; delete session {} to import it afresh",
-            path.display(),
-            header.version,
-            r.session_id
-        )));
+        return Err(Error::ImportedFileChanged {
+            path: path.to_owned(),
+            session: r.session_id.clone(),
+            how: "an old-format file, which is never appended to in place",
+        });
     }
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut file = File::open(path).map_err(io)?;

@@ -224,7 +224,7 @@ impl Entry {
     /// Parses one entry from JSON text with pi's line checks; surrounding
     /// whitespace is dropped and inner whitespace removed, so the text fits on one line.
     pub fn parse(text: &str) -> Result<Self, EntryProblem> {
-        let compact = json::minify(text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r')));
+        let compact = json::minify(json::trim_json_whitespace(text));
         let facts = parse_facts(&compact)?;
         Ok(Entry(Arc::new(EntryInner {
             json: compact.into_boxed_str(),
@@ -265,11 +265,6 @@ impl Entry {
     /// The exact JSON text of the entry, one line, no trailing newline.
     pub fn json(&self) -> &str {
         &self.0.json
-    }
-
-    /// The entry as a raw JSON value, for embedding in output without re-serializing.
-    pub fn raw(&self) -> Box<RawValue> {
-        json::raw_value(&self.0.json)
     }
 
     /// The entry parsed into a `serde_json::Value` (lone surrogates read as U+FFFD).

@@ -92,6 +92,33 @@ pub enum Error {
     /// The session cannot be used as asked (`invalid_session`).
     #[error("{0}")]
     InvalidSession(String),
+    /// A session id that cannot become a file name, or a session that would
+    /// export outside the directory asked for (`invalid_session`).
+    #[error("session {id:?} {reason}")]
+    UnsafeSessionId {
+        /// The session id.
+        id: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A pi file of an older format version, which opens read-only (`invalid_session`).
+    #[error("{} is a version {version} session file: it opens read-only here; `sessiontree import` it and write to the archive session, or `sessiontree export` that session as a version 3 file", path.display())]
+    ReadOnlyVersion {
+        /// The file.
+        path: PathBuf,
+        /// Its format version.
+        version: u32,
+    },
+    /// A file changed since it was imported, other than by appending (`invalid_session`).
+    #[error("{} changed since it was imported as session {session} ({how}); delete that session to import the file afresh", path.display())]
+    ImportedFileChanged {
+        /// The file.
+        path: PathBuf,
+        /// The session it was imported as.
+        session: String,
+        /// How it changed.
+        how: &'static str,
+    },
     /// A fork target does not exist (`invalid_fork_target`).
     #[error("Entry {0} not found")]
     ForkTargetNotFound(String),
@@ -145,6 +172,15 @@ pub enum Error {
         /// The newest version this build knows.
         supported: i64,
     },
+    /// SQLite would not switch the archive to WAL journaling, which its
+    /// readers and crash safety need (`storage`).
+    #[error("{}: SQLite would not switch to WAL journaling (got {mode})", path.display())]
+    JournalMode {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite kept.
+        mode: String,
+    },
     /// Stored bytes cannot be read back as they were written: a damaged
     /// compressed entry, a missing dictionary or blob (`storage`).
     #[error("{0}")]
@@ -166,6 +202,9 @@ impl Error {
             | Error::SessionExists(_)
             | Error::ParentCycle(_)
             | Error::InvalidHeader { .. }
+            | Error::UnsafeSessionId { .. }
+            | Error::ReadOnlyVersion { .. }
+            | Error::ImportedFileChanged { .. }
             | Error::InvalidSession(_) => ErrorCode::InvalidSession,
             Error::InvalidLine { .. } | Error::InvalidEntry(_) => ErrorCode::InvalidEntry,
             Error::ForkTargetNotFound(_) | Error::ForkTargetNotUserMessage(_) => {
@@ -180,6 +219,7 @@ impl Error {
             | Error::Pool(_)
             | Error::WriterClaimed { .. }
             | Error::SchemaTooNew { .. }
+            | Error::JournalMode { .. }
             | Error::Corrupt(_)
             | Error::Poisoned(_) => ErrorCode::Storage,
             Error::Usage(_) => ErrorCode::Usage,

@@ -30,7 +30,7 @@ pub fn minify(text: &str) -> String {
         } else if c == '"' {
             in_string = true;
             out.push(c);
-        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+        } else if !is_json_whitespace(c) {
             out.push(c);
         }
     }
@@ -58,6 +58,17 @@ pub fn is_js_whitespace(c: char) -> bool {
 /// JavaScript's `String.prototype.trim`.
 pub fn js_trim(s: &str) -> &str {
     s.trim_matches(is_js_whitespace)
+}
+
+/// Whether `c` is whitespace JSON allows around a value (RFC 8259: space,
+/// tab, line feed, carriage return) — not JavaScript's wider set.
+pub fn is_json_whitespace(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+/// `s` without the JSON whitespace around it.
+pub fn trim_json_whitespace(s: &str) -> &str {
+    s.trim_matches(is_json_whitespace)
 }
 
 /// Parses JSON into an owned value, reading lone surrogate escapes as U+FFFD.
@@ -594,9 +605,7 @@ impl JsonText {
     /// Checks and compacts JSON text.
     pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
         parse_value_lossy(text)?;
-        Ok(JsonText(minify(
-            text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r')),
-        )))
+        Ok(JsonText(minify(trim_json_whitespace(text))))
     }
 
     /// A JSON string.

@@ -19,9 +19,12 @@ pub fn pi_sessions_dir() -> PathBuf {
 /// `.` or `..`, or holding a path separator or NUL (`invalid_session`).
 pub fn check_session_id(id: &str) -> Result<()> {
     if id.is_empty() || id == "." || id == ".." || id.contains(['/', '\\', '\0']) {
-        return Err(Error::InvalidSession(format!(
-            "session id {id:?} cannot be a file name: it must be non-empty, not . or .., and hold no /, \\ or NUL"
-        )));
+        return Err(Error::UnsafeSessionId {
+            id: id.to_owned(),
+            reason:
+                "cannot be a file name: it must be non-empty, not . or .., and hold no /, \\ or NUL"
+                    .into(),
+        });
     }
     Ok(())
 }

@@ -158,34 +158,66 @@ impl StopRule {
     }
 }
 
+/// Why a path walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// There was nothing to walk (no start entry).
+    Empty,
+    /// At the root of the tree: the first entry has no parent.
+    Root,
+    /// Where the compaction rule cut it: the first entry is a compaction's
+    /// first kept entry, or a compaction with a retained tail.
+    CompactionStop,
+}
+
+/// A path walk's answer: the path, root-side first, and why it ended there.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    /// The path, root-side first.
+    pub path: Vec<Entry>,
+    /// Why it ended where it did.
+    pub end: WalkEnd,
+}
+
 /// The path from `start` towards the root, cut at the compaction rule, root-side
 /// first (spec §5). `lookup` finds the entry that currently answers to an id.
 pub fn walk_to_root_or_compaction(
     start: Option<&str>,
-    mut lookup: impl FnMut(&str) -> Result<Option<Entry>>,
+    lookup: impl FnMut(&str) -> Result<Option<Entry>>,
 ) -> Result<Vec<Entry>> {
+    walk(start, lookup).map(|w| w.path)
+}
+
+/// [`walk_to_root_or_compaction`], saying why the walk ended.
+pub fn walk(
+    start: Option<&str>,
+    mut lookup: impl FnMut(&str) -> Result<Option<Entry>>,
+) -> Result<Walk> {
     let Some(start) = start else {
-        return Ok(Vec::new());
+        return Ok(Walk {
+            path: Vec::new(),
+            end: WalkEnd::Empty,
+        });
     };
     let mut current = lookup(start)?.ok_or_else(|| Error::EntryNotFound(start.to_owned()))?;
     let mut path = Vec::new();
     let mut rule = StopRule::default();
     let mut seen = HashSet::new();
-    loop {
+    let end = loop {
         if !seen.insert(current.id().to_owned()) {
             return Err(Error::ParentCycle(current.id().to_owned()));
         }
         path.push(current.clone());
         if rule.stops_at(&current) {
-            break;
+            break WalkEnd::CompactionStop;
         }
         let Some(parent) = current.facts().parent() else {
-            break;
+            break WalkEnd::Root;
         };
         current = lookup(parent)?.ok_or_else(|| Error::DanglingReference(parent.to_owned()))?;
-    }
+    };
     path.reverse();
-    Ok(path)
+    Ok(Walk { path, end })
 }
 
 /// Where a fork copies from (spec §9).

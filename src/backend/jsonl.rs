@@ -81,9 +81,10 @@ pub enum ReadStart {
     },
 }
 
-/// Strips what JSON allows around a value but a stored entry should not carry.
+/// Strips what JSON allows around a value but a stored entry should not carry
+/// (a line holds no line feed, so this is the rest of JSON's whitespace).
 fn stored_text(line: &str) -> &str {
-    line.trim_matches(|c| matches!(c, ' ' | '\t' | '\r'))
+    json::trim_json_whitespace(line)
 }
 
 /// Reads a session file from `reader` line by line, handing each entry to
@@ -412,11 +413,10 @@ impl JsonlStorage {
             return Err(Error::Poisoned(why.clone()));
         }
         if self.header.version != 3 {
-            return Err(Error::InvalidSession(format!(
-                "{} is a version {} session file: it opens read-only here; `sessiontree import` it and write to the archive session, or `sessiontree export` that session as a version 3 file",
-                self.path.display(),
-                self.header.version
-            )));
+            return Err(Error::ReadOnlyVersion {
+                path: self.path.clone(),
+                version: self.header.version,
+            });
         }
         let mut buf = String::new();
         if self.missing_final_newline {

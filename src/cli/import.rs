@@ -209,7 +209,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     });
     let mut report = Report::new(json, text);
     if !failed.is_empty() {
-        report.status = 2;
+        report.status = super::exit::SOME_FAILED;
     }
     Ok(report)
 }

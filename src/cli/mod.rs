@@ -103,7 +103,8 @@ pub struct Report {
     pub json: String,
     /// The readable form.
     pub text: String,
-    /// Exit status when the command succeeded only in part (e.g. some files failed).
+    /// Exit status when the command succeeded only in part (e.g. some files
+    /// failed): one of [`exit`].
     pub status: i32,
 }
 
@@ -118,21 +119,46 @@ impl Report {
         Report {
             json,
             text,
-            status: 0,
+            status: exit::OK,
         }
     }
 }
 
-/// Exit status for an error, by contract code (documented in the README).
+/// Every exit status (documented in the README): one per error code, and two
+/// for a command that ran but reports failures.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// Code `unknown`.
+    pub const UNKNOWN: i32 = 1;
+    /// A usage mistake (clap's, or code `usage`).
+    pub const USAGE: i32 = 2;
+    /// `import`, `export` or `delete` with some files or sessions failed (the rest done).
+    pub const SOME_FAILED: i32 = 2;
+    /// Code `not_found`.
+    pub const NOT_FOUND: i32 = 3;
+    /// Code `invalid_session`.
+    pub const INVALID_SESSION: i32 = 4;
+    /// Code `invalid_entry`.
+    pub const INVALID_ENTRY: i32 = 5;
+    /// Code `invalid_fork_target`.
+    pub const INVALID_FORK_TARGET: i32 = 6;
+    /// Code `storage` (also: the output could not be written).
+    pub const STORAGE: i32 = 7;
+    /// `check` found problems.
+    pub const CHECK_PROBLEMS: i32 = 8;
+}
+
+/// Exit status for an error, by contract code.
 pub fn exit_status(e: &Error) -> i32 {
     match e.code() {
-        ErrorCode::NotFound => 3,
-        ErrorCode::InvalidSession => 4,
-        ErrorCode::InvalidEntry => 5,
-        ErrorCode::InvalidForkTarget => 6,
-        ErrorCode::Storage => 7,
-        ErrorCode::Usage => 2,
-        ErrorCode::Unknown => 1,
+        ErrorCode::NotFound => exit::NOT_FOUND,
+        ErrorCode::InvalidSession => exit::INVALID_SESSION,
+        ErrorCode::InvalidEntry => exit::INVALID_ENTRY,
+        ErrorCode::InvalidForkTarget => exit::INVALID_FORK_TARGET,
+        ErrorCode::Storage => exit::STORAGE,
+        ErrorCode::Usage => exit::USAGE,
+        ErrorCode::Unknown => exit::UNKNOWN,
     }
 }
 
@@ -160,7 +186,7 @@ pub fn run() -> i32 {
         Command::Sql(args) => maintain::sql(&cli, args).map(Some),
     };
     match result {
-        Ok(None) => 0,
+        Ok(None) => exit::OK,
         Ok(Some(report)) => {
             let mut out = if cli.json {
                 report.json
@@ -171,7 +197,7 @@ pub fn run() -> i32 {
                 out.push('\n');
             }
             match write_stdout(&out) {
-                0 => report.status,
+                exit::OK => report.status,
                 failed => failed,
             }
         }
@@ -218,11 +244,11 @@ fn write_stdout(s: &str) -> i32 {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(s.as_bytes()).and_then(|()| stdout.flush()) {
-        Ok(()) => 0,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Ok(()) => exit::OK,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
         Err(e) => {
             eprintln!("sessiontree: error [storage]: writing output: {e}");
-            7
+            exit::STORAGE
         }
     }
 }

@@ -40,11 +40,13 @@ fn export_path(out: &Path, meta: &SessionMetadata) -> Result<PathBuf> {
     let safe = rel.components().count() == 2
         && rel.components().all(|c| matches!(c, Component::Normal(_)));
     if !safe || file.contains(['/', '\\']) || dir.contains(['/', '\\']) {
-        return Err(Error::InvalidSession(format!(
-            "session {:?} would export to {rel:?}, outside {}; refused",
-            meta.id,
-            out.display()
-        )));
+        return Err(Error::UnsafeSessionId {
+            id: meta.id.clone(),
+            reason: format!(
+                "would export to {rel:?}, outside {}; refused",
+                out.display()
+            ),
+        });
     }
     Ok(out.join(rel))
 }
@@ -103,7 +105,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     }
     let mut report = Report::new(json!({"exported": written, "failed": failed}), text);
     if !failed.is_empty() {
-        report.status = 2;
+        report.status = super::exit::SOME_FAILED;
     }
     Ok(report)
 }
@@ -324,7 +326,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         text,
     );
     if !problems.is_empty() {
-        report.status = 8;
+        report.status = super::exit::CHECK_PROBLEMS;
     }
     Ok(report)
 }
@@ -424,7 +426,7 @@ fn check_file(cli: &Cli, path: &str) -> Result<Report> {
         text,
     );
     if !problems.is_empty() {
-        report.status = 8;
+        report.status = super::exit::CHECK_PROBLEMS;
     }
     Ok(report)
 }
@@ -463,7 +465,7 @@ pub fn delete(cli: &Cli, args: &DeleteArgs) -> Result<Report> {
     }
     let mut report = Report::new(json!({"deleted": deleted, "failed": failed}), text);
     if !failed.is_empty() {
-        report.status = 2;
+        report.status = super::exit::SOME_FAILED;
     }
     Ok(report)
 }

@@ -1,5 +1,6 @@
 //! The archive's sessions: create, open, list, delete, search, check, import records.
 
+use super::rows::{self, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, verify_session_facts, Appender, SessionWriter};
 use super::{branch_cache, search, sql, stored_js_string, Archive};
@@ -189,14 +190,13 @@ impl Archive {
     pub fn list(&self, q: &ListQuery) -> Result<Vec<SessionSummary>> {
         let conn = self.conn()?;
         let mut st = conn
-            .prepare_cached(
-                "SELECT id, created_at, cwd, parent_session, metadata, name, entry_count, message_count,
-                        cached_tokens, uncached_tokens, total_tokens, cost_total
+            .prepare_cached(&format!(
+                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
                  FROM sessions
                  WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR created_ms >= ?2)
                    AND (?3 IS NULL OR instr(lower(name), lower(?3)) > 0)
-                 ORDER BY created_ms DESC, session_key DESC LIMIT ?4 OFFSET ?5",
-            )
+                 ORDER BY created_ms DESC, session_key DESC LIMIT ?4 OFFSET ?5"
+            ))
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         // Names are stored as JSON literals: look for the query as it is escaped there.
@@ -210,23 +210,10 @@ impl Archive {
                 params![q.cwd, q.since_ms, name_fragment, limit, offset],
                 |r| {
                     Ok(SessionSummary {
-                        metadata: SessionMetadata {
-                            id: r.get(0)?,
-                            created_at: r.get(1)?,
-                            cwd: Some(r.get(2)?),
-                            path: None,
-                            parent_session: r.get(3)?,
-                            metadata: r.get(4)?,
-                        },
+                        metadata: rows::metadata_at(r, 0)?,
                         name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
                         entry_count: r.get(6)?,
-                        stats: SessionStats {
-                            message_count: r.get::<_, i64>(7)?.try_into().unwrap_or(0),
-                            cached_tokens: r.get(8)?,
-                            uncached_tokens: r.get(9)?,
-                            total_tokens: r.get(10)?,
-                            cost_total: r.get(11)?,
-                        },
+                        stats: rows::stats_at(r, 7)?,
                     })
                 },
             )
@@ -248,13 +235,7 @@ impl Archive {
                     Ok(ArchiveTotals {
                         sessions: r.get(0)?,
                         entries: r.get(1)?,
-                        stats: SessionStats {
-                            message_count: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
-                            cached_tokens: r.get(3)?,
-                            uncached_tokens: r.get(4)?,
-                            total_tokens: r.get(5)?,
-                            cost_total: r.get(6)?,
-                        },
+                        stats: rows::stats_at(r, 2)?,
                         per_cwd: Vec::new(),
                     })
                 },

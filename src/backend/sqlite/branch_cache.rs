@@ -89,6 +89,7 @@
 use super::codec::Codec;
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
+use crate::rules::WalkEnd;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
@@ -1021,18 +1022,11 @@ fn verify_compaction_stops(
         }
     };
     for (ckey, stop, id) in stored {
-        let expected = match crate::rules::walk_to_root_or_compaction(Some(&id), lookup) {
-            Ok(path) => {
-                let first = &path[0];
-                let reached_root = first.facts().parent().is_none_or(|p| !keys.contains_key(p))
-                    && !stops_at_first(&path);
-                if reached_root {
-                    None
-                } else {
-                    keys.get(first.id()).copied()
-                }
-            }
-            Err(_) => None,
+        // The cache stores where the rule stops a walk from the compaction,
+        // and nothing when the walk reaches the root or cannot be made.
+        let expected = match crate::rules::walk(Some(&id), lookup) {
+            Ok(w) if w.end == WalkEnd::CompactionStop => keys.get(w.path[0].id()).copied(),
+            _ => None,
         };
         if expected != stop {
             problems.push(format!(
@@ -1041,18 +1035,6 @@ fn verify_compaction_stops(
         }
     }
     Ok(problems)
-}
-
-/// Whether a walk's first (root-side) entry is where a compaction rule stopped
-/// it, rather than the root of the tree.
-fn stops_at_first(path: &[Entry]) -> bool {
-    let mut rule = crate::rules::StopRule::default();
-    for (i, e) in path.iter().rev().enumerate() {
-        if rule.stops_at(e) {
-            return i == path.len() - 1;
-        }
-    }
-    false
 }
 
 #[cfg(test)]

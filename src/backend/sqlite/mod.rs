@@ -34,6 +34,7 @@ pub mod codec;
 mod compact;
 pub mod migrate;
 mod query;
+mod rows;
 pub mod search;
 mod storage;
 mod writer;
@@ -166,10 +167,7 @@ impl Archive {
         let mut conn = manager.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
         let mode = switch_to_wal(&conn).map_err(|e| Error::sqlite(ctx(), e))?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::InvalidSession(format!(
-                "{}: SQLite would not switch to WAL journaling (got {mode})",
-                path.display()
-            )));
+            return Err(Error::JournalMode { path, mode });
         }
         migrate::migrate(&mut conn, &path, progress)?;
         drop(conn);

@@ -1,5 +1,6 @@
 //! One session of an archive as a [`SessionStorage`].
 
+use super::rows::{self, METADATA_COLUMNS};
 use super::writer::{session_facts, Appender, SessionFacts};
 use super::{branch_cache, claim, sql, stored_js_string, Archive};
 use crate::entry::Entry;
@@ -138,20 +139,11 @@ impl SqliteStorage {
 impl SessionStorage for SqliteStorage {
     fn metadata(&self) -> Result<SessionMetadata> {
         let conn = self.archive.conn()?;
-        conn.prepare_cached("SELECT id, created_at, cwd, parent_session, metadata FROM sessions WHERE session_key = ?1")
-            .and_then(|mut s| {
-                s.query_row([self.session_key], |r| {
-                    Ok(SessionMetadata {
-                        id: r.get(0)?,
-                        created_at: r.get(1)?,
-                        cwd: Some(r.get(2)?),
-                        path: None,
-                        parent_session: r.get(3)?,
-                        metadata: r.get(4)?,
-                    })
-                })
-            })
-            .map_err(sql("reading session metadata"))
+        conn.prepare_cached(&format!(
+            "SELECT {METADATA_COLUMNS} FROM sessions WHERE session_key = ?1"
+        ))
+        .and_then(|mut s| s.query_row([self.session_key], |r| rows::metadata_at(r, 0)))
+        .map_err(sql("reading session metadata"))
     }
 
     fn stored_leaf_id(&self) -> Result<Option<String>> {

@@ -3,11 +3,12 @@
 
 use super::archive::{ImportRecord, NewSession};
 use super::codec::{self, Codec, Encoder, Prepared};
+use super::rows::{self, FACTS_COLUMNS};
 use super::{branch_cache, search, sql, stored_js_string};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
-use crate::rules::{apply_label_change, Replay, SessionStats, StatsAccumulator};
+use crate::rules::{apply_label_change, Replay};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::collections::HashMap;
 
@@ -44,29 +45,10 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
 pub(super) type SessionFacts = Replay;
 
 pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts> {
-    conn.prepare_cached(
-        "SELECT leaf_id, name, entry_count, message_count, cached_tokens, uncached_tokens, total_tokens,
-                cost_total, broken_message_id FROM sessions WHERE session_key = ?1",
-    )
-    .and_then(|mut s| {
-        s.query_row([key], |r| {
-            Ok(SessionFacts {
-                leaf: r.get(0)?,
-                name: r.get::<_, Option<String>>(1)?.map(stored_js_string),
-                entry_count: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
-                stats: StatsAccumulator {
-                    stats: SessionStats {
-                        message_count: r.get::<_, i64>(3)?.try_into().unwrap_or(0),
-                        cached_tokens: r.get(4)?,
-                        uncached_tokens: r.get(5)?,
-                        total_tokens: r.get(6)?,
-                        cost_total: r.get(7)?,
-                    },
-                    broken_message: r.get(8)?,
-                },
-            })
-        })
-    })
+    conn.prepare_cached(&format!(
+        "SELECT {FACTS_COLUMNS} FROM sessions WHERE session_key = ?1"
+    ))
+    .and_then(|mut s| s.query_row([key], |r| rows::facts_at(r, 0)))
     .map_err(sql("reading session facts"))
 }
 
@@ -196,18 +178,27 @@ fn write_session_facts(tx: &Transaction, key: i64, facts: &SessionFacts) -> Resu
     Ok(())
 }
 
-/// The entries table's unique id index refusing a duplicate becomes `invalid_entry`.
-fn duplicate_id_or(e: rusqlite::Error, id: &str) -> Error {
-    match &e {
-        rusqlite::Error::SqliteFailure(f, Some(msg))
-            if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
-                && msg.contains("entries.id") =>
-        {
-            Error::InvalidEntry(format!(
-                "Entry {id} already exists in this session: ids must be unique"
-            ))
-        }
-        _ => Error::sqlite("appending an entry", e),
+/// A failed entry insert: `invalid_entry` when the session already holds an
+/// entry with this id (asked of the table, not read from SQLite's message),
+/// else the SQLite error.
+fn duplicate_id_or(tx: &Transaction, session_key: i64, e: rusqlite::Error, id: &str) -> Error {
+    let is_constraint = matches!(&e, rusqlite::Error::SqliteFailure(f, _)
+        if f.code == rusqlite::ErrorCode::ConstraintViolation);
+    let held = is_constraint
+        && tx
+            .query_row(
+                "SELECT 1 FROM entries WHERE session_key = ?1 AND id = ?2",
+                params![session_key, id],
+                |_| Ok(()),
+            )
+            .optional()
+            .is_ok_and(|found| found.is_some());
+    if held {
+        Error::InvalidEntry(format!(
+            "Entry {id} already exists in this session: ids must be unique"
+        ))
+    } else {
+        Error::sqlite("appending an entry", e)
     }
 }
 
@@ -299,7 +290,7 @@ impl Appender {
                 stored
             ])
         })
-        .map_err(|e| duplicate_id_or(e, &f.id))?;
+        .map_err(|e| duplicate_id_or(tx, self.key, e, &f.id))?;
         codec::record_blob_refs(tx, self.key, placed.key, &blobs)?;
         if f.entry_type == EntryType::Leaf {
             tx
@@ -384,11 +375,6 @@ impl SessionWriter<'_> {
     /// transaction.
     pub fn encoder(&self) -> Result<Encoder> {
         self.codec.encoder(&self.tx)
-    }
-
-    /// Whether [`SessionWriter::begin`] or [`SessionWriter::resume`] has run.
-    pub fn has_begun(&self) -> bool {
-        self.appender.is_some()
     }
 
     /// Records (or updates) where the session was imported from.
