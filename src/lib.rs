@@ -21,6 +21,7 @@ mod fnv;
 pub mod header;
 pub mod json;
 pub mod layout;
+pub mod preview;
 pub mod repo;
 pub mod rpc;
 pub mod rules;

@@ -1,12 +1,12 @@
 //! Reading commands: `ls`, `branch`, `context`, `search`, `stats`.
 
-use super::tree::preview_in;
 use super::{target, Cli, Report};
 use clap::Args;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::ListQuery;
 use sessiontree::json::{js_number, JsString, ObjectWriter};
+use sessiontree::preview::{message_parts, one_line, preview_in, truncate};
 use sessiontree::{Error, Result, Session};
 
 /// Arguments of `ls`.
@@ -105,16 +105,6 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
         .value("page", &json!(args.page))
         .value("limit", &json!(args.limit));
     Ok(Report::raw(json.finish(), text))
-}
-
-/// Truncates to `max` characters with an ellipsis.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// Arguments of `branch` and `context`.
@@ -231,16 +221,11 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
                 m["role"].as_str().unwrap_or("?").to_owned(),
                 one_line(summary),
             ),
-            None => super::tree::message_parts(m, cwd.as_deref()),
+            None => message_parts(m, cwd.as_deref()),
         };
         text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
     Ok(Report::new(value, text))
-}
-
-/// Collapses whitespace runs (newlines included) to single spaces.
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Arguments of `search`.

@@ -1,6 +1,6 @@
 //! The archive's sessions: create, open, list, delete, search, check, import records.
 
-use super::rows::{self, METADATA_COLUMNS, STATS_COLUMNS};
+use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, verify_session_facts, Appender, SessionWriter};
 use super::{branch_cache, search, sql, stored_js_string, Archive};
@@ -10,23 +10,6 @@ use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::SessionMetadata;
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
-
-/// The fields of a new session row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewSession {
-    /// Session id.
-    pub id: String,
-    /// Creation time (ISO-8601).
-    pub created_at: String,
-    /// Working directory.
-    pub cwd: String,
-    /// Parent session reference.
-    pub parent_session: Option<String>,
-    /// Metadata JSON object text.
-    pub metadata: Option<String>,
-    /// The exact header line, for export.
-    pub header: String,
-}
 
 /// One row of a session listing.
 #[derive(Debug, Clone, PartialEq)]
@@ -465,25 +448,6 @@ fn fts_query(query: &str) -> String {
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// Where an imported session came from (the `imports` table).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportRecord {
-    /// Canonical path of the source file.
-    pub source_path: String,
-    /// The session it became.
-    pub session_id: String,
-    /// Bytes imported (through the last complete line).
-    pub bytes: u64,
-    /// FNV-1a 64 of those bytes, hex.
-    pub prefix_hash: String,
-    /// Non-blank lines in them, the header included.
-    pub lines: u64,
-    /// File size when last seen.
-    pub file_size: u64,
-    /// File modification time (Unix ms) when last seen.
-    pub file_mtime: i64,
 }
 
 impl Archive {

@@ -47,9 +47,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use archive::{ArchiveTotals, ImportRecord, ListQuery, NewSession, SearchHit, SessionSummary};
+pub use archive::{ArchiveTotals, ListQuery, SearchHit, SessionSummary};
 pub use compact::{CompactReport, StorageSplit};
 pub use query::QueryResult;
+pub use rows::{ImportRecord, NewSession};
 pub use storage::SqliteStorage;
 pub use writer::SessionWriter;
 

@@ -1,11 +1,48 @@
-//! The one place the `sessions` row's columns map to the library's types and
-//! back: the column lists and the readers that go with them, so a new column
-//! (or a reordering) is changed once, not in every query that reads a session.
+//! The one place the archive's rows map to the library's types: the
+//! `sessions` row's column lists and the readers that go with them (so a new
+//! column, or a reordering, is changed once, not in every query that reads a
+//! session), and the rows a writer inserts (`sessions`, `imports`).
 
 use super::stored_js_string;
 use crate::rules::{Replay, SessionStats, StatsAccumulator};
 use crate::storage::SessionMetadata;
 use rusqlite::Row;
+
+/// The fields of a new session row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSession {
+    /// Session id.
+    pub id: String,
+    /// Creation time (ISO-8601).
+    pub created_at: String,
+    /// Working directory.
+    pub cwd: String,
+    /// Parent session reference.
+    pub parent_session: Option<String>,
+    /// Metadata JSON object text.
+    pub metadata: Option<String>,
+    /// The exact header line, for export.
+    pub header: String,
+}
+
+/// Where an imported session came from (the `imports` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportRecord {
+    /// Canonical path of the source file.
+    pub source_path: String,
+    /// The session it became.
+    pub session_id: String,
+    /// Bytes imported (through the last complete line).
+    pub bytes: u64,
+    /// FNV-1a 64 of those bytes, hex.
+    pub prefix_hash: String,
+    /// Non-blank lines in them, the header included.
+    pub lines: u64,
+    /// File size when last seen.
+    pub file_size: u64,
+    /// File modification time (Unix ms) when last seen.
+    pub file_mtime: i64,
+}
 
 /// The columns [`metadata_at`] reads, in its order.
 pub(super) const METADATA_COLUMNS: &str = "id, created_at, cwd, parent_session, metadata";

@@ -2,6 +2,7 @@
 //! summaries, with the role they are shown as.
 
 use crate::entry::{Entry, EntryType};
+use crate::preview::content_text;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -101,19 +102,6 @@ fn full_parse(entry: &Entry) -> Option<(String, String)> {
         _ => return None,
     };
     (!text.trim().is_empty()).then_some((role, text))
-}
-
-/// The text of a content value: a string, or the `text` of its text parts.
-pub fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
 }
 
 /// A token as `unicode61` sees it: a run of letters and digits.

@@ -1,9 +1,8 @@
 //! Appending inside a transaction: placing entries in the branch cache and
 //! maintaining every derived fact (session row, labels, leaf events, search rows).
 
-use super::archive::{ImportRecord, NewSession};
 use super::codec::{self, Codec, Encoder, Prepared};
-use super::rows::{self, FACTS_COLUMNS};
+use super::rows::{self, ImportRecord, NewSession, FACTS_COLUMNS};
 use super::{branch_cache, search, sql, stored_js_string};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
