@@ -176,10 +176,11 @@ fn appended_file_imports_only_the_new_lines() {
         (json!(1), json!(0))
     );
 
-    // pi appends two entries.
+    // pi appends two entries: usr00008 "Publish it to crates.io" and its answer
+    // ast00014 (the third of these lines, usr00009 "Thanks!", comes later).
+    let mut later = cli_fixture_lines("tree-session.appended.jsonl").into_iter();
     let before = f.lines.len();
-    f.user("usr00008", "lbl00003", "Publish it to crates.io")
-        .assistant("ast00014", "usr00008", "Published tinyjson 0.1.0.");
+    f.lines.extend(later.by_ref().take(2));
     std::fs::write(&path, f.text()).expect("append");
     let r = sb.import(&[&path]);
     assert_eq!(
@@ -207,7 +208,7 @@ fn appended_file_imports_only_the_new_lines() {
         r["tornTails"],
         json!([{"file": s(&path), "line": f.lines.len() + 1}])
     );
-    f.user("usr00009", "ast00014", "Thanks!");
+    f.lines.push(later.next().expect("usr00009"));
     std::fs::write(&path, f.text()).expect("complete");
     let r = sb.run(&["import", s(&path)]);
     assert!(

@@ -9,23 +9,9 @@ use super::*;
 #[test]
 fn lone_surrogates_in_names_and_labels_come_back_escaped() {
     let sb = Sandbox::new();
+    // Its message m1 is labelled " tag \udbff " and the session named "name \ud800".
     let id = "0198aaaa-0000-7000-8000-00000000cafe";
-    let file = sb.write(
-        "pi/s.jsonl",
-        &format!(
-            concat!(
-                r#"{{"type":"session","version":3,"id":"{}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#,
-                "\n",
-                r#"{{"type":"message","id":"m1","parentId":null,"timestamp":"2025-01-01T00:00:01.000Z","message":{{"role":"user","content":"hi"}}}}"#,
-                "\n",
-                r#"{{"type":"label","id":"l1","parentId":"m1","timestamp":"2025-01-01T00:00:02.000Z","targetId":"m1","label":" tag \udbff "}}"#,
-                "\n",
-                r#"{{"type":"session_info","id":"n1","parentId":"l1","timestamp":"2025-01-01T00:00:03.000Z","name":"name \ud800"}}"#,
-                "\n"
-            ),
-            id
-        ),
-    );
+    let file = sb.write("pi/s.jsonl", &cli_fixture("lone-surrogates.jsonl"));
     sb.import(&[&file]);
     let ls = sb.run(&["--json", "ls"]);
     assert_eq!(ls.status, 0, "{ls:#?}");

@@ -289,16 +289,8 @@ fn writes_on_an_archive_session() {
     sb.run(&["check", "nope"]).fails(3, "not_found");
 
     // A file with problems: listed, status 8. A missing file is an error.
-    let header = &tree_session().lines[0];
-    let broken = sb.write(
-        "broken.jsonl",
-        &format!(
-            "{header}\n{}\n{}\n{}\n",
-            r#"{"type":"custom","id":"a","parentId":"b","timestamp":"t","customType":"x"}"#,
-            r#"{"type":"custom","id":"b","parentId":"a","timestamp":"t","customType":"x"}"#,
-            r#"{"type":"custom","id":"c","parentId":"zz","timestamp":"t","customType":"x"}"#
-        ),
-    );
+    // The tree session's header, then a and b each other's parent, and c's parent missing.
+    let broken = sb.write("broken.jsonl", &cli_fixture("cyclic-parents.jsonl"));
     let r = sb.run(&["--json", "check", s(&broken)]);
     assert_eq!(r.status, 8, "{r:#?}");
     let problems = r.parse()["problems"].clone();
@@ -319,6 +311,7 @@ fn writes_on_an_archive_session() {
             .starts_with("problem: entry a: Entry a is its own ancestor"),
         "{r:#?}"
     );
+    let header = &tree_session().lines[0];
     let bad_line = sb.write("bad-line.jsonl", &format!("{header}\n{{\n"));
     let r = sb.run(&["check", s(&bad_line)]);
     assert_eq!(r.status, 8);

@@ -1,7 +1,7 @@
-//! Helpers shared by the crash, hostile, concurrency, faults and security
-//! suites: the real binary as a child speaking the rpc protocol, a small
-//! seeded PRNG, fixture lines, read-only guards that work even as root, and
-//! dumps of what a store holds.
+//! Helpers shared by the cli, compact, crash, hostile, concurrency, faults,
+//! security and sqlite_engine suites: the real binary as a child speaking the
+//! rpc protocol, a small seeded PRNG, fixture files and lines, read-only
+//! guards that work even as root, and dumps of what a store holds.
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
@@ -364,6 +364,14 @@ pub fn archive_entries(archive: &Archive, id: &str) -> Vec<Entry> {
         .expect("session opens")
         .entries(0, None)
         .expect("entries")
+}
+
+/// A file of the crate's own fixtures, `tests/fixtures/<rel>` (pi's real
+/// files are elsewhere: see [`fixtures_dir`]).
+pub fn test_fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
 }
 
 /// Where pi's fixture sessions are (`PI_FIXTURES_DIR`, else
