@@ -1,7 +1,7 @@
-//! Helpers shared by the crash, hostile, concurrency, faults and security
-//! suites: the real binary as a child speaking the rpc protocol, a small
-//! seeded PRNG, fixture lines, read-only guards that work even as root, and
-//! dumps of what a store holds.
+//! Helpers shared by the cli, compact, crash, hostile, concurrency, faults,
+//! security and sqlite_engine suites: the real binary as a child speaking the
+//! rpc protocol, a small seeded PRNG, fixture files and lines, read-only
+//! guards that work even as root, and dumps of what a store holds.
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
@@ -366,17 +366,25 @@ pub fn archive_entries(archive: &Archive, id: &str) -> Vec<Entry> {
         .expect("entries")
 }
 
-/// Where pi's fixture sessions are (`PI_FIXTURES_DIR`, else `shared/` beside
-/// the checkout); `None` when absent (then synthetic lines stand in).
+/// A file of the crate's own fixtures, `tests/fixtures/<rel>` (pi's real
+/// files are elsewhere: see [`fixtures_dir`]).
+pub fn test_fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+/// Where pi's fixture sessions are (`PI_FIXTURES_DIR`, else
+/// `shared/fixtures/pi-sessions` beside the crate); `None` when absent (then
+/// synthetic lines stand in).
 pub fn fixtures_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("PI_FIXTURES_DIR") {
-        return Some(PathBuf::from(dir)).filter(|d| d.is_dir());
-    }
-    // CI lays shared/ beside the clone; developers have it at /work/shared.
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions");
-    [beside, PathBuf::from("/work/shared/fixtures/pi-sessions")]
-        .into_iter()
-        .find(|d| d.is_dir())
+    let dir = match std::env::var_os("PI_FIXTURES_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        // shared/ lies beside the checkout (CI's clone and every worktree
+        // alike), so no absolute path is needed.
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions"),
+    };
+    Some(dir).filter(|d| d.is_dir())
 }
 
 /// The lines of pi's fixture session files (read in place, never copied), or

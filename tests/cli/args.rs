@@ -1,0 +1,164 @@
+//! SESSION arguments (full ids, prefixes, paths), errors with and without
+//! `--json`, and `--help`.
+
+use super::*;
+
+#[test]
+fn session_arguments_by_id_prefix_and_path() {
+    let sb = Sandbox::new();
+    let path = tree_session().save(&sb, "sessions");
+    small_session(
+        "01950000-0000-7000-8000-000000000101",
+        "/w",
+        "2025-01-01T00:00:00.000Z",
+        "one",
+        None,
+    )
+    .save(&sb, "sessions");
+    small_session(
+        "01950000-0000-7000-8000-000000000102",
+        "/w",
+        "2025-01-02T00:00:00.000Z",
+        "two",
+        None,
+    )
+    .save(&sb, "sessions");
+    sb.import(&[&sb.path("sessions")]);
+
+    // Full id, unique prefixes, and the file itself all name the same session.
+    let full = sb.run(&["tree", TREE_ID]).ok().to_owned();
+    for arg in [
+        "01950000-a",
+        "01950000-aaaa-7000-8000-00000000000",
+        s(&path),
+    ] {
+        assert_eq!(sb.run(&["tree", arg]).ok(), full, "{arg}");
+    }
+    assert_eq!(
+        sb.json(&["stats", "01950000-0000-7000-8000-000000000102"])["messageCount"],
+        2
+    );
+
+    // Ambiguous: several sessions start so.
+    for arg in ["0195", "01950000-0000-7000-8000-00000000010"] {
+        let r = sb.run(&["stats", arg]);
+        let err = r.fails(2, "usage");
+        assert!(
+            err.contains(&format!(
+                "session prefix {arg:?} is ambiguous; give more characters"
+            )),
+            "{err}"
+        );
+        // Like git, the candidates are listed.
+        assert!(
+            err.contains("\n  01950000-0000-7000-8000-000000000101")
+                && err.contains("\n  01950000-0000-7000-8000-000000000102"),
+            "{err}"
+        );
+    }
+    // Unknown, empty, a missing file.
+    let r = sb.run(&["branch", "abc"]);
+    assert_eq!(
+        r.fails(3, "not_found"),
+        "sessiontree: error [not_found]: Session not found: abc\n"
+    );
+    sb.run(&["branch", ""]).fails(3, "not_found");
+    let missing = sb.path("missing.jsonl");
+    let err = sb.run(&["tree", s(&missing)]);
+    assert!(err.fails(3, "not_found").contains(s(&missing)), "{err:#?}");
+    // A broken file is named with its line.
+    let broken = sb.write(
+        "broken.jsonl",
+        &format!("{}\n[1]\n", tree_session().lines[0]),
+    );
+    let err = sb.run(&["tree", s(&broken)]);
+    assert!(
+        err.fails(5, "invalid_entry").contains(&format!(
+            "Invalid JSONL session file {}: line 2 ",
+            broken.display()
+        )),
+        "{err:#?}"
+    );
+    let err = sb.run(&["--json", "tree", s(&broken)]);
+    assert_eq!(err.parse()["error"]["code"], "invalid_entry");
+    // A directory that is no session file: the id lookup fails.
+    sb.run(&["tree", s(&sb.path("sessions"))])
+        .fails(3, "not_found");
+}
+
+#[test]
+fn a_bare_session_id_is_an_archive_session_even_if_a_file_has_that_name() {
+    let sb = Sandbox::new();
+    let file = small_session(
+        "01950000-0000-7000-8000-00000000e001",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "shadow",
+        None,
+    )
+    .save(&sb, "sessions");
+    sb.import(&[file.as_path()]);
+    // A file in the working directory named like the session id prefix.
+    sb.write("01950000", "not a session file\n");
+    let branch = sb.json(&["branch", "01950000"]);
+    assert!(
+        !branch["entries"].as_array().expect("entries").is_empty(),
+        "{branch}"
+    );
+    // A path still names a file.
+    sb.run(&["branch", "./01950000"])
+        .fails(4, "invalid_session");
+}
+
+#[test]
+fn errors_in_json_are_one_object_on_stdout() {
+    let sb = Sandbox::new();
+    let r = sb.run(&["--json", "tree", "nope"]);
+    assert_eq!(r.status, 3);
+    assert_eq!(
+        r.parse(),
+        json!({"error": {"code": "not_found", "message": "Session not found: nope"}})
+    );
+    assert_eq!(
+        r.stderr,
+        "sessiontree: error [not_found]: Session not found: nope\n"
+    );
+    // Without --json nothing goes to stdout.
+    let r = sb.run(&["tree", "nope"]);
+    assert_eq!((r.status, r.stdout.as_str()), (3, ""));
+    // The archive cannot be created: storage.
+    let blocker = sb.write("file", "not a directory");
+    let db = blocker.join("archive.db");
+    let r = sb.run(&["--json", "--db", s(&db), "ls"]);
+    assert_eq!(r.status, 7, "{r:#?}");
+    assert_eq!(r.parse()["error"]["code"], "storage");
+}
+
+#[test]
+fn help_describes_every_command() {
+    let sb = Sandbox::new();
+    let top = sb.run(&["--help"]);
+    let commands = [
+        "import", "ls", "tree", "branch", "context", "search", "stats", "export", "fork", "label",
+        "name", "move", "check", "delete", "rpc",
+    ];
+    for c in commands {
+        assert!(
+            top.ok().contains(&format!("\n  {c} ")),
+            "--help lists {c}:\n{}",
+            top.ok()
+        );
+        let help = sb.run(&[c, "--help"]);
+        let text = help.ok();
+        assert!(text.contains(&format!("Usage: sessiontree {c}")), "{text}");
+        assert!(
+            text.contains("--json"),
+            "{c} --help shows the global --json:\n{text}"
+        );
+    }
+    assert!(sb.run(&["--version"]).ok().starts_with("sessiontree "));
+    // Usage errors are clap's: status 2, a message on stderr.
+    let r = sb.run(&["frobnicate"]);
+    assert_eq!(r.status, 2);
+    assert!(r.stderr.contains("unrecognized subcommand"), "{r:#?}");
+}

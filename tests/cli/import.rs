@@ -1,0 +1,397 @@
+//! `import`: pi's real files, pi's default directories, files appended to
+//! or torn by pi, bad files among good ones, symlinked directories.
+
+use super::*;
+
+#[test]
+fn import_real_pi_files_then_reimport_is_a_no_op() {
+    let sb = Sandbox::new();
+    let report = sb.import(&[&pi_fixtures()]);
+    assert_eq!(report["files"], 2);
+    assert_eq!(report["imported"], 2);
+    assert_eq!(report["appended"], 0);
+    assert_eq!(report["unchanged"], 0);
+    assert_eq!(report["alreadyPresent"], 0);
+    assert_eq!(report["failed"], json!([]));
+    assert_eq!(report["tornTails"], json!([]));
+    assert_eq!(report["entries"], 1002 + 1018);
+    assert!(
+        sb.default_db().is_file(),
+        "the default archive is under XDG_DATA_HOME"
+    );
+
+    let again = sb.run(&["import", s(&pi_fixtures())]);
+    let text = again.ok();
+    assert!(
+        text.starts_with(
+            "2 files: 0 imported, 0 appended, 2 unchanged, 0 already present, 0 failed\n0 entries"
+        ),
+        "{text}"
+    );
+    let again = sb.json(&["import", s(&pi_fixtures())]);
+    assert_eq!(
+        (again["unchanged"].clone(), again["entries"].clone()),
+        (json!(2), json!(0))
+    );
+
+    // The same session from another file is skipped, not duplicated.
+    let copy = sb.write(
+        "elsewhere/copy.jsonl",
+        &read(&pi_fixtures().join("large-session.jsonl")),
+    );
+    let r = sb.import(&[&copy]);
+    assert_eq!(
+        (r["imported"].clone(), r["alreadyPresent"].clone()),
+        (json!(0), json!(1))
+    );
+
+    // Version-1 files get ids v1-00001… chained in file order.
+    let v = sb.json(&["branch", LARGE_ID]);
+    let got = ids(&v["entries"]);
+    assert_eq!(
+        got.len(),
+        1018,
+        "no compaction: the whole file is the branch"
+    );
+    assert_eq!(got[0], "v1-00001");
+    assert_eq!(got[1017], "v1-01018");
+    assert_eq!(v["entries"][0]["parentId"], Value::Null);
+    assert_eq!(v["entries"][1]["parentId"], "v1-00001");
+
+    let ls = sb.json(&["ls"]);
+    let listed: Vec<&str> = ls["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(listed, [COMPACTION_ID, LARGE_ID], "newest first");
+    assert_eq!(ls["sessions"][0]["entries"], 1002);
+    assert_eq!(ls["sessions"][0]["messages"], 990);
+    assert_eq!(
+        ls["sessions"][0]["cwd"],
+        "/Users/badlogic/workspaces/pi-mono"
+    );
+    assert_eq!(ls["sessions"][0]["name"], Value::Null);
+
+    let st = sb.json(&["stats", COMPACTION_ID]);
+    assert_eq!(st["messageCount"], 990);
+    assert_eq!(st["entries"], 1002);
+    let total = sb.json(&["stats"]);
+    assert_eq!(total["sessions"], 2);
+    assert_eq!(total["entries"], 2020);
+    assert_eq!(total["messageCount"], 990 + 914);
+    assert_eq!(total["perCwd"][0]["sessions"], 2);
+    let checked = sb.json(&["check"]);
+    assert_eq!(
+        (&checked["ok"], &checked["problems"]),
+        (&json!(true), &json!([]))
+    );
+    // Two unforked sessions: a segment and its ancestry row each, and two compactions.
+    assert_eq!(checked["cache"]["rows"], 6);
+}
+
+#[test]
+fn import_defaults_to_pis_sessions_dir_and_db_overrides_the_archive() {
+    let sb = Sandbox::new();
+    // ~/.pi/agent/sessions
+    small_session(
+        "01950000-0000-7000-8000-00000000d001",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "home",
+        None,
+    )
+    .save(&sb, "home/.pi/agent/sessions");
+    // $PI_CODING_AGENT_DIR/sessions wins over it.
+    small_session(
+        "01950000-0000-7000-8000-00000000d002",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "env",
+        None,
+    )
+    .save(&sb, "agent/sessions");
+
+    let r = sb.run(&["--json", "import"]).json();
+    assert_eq!(
+        (r["files"].clone(), r["imported"].clone()),
+        (json!(1), json!(1))
+    );
+    assert_eq!(
+        r["roots"],
+        json!([s(&sb.home().join(".pi/agent/sessions"))])
+    );
+    assert_eq!(
+        sb.json(&["ls"])["sessions"][0]["id"],
+        "01950000-0000-7000-8000-00000000d001"
+    );
+
+    let mut c = sb.command();
+    c.env("PI_CODING_AGENT_DIR", sb.path("agent"));
+    let db = sb.path("other.db");
+    let r = sb.run_with(c, &["--json", "--db", s(&db), "import"]).json();
+    assert_eq!(r["imported"], 1);
+    assert_eq!(r["roots"], json!([s(&sb.path("agent/sessions"))]));
+    assert!(db.is_file());
+    let ls = sb.json(&["--db", s(&db), "ls"]);
+    assert_eq!(ls["sessions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        ls["sessions"][0]["id"],
+        "01950000-0000-7000-8000-00000000d002"
+    );
+
+    // No pi directory at all: a generated demo archive, and a note saying so.
+    let empty = Sandbox::new();
+    let r = empty.run(&["import"]);
+    let expected = format!(
+        "no pi sessions at {}; imported a generated demo archive from {} instead\n",
+        empty.home().join(".pi/agent/sessions").display(),
+        empty.path("data/sessiontree/demo-sessions").display()
+    );
+    assert!(r.ok().starts_with(&expected), "{r:#?}");
+    assert_eq!(
+        empty.json(&["import"])["unchanged"],
+        empty.json(&["stats"])["sessions"]
+    );
+    // A path that does not exist: not_found, naming it, nothing imported.
+    let missing = empty.path("nowhere");
+    let err = empty.run(&["import", s(&missing)]);
+    assert!(err.fails(3, "not_found").contains(s(&missing)), "{err:#?}");
+}
+
+#[test]
+fn appended_file_imports_only_the_new_lines() {
+    let sb = Sandbox::new();
+    let mut f = tree_session();
+    let path = f.save(&sb, "sessions");
+    let r = sb.import(&[&path]);
+    assert_eq!(
+        (r["imported"].clone(), r["entries"].clone()),
+        (json!(1), json!(36))
+    );
+    let r = sb.import(&[&path]);
+    assert_eq!(
+        (r["unchanged"].clone(), r["entries"].clone()),
+        (json!(1), json!(0))
+    );
+
+    // pi appends two entries: usr00008 "Publish it to crates.io" and its answer
+    // ast00014 (the third of these lines, usr00009 "Thanks!", comes later).
+    let mut later = cli_fixture_lines("tree-session.appended.jsonl").into_iter();
+    let before = f.lines.len();
+    f.lines.extend(later.by_ref().take(2));
+    std::fs::write(&path, f.text()).expect("append");
+    let r = sb.import(&[&path]);
+    assert_eq!(
+        (
+            r["appended"].clone(),
+            r["imported"].clone(),
+            r["entries"].clone()
+        ),
+        (json!(1), json!(0), json!(f.lines.len() - before))
+    );
+    let branch = ids(&sb.json(&["branch", TREE_ID])["entries"]);
+    assert_eq!(branch.last().map(String::as_str), Some("ast00014"));
+    let hits = sb.json(&["search", "crates.io"]);
+    assert_eq!(hits["hits"][0]["entry"], "usr00008");
+    assert_eq!(sb.json(&["import", s(&path)])["unchanged"], 1);
+
+    // pi is writing a line right now: the torn tail waits for the next import.
+    let mut text = f.text();
+    text.push_str(r#"{"type":"message","id":"usr00009","parentId":"ast00014","timest"#);
+    std::fs::write(&path, &text).expect("torn");
+    let r = sb.import(&[&path]);
+    assert_eq!(r["appended"], 1);
+    assert_eq!(r["entries"], 0);
+    assert_eq!(
+        r["tornTails"],
+        json!([{"file": s(&path), "line": f.lines.len() + 1}])
+    );
+    f.lines.push(later.next().expect("usr00009"));
+    std::fs::write(&path, f.text()).expect("complete");
+    let r = sb.run(&["import", s(&path)]);
+    assert!(
+        r.ok().starts_with("1 files: 0 imported, 1 appended"),
+        "{r:#?}"
+    );
+    let branch = ids(&sb.json(&["branch", TREE_ID])["entries"]);
+    assert_eq!(branch.last().map(String::as_str), Some("usr00009"));
+
+    // A file rewritten (not appended to) is refused, and the archive keeps its copy.
+    std::fs::write(&path, f.text().replace("Thanks!", "Thank you!")).expect("rewrite");
+    let r = sb.run(&["--json", "import", s(&path)]);
+    assert_eq!(r.status, 2, "{r:#?}");
+    let v = r.parse();
+    assert_eq!(v["failed"][0]["code"], "invalid_session");
+    let msg = v["failed"][0]["message"].as_str().expect("message");
+    assert!(msg.contains("changed since it was imported"), "{msg}");
+    assert_eq!(
+        sb.json(&["search", "Thanks"])["hits"][0]["entry"],
+        "usr00009"
+    );
+    assert_eq!(sb.json(&["check"])["ok"], true);
+}
+
+#[test]
+fn a_bad_file_is_reported_with_file_and_line_and_the_others_import() {
+    let sb = Sandbox::new();
+    let good_a = small_session(
+        "01950000-0000-7000-8000-0000000000a1",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "alpha",
+        None,
+    )
+    .save(&sb, "in");
+    let good_c = small_session(
+        "01950000-0000-7000-8000-0000000000c1",
+        "/p",
+        "2025-01-03T00:00:00.000Z",
+        "gamma",
+        None,
+    )
+    .save(&sb, "in");
+    // Line 3 (of 4) is not JSON; the file imports nothing.
+    let mut bad = small_session(
+        "01950000-0000-7000-8000-0000000000b1",
+        "/p",
+        "2025-01-02T00:00:00.000Z",
+        "beta",
+        None,
+    );
+    bad.lines
+        .insert(2, r#"{"type":"message","id":"oops","#.to_owned());
+    let bad_path = bad.save(&sb, "in");
+    // A file whose first line is not a session header.
+    let no_header = sb.write("in/--p--/notes.jsonl", "{\"hello\":1}\n");
+
+    let r = sb.run(&["import", s(&sb.path("in"))]);
+    assert_eq!(r.status, 2, "{r:#?}");
+    let text = &r.stdout;
+    assert!(
+        text.starts_with(
+            "4 files: 2 imported, 0 appended, 0 unchanged, 0 already present, 2 failed\n"
+        ),
+        "{text}"
+    );
+    let line = format!(
+        "failed [invalid_entry]: Invalid JSONL session file {}: line 3 ",
+        bad_path.display()
+    );
+    assert!(text.contains(&line), "names file and line:\n{text}");
+    let header = format!(
+        "failed [invalid_session]: Invalid JSONL session file {}: first line is not a valid session header\n",
+        no_header.display()
+    );
+    assert!(text.contains(&header), "{text}");
+
+    let ls = sb.json(&["ls"]);
+    let listed: Vec<&str> = ls["sessions"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|s| s["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "01950000-0000-7000-8000-0000000000c1",
+            "01950000-0000-7000-8000-0000000000a1"
+        ]
+    );
+    sb.run(&["tree", "01950000-0000-7000-8000-0000000000b1"])
+        .fails(3, "not_found");
+    assert!(good_a.exists() && good_c.exists());
+
+    // The same in JSON, the bad line's number given on its own.
+    let sb2 = Sandbox::new();
+    let r = sb2.run(&["--json", "import", s(&good_a), s(&bad_path), s(&good_c)]);
+    assert_eq!(r.status, 2);
+    let v = r.parse();
+    assert_eq!(v["imported"], 2);
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(1));
+    let f = &v["failed"][0];
+    assert_eq!(f["file"], s(&bad_path));
+    assert_eq!(f["code"], "invalid_entry");
+    assert_eq!(f["line"], 3);
+    let msg = f["message"].as_str().expect("message");
+    assert!(
+        msg.starts_with(&format!(
+            "Invalid JSONL session file {}: line 3 ",
+            bad_path.display()
+        )),
+        "{msg}"
+    );
+
+    // Fixed, it imports; the others stay unchanged.
+    bad.lines.remove(2);
+    std::fs::write(&bad_path, bad.text()).expect("fix");
+    let v = sb2.import(&[&good_a, &bad_path, &good_c]);
+    assert_eq!(
+        (v["imported"].clone(), v["unchanged"].clone()),
+        (json!(1), json!(2))
+    );
+    assert_eq!(sb2.json(&["check"])["ok"], true);
+}
+
+#[cfg(unix)]
+#[test]
+fn import_does_not_follow_symlinked_directories() {
+    let sb = Sandbox::new();
+    let file = small_session(
+        "01950000-0000-7000-8000-00000000e002",
+        "/p",
+        "2025-01-01T00:00:00.000Z",
+        "links",
+        None,
+    )
+    .save(&sb, "tree");
+    assert!(file.exists());
+    // A loop back to the root, and a link to a directory elsewhere.
+    std::os::unix::fs::symlink(sb.path("tree"), sb.path("tree/loop")).expect("symlink");
+    let r = sb.json(&["import", sb.path("tree").to_str().expect("utf-8")]);
+    assert_eq!(
+        (r["files"].clone(), r["imported"].clone()),
+        (json!(1), json!(1)),
+        "{r}"
+    );
+}
+
+/// A mistyped pi directory never fills a real archive with demo data: with
+/// sessions already in the archive, `import` says what is missing and adds
+/// nothing; `--demo` still adds the demo when asked.
+#[test]
+fn import_with_a_missing_pi_directory_leaves_a_real_archive_alone() {
+    let sb = Sandbox::new();
+    let f = small_session(
+        "01950000-cccc-7000-8000-000000000001",
+        "/home/ada/real",
+        "2025-03-01T10:00:00.000Z",
+        "real work",
+        None,
+    );
+    let src = f.save(&sb, "pi");
+    sb.import(&[&src]);
+    let mut c = sb.command();
+    c.env("PI_CODING_AGENT_DIR", sb.path("typo"));
+    let r = sb.run_with(c, &["import"]);
+    let msg = r.fails(3, "not_found").to_owned();
+    assert!(msg.contains("typo") && msg.contains("--demo"), "{msg}");
+    let listed = sb.json(&["ls"]);
+    assert_eq!(
+        listed["sessions"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+
+    let mut c = sb.command();
+    c.env("PI_CODING_AGENT_DIR", sb.path("typo"));
+    let r = sb.run_with(c, &["import", "--demo", "--quiet"]);
+    assert_eq!(r.status, 0, "{r:#?}");
+    let listed = sb.json(&["ls", "--limit", "1000"]);
+    assert!(
+        listed["sessions"].as_array().map_or(0, Vec::len) > 1,
+        "{listed}"
+    );
+}

@@ -1,0 +1,290 @@
+//! The `sessiontree` command line, end to end: the built binary run on
+//! temporary archives, with `HOME` and `XDG_DATA_HOME` pointing into a temp
+//! directory so nothing of the user's is read or written.
+//!
+//! One test binary (one link, not one per file), a module per command group:
+//! `import`, `browse` (ls, tree, branch, context, history, search, stats),
+//! `write` (label, name, move, fork, export, delete), `args` (SESSION
+//! arguments, errors, help) and `rpc`. This file holds what they share: the
+//! sandbox that runs the binary and the session files they start from.
+//!
+//! Inputs are the real pi files in `shared/fixtures/pi-sessions/` (version 1:
+//! ids `v1-00001`…) and the small version-3 sessions of `tests/fixtures/cli/`,
+//! with fixed ids and timestamps. `tests/snapshots/tree.txt` holds the
+//! expected `tree` text; run with `UPDATE_SNAPSHOTS=1` to rewrite it after a
+//! deliberate change.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod args;
+mod browse;
+mod import;
+mod rpc;
+mod write;
+
+/// pi's real files, which the import and export tests count on.
+fn pi_fixtures() -> PathBuf {
+    support::fixtures_dir().expect(
+        "pi's fixture files: shared/fixtures/pi-sessions beside the crate, or PI_FIXTURES_DIR",
+    )
+}
+
+/// The two real pi files.
+const COMPACTION_ID: &str = "ffae836b-9420-4060-ac13-7745215f90ff";
+const LARGE_ID: &str = "d703a1a9-1b7b-4fb1-b512-c9738b1fe617";
+
+// ---------------------------------------------------------------------------
+// Running the binary.
+
+/// A sandbox: its own HOME, XDG_DATA_HOME and scratch space.
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+/// What one run printed and how it exited.
+#[derive(Debug)]
+struct Run {
+    #[allow(dead_code, reason = "shown when an assertion prints the run")]
+    args: Vec<String>,
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts exit status 0 and returns stdout.
+    fn ok(&self) -> &str {
+        assert_eq!(self.status, 0, "{self:#?}");
+        &self.stdout
+    }
+
+    /// Asserts exit status 0 and parses stdout as one JSON value.
+    fn json(&self) -> Value {
+        self.ok();
+        self.parse()
+    }
+
+    /// Parses stdout as one JSON line, whatever the status.
+    fn parse(&self) -> Value {
+        assert!(
+            self.stdout.ends_with('\n') && self.stdout.trim_end().lines().count() == 1,
+            "--json prints exactly one line: {self:#?}"
+        );
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {self:#?}"))
+    }
+
+    /// Asserts the exit status and that stderr carries `sessiontree: error [code]`.
+    fn fails(&self, status: i32, code: &str) -> &str {
+        assert_eq!(self.status, status, "{self:#?}");
+        assert!(
+            self.stderr
+                .starts_with(&format!("sessiontree: error [{code}]: ")),
+            "{self:#?}"
+        );
+        &self.stderr
+    }
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("home")).expect("home");
+        Sandbox { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn home(&self) -> PathBuf {
+        self.path("home")
+    }
+
+    /// The default archive, `$XDG_DATA_HOME/sessiontree/archive.db`.
+    fn default_db(&self) -> PathBuf {
+        self.path("data/sessiontree/archive.db")
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(support::bin());
+        c.env_clear()
+            .env("HOME", self.home())
+            .env("XDG_DATA_HOME", self.path("data"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(self.dir.path());
+        c
+    }
+
+    fn run_with(&self, mut c: Command, args: &[&str]) -> Run {
+        let out = c.args(args).output().expect("run sessiontree");
+        Run {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            status: out.status.code().expect("exit status"),
+            stdout: String::from_utf8(out.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        self.run_with(self.command(), args)
+    }
+
+    /// `args` with `--json` in front.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        self.run(&all).json()
+    }
+
+    /// Writes `text` at `rel` (creating directories) and returns the path.
+    fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    /// Imports `paths`, expecting success, and returns the `--json` report.
+    fn import(&self, paths: &[&Path]) -> Value {
+        let mut args = vec!["--json", "import"];
+        let strs: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        args.extend(strs.iter().map(String::as_str));
+        self.run(&args).json()
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+// ---------------------------------------------------------------------------
+// The version-3 session files of `tests/fixtures/cli/` (fixed ids and timestamps).
+
+/// The text of `tests/fixtures/cli/<name>`.
+fn cli_fixture(name: &str) -> String {
+    read(&support::test_fixture(&format!("cli/{name}")))
+}
+
+/// The lines of `tests/fixtures/cli/<name>`.
+fn cli_fixture_lines(name: &str) -> Vec<String> {
+    cli_fixture(name).lines().map(str::to_owned).collect()
+}
+
+/// A pi session file, as lines: tests may change it, then save it into their
+/// sandbox. Commands never run on a fixture in place (some append to the file
+/// they are given).
+struct PiFile {
+    id: String,
+    cwd: String,
+    created: String,
+    lines: Vec<String>,
+}
+
+impl PiFile {
+    /// The session of `lines`; its id, cwd and creation time are its header's.
+    fn from_lines(lines: Vec<String>) -> Self {
+        let header: Value = serde_json::from_str(&lines[0]).expect("header line");
+        let field = |key: &str| header[key].as_str().expect("header field").to_owned();
+        PiFile {
+            id: field("id"),
+            cwd: field("cwd"),
+            created: field("timestamp"),
+            lines,
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut t = self.lines.join("\n");
+        t.push('\n');
+        t
+    }
+
+    /// Where pi keeps this file below a sessions root.
+    fn pi_path(&self) -> String {
+        let cwd = self
+            .cwd
+            .trim_start_matches('/')
+            .replace(['/', '\\', ':'], "-");
+        let created = self.created.replace([':', '.'], "-");
+        format!("--{cwd}--/{created}_{}.jsonl", self.id)
+    }
+
+    /// Writes the file in pi's layout below `root` (relative to the sandbox).
+    fn save(&self, sb: &Sandbox, root: &str) -> PathBuf {
+        sb.write(&format!("{root}/{}", self.pi_path()), &self.text())
+    }
+}
+
+const TREE_ID: &str = "01950000-aaaa-7000-8000-000000000001";
+
+/// The hand-built session of the `tree` snapshot (`tree-session.jsonl`):
+/// forks, labels, a move back with a branch summary, a retry after a failed
+/// turn, a compaction, a session name, and a long linear run. The leaf is the
+/// last label; the abandoned branches end in `leaf` entries. Its entries are
+/// one second apart, and every assistant message reports the same usage: 520
+/// tokens (400 cached, 100 uncached), $0.25. `tree-session.appended.jsonl`
+/// holds what pi appends to it later.
+///
+/// ```text
+/// mdl00001 ─ thk00001 ─ usr00001 … ast00002 ─ lbl00001 ┬ usr00002 … ast00004 ─ leaf0001        (nom, abandoned)
+///                                                       └ bsm00001 ─ usr00004 ─ lbl00002 ─ (11 tool steps)
+///                                                         ─ cmp00001 ─ usr00005 ─ ast00011 ─ nam00001
+///                                                           ┬ usr00006 ─ ast00012 ─ leaf0002 (failed, retried)
+///                                                           └ usr00007 ─ ast00013 ─ lbl00003 (leaf)
+/// ```
+fn tree_session() -> PiFile {
+    PiFile::from_lines(cli_fixture_lines("tree-session.jsonl"))
+}
+
+/// A small linear session: a question about `topic`, an answer, named `name`,
+/// from `small-session.template.jsonl`. Each `{key}` of the template becomes
+/// its value, JSON-escaped; `{hour}` is the date and hour of `created`, which
+/// the entries follow a second apart. Without a name, the line that carries
+/// `{name}` (the `session_info` entry) is left out.
+fn small_session(id: &str, cwd: &str, created: &str, topic: &str, name: Option<&str>) -> PiFile {
+    let values = [
+        ("{id}", Some(id)),
+        ("{cwd}", Some(cwd)),
+        ("{created}", Some(created)),
+        ("{hour}", Some(&created[..14])),
+        ("{topic}", Some(topic)),
+        ("{name}", name),
+    ];
+    let lines = cli_fixture("small-session.template.jsonl")
+        .lines()
+        .filter_map(|line| {
+            values
+                .iter()
+                .try_fold(line.to_owned(), |line, (key, value)| match value {
+                    Some(v) => Some(line.replace(key, &json_escaped(v))),
+                    None => (!line.contains(key)).then_some(line),
+                })
+        })
+        .collect();
+    PiFile::from_lines(lines)
+}
+
+/// `text` as it stands inside a JSON string (without the quotes).
+fn json_escaped(text: &str) -> String {
+    let quoted = Value::from(text).to_string();
+    quoted[1..quoted.len() - 1].to_owned()
+}
+
+/// The `--json` entries of `branch`, by id.
+fn ids(entries: &Value) -> Vec<String> {
+    entries
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| e["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).expect("read")
+}
