@@ -1,5 +1,35 @@
 //! sessiontree: a storage engine for conversation trees.
 //!
+//! ```
+//! use sessiontree::backend::sqlite::Archive;
+//! use sessiontree::repo::{sqlite::SqliteRepo, CreateOptions, SessionRepo};
+//! use sessiontree::{Durability, JsonText, SessionStorage};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("sessiontree-doc-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! // An archive is one SQLite file; a repository creates and lists its sessions.
+//! let archive = Archive::open(dir.join("archive.db"), Durability::Full)?;
+//! let mut repo = SqliteRepo::new(archive);
+//! let mut session = repo.create(&CreateOptions { cwd: "/home/ada/project".into(), ..Default::default() })?;
+//!
+//! // Append a question and two answers: regenerating the answer moves the
+//! // leaf back to the question, so the first answer stays as a side branch.
+//! let question = session.append_message(&JsonText::parse(r#"{"role":"user","content":"Why?"}"#)?)?;
+//! session.append_message(&JsonText::parse(r#"{"role":"assistant","content":"Because."}"#)?)?;
+//! session.move_to(Some(&question), None)?;
+//! let answer = session.append_message(&JsonText::parse(r#"{"role":"assistant","content":"Since."}"#)?)?;
+//!
+//! // The active path runs root first to the leaf; the model sees its context.
+//! let path = session.branch(None)?;
+//! assert_eq!(path.iter().map(|e| e.id()).collect::<Vec<_>>(), [question.as_str(), answer.as_str()]);
+//! assert_eq!(session.build_context(None)?.messages.len(), 2);
+//! assert_eq!(session.storage().entry_count()?, 4); // every entry is kept, the leaf move too
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! One contract — pi's session storage (`@earendil-works/pi-agent-core` 0.83.0,
 //! written down in `session-contract.md`) — implemented three ways behind the
 //! [`SessionStorage`] trait: in memory ([`backend::memory`]), as pi-compatible
@@ -9,8 +39,10 @@
 //! Layout: [`entry`] is the entry model, [`storage`] the trait, [`rules`] and
 //! [`context`] the contract's rules written once, [`session`] the session layer,
 //! [`repo`] repositories of many sessions, [`convert`] import and export between
-//! formats, [`rpc`] the contract over stdio, [`gen`] deterministic pi-realistic
-//! workloads for tests and benchmarks.
+//! formats, [`rpc`] the contract over stdio; [`header`] and [`layout`] are pi's
+//! session header and directory layout, [`preview`] what a person reads of an
+//! entry, [`session_ref`] how a person names a session. The workload generator
+//! and the benchmarks live in the `sessiontree-bench` crate (`benches/`).
 
 pub mod backend;
 pub mod context;
@@ -26,10 +58,12 @@ pub mod repo;
 pub mod rpc;
 pub mod rules;
 pub mod session;
+pub mod session_ref;
 pub mod storage;
 
 pub use entry::{Entry, EntryType};
 pub use error::{Error, ErrorCode, Result};
 pub use json::JsonText;
 pub use session::Session;
+pub use session_ref::SessionRef;
 pub use storage::{Durability, LeafMove, SessionMetadata, SessionStorage};

@@ -3,6 +3,7 @@
 //! Required methods are what a backend must store and index; provided methods
 //! are the contract's rules built on them, so every backend answers alike.
 
+use crate::context::{build_context, ContextOptions};
 use crate::entry::{new_entry_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::json::JsString;
@@ -245,4 +246,39 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     fn leaf_entry(&self, id: Option<&str>) -> Result<Entry> {
         (**self).leaf_entry(id)
     }
+}
+
+/// Everything a reader of `storage` relies on, tried: the path walk from
+/// every entry (newest first, skipping entries an earlier walk covered), the
+/// active path, the statistics and the context. The problems found, in log
+/// order of the entry they concern; empty when every read would succeed.
+pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<String>> {
+    let entries = storage.entries(0, None)?;
+    let mut covered = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for (i, e) in entries.iter().enumerate().rev() {
+        if covered.contains(e.id()) {
+            continue;
+        }
+        match storage.path_to_root_or_compaction(Some(e.id())) {
+            Ok(path) => covered.extend(path.iter().map(|p| p.id().to_owned())),
+            Err(err) => found.push((i, format!("entry {}: {err}", e.id()))),
+        }
+    }
+    found.sort();
+    let mut problems: Vec<String> = found.into_iter().map(|(_, p)| p).collect();
+    let active = storage
+        .leaf_id()
+        .and_then(|leaf| storage.path_to_root_or_compaction(leaf.as_deref()));
+    if let Err(e) = &active {
+        problems.push(format!("the active path: {e}"));
+    }
+    if let Err(e) = storage.session_stats() {
+        problems.push(format!("statistics: {e}"));
+    }
+    if let Err(e) = active.and_then(|path| build_context(&path, &ContextOptions::default())) {
+        problems.push(format!("the context: {e}"));
+    }
+    problems.dedup();
+    Ok(problems)
 }

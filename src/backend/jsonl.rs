@@ -319,7 +319,34 @@ pub struct JsonlStorage {
     poisoned: Option<String>,
 }
 
+/// What [`JsonlStorage::check`] found in a session file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileCheck {
+    /// Entries read (0 when the file did not open).
+    pub entries: usize,
+    /// The problems found; empty for a valid session file.
+    pub problems: Vec<String>,
+}
+
 impl JsonlStorage {
+    /// Checks a session file: that it opens (every line, the header), and
+    /// every read of the contract on it ([`crate::storage::contract_problems`]).
+    /// A missing file is an error (`not_found`); anything else wrong with it
+    /// is a problem in the answer.
+    pub fn check(path: impl AsRef<Path>) -> Result<FileCheck> {
+        match JsonlStorage::open(path, Durability::Full) {
+            Err(e) if e.code() == crate::error::ErrorCode::NotFound => Err(e),
+            Err(e) => Ok(FileCheck {
+                entries: 0,
+                problems: vec![e.to_string()],
+            }),
+            Ok(storage) => Ok(FileCheck {
+                entries: storage.all_entries().len(),
+                problems: crate::storage::contract_problems(&storage)?,
+            }),
+        }
+    }
+
     /// Opens an existing session file.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self> {
         let path = path.as_ref().to_owned();

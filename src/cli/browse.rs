@@ -255,7 +255,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
     let session = args
         .session
         .as_deref()
-        .map(|s| target::resolve_id(&archive, s))
+        .map(|s| archive.resolve_session(s))
         .transpose()?;
     let hits = archive.search(
         &args.query.join(" "),

@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::memory::MemoryStorage;
 use sessiontree::backend::sqlite::Archive;
-use sessiontree::{rpc, Result, Session, SessionStorage};
+use sessiontree::{rpc, Result, Session, SessionRef, SessionStorage};
 
 /// Which backend serves the requests.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -31,17 +31,17 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     let io = |e| sessiontree::Error::io("rpc: stdio", e);
-    if !super::target::is_file(&args.source) {
-        // The session is opened for reading; its writer claim is taken at the first write.
-        let session = Archive::open(super::archive_path(cli), cli.durability.into())
-            .and_then(|a| {
-                let id = super::target::resolve_id(&a, &args.source)?;
-                a.open_session(&id)
-            })
-            .map(Session::new);
-        return rpc::serve(session, stdin, stdout).map_err(io);
-    }
-    let jsonl = JsonlStorage::open(&args.source, cli.durability.into());
+    let path = match SessionRef::parse(&args.source) {
+        SessionRef::File(path) => path,
+        SessionRef::Archive(prefix) => {
+            // The session is opened for reading; its writer claim is taken at the first write.
+            let session = Archive::open(super::archive_path(cli), cli.durability.into())
+                .and_then(|a| a.open_session(&a.resolve_session(&prefix)?))
+                .map(Session::new);
+            return rpc::serve(session, stdin, stdout).map_err(io);
+        }
+    };
+    let jsonl = JsonlStorage::open(&path, cli.durability.into());
     match args.backend {
         Backend::Jsonl => rpc::serve(jsonl.map(Session::new), stdin, stdout).map_err(io),
         Backend::Memory => {

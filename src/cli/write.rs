@@ -11,7 +11,7 @@ use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
 use sessiontree::session::BranchSummary;
-use sessiontree::{Error, JsonText, Result, Session, SessionMetadata};
+use sessiontree::{Error, JsonText, Result, Session, SessionMetadata, SessionRef};
 use std::path::{Component, Path, PathBuf};
 
 /// Arguments of `export`.
@@ -66,7 +66,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         }
         args.sessions
             .iter()
-            .map(|s| target::resolve_id(&archive, s))
+            .map(|s| archive.resolve_session(s))
             .collect::<Result<_>>()?
     };
     // Like import, one session that cannot be exported never stops the others:
@@ -192,11 +192,11 @@ fn fork_file(cli: &Cli, args: &ForkArgs) -> Result<Report> {
 
 /// `fork`.
 pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
-    if target::is_file(&args.session) {
+    if let SessionRef::File(_) = SessionRef::parse(&args.session) {
         return fork_file(cli, args);
     }
     let archive = super::open_archive(cli)?;
-    let id = target::resolve_id(&archive, &args.session)?;
+    let id = archive.resolve_session(&args.session)?;
     let mut repo = SqliteRepo::new(archive);
     let source = SessionMetadata {
         id,
@@ -304,14 +304,14 @@ pub struct CheckArgs {
 
 /// `check`.
 pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
-    if let Some(path) = args.session.as_deref().filter(|s| target::is_file(s)) {
-        return check_file(cli, path);
+    if let Some(SessionRef::File(path)) = args.session.as_deref().map(SessionRef::parse) {
+        return check_file(&path);
     }
     let archive = super::open_archive(cli)?;
     let id = args
         .session
         .as_deref()
-        .map(|s| target::resolve_id(&archive, s))
+        .map(|s| archive.resolve_session(s))
         .transpose()?;
     let problems = archive.check(id.as_deref())?;
     let mut text = if problems.is_empty() {
@@ -376,48 +376,16 @@ fn cache_report(sizes: &[(String, CacheSize)]) -> (String, Value) {
 /// before a compaction stops it — the shared rule, so a fork cut at a
 /// compaction is fine), and the leaf, branch, statistics and context can be
 /// computed. A missing file is an error, not a problem.
-fn check_file(cli: &Cli, path: &str) -> Result<Report> {
-    use sessiontree::backend::jsonl::JsonlStorage;
-    use sessiontree::SessionStorage;
-    use std::collections::HashSet;
-    let mut problems = Vec::new();
-    let mut entries_checked = 0;
-    match JsonlStorage::open(path, cli.durability.into()) {
-        Err(e) if e.code() == sessiontree::ErrorCode::NotFound => return Err(e),
-        Err(e) => problems.push(e.to_string()),
-        Ok(storage) => {
-            let entries = storage.all_entries();
-            entries_checked = entries.len();
-            // The shared walk from every entry no successful walk has covered yet,
-            // newest first so that one walk covers its ancestors.
-            let mut covered: HashSet<String> = HashSet::new();
-            let mut found = Vec::new();
-            for (i, e) in entries.iter().enumerate().rev() {
-                if covered.contains(e.id()) {
-                    continue;
-                }
-                match storage.path_to_root_or_compaction(Some(e.id())) {
-                    Ok(path) => covered.extend(path.iter().map(|p| p.id().to_owned())),
-                    Err(err) => found.push((i, format!("entry {}: {err}", e.id()))),
-                }
-            }
-            found.sort();
-            problems.extend(found.into_iter().map(|(_, p)| p));
-            let session = Session::new(storage);
-            if let Err(e) = session.branch(None) {
-                problems.push(format!("the active path: {e}"));
-            }
-            if let Err(e) = session.storage().session_stats() {
-                problems.push(format!("statistics: {e}"));
-            }
-            if let Err(e) = session.build_context(None) {
-                problems.push(format!("the context: {e}"));
-            }
-        }
-    }
-    problems.dedup();
+fn check_file(path: &Path) -> Result<Report> {
+    let sessiontree::backend::jsonl::FileCheck {
+        entries: entries_checked,
+        problems,
+    } = sessiontree::backend::jsonl::JsonlStorage::check(path)?;
     let text = if problems.is_empty() {
-        format!("ok: {path} is a valid session file ({entries_checked} entries)\n")
+        format!(
+            "ok: {} is a valid session file ({entries_checked} entries)\n",
+            path.display()
+        )
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };
@@ -447,7 +415,7 @@ pub fn delete(cli: &Cli, args: &DeleteArgs) -> Result<Report> {
     let mut failed = Vec::new();
     let mut text = String::new();
     for arg in &args.sessions {
-        match target::resolve_id(&archive, arg).and_then(|id| {
+        match archive.resolve_session(arg).and_then(|id| {
             archive.delete_session(&id)?;
             Ok(id)
         }) {

@@ -2,7 +2,7 @@
 
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
-use super::writer::{insert_session, verify_session_facts, Appender, SessionWriter};
+use super::writer::{insert_session, Appender, SessionWriter};
 use super::{branch_cache, search, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -349,52 +349,34 @@ impl Archive {
         }
         Ok(hits)
     }
-
-    /// `PRAGMA integrity_check` plus the branch-cache [`branch_cache::verify`] of
-    /// each session (or one): the problems found, empty when all is well.
-    pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
-        let conn = self.conn()?;
-        let mut problems = Vec::new();
-        let mut st = conn
-            .prepare("PRAGMA integrity_check")
-            .map_err(sql("checking integrity"))?;
-        let rows: Vec<String> = st
-            .query_map([], |r| r.get(0))
-            .and_then(Iterator::collect)
-            .map_err(sql("checking integrity"))?;
-        problems.extend(rows.into_iter().filter(|r| r != "ok"));
-        let mut st = conn
-            .prepare("SELECT session_key, id FROM sessions WHERE ?1 IS NULL OR id = ?1")
-            .map_err(sql("checking sessions"))?;
-        let sessions: Vec<(i64, String)> = st
-            .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
-            .and_then(Iterator::collect)
-            .map_err(sql("checking sessions"))?;
-        if session.is_none() {
-            problems.extend(orphan_rows(&conn)?);
-            if let Err(e) = conn.execute(
-                "INSERT INTO message_text (message_text, rank) VALUES ('integrity-check', 0)",
-                [],
-            ) {
-                problems.push(format!("search index: {e}"));
-            }
-        }
-        for (key, id) in sessions {
-            for p in branch_cache::verify(&conn, self.codec(), key)? {
-                problems.push(format!("session {id}: {p}"));
-            }
-            for p in super::check::verify_stored_text(&conn, self.codec(), key)? {
-                problems.push(format!("session {id}: {p}"));
-            }
-            for p in verify_session_facts(&conn, self.codec(), key)? {
-                problems.push(format!("session {id}: {p}"));
-            }
-        }
-        Ok(problems)
-    }
 }
 
 impl Archive {
+    /// The full id of the session `arg` names: its id, or a unique prefix of
+    /// one. No match is `not_found`; several are a `usage` error listing up
+    /// to ten candidates, as git does.
+    pub fn resolve_session(&self, arg: &str) -> Result<String> {
+        if arg.is_empty() {
+            return Err(Error::SessionNotFound("(empty session id)".into()));
+        }
+        if self.has_session(arg)? {
+            return Ok(arg.to_owned());
+        }
+        const SHOWN: usize = 10;
+        let found = self.sessions_with_prefix(arg, SHOWN + 1)?;
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(Error::SessionNotFound(arg.to_owned())),
+            _ => {
+                let more = if found.len() > SHOWN { "\n  …" } else { "" };
+                Err(Error::Usage(format!(
+                    "session prefix {arg:?} is ambiguous; give more characters. Candidates:\n  {}{more}",
+                    found[..found.len().min(SHOWN)].join("\n  ")
+                )))
+            }
+        }
+    }
+
     /// The branch cache's size per session (or for one): entries, segments
     /// and compaction rows, so a pathological session can be seen.
     pub fn cache_sizes(
@@ -403,37 +385,6 @@ impl Archive {
     ) -> Result<Vec<(String, branch_cache::CacheSize)>> {
         branch_cache::cache_sizes(&*self.conn()?, session)
     }
-}
-
-/// Rows of derived tables whose session, segment or entry is gone (a delete
-/// done by hand, a bug): one problem per table that has any.
-fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
-    const ORPHANS: &[(&str, &str)] = &[
-        ("entries", "SELECT count(*) FROM entries WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("segments", "SELECT count(*) FROM segments WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("segment_ancestry", "SELECT count(*) FROM segment_ancestry WHERE segment_id NOT IN (SELECT segment_id FROM segments)"),
-        ("segments (parent or jump pointer)", "SELECT count(*) FROM segments s WHERE (s.parent_segment IS NOT NULL AND s.parent_segment NOT IN (SELECT segment_id FROM segments)) OR (s.jump_segment IS NOT NULL AND s.jump_segment NOT IN (SELECT segment_id FROM segments))"),
-        ("leaf_events", "SELECT count(*) FROM leaf_events WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("compactions", "SELECT count(*) FROM compactions WHERE entry_key NOT IN (SELECT entry_key FROM entries)"),
-        ("labels", "SELECT count(*) FROM labels WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("writer_claims", "SELECT count(*) FROM writer_claims WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("imports", "SELECT count(*) FROM imports WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("message_text (search)", "SELECT count(*) FROM message_text m WHERE m.session_key NOT IN (SELECT session_key FROM sessions) OR NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = m.rowid AND e.session_key = m.session_key)"),
-        ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
-        ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),
-    ];
-    let mut problems = Vec::new();
-    for (table, query) in ORPHANS {
-        let n: i64 = conn
-            .query_row(query, [], |r| r.get(0))
-            .map_err(sql("checking for orphan rows"))?;
-        if n > 0 {
-            problems.push(format!(
-                "{table}: {n} rows belong to no stored session, segment or entry"
-            ));
-        }
-    }
-    Ok(problems)
 }
 
 /// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).

@@ -84,12 +84,11 @@
 //! shape against linear, path read per row / leaf move): 1.9× / 1.05× at
 //! `B` = 4, 1.7× / 1.2× at 8, 2.7× / 1.7× at 16 — larger blocks cost more
 //! per fork and make the ancestry table outgrow the page cache.
-//! [`verify`] rebuilds all of this from `entries` and compares.
+//! `check.rs` (`verify_branch_cache`) rebuilds all of this from `entries` and compares.
 
 use super::codec::Codec;
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::rules::WalkEnd;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
@@ -138,7 +137,7 @@ pub struct Segment {
     pub missing_root_parent: Option<String>,
 }
 
-fn segment(conn: &Connection, id: i64) -> Result<Segment> {
+pub(super) fn segment(conn: &Connection, id: i64) -> Result<Segment> {
     conn.prepare_cached(
         "SELECT parent_segment, first_depth, tail_depth, position, jump_segment,
                 inherited_compaction, missing_root_parent
@@ -163,7 +162,7 @@ fn segment(conn: &Connection, id: i64) -> Result<Segment> {
 
 /// Invariant 4: the jump pointer of a new child of `parent`, given a way to
 /// read any segment's `(position, jump)`. One rule for the placer, the
-/// migration and [`verify`].
+/// migration and the check (`check.rs`).
 pub fn jump_for_child(
     parent: (i64, i64, Option<i64>),
     mut lookup: impl FnMut(i64) -> Result<(i64, Option<i64>)>,
@@ -725,19 +724,6 @@ pub fn cache_sizes(conn: &Connection, session: Option<&str>) -> Result<Vec<(Stri
     .map_err(sql("measuring the branch cache"))
 }
 
-/// A segment as a replay of the log builds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ModelSegment {
-    parent: Option<usize>,
-    first_depth: i64,
-    tail_depth: i64,
-    position: i64,
-    jump: Option<usize>,
-    /// Index (in log order) of the nearest compaction above the first entry.
-    inherited_compaction: Option<usize>,
-    missing_root_parent: Option<String>,
-}
-
 /// Schema version 5's rewrite of a version-1 cache: each segment's ancestry
 /// trimmed to its block (invariant 4), `position` and `jump_segment` filled
 /// in (parents before children, by id). Progress counts segments.
@@ -795,246 +781,6 @@ pub(super) fn migrate_to_v2(tx: &Connection, mut progress: impl FnMut(u64, u64))
         }
     }
     Ok(())
-}
-
-/// Rebuilds the branch cache of a session from `entries` in log order, in
-/// memory, and compares it with the stored cache (every invariant above, and
-/// the leaf-event table against the log's `leaf` entries). Returns the
-/// differences found (empty when the cache is exact).
-pub fn verify(conn: &Connection, codec: &Codec, session_key: i64) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
-    let mut segments: Vec<ModelSegment> = Vec::new();
-    // id -> (segment index, depth, nearest compaction at or above, by log index)
-    let mut by_id: HashMap<String, (usize, i64, Option<usize>)> = HashMap::new();
-    // stored segment id <-> model segment index, established in creation order
-    let mut seg_map: HashMap<i64, usize> = HashMap::new();
-    let mut keys: HashMap<String, i64> = HashMap::new();
-    let mut compaction_keys: Vec<i64> = Vec::new();
-    let mut leaf_entries: Vec<(i64, i64, Option<String>)> = Vec::new();
-    let mut stmt = conn
-        .prepare("SELECT entry_key, seq, json FROM entries WHERE session_key = ?1 ORDER BY seq")
-        .map_err(sql("verifying the branch cache"))?;
-    let mut rows = stmt
-        .query([session_key])
-        .map_err(sql("verifying the branch cache"))?;
-    while let Some(row) = rows.next().map_err(sql("verifying the branch cache"))? {
-        let key: i64 = row.get(0).map_err(sql("verifying the branch cache"))?;
-        let seq: i64 = row.get(1).map_err(sql("verifying the branch cache"))?;
-        let entry = Entry::from_checked_text(codec.decode(
-            conn,
-            row.get_ref(2).map_err(sql("verifying the branch cache"))?,
-        )?);
-        let f = entry.facts();
-        let parent = f.parent().and_then(|p| by_id.get(p).cloned());
-        let (seg, depth, above) = match parent {
-            Some((pseg, pdepth, above)) if segments[pseg].tail_depth == pdepth => {
-                segments[pseg].tail_depth += 1;
-                (pseg, pdepth + 1, above)
-            }
-            Some((pseg, pdepth, above)) => {
-                let p = &segments[pseg];
-                let jump =
-                    jump_for_child((pseg as i64, p.position, p.jump.map(|j| j as i64)), |s| {
-                        let s = &segments[usize::try_from(s).unwrap_or(0)];
-                        Ok((s.position, s.jump.map(|j| j as i64)))
-                    })?;
-                segments.push(ModelSegment {
-                    parent: Some(pseg),
-                    first_depth: pdepth + 1,
-                    tail_depth: pdepth + 1,
-                    position: p.position + 1,
-                    jump: Some(usize::try_from(jump).unwrap_or(0)),
-                    inherited_compaction: above,
-                    missing_root_parent: p.missing_root_parent.clone(),
-                });
-                (segments.len() - 1, pdepth + 1, above)
-            }
-            None => {
-                segments.push(ModelSegment {
-                    parent: None,
-                    first_depth: 0,
-                    tail_depth: 0,
-                    position: 1,
-                    jump: None,
-                    inherited_compaction: None,
-                    missing_root_parent: f.parent().map(str::to_owned),
-                });
-                (segments.len() - 1, 0, None)
-            }
-        };
-        let (stored_seg, stored_depth) = split_key(key);
-        match seg_map.get(&stored_seg) {
-            Some(&m) if m != seg => {
-                problems.push(format!("entry {} is in the wrong segment", f.id))
-            }
-            None => {
-                seg_map.insert(stored_seg, seg);
-            }
-            _ => {}
-        }
-        if stored_depth != depth {
-            problems.push(format!(
-                "entry {} has depth {stored_depth}, expected {depth}",
-                f.id
-            ));
-        }
-        let is_compaction = f.entry_type == EntryType::Compaction;
-        if is_compaction {
-            compaction_keys.push(key);
-        }
-        if f.entry_type == EntryType::Leaf {
-            leaf_entries.push((seq, key, f.target_id.clone()));
-        }
-        let nearest = if is_compaction {
-            Some(compaction_keys.len() - 1)
-        } else {
-            above
-        };
-        keys.insert(f.id.clone(), key);
-        by_id.insert(f.id.clone(), (seg, depth, nearest));
-    }
-    drop(rows);
-    drop(stmt);
-    let inverse: HashMap<usize, i64> = seg_map.iter().map(|(s, m)| (*m, *s)).collect();
-    let stored_count: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM segments WHERE session_key = ?1",
-            [session_key],
-            |r| r.get(0),
-        )
-        .map_err(sql("verifying the branch cache"))?;
-    if usize::try_from(stored_count).ok() != Some(segments.len()) {
-        problems.push(format!(
-            "{stored_count} segments stored, the rebuild has {}",
-            segments.len()
-        ));
-    }
-    for (m, model) in segments.iter().enumerate() {
-        let Some(&sid) = inverse.get(&m) else {
-            problems.push(format!("segment #{m} of the rebuild has no stored segment"));
-            continue;
-        };
-        let stored = segment(conn, sid)?;
-        let expected = Segment {
-            id: sid,
-            parent: model.parent.and_then(|p| inverse.get(&p).copied()),
-            first_depth: model.first_depth,
-            tail_depth: model.tail_depth,
-            position: model.position,
-            jump: model.jump.and_then(|j| inverse.get(&j).copied()),
-            inherited_compaction: model.inherited_compaction.map(|c| compaction_keys[c]),
-            missing_root_parent: model.missing_root_parent.clone(),
-        };
-        if stored != expected {
-            problems.push(format!(
-                "segment {sid} is {stored:?}, its rebuild {expected:?}"
-            ));
-        }
-        // Invariant 4: the nearest segments of its path, rebuilt by walking parents.
-        let mut block = Vec::new();
-        let (mut cur, mut to) = (Some(m), OPEN_END);
-        while let Some(c) = cur.filter(|_| block.len() < ANCESTRY_BLOCK as usize) {
-            let seg = &segments[c];
-            block.push((seg.first_depth, inverse.get(&c).copied().unwrap_or(-1), to));
-            to = seg.first_depth - 1;
-            cur = seg.parent;
-        }
-        block.reverse();
-        let actual: Vec<(i64, i64, i64)> = conn
-            .prepare_cached(
-                "SELECT from_depth, ancestor_segment, to_depth FROM segment_ancestry
-                 WHERE segment_id = ?1 ORDER BY from_depth",
-            )
-            .and_then(|mut st| {
-                st.query_map([sid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .and_then(Iterator::collect)
-            })
-            .map_err(sql("verifying the branch cache"))?;
-        if actual != block {
-            problems.push(format!(
-                "segment {sid} ancestry {actual:?} differs from its rebuild {block:?}"
-            ));
-        }
-    }
-    problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
-    problems.extend(verify_compaction_stops(conn, codec, session_key, &keys)?);
-    Ok(problems)
-}
-
-/// The leaf-event table holds exactly the log's `leaf` entries.
-fn verify_leaf_events(
-    conn: &Connection,
-    session_key: i64,
-    expected: &[(i64, i64, Option<String>)],
-) -> Result<Vec<String>> {
-    let stored: Vec<(i64, i64, Option<String>)> = conn
-        .prepare(
-            "SELECT seq, entry_key, target_id FROM leaf_events WHERE session_key = ?1 ORDER BY seq",
-        )
-        .and_then(|mut st| {
-            st.query_map([session_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .and_then(Iterator::collect)
-        })
-        .map_err(sql("verifying leaf events"))?;
-    if stored == expected {
-        return Ok(Vec::new());
-    }
-    let first_difference = stored
-        .iter()
-        .zip(expected)
-        .position(|(a, b)| a != b)
-        .unwrap_or(stored.len().min(expected.len()));
-    Ok(vec![format!(
-        "leaf_events has {} rows, the log {} leaf entries; first difference at row {first_difference}",
-        stored.len(),
-        expected.len()
-    )])
-}
-
-/// Compaction stops, recomputed by the reference walk of `rules.rs`.
-fn verify_compaction_stops(
-    conn: &Connection,
-    codec: &Codec,
-    session_key: i64,
-    keys: &HashMap<String, i64>,
-) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
-    let mut st = conn
-        .prepare("SELECT c.entry_key, c.stop_key, e.id FROM compactions c JOIN entries e USING (entry_key) WHERE c.session_key = ?1")
-        .map_err(sql("verifying the branch cache"))?;
-    let stored: Vec<(i64, Option<i64>, String)> = st
-        .query_map([session_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .and_then(Iterator::collect)
-        .map_err(sql("verifying the branch cache"))?;
-    let lookup = |id: &str| -> Result<Option<Entry>> {
-        match keys.get(id) {
-            Some(k) => {
-                let json: rusqlite::types::Value = conn
-                    .query_row("SELECT json FROM entries WHERE entry_key = ?1", [k], |r| {
-                        r.get(0)
-                    })
-                    .map_err(sql("verifying the branch cache"))?;
-                Ok(Some(Entry::from_checked_text(
-                    codec.decode(conn, (&json).into())?,
-                )))
-            }
-            None => Ok(None),
-        }
-    };
-    for (ckey, stop, id) in stored {
-        // The cache stores where the rule stops a walk from the compaction,
-        // and nothing when the walk reaches the root or cannot be made.
-        let expected = match crate::rules::walk(Some(&id), lookup) {
-            Ok(w) if w.end == WalkEnd::CompactionStop => keys.get(w.path[0].id()).copied(),
-            _ => None,
-        };
-        if expected != stop {
-            problems.push(format!(
-                "compaction {id} (key {ckey}) stops at {stop:?}, expected {expected:?}"
-            ));
-        }
-    }
-    Ok(problems)
 }
 
 #[cfg(test)]

@@ -1,15 +1,24 @@
-//! Checks of what the archive derives from each entry's stored text: that
-//! it decodes (codec invariant 1) to an entry whose id and type are the
-//! columns beside it, that its blob references are recorded and present
-//! (invariant 3), and that its search row is there exactly when it has
-//! searchable text, with the right role.
+//! Every consistency check of the archive, in one place ([`Archive::check`]):
+//! - the branch cache against a rebuild from the log (every invariant stated
+//!   at the top of `branch_cache.rs`, the leaf-event table, compaction stops);
+//! - each entry's stored text: it decodes (codec invariant 1) to an entry whose
+//!   id and type are the columns beside it, its blob references are recorded
+//!   and present (invariant 3), and its search row is there exactly when it has
+//!   searchable text, with the right role;
+//! - each session row's maintained facts (leaf, name, statistics) and labels
+//!   against a replay of its log;
+//! - rows of any derived table that belong to no session, segment or entry.
 
+use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
 use super::codec::{body_refs, Codec};
-use super::{search, sql};
-use crate::entry::Entry;
+use super::writer::{replay_session_facts, session_facts, stored_labels};
+use super::{search, sql, Archive};
+use crate::entry::{Entry, EntryType};
 use crate::error::Result;
+use crate::json::JsString;
+use crate::rules::WalkEnd;
 use rusqlite::{Connection, OptionalExtension};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 /// Problems with the stored text of one session's entries (empty when none).
 pub(super) fn verify_stored_text(
@@ -88,6 +97,439 @@ pub(super) fn verify_stored_text(
                 "entry {id}: has a search row but no searchable text"
             )),
             _ => {}
+        }
+    }
+    Ok(problems)
+}
+
+/// A session to check.
+struct SessionRow {
+    key: i64,
+    id: String,
+}
+
+/// A row of `leaf_events`, stored or as the log gives it.
+#[derive(Debug, PartialEq)]
+struct LeafEventRow {
+    seq: i64,
+    entry_key: i64,
+    target_id: Option<String>,
+}
+
+/// A row of `segment_ancestry`, stored or rebuilt.
+#[derive(Debug, PartialEq)]
+struct AncestryRow {
+    from_depth: i64,
+    ancestor_segment: i64,
+    to_depth: i64,
+}
+
+/// A row of `compactions` with its entry's id.
+struct CompactionRow {
+    entry_key: i64,
+    stop_key: Option<i64>,
+    id: String,
+}
+
+impl Archive {
+    /// Every consistency check of the archive, or of one session: `PRAGMA
+    /// integrity_check`, then per session its branch cache against a rebuild,
+    /// its entries' stored text, blobs and search rows, and its maintained
+    /// facts against a replay; archive-wide also orphan rows of every derived
+    /// table and the search index's own check. The problems found, empty when
+    /// all is well.
+    pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
+        let conn = self.conn()?;
+        let mut problems = Vec::new();
+        let mut st = conn
+            .prepare("PRAGMA integrity_check")
+            .map_err(sql("checking integrity"))?;
+        let rows: Vec<String> = st
+            .query_map([], |r| r.get(0))
+            .and_then(Iterator::collect)
+            .map_err(sql("checking integrity"))?;
+        problems.extend(rows.into_iter().filter(|r| r != "ok"));
+        let mut st = conn
+            .prepare("SELECT session_key, id FROM sessions WHERE ?1 IS NULL OR id = ?1")
+            .map_err(sql("checking sessions"))?;
+        let sessions: Vec<SessionRow> = st
+            .query_map([session], |r| {
+                Ok(SessionRow {
+                    key: r.get(0)?,
+                    id: r.get(1)?,
+                })
+            })
+            .and_then(Iterator::collect)
+            .map_err(sql("checking sessions"))?;
+        if session.is_none() {
+            problems.extend(orphan_rows(&conn)?);
+            if let Err(e) = conn.execute(
+                "INSERT INTO message_text (message_text, rank) VALUES ('integrity-check', 0)",
+                [],
+            ) {
+                problems.push(format!("search index: {e}"));
+            }
+        }
+        for SessionRow { key, id } in sessions {
+            let codec = self.codec();
+            let found = [
+                verify_branch_cache(&conn, codec, key)?,
+                verify_stored_text(&conn, codec, key)?,
+                verify_session_facts(&conn, codec, key)?,
+            ];
+            problems.extend(
+                found
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("session {id}: {p}")),
+            );
+        }
+        Ok(problems)
+    }
+}
+
+/// Rows of derived tables whose session, segment or entry is gone (a delete
+/// done by hand, a bug): one problem per table that has any.
+fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
+    const ORPHANS: &[(&str, &str)] = &[
+        ("entries", "SELECT count(*) FROM entries WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("segments", "SELECT count(*) FROM segments WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("segment_ancestry", "SELECT count(*) FROM segment_ancestry WHERE segment_id NOT IN (SELECT segment_id FROM segments)"),
+        ("segments (parent or jump pointer)", "SELECT count(*) FROM segments s WHERE (s.parent_segment IS NOT NULL AND s.parent_segment NOT IN (SELECT segment_id FROM segments)) OR (s.jump_segment IS NOT NULL AND s.jump_segment NOT IN (SELECT segment_id FROM segments))"),
+        ("leaf_events", "SELECT count(*) FROM leaf_events WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("compactions", "SELECT count(*) FROM compactions WHERE entry_key NOT IN (SELECT entry_key FROM entries)"),
+        ("labels", "SELECT count(*) FROM labels WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("writer_claims", "SELECT count(*) FROM writer_claims WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("imports", "SELECT count(*) FROM imports WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
+        ("message_text (search)", "SELECT count(*) FROM message_text m WHERE m.session_key NOT IN (SELECT session_key FROM sessions) OR NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = m.rowid AND e.session_key = m.session_key)"),
+        ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
+        ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),
+    ];
+    let mut problems = Vec::new();
+    for (table, query) in ORPHANS {
+        let n: i64 = conn
+            .query_row(query, [], |r| r.get(0))
+            .map_err(sql("checking for orphan rows"))?;
+        if n > 0 {
+            problems.push(format!(
+                "{table}: {n} rows belong to no stored session, segment or entry"
+            ));
+        }
+    }
+    Ok(problems)
+}
+/// Replays the log and compares the maintained facts (leaf, name, stats, labels).
+pub(super) fn verify_session_facts(
+    conn: &Connection,
+    codec: &Codec,
+    key: i64,
+) -> Result<Vec<String>> {
+    let stored = session_facts(conn, key)?;
+    let (expected, labels) = replay_session_facts(conn, codec, key)?;
+    let mut problems = Vec::new();
+    if expected != stored {
+        problems.push(format!(
+            "maintained facts {stored:?} differ from a replay {expected:?}"
+        ));
+    }
+    let stored_labels = stored_labels(conn, key)?;
+    for (target, label) in &stored_labels {
+        if labels.get(target) != Some(label) {
+            problems.push(format!(
+                "label on {target} is {label}, a replay gives {:?}",
+                labels.get(target).map(JsString::json)
+            ));
+        }
+    }
+    for (target, label) in &labels {
+        if !stored_labels.contains_key(target) {
+            problems.push(format!("label {} on {target} is missing", label.json()));
+        }
+    }
+    Ok(problems)
+}
+/// A segment as a replay of the log builds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ModelSegment {
+    parent: Option<usize>,
+    first_depth: i64,
+    tail_depth: i64,
+    position: i64,
+    jump: Option<usize>,
+    /// Index (in log order) of the nearest compaction above the first entry.
+    inherited_compaction: Option<usize>,
+    missing_root_parent: Option<String>,
+}
+/// Rebuilds the branch cache of a session from `entries` in log order, in
+/// memory, and compares it with the stored cache (every invariant above, and
+/// the leaf-event table against the log's `leaf` entries). Returns the
+/// differences found (empty when the cache is exact).
+pub(super) fn verify_branch_cache(
+    conn: &Connection,
+    codec: &Codec,
+    session_key: i64,
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut segments: Vec<ModelSegment> = Vec::new();
+    // id -> (segment index, depth, nearest compaction at or above, by log index)
+    let mut by_id: HashMap<String, (usize, i64, Option<usize>)> = HashMap::new();
+    // stored segment id <-> model segment index, established in creation order
+    let mut seg_map: HashMap<i64, usize> = HashMap::new();
+    let mut keys: HashMap<String, i64> = HashMap::new();
+    let mut compaction_keys: Vec<i64> = Vec::new();
+    let mut leaf_entries: Vec<LeafEventRow> = Vec::new();
+    let mut stmt = conn
+        .prepare("SELECT entry_key, seq, json FROM entries WHERE session_key = ?1 ORDER BY seq")
+        .map_err(sql("verifying the branch cache"))?;
+    let mut rows = stmt
+        .query([session_key])
+        .map_err(sql("verifying the branch cache"))?;
+    while let Some(row) = rows.next().map_err(sql("verifying the branch cache"))? {
+        let key: i64 = row.get(0).map_err(sql("verifying the branch cache"))?;
+        let seq: i64 = row.get(1).map_err(sql("verifying the branch cache"))?;
+        let entry = Entry::from_checked_text(codec.decode(
+            conn,
+            row.get_ref(2).map_err(sql("verifying the branch cache"))?,
+        )?);
+        let f = entry.facts();
+        let parent = f.parent().and_then(|p| by_id.get(p).cloned());
+        let (seg, depth, above) = match parent {
+            Some((pseg, pdepth, above)) if segments[pseg].tail_depth == pdepth => {
+                segments[pseg].tail_depth += 1;
+                (pseg, pdepth + 1, above)
+            }
+            Some((pseg, pdepth, above)) => {
+                let p = &segments[pseg];
+                let jump =
+                    jump_for_child((pseg as i64, p.position, p.jump.map(|j| j as i64)), |s| {
+                        let s = &segments[usize::try_from(s).unwrap_or(0)];
+                        Ok((s.position, s.jump.map(|j| j as i64)))
+                    })?;
+                segments.push(ModelSegment {
+                    parent: Some(pseg),
+                    first_depth: pdepth + 1,
+                    tail_depth: pdepth + 1,
+                    position: p.position + 1,
+                    jump: Some(usize::try_from(jump).unwrap_or(0)),
+                    inherited_compaction: above,
+                    missing_root_parent: p.missing_root_parent.clone(),
+                });
+                (segments.len() - 1, pdepth + 1, above)
+            }
+            None => {
+                segments.push(ModelSegment {
+                    parent: None,
+                    first_depth: 0,
+                    tail_depth: 0,
+                    position: 1,
+                    jump: None,
+                    inherited_compaction: None,
+                    missing_root_parent: f.parent().map(str::to_owned),
+                });
+                (segments.len() - 1, 0, None)
+            }
+        };
+        let (stored_seg, stored_depth) = split_key(key);
+        match seg_map.get(&stored_seg) {
+            Some(&m) if m != seg => {
+                problems.push(format!("entry {} is in the wrong segment", f.id))
+            }
+            None => {
+                seg_map.insert(stored_seg, seg);
+            }
+            _ => {}
+        }
+        if stored_depth != depth {
+            problems.push(format!(
+                "entry {} has depth {stored_depth}, expected {depth}",
+                f.id
+            ));
+        }
+        let is_compaction = f.entry_type == EntryType::Compaction;
+        if is_compaction {
+            compaction_keys.push(key);
+        }
+        if f.entry_type == EntryType::Leaf {
+            leaf_entries.push(LeafEventRow {
+                seq,
+                entry_key: key,
+                target_id: f.target_id.clone(),
+            });
+        }
+        let nearest = if is_compaction {
+            Some(compaction_keys.len() - 1)
+        } else {
+            above
+        };
+        keys.insert(f.id.clone(), key);
+        by_id.insert(f.id.clone(), (seg, depth, nearest));
+    }
+    drop(rows);
+    drop(stmt);
+    let inverse: HashMap<usize, i64> = seg_map.iter().map(|(s, m)| (*m, *s)).collect();
+    let stored_count: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM segments WHERE session_key = ?1",
+            [session_key],
+            |r| r.get(0),
+        )
+        .map_err(sql("verifying the branch cache"))?;
+    if usize::try_from(stored_count).ok() != Some(segments.len()) {
+        problems.push(format!(
+            "{stored_count} segments stored, the rebuild has {}",
+            segments.len()
+        ));
+    }
+    for (m, model) in segments.iter().enumerate() {
+        let Some(&sid) = inverse.get(&m) else {
+            problems.push(format!("segment #{m} of the rebuild has no stored segment"));
+            continue;
+        };
+        let stored = segment(conn, sid)?;
+        let expected = Segment {
+            id: sid,
+            parent: model.parent.and_then(|p| inverse.get(&p).copied()),
+            first_depth: model.first_depth,
+            tail_depth: model.tail_depth,
+            position: model.position,
+            jump: model.jump.and_then(|j| inverse.get(&j).copied()),
+            inherited_compaction: model.inherited_compaction.map(|c| compaction_keys[c]),
+            missing_root_parent: model.missing_root_parent.clone(),
+        };
+        if stored != expected {
+            problems.push(format!(
+                "segment {sid} is {stored:?}, its rebuild {expected:?}"
+            ));
+        }
+        // Invariant 4: the nearest segments of its path, rebuilt by walking parents.
+        let mut block = Vec::new();
+        let (mut cur, mut to) = (Some(m), OPEN_END);
+        while let Some(c) = cur.filter(|_| block.len() < ANCESTRY_BLOCK as usize) {
+            let seg = &segments[c];
+            block.push(AncestryRow {
+                from_depth: seg.first_depth,
+                ancestor_segment: inverse.get(&c).copied().unwrap_or(-1),
+                to_depth: to,
+            });
+            to = seg.first_depth - 1;
+            cur = seg.parent;
+        }
+        block.reverse();
+        let actual: Vec<AncestryRow> = conn
+            .prepare_cached(
+                "SELECT from_depth, ancestor_segment, to_depth FROM segment_ancestry
+                 WHERE segment_id = ?1 ORDER BY from_depth",
+            )
+            .and_then(|mut st| {
+                st.query_map([sid], |r| {
+                    Ok(AncestryRow {
+                        from_depth: r.get(0)?,
+                        ancestor_segment: r.get(1)?,
+                        to_depth: r.get(2)?,
+                    })
+                })
+                .and_then(Iterator::collect)
+            })
+            .map_err(sql("verifying the branch cache"))?;
+        if actual != block {
+            problems.push(format!(
+                "segment {sid} ancestry {actual:?} differs from its rebuild {block:?}"
+            ));
+        }
+    }
+    problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
+    problems.extend(verify_compaction_stops(conn, codec, session_key, &keys)?);
+    Ok(problems)
+}
+
+/// The leaf-event table holds exactly the log's `leaf` entries.
+fn verify_leaf_events(
+    conn: &Connection,
+    session_key: i64,
+    expected: &[LeafEventRow],
+) -> Result<Vec<String>> {
+    let stored: Vec<LeafEventRow> = conn
+        .prepare(
+            "SELECT seq, entry_key, target_id FROM leaf_events WHERE session_key = ?1 ORDER BY seq",
+        )
+        .and_then(|mut st| {
+            st.query_map([session_key], |r| {
+                Ok(LeafEventRow {
+                    seq: r.get(0)?,
+                    entry_key: r.get(1)?,
+                    target_id: r.get(2)?,
+                })
+            })
+            .and_then(Iterator::collect)
+        })
+        .map_err(sql("verifying leaf events"))?;
+    if stored == expected {
+        return Ok(Vec::new());
+    }
+    let first_difference = stored
+        .iter()
+        .zip(expected)
+        .position(|(a, b)| a != b)
+        .unwrap_or(stored.len().min(expected.len()));
+    Ok(vec![format!(
+        "leaf_events has {} rows, the log {} leaf entries; first difference at row {first_difference}",
+        stored.len(),
+        expected.len()
+    )])
+}
+
+/// Compaction stops, recomputed by the reference walk of `rules.rs`.
+fn verify_compaction_stops(
+    conn: &Connection,
+    codec: &Codec,
+    session_key: i64,
+    keys: &HashMap<String, i64>,
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut st = conn
+        .prepare("SELECT c.entry_key, c.stop_key, e.id FROM compactions c JOIN entries e USING (entry_key) WHERE c.session_key = ?1")
+        .map_err(sql("verifying the branch cache"))?;
+    let stored: Vec<CompactionRow> = st
+        .query_map([session_key], |r| {
+            Ok(CompactionRow {
+                entry_key: r.get(0)?,
+                stop_key: r.get(1)?,
+                id: r.get(2)?,
+            })
+        })
+        .and_then(Iterator::collect)
+        .map_err(sql("verifying the branch cache"))?;
+    let lookup = |id: &str| -> Result<Option<Entry>> {
+        match keys.get(id) {
+            Some(k) => {
+                let json: rusqlite::types::Value = conn
+                    .query_row("SELECT json FROM entries WHERE entry_key = ?1", [k], |r| {
+                        r.get(0)
+                    })
+                    .map_err(sql("verifying the branch cache"))?;
+                Ok(Some(Entry::from_checked_text(
+                    codec.decode(conn, (&json).into())?,
+                )))
+            }
+            None => Ok(None),
+        }
+    };
+    for CompactionRow {
+        entry_key: ckey,
+        stop_key: stop,
+        id,
+    } in stored
+    {
+        // The cache stores where the rule stops a walk from the compaction,
+        // and nothing when the walk reaches the root or cannot be made.
+        let expected = match crate::rules::walk(Some(&id), lookup) {
+            Ok(w) if w.end == WalkEnd::CompactionStop => keys.get(w.path[0].id()).copied(),
+            _ => None,
+        };
+        if expected != stop {
+            problems.push(format!(
+                "compaction {id} (key {ckey}) stops at {stop:?}, expected {expected:?}"
+            ));
         }
     }
     Ok(problems)

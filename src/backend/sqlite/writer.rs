@@ -53,7 +53,7 @@ pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts>
 
 /// The facts of a session as a replay of its log gives them: the session row's
 /// facts and the labels.
-fn replay_session_facts(
+pub(super) fn replay_session_facts(
     conn: &Connection,
     codec: &Codec,
     key: i64,
@@ -77,44 +77,13 @@ fn replay_session_facts(
     Ok((facts, labels))
 }
 
-fn stored_labels(conn: &Connection, key: i64) -> Result<HashMap<String, JsString>> {
+pub(super) fn stored_labels(conn: &Connection, key: i64) -> Result<HashMap<String, JsString>> {
     conn.prepare("SELECT target_id, label FROM labels WHERE session_key = ?1")
         .and_then(|mut st| {
             st.query_map([key], |r| Ok((r.get(0)?, stored_js_string(r.get(1)?))))
                 .and_then(Iterator::collect)
         })
         .map_err(sql("reading labels"))
-}
-
-/// Replays the log and compares the maintained facts (leaf, name, stats, labels).
-pub(super) fn verify_session_facts(
-    conn: &Connection,
-    codec: &Codec,
-    key: i64,
-) -> Result<Vec<String>> {
-    let stored = session_facts(conn, key)?;
-    let (expected, labels) = replay_session_facts(conn, codec, key)?;
-    let mut problems = Vec::new();
-    if expected != stored {
-        problems.push(format!(
-            "maintained facts {stored:?} differ from a replay {expected:?}"
-        ));
-    }
-    let stored_labels = stored_labels(conn, key)?;
-    for (target, label) in &stored_labels {
-        if labels.get(target) != Some(label) {
-            problems.push(format!(
-                "label on {target} is {label}, a replay gives {:?}",
-                labels.get(target).map(JsString::json)
-            ));
-        }
-    }
-    for (target, label) in &labels {
-        if !stored_labels.contains_key(target) {
-            problems.push(format!("label {} on {target} is missing", label.json()));
-        }
-    }
-    Ok(problems)
 }
 
 /// Rewrites every session's maintained facts and labels from a replay of its
