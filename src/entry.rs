@@ -601,7 +601,14 @@ pub fn new_session_id() -> String {
 
 /// The current time as JavaScript's `toISOString` writes it.
 pub fn now_timestamp() -> String {
-    chrono::Utc::now()
+    iso_timestamp(chrono::Utc::now().timestamp_millis())
+}
+
+/// Unix milliseconds as JavaScript's `toISOString` writes them (years 0 to
+/// 9999; a time outside chrono's range is written as the epoch).
+pub fn iso_timestamp(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
         .format("%Y-%m-%dT%H:%M:%S%.3fZ")
         .to_string()
 }

@@ -521,32 +521,7 @@ pub fn uuid_v7(ms: i64, rng: &mut SplitMix64) -> String {
 
 /// Unix milliseconds as JavaScript's `toISOString` writes them.
 pub fn iso_millis(ms: i64) -> String {
-    let mut s = String::with_capacity(24);
-    push_iso_millis(&mut s, ms);
-    s
-}
-
-fn push_iso_millis(out: &mut String, ms: i64) {
-    let days = ms.div_euclid(86_400_000);
-    let rem = ms.rem_euclid(86_400_000);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let _ = write!(
-        out,
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60,
-        rem % 1000
-    );
+    sessiontree::entry::iso_timestamp(ms)
 }
 
 /// Appends `s` as a JSON string literal, escaped as `JSON.stringify` does.
@@ -1075,7 +1050,7 @@ impl<'w, W: Write> Builder<'w, W> {
         }
         self.line.push_str(",\"timestamp\":\"");
         let now = self.now_ms;
-        push_iso_millis(&mut self.line, now);
+        self.line.push_str(&iso_millis(now));
         self.line.push('"');
         index
     }
