@@ -976,7 +976,7 @@ fn rpc_hostile_requests_sqlite() {
             );
         }
         if cases.fetch_add(1, Ordering::Relaxed).is_multiple_of(16) {
-            let problems = archive.check(None).unwrap();
+            let problems = archive.check_consistency(None).unwrap();
             prop_assert!(problems.is_empty(), "{:?}", problems);
         }
         Ok(())
@@ -984,7 +984,7 @@ fn rpc_hostile_requests_sqlite() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    assert!(archive.check(None).unwrap().is_empty());
+    assert!(archive.check_consistency(None).unwrap().is_empty());
 }
 
 /// The real binary on a hostile stream: BOM, CR-only, invalid UTF-8, deep

@@ -184,7 +184,6 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let session = Session::new(target::open(cli, &args.session)?);
     let ctx = session.build_context(args.from.as_deref())?;
     let cwd = session.storage().metadata()?.cwd;
-    let value: Value = serde_json::from_str(&ctx.to_json_text()).unwrap_or(Value::Null);
     // Readable forms of the stored JSON (strings unquoted).
     let show =
         |raw: Option<&RawValue>| match raw.map(|r| sessiontree::json::parse_value_lossy(r.get())) {
@@ -215,17 +214,34 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
             .as_deref()
             .map_or_else(|| "-".into(), |t| show(Some(t))),
     );
-    for m in value["messages"].as_array().into_iter().flatten() {
-        let (role, body) = match m["summary"].as_str() {
+    for raw in &ctx.messages {
+        let (role, body) = context_line(raw, cwd.as_deref());
+        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+    }
+    // The JSON is the stored text passed through, never re-parsed: a message
+    // nested deeper than a parser's recursion limit comes out exactly as stored.
+    Ok(Report::raw(ctx.to_json_text(), text))
+}
+
+/// The role and one-line text of a context message. Parsed for display
+/// only; a message too deeply nested to parse whole still shows its role.
+fn context_line(raw: &RawValue, cwd: Option<&str>) -> (String, String) {
+    match sessiontree::json::parse_value_lossy(raw.get()) {
+        Ok(m) => match m["summary"].as_str() {
             Some(summary) => (
                 m["role"].as_str().unwrap_or("?").to_owned(),
                 one_line(summary),
             ),
-            None => message_parts(m, cwd.as_deref()),
-        };
-        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+            None => message_parts(&m, cwd),
+        },
+        Err(_) => {
+            let role = sessiontree::json::OrderedObject::parse(raw.get())
+                .ok()
+                .and_then(|o| o.get("role").and_then(|r| serde_json::from_str::<String>(r.get()).ok()))
+                .unwrap_or_else(|| "?".into());
+            (role, "(too deeply nested to preview; --json has it exactly)".into())
+        }
     }
-    Ok(Report::new(value, text))
 }
 
 /// Arguments of `search`.

@@ -21,6 +21,7 @@ use std::process::Command;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod abuse;
 mod args;
 mod browse;
 mod import;

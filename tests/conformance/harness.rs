@@ -112,7 +112,7 @@ impl Harness for Sqlite {
         let path = self.archive.path().to_owned();
         drop(s);
         self.archive = Archive::open(path, Durability::Relaxed).expect("reopen archive");
-        let problems = self.archive.check(Some(&id)).expect("check");
+        let problems = self.archive.check_consistency(Some(&id)).expect("check");
         assert!(
             problems.is_empty(),
             "branch cache differs from its rebuild: {problems:?}"

@@ -567,7 +567,14 @@ fn plan_path(
         Some(s) => split_key(s).1,
         None => {
             if let Some(missing) = &seg.missing_root_parent {
-                return Err(Error::DanglingReference(missing.clone()));
+                // The only stored entry a root may name as its missing parent
+                // is itself (any other is refused, invariant 8): a cycle, as
+                // the JSONL and memory backends' walk reports it.
+                cost.statements += 1;
+                return Err(match key_of(conn, session_key, missing)? {
+                    Some(_) => Error::ParentCycle(missing.clone()),
+                    None => Error::DanglingReference(missing.clone()),
+                });
             }
             0
         }

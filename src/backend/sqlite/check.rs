@@ -12,7 +12,9 @@
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
 use super::codec::{body_refs, Codec};
 use super::writer::{replay_session_facts, session_facts, stored_labels};
-use super::{search, sql, Archive};
+use super::{search, sql, Archive, SqliteStorage};
+use crate::context::{build_context, ContextOptions};
+use crate::storage::SessionStorage;
 use crate::entry::{Entry, EntryType};
 use crate::error::Result;
 use crate::json::JsString;
@@ -102,6 +104,44 @@ pub(super) fn verify_stored_text(
     Ok(problems)
 }
 
+/// The reads a walk makes, tried where they can fail: the walk from the root
+/// entry of every path whose root's parent is missing (or is the entry
+/// itself) unless a compaction stops walks there (as `check FILE`, which
+/// walks from every entry no other walk covered), the active path, and the
+/// context built from it.
+fn verify_walks(conn: &Connection, storage: &SqliteStorage, key: i64) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let roots: Vec<String> = conn
+        .prepare(
+            "SELECT e.id FROM segments s
+             JOIN entries e ON e.entry_key = (s.segment_id << 32) | s.first_depth
+             WHERE s.session_key = ?1 AND s.parent_segment IS NULL
+               AND s.missing_root_parent IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM compactions c
+                               WHERE c.session_key = s.session_key AND c.stop_key = e.entry_key)
+             ORDER BY e.seq",
+        )
+        .and_then(|mut st| st.query_map([key], |r| r.get(0)).and_then(Iterator::collect))
+        .map_err(sql("checking dangling roots"))?;
+    for id in roots {
+        if let Err(e) = storage.path_to_root_or_compaction(Some(&id)) {
+            problems.push(format!("entry {id}: {e}"));
+        }
+    }
+    let active = storage
+        .leaf_id()
+        .and_then(|leaf| storage.path_to_root_or_compaction(leaf.as_deref()));
+    match active {
+        Ok(path) => {
+            if let Err(e) = build_context(&path, &ContextOptions::default()) {
+                problems.push(format!("the context: {e}"));
+            }
+        }
+        Err(e) => problems.push(format!("the active path: {e}")),
+    }
+    Ok(problems)
+}
+
 /// A session to check.
 struct SessionRow {
     key: i64,
@@ -132,13 +172,26 @@ struct CompactionRow {
 }
 
 impl Archive {
+    /// Everything [`Archive::check_consistency`] checks, plus what a reader
+    /// of each session would hit: a parent cycle, a root whose parent is
+    /// missing where no compaction cuts the walk before it (a file cut from a
+    /// longer one; a fork after a compaction is cut there and fine), and the
+    /// active path and its context failing to build. `sessiontree check`.
+    pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
+        self.run_checks(session, true)
+    }
+
     /// Every consistency check of the archive, or of one session: `PRAGMA
     /// integrity_check`, then per session its branch cache against a rebuild,
     /// its entries' stored text, blobs and search rows, and its maintained
     /// facts against a replay; archive-wide also orphan rows of every derived
     /// table and the search index's own check. The problems found, empty when
-    /// all is well.
-    pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
+    /// what is stored is exactly what the log implies (whatever the log holds).
+    pub fn check_consistency(&self, session: Option<&str>) -> Result<Vec<String>> {
+        self.run_checks(session, false)
+    }
+
+    fn run_checks(&self, session: Option<&str>, reads: bool) -> Result<Vec<String>> {
         let conn = self.conn()?;
         let mut problems = Vec::new();
         let mut st = conn
@@ -176,6 +229,11 @@ impl Archive {
                 verify_branch_cache(&conn, codec, key)?,
                 verify_stored_text(&conn, codec, key)?,
                 verify_session_facts(&conn, codec, key)?,
+                if reads {
+                    verify_walks(&conn, &self.open_session(&id)?, key)?
+                } else {
+                    Vec::new()
+                },
             ];
             problems.extend(
                 found
