@@ -1,9 +1,9 @@
 //! A directory of pi session files in pi's layout:
 //! `<root>/--<encoded cwd>--/<createdAt>_<id>.jsonl`.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
-use crate::backend::jsonl::{encode_cwd, read_header, session_file_name, Header, JsonlStorage};
-use crate::entry::{new_session_id, now_timestamp, timestamp_millis};
+use super::{entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
+use crate::backend::jsonl::{encode_cwd, read_header, session_file_name, JsonlStorage};
+use crate::entry::{now_timestamp, timestamp_millis};
 use crate::error::{Error, ErrorCode, Result};
 use crate::session::Session;
 use crate::storage::{Durability, SessionMetadata, SessionStorage};
@@ -30,24 +30,13 @@ impl JsonlRepo {
         self.root.join(encode_cwd(cwd))
     }
 
-    fn create_file(
-        &self,
-        id: Option<&str>,
-        cwd: &str,
-        parent: Option<&str>,
-        metadata: Option<&str>,
-    ) -> Result<JsonlStorage> {
-        let id = id.map_or_else(new_session_id, str::to_owned);
-        crate::backend::jsonl::check_session_id(&id)?;
+    fn create_file(&self, fields: &SessionFields) -> Result<JsonlStorage> {
+        crate::backend::jsonl::check_session_id(&fields.id)?;
         let created_at = now_timestamp();
         let path = self
-            .session_dir(cwd)
-            .join(session_file_name(&created_at, &id));
-        JsonlStorage::create(
-            &path,
-            Header::new(&id, &created_at, cwd, parent, metadata),
-            self.durability,
-        )
+            .session_dir(&fields.cwd)
+            .join(session_file_name(&created_at, &fields.id));
+        JsonlStorage::create(&path, fields.header(&created_at), self.durability)
     }
 
     fn list_dir(&self, dir: &Path, out: &mut Vec<SessionMetadata>) -> Result<()> {
@@ -91,14 +80,7 @@ impl SessionRepo for JsonlRepo {
     type Storage = JsonlStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<JsonlStorage>> {
-        let metadata = options.metadata.as_ref().map(|m| m.as_str());
-        self.create_file(
-            options.id.as_deref(),
-            &options.cwd,
-            options.parent_session.as_deref(),
-            metadata,
-        )
-        .map(Session::new)
+        self.create_file(&options.fields()?).map(Session::new)
     }
 
     fn open(&self, session: &SessionMetadata) -> Result<Session<JsonlStorage>> {
@@ -173,20 +155,7 @@ impl SessionRepo for JsonlRepo {
         let source_session = self.open(source)?;
         let storage = source_session.storage();
         let entries = entries_to_fork(storage, options.entry_id.as_deref(), options.position)?;
-        let meta = storage.metadata()?;
-        let cwd = options.cwd.clone().or(meta.cwd).unwrap_or_default();
-        let parent = options.parent_session.clone().or(meta.path);
-        let metadata = options
-            .metadata
-            .as_ref()
-            .map(|m| m.as_str().to_owned())
-            .or(meta.metadata);
-        let mut target = self.create_file(
-            options.id.as_deref(),
-            &cwd,
-            parent.as_deref(),
-            metadata.as_deref(),
-        )?;
+        let mut target = self.create_file(&options.inherit(&storage.metadata()?)?)?;
         target.append_entries(&entries)?;
         Ok(Session::new(target))
     }

@@ -1,8 +1,8 @@
 //! Sessions held in memory, shared between the repository and open handles.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use super::{entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
 use crate::backend::memory::MemoryStorage;
-use crate::entry::{new_session_id, now_timestamp, Entry};
+use crate::entry::{now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::rules::SessionStats;
 use crate::session::Session;
@@ -81,11 +81,14 @@ impl MemoryRepo {
     }
 }
 
-fn fresh_metadata(id: Option<&str>) -> SessionMetadata {
+fn new_metadata(fields: SessionFields) -> SessionMetadata {
     SessionMetadata {
-        id: id.map_or_else(new_session_id, str::to_owned),
+        id: fields.id,
         created_at: now_timestamp(),
-        ..SessionMetadata::default()
+        cwd: Some(fields.cwd),
+        path: None,
+        parent_session: fields.parent_session,
+        metadata: fields.metadata,
     }
 }
 
@@ -93,8 +96,8 @@ impl SessionRepo for MemoryRepo {
     type Storage = SharedMemoryStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<SharedMemoryStorage>> {
-        self.insert(MemoryStorage::with_metadata(fresh_metadata(
-            options.id.as_deref(),
+        self.insert(MemoryStorage::with_metadata(new_metadata(
+            options.fields()?,
         )))
     }
 
@@ -130,7 +133,8 @@ impl SessionRepo for MemoryRepo {
             options.entry_id.as_deref(),
             options.position,
         )?;
-        let storage = MemoryStorage::with_entries(fresh_metadata(options.id.as_deref()), entries)?;
+        let fields = options.inherit(&source.storage().metadata()?)?;
+        let storage = MemoryStorage::with_entries(new_metadata(fields), entries)?;
         self.insert(storage)
     }
 }

@@ -4,8 +4,9 @@ pub mod jsonl;
 pub mod memory;
 pub mod sqlite;
 
-use crate::entry::Entry;
-use crate::error::Result;
+use crate::backend::jsonl::Header;
+use crate::entry::{new_session_id, Entry};
+use crate::error::{Error, Result};
 use crate::json::JsonText;
 use crate::rules::{fork_start, ForkPosition};
 use crate::session::Session;
@@ -16,12 +17,73 @@ use crate::storage::{SessionMetadata, SessionStorage};
 pub struct CreateOptions {
     /// The session id; a fresh UUIDv7 when absent.
     pub id: Option<String>,
-    /// The working directory the session belongs to.
+    /// The working directory the session belongs to (non-empty).
     pub cwd: String,
     /// The session it was forked from.
     pub parent_session: Option<String>,
     /// Application metadata (a JSON object).
     pub metadata: Option<JsonText>,
+}
+
+impl CreateOptions {
+    /// The new session's fields, as given (a fresh id when none is).
+    pub fn fields(&self) -> Result<SessionFields> {
+        SessionFields::new(
+            self.id.as_deref(),
+            self.cwd.clone(),
+            self.parent_session.clone(),
+            self.metadata.as_ref().map(|m| m.as_str().to_owned()),
+        )
+    }
+}
+
+/// What a new session is written with, resolved from its options: all of its
+/// header but the creation time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFields {
+    /// The session id.
+    pub id: String,
+    /// The working directory.
+    pub cwd: String,
+    /// The session it was forked from (`parentSession`).
+    pub parent_session: Option<String>,
+    /// Application metadata (a JSON object), exact text.
+    pub metadata: Option<String>,
+}
+
+impl SessionFields {
+    /// Refuses an empty id or cwd: pi's header needs both, so such a session
+    /// could be neither read back from its file nor exported to one.
+    fn new(
+        id: Option<&str>,
+        cwd: String,
+        parent_session: Option<String>,
+        metadata: Option<String>,
+    ) -> Result<Self> {
+        let id = id.map_or_else(new_session_id, str::to_owned);
+        if id.is_empty() || cwd.is_empty() {
+            return Err(Error::InvalidSession(format!(
+                "a session needs a non-empty id and cwd (id {id:?}, cwd {cwd:?})"
+            )));
+        }
+        Ok(SessionFields {
+            id,
+            cwd,
+            parent_session,
+            metadata,
+        })
+    }
+
+    /// The pi header of the new session, created at `created_at`.
+    pub fn header(&self, created_at: &str) -> Header {
+        Header::new(
+            &self.id,
+            created_at,
+            &self.cwd,
+            self.parent_session.as_deref(),
+            self.metadata.as_deref(),
+        )
+    }
 }
 
 /// How to fork a session (spec §9).
@@ -41,12 +103,35 @@ pub struct ForkOptions {
     pub metadata: Option<JsonText>,
 }
 
+impl ForkOptions {
+    /// The fork's fields: each option where given, else a fresh id, the
+    /// source's working directory and metadata, and as parent the source's
+    /// file (what pi writes as `parentSession`) or, without one, its id.
+    pub fn inherit(&self, source: &SessionMetadata) -> Result<SessionFields> {
+        SessionFields::new(
+            self.id.as_deref(),
+            self.cwd
+                .clone()
+                .or_else(|| source.cwd.clone())
+                .unwrap_or_default(),
+            self.parent_session
+                .clone()
+                .or_else(|| source.path.clone())
+                .or_else(|| Some(source.id.clone())),
+            self.metadata
+                .as_ref()
+                .map(|m| m.as_str().to_owned())
+                .or_else(|| source.metadata.clone()),
+        )
+    }
+}
+
 /// Many sessions in one place.
 pub trait SessionRepo {
     /// The storage of one session of this repository.
     type Storage: SessionStorage;
 
-    /// Creates an empty session.
+    /// Creates an empty session (`invalid_session` for an empty id or cwd).
     fn create(&mut self, options: &CreateOptions) -> Result<Session<Self::Storage>>;
 
     /// Opens a listed session (`not_found` if it is gone).
@@ -58,7 +143,8 @@ pub trait SessionRepo {
     /// Deletes a session and everything in it.
     fn delete(&mut self, session: &SessionMetadata) -> Result<()>;
 
-    /// Copies (part of) a session into a new one, keeping entry ids.
+    /// Copies (part of) a session into a new one, keeping entry ids; what the
+    /// options leave out is inherited (see [`ForkOptions::inherit`]).
     fn fork(
         &mut self,
         source: &SessionMetadata,
