@@ -1,9 +1,11 @@
 //! A directory of pi session files in pi's layout:
 //! `<root>/--<encoded cwd>--/<createdAt>_<id>.jsonl`.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
+use super::{
+    entries_to_fork, newest_first, CreateOptions, ForkOptions, SessionFields, SessionRepo,
+};
 use crate::backend::jsonl::{encode_cwd, read_header, session_file_name, JsonlStorage};
-use crate::entry::{now_timestamp, timestamp_millis};
+use crate::entry::now_timestamp;
 use crate::error::{Error, ErrorCode, Result};
 use crate::session::Session;
 use crate::storage::{Durability, SessionMetadata, SessionStorage};
@@ -123,17 +125,19 @@ impl SessionRepo for JsonlRepo {
                 }
             }
         }
-        out.sort_by(|a, b| {
-            let (ta, tb) = (
-                timestamp_millis(&a.created_at),
-                timestamp_millis(&b.created_at),
-            );
-            match (ta, tb) {
-                (Some(x), Some(y)) => y.cmp(&x),
-                _ => std::cmp::Ordering::Equal,
-            }
-        });
-        Ok(out)
+        // The directory of a cwd can also hold another cwd's sessions (`/a/b`
+        // and `/a-b` encode alike): the header decides.
+        out.retain(|m| cwd.is_none_or(|c| m.cwd.as_deref() == Some(c)));
+        // No creation order is recorded beyond the millisecond; generated ids
+        // (UUIDv7) follow it, and the path keeps duplicate ids apart.
+        Ok(newest_first(
+            out.into_iter()
+                .map(|m| {
+                    let key = (m.id.clone(), m.path.clone());
+                    (m, key)
+                })
+                .collect(),
+        ))
     }
 
     fn delete(&mut self, session: &SessionMetadata) -> Result<()> {

@@ -5,12 +5,13 @@ pub mod memory;
 pub mod sqlite;
 
 use crate::backend::jsonl::Header;
-use crate::entry::{new_session_id, Entry};
+use crate::entry::{new_session_id, timestamp_millis, Entry};
 use crate::error::{Error, Result};
 use crate::json::JsonText;
 use crate::rules::{fork_start, ForkPosition};
 use crate::session::Session;
 use crate::storage::{SessionMetadata, SessionStorage};
+use std::cmp::Reverse;
 
 /// What a new session is created with.
 #[derive(Debug, Clone, Default)]
@@ -137,7 +138,9 @@ pub trait SessionRepo {
     /// Opens a listed session (`not_found` if it is gone).
     fn open(&self, session: &SessionMetadata) -> Result<Session<Self::Storage>>;
 
-    /// The sessions, newest first; only those of `cwd` when given.
+    /// The sessions, newest first; only those of `cwd` when given. Sessions
+    /// created in the same millisecond list the later created first (JSONL,
+    /// which does not record the order, the greater id: so for generated ids).
     fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionMetadata>>;
 
     /// Deletes a session and everything in it.
@@ -163,4 +166,17 @@ pub fn entries_to_fork<S: SessionStorage + ?Sized>(
         None => storage.entries(0, None),
         Some(start) => storage.path_to_root_or_compaction(start.as_deref()),
     }
+}
+
+/// Orders listed sessions newest first as the SQLite archive's index does: by
+/// creation time with unparsable times last, then by the paired tiebreak
+/// descending, so that sessions created in the same millisecond list the same
+/// way every time (the later one first where the tiebreak follows creation).
+fn newest_first<K: Ord>(listed: Vec<(SessionMetadata, K)>) -> Vec<SessionMetadata> {
+    let mut keyed: Vec<_> = listed
+        .into_iter()
+        .map(|(m, k)| (Reverse((timestamp_millis(&m.created_at), k)), m))
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, m)| m).collect()
 }
