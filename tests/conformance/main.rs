@@ -1,7 +1,8 @@
-//! The conformance suite: every rule of the session contract, run against
-//! every backend. A rule is written once, in the `cases!` block of
-//! `cases.rs`; a backend joins with one `conformance!` line at the end of
-//! this file.
+//! The conformance suites, one test binary: every rule of the session
+//! contract run against every backend (`cases.rs`), and every rule of a
+//! repository (spec §9) run against every repository (`repo.rs`). A rule is
+//! written once, in a `cases!` block; a backend joins a suite with one line
+//! at the end of this file.
 
 /// Defines a suite of cases, each written once as `fn name(h) { … }`.
 ///
@@ -43,7 +44,13 @@ macro_rules! cases {
 #[macro_use]
 mod cases;
 mod harness;
+#[macro_use]
+mod repo;
 
 conformance!(memory, harness::Memory);
 conformance!(jsonl, harness::Jsonl::new());
 conformance!(sqlite, harness::Sqlite::new());
+
+repo_conformance!(memory_repo, repo::Memory::new());
+repo_conformance!(jsonl_repo, repo::Jsonl::new());
+repo_conformance!(sqlite_repo, repo::Sqlite::new());
