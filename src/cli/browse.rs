@@ -237,9 +237,15 @@ fn context_line(raw: &RawValue, cwd: Option<&str>) -> (String, String) {
         Err(_) => {
             let role = sessiontree::json::OrderedObject::parse(raw.get())
                 .ok()
-                .and_then(|o| o.get("role").and_then(|r| serde_json::from_str::<String>(r.get()).ok()))
+                .and_then(|o| {
+                    o.get("role")
+                        .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+                })
                 .unwrap_or_else(|| "?".into());
-            (role, "(too deeply nested to preview; --json has it exactly)".into())
+            (
+                role,
+                "(too deeply nested to preview; --json has it exactly)".into(),
+            )
         }
     }
 }

@@ -156,31 +156,33 @@ fn fork_position(p: PositionArg) -> ForkPosition {
     }
 }
 
+/// The fork the arguments ask for; the new session inherits the rest.
+fn fork_options(args: &ForkArgs, parent_session: Option<String>) -> ForkOptions {
+    ForkOptions {
+        entry_id: args.entry.clone(),
+        position: fork_position(args.position),
+        parent_session,
+        ..ForkOptions::default()
+    }
+}
+
 /// `fork` of a `.jsonl` file: as pi does, the new session is a new file in the
 /// same directory, its `parentSession` the source file's path.
 fn fork_file(cli: &Cli, args: &ForkArgs) -> Result<Report> {
-    use sessiontree::backend::jsonl::{Header, JsonlStorage};
+    use sessiontree::backend::jsonl::JsonlStorage;
     use sessiontree::SessionStorage;
     let source = JsonlStorage::open(&args.session, cli.durability.into())?;
-    let entries = sessiontree::repo::entries_to_fork(
-        &source,
-        args.entry.as_deref(),
-        fork_position(args.position),
-    )?;
-    let meta = source.metadata()?;
     let source_path =
         std::fs::canonicalize(&args.session).unwrap_or_else(|_| PathBuf::from(&args.session));
-    let id = sessiontree::entry::new_session_id();
+    let options = fork_options(args, Some(source_path.to_string_lossy().into_owned()));
+    let entries =
+        sessiontree::repo::entries_to_fork(&source, options.entry_id.as_deref(), options.position)?;
+    let fields = options.inherit(&source.metadata()?)?;
+    let id = &fields.id;
     let created_at = sessiontree::entry::now_timestamp();
     let dir = source_path.parent().unwrap_or(Path::new("."));
-    let path = dir.join(session_file_name(&created_at, &id));
-    let header = Header::new(
-        &id,
-        &created_at,
-        meta.cwd.as_deref().unwrap_or(""),
-        Some(&source_path.to_string_lossy()),
-        meta.metadata.as_deref(),
-    );
+    let path = dir.join(session_file_name(&created_at, id));
+    let header = fields.header(&created_at);
     let mut target = JsonlStorage::create(&path, header, cli.durability.into())?;
     target.append_entries(&entries)?;
     let count = entries.len();
@@ -202,12 +204,7 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
         id,
         ..SessionMetadata::default()
     };
-    let options = ForkOptions {
-        entry_id: args.entry.clone(),
-        position: fork_position(args.position),
-        ..ForkOptions::default()
-    };
-    let forked = repo.fork(&source, &options)?;
+    let forked = repo.fork(&source, &fork_options(args, None))?;
     let new_id = forked.storage().id().to_owned();
     let count = sessiontree::SessionStorage::entry_count(forked.storage())?;
     Ok(Report::new(

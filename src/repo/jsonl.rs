@@ -1,11 +1,12 @@
 //! A directory of pi session files in pi's layout:
 //! `<root>/--<encoded cwd>--/<createdAt>_<id>.jsonl`.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use super::{
+    entries_to_fork, newest_first, CreateOptions, ForkOptions, SessionFields, SessionRepo,
+};
 use crate::backend::jsonl::{read_header, JsonlStorage};
-use crate::entry::{new_session_id, now_timestamp, timestamp_millis};
+use crate::entry::now_timestamp;
 use crate::error::{Error, ErrorCode, Result};
-use crate::header::Header;
 use crate::layout::{check_session_id, encode_cwd, session_file_name};
 use crate::session::Session;
 use crate::storage::{Durability, SessionMetadata, SessionStorage};
@@ -32,24 +33,13 @@ impl JsonlRepo {
         self.root.join(encode_cwd(cwd))
     }
 
-    fn create_file(
-        &self,
-        id: Option<&str>,
-        cwd: &str,
-        parent: Option<&str>,
-        metadata: Option<&str>,
-    ) -> Result<JsonlStorage> {
-        let id = id.map_or_else(new_session_id, str::to_owned);
-        check_session_id(&id)?;
+    fn create_file(&self, fields: &SessionFields) -> Result<JsonlStorage> {
+        check_session_id(&fields.id)?;
         let created_at = now_timestamp();
         let path = self
-            .session_dir(cwd)
-            .join(session_file_name(&created_at, &id));
-        JsonlStorage::create(
-            &path,
-            Header::new(&id, &created_at, cwd, parent, metadata),
-            self.durability,
-        )
+            .session_dir(&fields.cwd)
+            .join(session_file_name(&created_at, &fields.id));
+        JsonlStorage::create(&path, fields.header(&created_at), self.durability)
     }
 
     fn list_dir(&self, dir: &Path, out: &mut Vec<SessionMetadata>) -> Result<()> {
@@ -93,14 +83,7 @@ impl SessionRepo for JsonlRepo {
     type Storage = JsonlStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<JsonlStorage>> {
-        let metadata = options.metadata.as_ref().map(|m| m.as_str());
-        self.create_file(
-            options.id.as_deref(),
-            &options.cwd,
-            options.parent_session.as_deref(),
-            metadata,
-        )
-        .map(Session::new)
+        self.create_file(&options.fields()?).map(Session::new)
     }
 
     fn open(&self, session: &SessionMetadata) -> Result<Session<JsonlStorage>> {
@@ -143,17 +126,19 @@ impl SessionRepo for JsonlRepo {
                 }
             }
         }
-        out.sort_by(|a, b| {
-            let (ta, tb) = (
-                timestamp_millis(&a.created_at),
-                timestamp_millis(&b.created_at),
-            );
-            match (ta, tb) {
-                (Some(x), Some(y)) => y.cmp(&x),
-                _ => std::cmp::Ordering::Equal,
-            }
-        });
-        Ok(out)
+        // The directory of a cwd can also hold another cwd's sessions (`/a/b`
+        // and `/a-b` encode alike): the header decides.
+        out.retain(|m| cwd.is_none_or(|c| m.cwd.as_deref() == Some(c)));
+        // No creation order is recorded beyond the millisecond; generated ids
+        // (UUIDv7) follow it, and the path keeps duplicate ids apart.
+        Ok(newest_first(
+            out.into_iter()
+                .map(|m| {
+                    let key = (m.id.clone(), m.path.clone());
+                    (m, key)
+                })
+                .collect(),
+        ))
     }
 
     fn delete(&mut self, session: &SessionMetadata) -> Result<()> {
@@ -175,20 +160,7 @@ impl SessionRepo for JsonlRepo {
         let source_session = self.open(source)?;
         let storage = source_session.storage();
         let entries = entries_to_fork(storage, options.entry_id.as_deref(), options.position)?;
-        let meta = storage.metadata()?;
-        let cwd = options.cwd.clone().or(meta.cwd).unwrap_or_default();
-        let parent = options.parent_session.clone().or(meta.path);
-        let metadata = options
-            .metadata
-            .as_ref()
-            .map(|m| m.as_str().to_owned())
-            .or(meta.metadata);
-        let mut target = self.create_file(
-            options.id.as_deref(),
-            &cwd,
-            parent.as_deref(),
-            metadata.as_deref(),
-        )?;
+        let mut target = self.create_file(&options.inherit(&storage.metadata()?)?)?;
         target.append_entries(&entries)?;
         Ok(Session::new(target))
     }

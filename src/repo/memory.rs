@@ -1,8 +1,10 @@
 //! Sessions held in memory, shared between the repository and open handles.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use super::{
+    entries_to_fork, newest_first, CreateOptions, ForkOptions, SessionFields, SessionRepo,
+};
 use crate::backend::memory::MemoryStorage;
-use crate::entry::{new_session_id, now_timestamp, Entry};
+use crate::entry::{now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::rules::SessionStats;
 use crate::session::Session;
@@ -60,9 +62,10 @@ impl SessionStorage for SharedMemoryStorage {
 /// An in-memory repository (pi's `InMemorySessionRepo`).
 #[derive(Debug, Default)]
 pub struct MemoryRepo {
-    sessions: BTreeMap<String, SharedMemoryStorage>,
-    /// Creation order, so listing is stable like pi's insertion-ordered map.
-    order: Vec<String>,
+    /// Each session with its creation sequence number, which breaks ties
+    /// between sessions created in the same millisecond as SQLite's row key does.
+    sessions: BTreeMap<String, (u64, SharedMemoryStorage)>,
+    created: u64,
 }
 
 impl MemoryRepo {
@@ -74,18 +77,20 @@ impl MemoryRepo {
     fn insert(&mut self, storage: MemoryStorage) -> Result<Session<SharedMemoryStorage>> {
         let id = storage.metadata()?.id;
         let shared = SharedMemoryStorage(Arc::new(Mutex::new(storage)));
-        if self.sessions.insert(id.clone(), shared.clone()).is_none() {
-            self.order.push(id);
-        }
+        self.created += 1;
+        self.sessions.insert(id, (self.created, shared.clone()));
         Ok(Session::new(shared))
     }
 }
 
-fn fresh_metadata(id: Option<&str>) -> SessionMetadata {
+fn new_metadata(fields: SessionFields) -> SessionMetadata {
     SessionMetadata {
-        id: id.map_or_else(new_session_id, str::to_owned),
+        id: fields.id,
         created_at: now_timestamp(),
-        ..SessionMetadata::default()
+        cwd: Some(fields.cwd),
+        path: None,
+        parent_session: fields.parent_session,
+        metadata: fields.metadata,
     }
 }
 
@@ -93,29 +98,31 @@ impl SessionRepo for MemoryRepo {
     type Storage = SharedMemoryStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<SharedMemoryStorage>> {
-        self.insert(MemoryStorage::with_metadata(fresh_metadata(
-            options.id.as_deref(),
+        self.insert(MemoryStorage::with_metadata(new_metadata(
+            options.fields()?,
         )))
     }
 
     fn open(&self, session: &SessionMetadata) -> Result<Session<SharedMemoryStorage>> {
         self.sessions
             .get(&session.id)
-            .map(|s| Session::new(s.clone()))
+            .map(|(_, s)| Session::new(s.clone()))
             .ok_or_else(|| Error::SessionNotFound(session.id.clone()))
     }
 
-    fn list(&self, _cwd: Option<&str>) -> Result<Vec<SessionMetadata>> {
-        self.order
-            .iter()
-            .filter_map(|id| self.sessions.get(id))
-            .map(SessionStorage::metadata)
-            .collect()
+    fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionMetadata>> {
+        let mut listed = Vec::new();
+        for (created, storage) in self.sessions.values() {
+            let meta = storage.metadata()?;
+            if cwd.is_none_or(|c| meta.cwd.as_deref() == Some(c)) {
+                listed.push((meta, *created));
+            }
+        }
+        Ok(newest_first(listed))
     }
 
     fn delete(&mut self, session: &SessionMetadata) -> Result<()> {
         self.sessions.remove(&session.id);
-        self.order.retain(|id| id != &session.id);
         Ok(())
     }
 
@@ -130,7 +137,8 @@ impl SessionRepo for MemoryRepo {
             options.entry_id.as_deref(),
             options.position,
         )?;
-        let storage = MemoryStorage::with_entries(fresh_metadata(options.id.as_deref()), entries)?;
+        let fields = options.inherit(&source.storage().metadata()?)?;
+        let storage = MemoryStorage::with_entries(new_metadata(fields), entries)?;
         self.insert(storage)
     }
 }

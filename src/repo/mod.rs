@@ -4,24 +4,87 @@ pub mod jsonl;
 pub mod memory;
 pub mod sqlite;
 
-use crate::entry::Entry;
-use crate::error::Result;
+use crate::entry::{new_session_id, timestamp_millis, Entry};
+use crate::error::{Error, Result};
+use crate::header::Header;
 use crate::json::JsonText;
 use crate::rules::{fork_start, ForkPosition};
 use crate::session::Session;
 use crate::storage::{SessionMetadata, SessionStorage};
+use std::cmp::Reverse;
 
 /// What a new session is created with.
 #[derive(Debug, Clone, Default)]
 pub struct CreateOptions {
     /// The session id; a fresh UUIDv7 when absent.
     pub id: Option<String>,
-    /// The working directory the session belongs to.
+    /// The working directory the session belongs to (non-empty).
     pub cwd: String,
     /// The session it was forked from.
     pub parent_session: Option<String>,
     /// Application metadata (a JSON object).
     pub metadata: Option<JsonText>,
+}
+
+impl CreateOptions {
+    /// The new session's fields, as given (a fresh id when none is).
+    pub fn fields(&self) -> Result<SessionFields> {
+        SessionFields::new(
+            self.id.as_deref(),
+            self.cwd.clone(),
+            self.parent_session.clone(),
+            self.metadata.as_ref().map(|m| m.as_str().to_owned()),
+        )
+    }
+}
+
+/// What a new session is written with, resolved from its options: all of its
+/// header but the creation time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFields {
+    /// The session id.
+    pub id: String,
+    /// The working directory.
+    pub cwd: String,
+    /// The session it was forked from (`parentSession`).
+    pub parent_session: Option<String>,
+    /// Application metadata (a JSON object), exact text.
+    pub metadata: Option<String>,
+}
+
+impl SessionFields {
+    /// Refuses an empty id or cwd: pi's header needs both, so such a session
+    /// could be neither read back from its file nor exported to one.
+    fn new(
+        id: Option<&str>,
+        cwd: String,
+        parent_session: Option<String>,
+        metadata: Option<String>,
+    ) -> Result<Self> {
+        let id = id.map_or_else(new_session_id, str::to_owned);
+        if id.is_empty() || cwd.is_empty() {
+            return Err(Error::InvalidSession(format!(
+                "a session needs a non-empty id and cwd (id {id:?}, cwd {cwd:?})"
+            )));
+        }
+        Ok(SessionFields {
+            id,
+            cwd,
+            parent_session,
+            metadata,
+        })
+    }
+
+    /// The pi header of the new session, created at `created_at`.
+    pub fn header(&self, created_at: &str) -> Header {
+        Header::new(
+            &self.id,
+            created_at,
+            &self.cwd,
+            self.parent_session.as_deref(),
+            self.metadata.as_deref(),
+        )
+    }
 }
 
 /// How to fork a session (spec §9).
@@ -41,24 +104,50 @@ pub struct ForkOptions {
     pub metadata: Option<JsonText>,
 }
 
+impl ForkOptions {
+    /// The fork's fields: each option where given, else a fresh id, the
+    /// source's working directory and metadata, and as parent the source's
+    /// file (what pi writes as `parentSession`) or, without one, its id.
+    pub fn inherit(&self, source: &SessionMetadata) -> Result<SessionFields> {
+        SessionFields::new(
+            self.id.as_deref(),
+            self.cwd
+                .clone()
+                .or_else(|| source.cwd.clone())
+                .unwrap_or_default(),
+            self.parent_session
+                .clone()
+                .or_else(|| source.path.clone())
+                .or_else(|| Some(source.id.clone())),
+            self.metadata
+                .as_ref()
+                .map(|m| m.as_str().to_owned())
+                .or_else(|| source.metadata.clone()),
+        )
+    }
+}
+
 /// Many sessions in one place.
 pub trait SessionRepo {
     /// The storage of one session of this repository.
     type Storage: SessionStorage;
 
-    /// Creates an empty session.
+    /// Creates an empty session (`invalid_session` for an empty id or cwd).
     fn create(&mut self, options: &CreateOptions) -> Result<Session<Self::Storage>>;
 
     /// Opens a listed session (`not_found` if it is gone).
     fn open(&self, session: &SessionMetadata) -> Result<Session<Self::Storage>>;
 
-    /// The sessions, newest first; only those of `cwd` when given.
+    /// The sessions, newest first; only those of `cwd` when given. Sessions
+    /// created in the same millisecond list the later created first (JSONL,
+    /// which does not record the order, the greater id: so for generated ids).
     fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionMetadata>>;
 
     /// Deletes a session and everything in it.
     fn delete(&mut self, session: &SessionMetadata) -> Result<()>;
 
-    /// Copies (part of) a session into a new one, keeping entry ids.
+    /// Copies (part of) a session into a new one, keeping entry ids; what the
+    /// options leave out is inherited (see [`ForkOptions::inherit`]).
     fn fork(
         &mut self,
         source: &SessionMetadata,
@@ -77,4 +166,17 @@ pub fn entries_to_fork<S: SessionStorage + ?Sized>(
         None => storage.entries(0, None),
         Some(start) => storage.path_to_root_or_compaction(start.as_deref()),
     }
+}
+
+/// Orders listed sessions newest first as the SQLite archive's index does: by
+/// creation time with unparsable times last, then by the paired tiebreak
+/// descending, so that sessions created in the same millisecond list the same
+/// way every time (the later one first where the tiebreak follows creation).
+fn newest_first<K: Ord>(listed: Vec<(SessionMetadata, K)>) -> Vec<SessionMetadata> {
+    let mut keyed: Vec<_> = listed
+        .into_iter()
+        .map(|(m, k)| (Reverse((timestamp_millis(&m.created_at), k)), m))
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, m)| m).collect()
 }

@@ -1,10 +1,9 @@
 //! The repository over an SQLite archive: many sessions in one file.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use super::{entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
 use crate::backend::sqlite::{Archive, ListQuery, NewSession, SqliteStorage};
-use crate::entry::{new_session_id, now_timestamp};
+use crate::entry::now_timestamp;
 use crate::error::Result;
-use crate::header::Header;
 use crate::session::Session;
 use crate::storage::{SessionMetadata, SessionStorage};
 
@@ -27,22 +26,16 @@ impl SqliteRepo {
 }
 
 /// A new session row with a pi header (so export writes what pi would have).
-fn new_session(
-    id: Option<&str>,
-    cwd: &str,
-    parent: Option<&str>,
-    metadata: Option<&str>,
-) -> NewSession {
-    let id = id.map_or_else(new_session_id, str::to_owned);
+fn new_session(fields: SessionFields) -> NewSession {
     let created_at = now_timestamp();
-    let header = Header::new(&id, &created_at, cwd, parent, metadata);
+    let header = fields.header(&created_at).json;
     NewSession {
-        id,
+        id: fields.id,
         created_at,
-        cwd: cwd.to_owned(),
-        parent_session: parent.map(str::to_owned),
-        metadata: metadata.map(str::to_owned),
-        header: header.json,
+        cwd: fields.cwd,
+        parent_session: fields.parent_session,
+        metadata: fields.metadata,
+        header,
     }
 }
 
@@ -50,12 +43,7 @@ impl SessionRepo for SqliteRepo {
     type Storage = SqliteStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<SqliteStorage>> {
-        let new = new_session(
-            options.id.as_deref(),
-            &options.cwd,
-            options.parent_session.as_deref(),
-            options.metadata.as_ref().map(|m| m.as_str()),
-        );
+        let new = new_session(options.fields()?);
         self.archive.create_session(&new).map(Session::new)
     }
 
@@ -88,20 +76,7 @@ impl SessionRepo for SqliteRepo {
     ) -> Result<Session<SqliteStorage>> {
         let storage = self.archive.open_session(&source.id)?;
         let entries = entries_to_fork(&storage, options.entry_id.as_deref(), options.position)?;
-        let meta = storage.metadata()?;
-        let cwd = options.cwd.clone().or(meta.cwd).unwrap_or_default();
-        let parent = options.parent_session.clone().or(Some(meta.id));
-        let metadata = options
-            .metadata
-            .as_ref()
-            .map(|m| m.as_str().to_owned())
-            .or(meta.metadata);
-        let new = new_session(
-            options.id.as_deref(),
-            &cwd,
-            parent.as_deref(),
-            metadata.as_deref(),
-        );
+        let new = new_session(options.inherit(&storage.metadata()?)?);
         self.archive.write_session(|w| {
             w.begin(&new)?;
             entries.iter().try_for_each(|e| w.push(e))

@@ -14,11 +14,11 @@ use super::codec::{body_refs, Codec};
 use super::writer::{replay_session_facts, session_facts, stored_labels};
 use super::{search, sql, Archive, SqliteStorage};
 use crate::context::{build_context, ContextOptions};
-use crate::storage::SessionStorage;
 use crate::entry::{Entry, EntryType};
 use crate::error::Result;
 use crate::json::JsString;
 use crate::rules::WalkEnd;
+use crate::storage::SessionStorage;
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::{BTreeSet, HashMap};
 
@@ -121,7 +121,10 @@ fn verify_walks(conn: &Connection, storage: &SqliteStorage, key: i64) -> Result<
                                WHERE c.session_key = s.session_key AND c.stop_key = e.entry_key)
              ORDER BY e.seq",
         )
-        .and_then(|mut st| st.query_map([key], |r| r.get(0)).and_then(Iterator::collect))
+        .and_then(|mut st| {
+            st.query_map([key], |r| r.get(0))
+                .and_then(Iterator::collect)
+        })
         .map_err(sql("checking dangling roots"))?;
     for id in roots {
         if let Err(e) = storage.path_to_root_or_compaction(Some(&id)) {
