@@ -235,8 +235,20 @@ impl Error {
         }
     }
 
-    /// An SQLite error with the context that caused it.
+    /// An SQLite error with the context that caused it; SQLite finding the
+    /// file damaged becomes [`Error::Corrupt`], saying what to do.
     pub fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> Self {
+        if let rusqlite::Error::SqliteFailure(f, _) = &source {
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ) {
+                return Error::Corrupt(format!(
+                    "{}: {source}: the archive file is damaged; nothing more was written. Run `sessiontree check`, and restore the archive from a backup",
+                    context.into()
+                ));
+            }
+        }
         Error::Sqlite {
             context: context.into(),
             source,

@@ -845,6 +845,33 @@ cases! {
         Ok(())
     }
 
+    /// An entry that names itself as parent is the same cycle error on every
+    /// backend, from it and from its children, before and after a reopen.
+    fn a_self_parent_is_a_cycle_everywhere(h) {
+        let mut s = h.fresh();
+        append_all(
+            &mut s,
+            &[
+                message("r", None, "user", "root"),
+                message("a", Some("a"), "assistant", "self"),
+                message("b", Some("a"), "user", "child"),
+            ],
+        );
+        let s = h.reopen(s);
+        for from in ["a", "b"] {
+            let err = s
+                .path_to_root_or_compaction(Some(from))
+                .expect_err("a cycle");
+            assert_eq!(err.code(), ErrorCode::InvalidSession);
+            assert_eq!(
+                err.to_string(),
+                "Entry a is its own ancestor: the parentId chain has a cycle"
+            );
+        }
+        assert_eq!(ids(&s.path_to_root_or_compaction(Some("r"))?), ["r"]);
+        Ok(())
+    }
+
     fn message_without_message_is_an_error_not_a_crash(h) {
         let mut s = h.fresh();
         s.append_entry(entry(

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::SessionMetadata;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 
 /// One row of a session listing.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,9 +71,7 @@ impl Archive {
     /// Creates a session and returns it open for writing (claim taken).
     pub fn create_session(&self, new: &NewSession) -> Result<SqliteStorage> {
         let mut conn = self.conn()?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("creating a session"))?;
+        let tx = self.begin_write(&mut conn, "creating a session")?;
         insert_session(&tx, new)?;
         tx.commit().map_err(sql("creating a session"))?;
         drop(conn);
@@ -89,9 +87,7 @@ impl Archive {
         I: IntoIterator<Item = Result<Entry>>,
     {
         let mut conn = self.conn()?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("creating a session"))?;
+        let tx = self.begin_write(&mut conn, "creating a session")?;
         let key = insert_session(&tx, new)?;
         let mut appender = Appender::start(&tx, self.codec(), key)?;
         for e in entries {
@@ -109,9 +105,7 @@ impl Archive {
         fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.conn()?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("starting a session write"))?;
+        let tx = self.begin_write(&mut conn, "starting a session write")?;
         let mut writer = SessionWriter {
             tx,
             appender: None,
@@ -242,9 +236,7 @@ impl Archive {
     /// session a writer holds.
     pub fn delete_session(&self, id: &str) -> Result<()> {
         let mut conn = self.conn()?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("deleting a session"))?;
+        let tx = self.begin_write(&mut conn, "deleting a session")?;
         let key: Option<i64> = tx
             .query_row(
                 "SELECT session_key FROM sessions WHERE id = ?1",

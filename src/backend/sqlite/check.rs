@@ -12,10 +12,10 @@
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
 use super::codec::{body_refs, Codec};
 use super::writer::{replay_session_facts, session_facts, stored_labels};
-use super::{search, sql, Archive, SqliteStorage};
+use super::{damage_marker, search, sql, Archive, SqliteStorage};
 use crate::context::{build_context, ContextOptions};
 use crate::entry::{Entry, EntryType};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::WalkEnd;
 use crate::storage::SessionStorage;
@@ -145,6 +145,21 @@ fn verify_walks(conn: &Connection, storage: &SqliteStorage, key: i64) -> Result<
     Ok(problems)
 }
 
+/// Leaves the damage marker while `PRAGMA integrity_check` fails, so that
+/// writers refuse (see `damage_marker`), and removes it once it passes again.
+fn mark_damage(archive: &std::path::Path, damage: &[String]) -> Result<()> {
+    let marker = damage_marker(archive);
+    let io = |e| Error::io(format!("writing {}", marker.display()), e);
+    if damage.is_empty() {
+        match std::fs::remove_file(&marker) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+            _ => Ok(()),
+        }
+    } else {
+        std::fs::write(&marker, damage.join("\n") + "\n").map_err(io)
+    }
+}
+
 /// A session to check.
 struct SessionRow {
     key: i64,
@@ -197,14 +212,23 @@ impl Archive {
     fn run_checks(&self, session: Option<&str>, reads: bool) -> Result<Vec<String>> {
         let conn = self.conn()?;
         let mut problems = Vec::new();
-        let mut st = conn
-            .prepare("PRAGMA integrity_check")
-            .map_err(sql("checking integrity"))?;
-        let rows: Vec<String> = st
-            .query_map([], |r| r.get(0))
-            .and_then(Iterator::collect)
-            .map_err(sql("checking integrity"))?;
-        problems.extend(rows.into_iter().filter(|r| r != "ok"));
+        // On a damaged file SQLite may refuse the pragma itself; that is
+        // damage found too. Nothing else is checked then: every derived check
+        // would read the same broken pages.
+        let damage: Vec<String> = match conn.prepare("PRAGMA integrity_check").and_then(|mut st| {
+            st.query_map([], |r| r.get::<_, String>(0))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<String>>>)
+        }) {
+            Ok(rows) => rows.into_iter().filter(|r| r != "ok").collect(),
+            Err(e) => vec![format!("integrity_check: {e}")],
+        };
+        if let Err(e) = mark_damage(self.path(), &damage) {
+            problems.push(e.to_string());
+        }
+        if !damage.is_empty() {
+            problems.extend(damage);
+            return Ok(problems);
+        }
         let mut st = conn
             .prepare("SELECT session_key, id FROM sessions WHERE ?1 IS NULL OR id = ?1")
             .map_err(sql("checking sessions"))?;

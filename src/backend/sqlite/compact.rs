@@ -9,7 +9,7 @@
 use super::codec::{self, Codec, Encoder};
 use super::{sql, Archive};
 use crate::error::{Error, Result};
-use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use rusqlite::{params, Connection, Transaction};
 use std::sync::Arc;
 
 thread_local! {
@@ -253,9 +253,7 @@ impl Archive {
             return Ok(None);
         };
         let mut conn = self.conn()?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("storing a compression dictionary"))?;
+        let tx = self.begin_write(&mut conn, "storing a compression dictionary")?;
         if self.codec().newest(&tx)?.is_some() {
             return Ok(None);
         }
@@ -279,9 +277,7 @@ impl Archive {
         let mut conn = self.conn()?;
         // The dictionary is committed before any entry uses it (codec invariant 2).
         let encoder = {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql("training a dictionary"))?;
+            let tx = self.begin_write(&mut conn, "training a dictionary")?;
             let trained = train_from_archive(&tx, self.codec())?;
             tx.commit().map_err(sql("training a dictionary"))?;
             report.dictionary_bytes = trained.as_ref().map_or(0, |d| d.len());
@@ -296,9 +292,7 @@ impl Archive {
         let mut after = i64::MIN;
         progress(0, total);
         loop {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql("re-encoding entries"))?;
+            let tx = self.begin_write(&mut conn, "re-encoding entries")?;
             let last = reencode_batch(&tx, self.codec(), &encoder, after, BATCH_ROWS, &mut pass)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
             progress(pass.entries.min(total), total);
@@ -309,7 +303,7 @@ impl Archive {
         }
         report.entries = pass.entries;
         report.reencoded = pass.reencoded;
-        let (dictionaries, blobs) = remove_unused(&mut conn, self.codec())?;
+        let (dictionaries, blobs) = remove_unused(self, &mut conn)?;
         report.dictionaries_removed = dictionaries;
         report.blobs_removed = blobs;
         // One b-tree for the search index instead of its many segments.
@@ -348,10 +342,9 @@ impl Archive {
 
 /// Removes dictionaries no entry uses (never the newest) and blobs no entry
 /// holds, in one transaction (so no writer appends in between).
-fn remove_unused(conn: &mut Connection, codec: &Codec) -> Result<(u64, u64)> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sql("removing unused dictionaries"))?;
+fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)> {
+    let codec = archive.codec();
+    let tx = archive.begin_write(conn, "removing unused dictionaries")?;
     let newest = codec.newest(&tx)?.map(|d| d.id);
     let mut used = std::collections::HashSet::new();
     {

@@ -92,6 +92,7 @@ pub fn migrate(
     {
         let version = i as i64 + 1;
         let ctx = || format!("applying schema migration {version} to {}", path.display());
+        super::refuse_if_damaged(path)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite(ctx(), e))?;

@@ -86,6 +86,9 @@ impl ConnectionManager {
         };
         conn.pragma_update(None, "synchronous", sync)?;
         conn.pragma_update(None, "cache_size", -16_000)?;
+        // Damaged b-tree pages are reported (SQLITE_CORRUPT) when read rather
+        // than written through, so damage does not spread.
+        conn.pragma_update(None, "cell_size_check", true)?;
         conn.set_prepared_statement_cache_capacity(64);
         compact::register_reencode_guard(&conn)?;
         Ok(conn)
@@ -119,6 +122,30 @@ pub struct Archive(Arc<ArchiveInner>);
 
 fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| Error::sqlite(context, e)
+}
+
+/// The file `check` leaves beside an archive whose `PRAGMA integrity_check`
+/// failed (`archive.db.damaged`, holding what it found). While it exists,
+/// every write is refused; `check` removes it once the archive passes again.
+pub fn damage_marker(archive: &Path) -> PathBuf {
+    let mut name = archive.file_name().unwrap_or_default().to_owned();
+    name.push(".damaged");
+    archive.with_file_name(name)
+}
+
+/// Refuses to write to an archive `check` found damaged (`storage`).
+fn refuse_if_damaged(archive: &Path) -> Result<()> {
+    let marker = damage_marker(archive);
+    match std::fs::read_to_string(&marker) {
+        Ok(found) => Err(Error::Corrupt(format!(
+            "{} failed PRAGMA integrity_check ({}); writes are refused so the damage cannot spread. Restore it from a backup (or import the pi files into a new archive); `sessiontree check` then removes {}",
+            archive.display(),
+            found.lines().next().unwrap_or("see the marker file"),
+            marker.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("reading {}", marker.display()), e)),
+    }
 }
 
 /// Labels and names are stored as their JSON literal (so lone surrogates
@@ -188,6 +215,19 @@ impl Archive {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.0.path
+    }
+
+    /// Starts a write transaction (`BEGIN IMMEDIATE`: the write lock now, so
+    /// it never fails half-way on a busy upgrade), refusing while the archive
+    /// is marked damaged ([`damage_marker`]).
+    pub(crate) fn begin_write<'c>(
+        &self,
+        conn: &'c mut Connection,
+        what: &'static str,
+    ) -> Result<rusqlite::Transaction<'c>> {
+        refuse_if_damaged(self.path())?;
+        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql(what))
     }
 
     /// The connection pool.

@@ -10,7 +10,7 @@ use crate::rules::SessionStats;
 use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
 use branch_cache::ReadCost;
 use claim::WriterClaim;
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 use std::cell::Cell;
 
 /// One session of an archive.
@@ -96,11 +96,11 @@ impl SqliteStorage {
     }
 
     fn write(&mut self, entries: &[Entry]) -> Result<()> {
+        // Before the claim, which is a write too.
+        super::refuse_if_damaged(self.archive.path())?;
         self.claim_writer()?;
         let mut conn = self.archive.conn()?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql("starting an append"))?;
+        let tx = self.archive.begin_write(&mut conn, "starting an append")?;
         if let Some(claim) = &self.claim {
             claim.check(&tx, &self.id)?;
         }
