@@ -32,6 +32,8 @@ pub enum ImportOutcome {
     Unchanged,
     /// The session id is already in the archive from another source; skipped.
     AlreadyPresent,
+    /// Another process is importing this file right now; skipped.
+    InProgressElsewhere,
 }
 
 /// The result of importing one file.
@@ -165,6 +167,17 @@ fn import_new(
     let header = read_open_header(path)?;
     // An id that could not be exported (a path, `..`) is refused at the door.
     check_session_id(&header.id)?;
+    // An earlier import of this file that never published: another process
+    // is still at it, or it died and its batches go.
+    if let Some(id) = archive.discard_dead_staged_import(&canon)? {
+        return Ok(FileImport {
+            session_id: id,
+            outcome: ImportOutcome::InProgressElsewhere,
+            entries: 0,
+            bytes_read: 0,
+            torn_tail: None,
+        });
+    }
     if archive.has_session(&header.id)? {
         return Ok(FileImport {
             session_id: header.id,
@@ -182,7 +195,10 @@ fn import_new(
     };
     let canon_for_race = canon.clone();
     let imported = archive.write_session(|w| {
-        w.begin(&new_session_from_header(&header))?;
+        // Written in short transactions (other writers get the lock between
+        // them), invisible until published: the file is imported whole or not
+        // at all as far as any reader can tell.
+        w.begin_staged(&new_session_from_header(&header), &canon)?;
         let summary = pipelined(
             BufReader::with_capacity(1 << 16, &mut hashing),
             path,
@@ -203,6 +219,7 @@ fn import_new(
             file_size: size,
             file_mtime: mtime,
         })?;
+        w.publish()?;
         Ok(FileImport {
             session_id: summary.header.id.clone(),
             outcome: ImportOutcome::Imported,

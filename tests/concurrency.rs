@@ -532,3 +532,174 @@ fn concurrent_imports_of_one_directory_both_succeed() {
         assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
     }
 }
+
+/// A generated linear session of about `mb` megabytes, in its own directory.
+fn big_session_file(dir: &Path, mb: usize) -> PathBuf {
+    let report = sessiontree_bench::gen::generate(
+        &dir.join("big"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Linear,
+            entries: mb * 1_000_000 / 900,
+            seed: 11,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    report.sessions[0].path.clone()
+}
+
+/// Megabytes of the file the availability tests import: CI-sized by default,
+/// `AVAILABILITY_MB=200` for the issue's full size.
+fn availability_mb() -> usize {
+    std::env::var("AVAILABILITY_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+}
+
+fn staged_sessions(db: &Path) -> i64 {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM sessions WHERE staged_from IS NOT NULL",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap_or(0)
+}
+
+/// The availability promise: while a big file imports (in another process),
+/// an append to another session of the archive waits at most one import
+/// batch (100 ms) plus its commit — asserted with room for a loaded CI
+/// machine — instead of the whole import.
+#[test]
+fn writers_stay_available_while_a_big_file_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), availability_mb());
+    let (db, archive) = archive_with_session(dir.path(), "other");
+    let mut import = std::process::Command::new(bin())
+        .arg("--db")
+        .arg(&db)
+        .args(["import", "--quiet"])
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while staged_sessions(&db) == 0 {
+        assert!(Instant::now() < deadline, "the import never started");
+        assert!(
+            import.try_wait().unwrap().is_none(),
+            "the import ended before it was seen"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut session = Session::new(archive.open_session("other").unwrap());
+    let mut waits = Vec::new();
+    while import.try_wait().unwrap().is_none() {
+        let started = Instant::now();
+        session
+            .append_message(
+                &sessiontree::JsonText::parse(r#"{"role":"user","content":"still here"}"#).unwrap(),
+            )
+            .expect("an append during the import");
+        if import.try_wait().unwrap().is_none() {
+            waits.push(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(import.wait().unwrap().success());
+    let worst = waits.iter().max().copied().unwrap_or_default();
+    let mean = waits.iter().sum::<Duration>() / u32::try_from(waits.len().max(1)).unwrap();
+    eprintln!(
+        "{} appends during a {} MB import: worst wait {worst:?}, mean {mean:?}",
+        waits.len(),
+        availability_mb()
+    );
+    assert!(
+        waits.len() >= 5,
+        "too few appends overlapped the import: {}",
+        waits.len()
+    );
+    assert!(
+        worst < Duration::from_millis(1_000),
+        "an append waited {worst:?}"
+    );
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}
+
+/// A file whose import was killed half-way is invisible: not listed, not
+/// found by id or search; the next import discards what was written and
+/// imports the file whole.
+#[test]
+fn a_killed_import_is_invisible_and_the_next_import_starts_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), availability_mb());
+    let db = dir.path().join("k.db");
+    let mut import = std::process::Command::new(bin())
+        .arg("--db")
+        .arg(&db)
+        .args(["import", "--quiet"])
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the import never committed a batch"
+        );
+        assert!(
+            import.try_wait().unwrap().is_none(),
+            "the import ended before it was killed"
+        );
+        let entries: i64 =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .and_then(|c| c.query_row("SELECT count(*) FROM entries", [], |r| r.get(0)))
+                .unwrap_or(0);
+        if entries > 2_000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    import.kill().unwrap();
+    import.wait().unwrap();
+    assert_eq!(
+        staged_sessions(&db),
+        1,
+        "the killed import left its batches, staged"
+    );
+
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    let id = sessiontree::backend::jsonl::read_header(&file).unwrap().id;
+    assert!(archive.list(&Default::default()).unwrap().is_empty());
+    assert_eq!(
+        archive.open_session(&id).map(drop).unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    assert!(archive
+        .search("checkpoint", None, None, None, 10)
+        .unwrap()
+        .is_empty());
+    assert_eq!(archive.totals().unwrap().sessions, 0);
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    drop(archive);
+
+    let out = std::process::Command::new(bin())
+        .args(["--json", "--db"])
+        .arg(&db)
+        .arg("import")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["imported"], 1, "{report}");
+    assert_eq!(staged_sessions(&db), 0);
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+    assert_eq!(
+        archive.open_session(&id).unwrap().entry_count().unwrap(),
+        lines - 1
+    );
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}

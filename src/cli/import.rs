@@ -133,6 +133,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     let started = Instant::now();
     sessiontree::convert::train_dictionary_for(&archive, &files)?;
     let (mut imported, mut appended, mut unchanged, mut present) = (0u64, 0u64, 0u64, 0u64);
+    let mut elsewhere = 0u64;
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut failed = Vec::new();
     let mut torn = Vec::new();
@@ -149,6 +150,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
                     ImportOutcome::Appended => appended += 1,
                     ImportOutcome::Unchanged => unchanged += 1,
                     ImportOutcome::AlreadyPresent => present += 1,
+                    ImportOutcome::InProgressElsewhere => elsewhere += 1,
                 }
                 entries += r.entries;
                 bytes += r.bytes_read;
@@ -174,6 +176,11 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         failed.len(),
         bytes as f64 / 1e6
     ));
+    if elsewhere > 0 {
+        text.push_str(&format!(
+            "{elsewhere} file(s) skipped: another process is importing them right now (import again later)\n"
+        ));
+    }
     for (file, e) in &failed {
         let message = e.to_string();
         if message.contains(file.as_str()) {
@@ -196,6 +203,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         "appended": appended,
         "unchanged": unchanged,
         "alreadyPresent": present,
+        "inProgressElsewhere": elsewhere,
         "failed": failed.iter().map(|(f, e)| json!({
             "file": f,
             "code": e.code().as_str(),

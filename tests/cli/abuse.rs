@@ -87,7 +87,10 @@ fn a_damaged_archive_refuses_writes_until_restored() {
     let marker = db.with_file_name("archive.db.damaged");
     assert!(marker.is_file(), "check leaves the damage marker");
     let id = "01950000-dddd";
-    for args in [vec!["name", id, "after"], vec!["label", id, "u0000001", "x"]] {
+    for args in [
+        vec!["name", id, "after"],
+        vec!["label", id, "u0000001", "x"],
+    ] {
         let w = sb.run(&args);
         let msg = w.fails(7, "storage");
         assert!(

@@ -505,7 +505,7 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Turns an archive of the latest schema back into what a version-5 build
-/// wrote: every entry's text stored plain (with `parent_id` and `timestamp`
+/// wrote: no staged imports (version 7), every entry's text stored plain (with `parent_id` and `timestamp`
 /// columns), the search index holding its own copy of the text, no
 /// dictionaries or blobs.
 pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error>> {
@@ -513,7 +513,9 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
         .query_read_only("SELECT entry_key, entry_text(entry_key), session_key FROM entries")?;
     let conn = rusqlite::Connection::open(db)?;
     conn.execute_batch(
-        "DROP TRIGGER entries_are_append_only;
+        "DROP INDEX sessions_staged;
+         ALTER TABLE sessions DROP COLUMN staged_from;
+         DROP TRIGGER entries_are_append_only;
          DROP INDEX entries_by_type;
          ALTER TABLE entries ADD COLUMN parent_id TEXT;
          ALTER TABLE entries ADD COLUMN timestamp TEXT NOT NULL DEFAULT '';

@@ -110,9 +110,28 @@ impl Archive {
             tx,
             appender: None,
             codec: self.codec(),
+            staged: None,
         };
-        let out = fill(&mut writer)?;
-        let SessionWriter { tx, appender, .. } = writer;
+        let filled = fill(&mut writer);
+        let SessionWriter {
+            tx,
+            appender,
+            staged,
+            ..
+        } = writer;
+        let out = match filled {
+            Ok(out) => out,
+            Err(e) => {
+                drop(tx);
+                // Batches a staged write already committed are removed, so a
+                // failed import leaves nothing behind, as a one-transaction
+                // import never did.
+                if let Some(staged) = staged {
+                    self.discard_staged(staged.key())?;
+                }
+                return Err(e);
+            }
+        };
         if let Some(a) = appender {
             a.finish(&tx)?;
         }
@@ -124,7 +143,9 @@ impl Archive {
     pub fn open_session(&self, id: &str) -> Result<SqliteStorage> {
         let conn = self.conn()?;
         let key: Option<i64> = conn
-            .prepare_cached("SELECT session_key FROM sessions WHERE id = ?1")
+            .prepare_cached(
+                "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
+            )
             .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
             .map_err(sql("opening a session"))?;
         let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
@@ -135,7 +156,7 @@ impl Archive {
     pub fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
         let conn = self.conn()?;
         let mut st = conn
-            .prepare_cached("SELECT id FROM sessions WHERE id >= ?1 AND id < ?1 || char(1114111) ORDER BY id LIMIT ?2")
+            .prepare_cached("SELECT id FROM sessions WHERE id >= ?1 AND id < ?1 || char(1114111) AND staged_from IS NULL ORDER BY id LIMIT ?2")
             .map_err(sql("resolving a session id"))?;
         let ids = st
             .query_map(
@@ -153,7 +174,7 @@ impl Archive {
         let prefix = format!("{}{}", dir.display(), std::path::MAIN_SEPARATOR);
         self.conn()?
             .query_row(
-                "SELECT count(*) FROM sessions s WHERE NOT EXISTS (
+                "SELECT count(*) FROM sessions s WHERE s.staged_from IS NULL AND NOT EXISTS (
                      SELECT 1 FROM imports i WHERE i.session_key = s.session_key
                         AND substr(i.source_path, 1, length(?1)) = ?1)",
                 [prefix],
@@ -170,7 +191,7 @@ impl Archive {
             .prepare_cached(&format!(
                 "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
                  FROM sessions
-                 WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR created_ms >= ?2)
+                 WHERE staged_from IS NULL AND (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR created_ms >= ?2)
                    AND (?3 IS NULL OR instr(lower(name), lower(?3)) > 0)
                  ORDER BY created_ms DESC, session_key DESC LIMIT ?4 OFFSET ?5"
             ))
@@ -206,7 +227,8 @@ impl Archive {
             .query_row(
                 "SELECT count(*), coalesce(sum(entry_count), 0), coalesce(sum(message_count), 0),
                         coalesce(sum(cached_tokens), 0), coalesce(sum(uncached_tokens), 0),
-                        coalesce(sum(total_tokens), 0), coalesce(sum(cost_total), 0) FROM sessions",
+                        coalesce(sum(total_tokens), 0), coalesce(sum(cost_total), 0) FROM sessions
+                 WHERE staged_from IS NULL",
                 [],
                 |r| {
                     Ok(ArchiveTotals {
@@ -221,7 +243,7 @@ impl Archive {
         let mut st = conn
             .prepare(
                 "SELECT cwd, count(*), sum(message_count), sum(cost_total) FROM sessions
-                 GROUP BY cwd ORDER BY count(*) DESC, cwd",
+                 WHERE staged_from IS NULL GROUP BY cwd ORDER BY count(*) DESC, cwd",
             )
             .map_err(sql("summing sessions"))?;
         t.per_cwd = st
@@ -239,7 +261,7 @@ impl Archive {
         let tx = self.begin_write(&mut conn, "deleting a session")?;
         let key: Option<i64> = tx
             .query_row(
-                "SELECT session_key FROM sessions WHERE id = ?1",
+                "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
                 [id],
                 |r| r.get(0),
             )
@@ -247,30 +269,42 @@ impl Archive {
             .map_err(sql("deleting a session"))?;
         let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
         super::claim::refuse_if_held(&tx, key, id)?;
-        tx.execute(
-            "DELETE FROM message_text WHERE rowid IN (SELECT entry_key FROM entries WHERE session_key = ?1)",
-            [key],
-        )
-        .map_err(sql("deleting a session"))?;
-        // The session's blobs, before the cascade forgets which they were.
-        let blobs: Vec<i64> = tx
-            .prepare("SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1")
-            .and_then(|mut st| {
-                st.query_map([key], |r| r.get(0))
-                    .and_then(Iterator::collect)
-            })
-            .map_err(sql("deleting a session"))?;
-        tx.execute("DELETE FROM sessions WHERE session_key = ?1", [key])
-            .map_err(sql("deleting a session"))?;
-        for blob in blobs {
-            tx.execute(
-                "DELETE FROM blobs WHERE blob_id = ?1
-                   AND NOT EXISTS (SELECT 1 FROM entry_blobs WHERE blob_id = ?1)",
-                [blob],
-            )
-            .map_err(sql("deleting a session"))?;
-        }
+        delete_session_rows(&tx, key)?;
         tx.commit().map_err(sql("deleting a session"))
+    }
+
+    /// What became of an earlier import of `source` that was staged and not
+    /// published: `Some(id)` of a live one (another process is importing the
+    /// file now), or `None` once a dead one is discarded (or there was none).
+    pub fn discard_dead_staged_import(&self, source: &str) -> Result<Option<String>> {
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, "discarding a staged import")?;
+        let staged: Option<(i64, String)> = tx
+            .query_row(
+                "SELECT session_key, id FROM sessions WHERE staged_from = ?1",
+                [source],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(sql("discarding a staged import"))?;
+        let Some((key, id)) = staged else {
+            return Ok(None);
+        };
+        match super::claim::refuse_if_held(&tx, key, &id) {
+            Err(Error::WriterClaimed { .. }) => return Ok(Some(id)),
+            other => other?,
+        }
+        delete_session_rows(&tx, key)?;
+        tx.commit().map_err(sql("discarding a staged import"))?;
+        Ok(None)
+    }
+
+    /// Removes a staged session whose import failed (its committed batches).
+    pub(super) fn discard_staged(&self, key: i64) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, "discarding a failed import")?;
+        delete_session_rows(&tx, key)?;
+        tx.commit().map_err(sql("discarding a failed import"))
     }
 
     /// Full-text search over message text, best first.
@@ -294,7 +328,7 @@ impl Archive {
                  FROM message_text m
                  JOIN entries e ON e.entry_key = m.rowid
                  JOIN sessions s ON s.session_key = e.session_key
-                 WHERE message_text MATCH ?1
+                 WHERE message_text MATCH ?1 AND s.staged_from IS NULL
                    AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)
                  ORDER BY bm25(message_text) LIMIT ?5",
             )
@@ -379,6 +413,35 @@ impl Archive {
     }
 }
 
+/// Deletes a session and everything derived from it, inside `tx`: its search
+/// rows and the blobs only it held explicitly, the rest by cascade.
+fn delete_session_rows(tx: &rusqlite::Transaction, key: i64) -> Result<()> {
+    tx.execute(
+        "DELETE FROM message_text WHERE rowid IN (SELECT entry_key FROM entries WHERE session_key = ?1)",
+        [key],
+    )
+    .map_err(sql("deleting a session"))?;
+    // The session's blobs, before the cascade forgets which they were.
+    let blobs: Vec<i64> = tx
+        .prepare("SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1")
+        .and_then(|mut st| {
+            st.query_map([key], |r| r.get(0))
+                .and_then(Iterator::collect)
+        })
+        .map_err(sql("deleting a session"))?;
+    tx.execute("DELETE FROM sessions WHERE session_key = ?1", [key])
+        .map_err(sql("deleting a session"))?;
+    for blob in blobs {
+        tx.execute(
+            "DELETE FROM blobs WHERE blob_id = ?1
+               AND NOT EXISTS (SELECT 1 FROM entry_blobs WHERE blob_id = ?1)",
+            [blob],
+        )
+        .map_err(sql("deleting a session"))?;
+    }
+    Ok(())
+}
+
 /// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).
 const SNIPPET_TOKENS: usize = 12;
 
@@ -420,9 +483,13 @@ impl Archive {
     /// Whether a session with this id exists.
     pub fn has_session(&self, id: &str) -> Result<bool> {
         let conn = self.conn()?;
-        conn.query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
-            .optional()
-            .map(|r| r.is_some())
-            .map_err(sql("looking up a session"))
+        conn.query_row(
+            "SELECT 1 FROM sessions WHERE id = ?1 AND staged_from IS NULL",
+            [id],
+            |_| Ok(()),
+        )
+        .optional()
+        .map(|r| r.is_some())
+        .map_err(sql("looking up a session"))
     }
 }

@@ -257,7 +257,7 @@ impl Archive {
                 verify_stored_text(&conn, codec, key)?,
                 verify_session_facts(&conn, codec, key)?,
                 if reads {
-                    verify_walks(&conn, &self.open_session(&id)?, key)?
+                    verify_walks(&conn, &SqliteStorage::new(self.clone(), key, &id), key)?
                 } else {
                     Vec::new()
                 },

@@ -79,24 +79,39 @@ pub fn refuse_if_held(conn: &Connection, session_key: i64, session_id: &str) -> 
     Ok(())
 }
 
+/// Inside a write transaction: records `token` as the session's writer
+/// claim, for this process, for one lease.
+pub fn insert_claim(conn: &Connection, session_key: i64, token: &str) -> Result<()> {
+    conn.execute(
+        "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,
+             pid = excluded.pid, expires_ms = excluded.expires_ms",
+        params![session_key, token, host_name(), i64::from(std::process::id()), now_ms() + lease_ms()],
+    )
+    .map_err(|e| Error::sqlite("taking the writer claim", e))?;
+    Ok(())
+}
+
+/// Inside a write transaction: extends the lease of claim `token`.
+pub fn renew_claim(conn: &Connection, session_key: i64, token: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE writer_claims SET expires_ms = ?3 WHERE session_key = ?1 AND token = ?2",
+        params![session_key, token, now_ms() + lease_ms()],
+    )
+    .map_err(|e| Error::sqlite("renewing the writer claim", e))?;
+    Ok(())
+}
+
 impl WriterClaim {
     /// Takes the claim on a session, or fails naming the holder.
     pub fn acquire(pool: &Pool, session_key: i64, session_id: &str) -> Result<Self> {
         let token = uuid::Uuid::now_v7().to_string();
-        let host = host_name();
-        let pid = i64::from(std::process::id());
         let mut conn = pool.get()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite("taking the writer claim", e))?;
         refuse_if_held(&tx, session_key, session_id)?;
-        tx.execute(
-            "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,
-                 pid = excluded.pid, expires_ms = excluded.expires_ms",
-            params![session_key, token, host, pid, now_ms() + lease_ms()],
-        )
-        .map_err(|e| Error::sqlite("taking the writer claim", e))?;
+        insert_claim(&tx, session_key, &token)?;
         tx.commit()
             .map_err(|e| Error::sqlite("taking the writer claim", e))?;
         drop(conn);

@@ -56,6 +56,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0006_compact_archive.sql"),
         rewrite: Some(super::compact::migrate_to_v6),
     },
+    Migration {
+        sql: include_str!("../../../schema/0007_staged_imports.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.

@@ -57,6 +57,14 @@ pub use writer::SessionWriter;
 /// How long a connection waits for another's lock before `database is locked`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// SQLite's busy handler: try again every millisecond for [`BUSY_TIMEOUT`].
+/// (SQLite's own `busy_timeout` backs off to one try per 100 ms, and would
+/// miss the short gap a staged import leaves between its transactions.)
+fn wait_for_the_lock(attempt: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    u128::try_from(attempt).unwrap_or(0) < BUSY_TIMEOUT.as_millis()
+}
+
 /// The reader pool.
 pub type Pool = r2d2::Pool<ConnectionManager>;
 
@@ -77,8 +85,8 @@ impl ConnectionManager {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
-        let conn = Connection::open_with_flags(&self.path, flags)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let mut conn = Connection::open_with_flags(&self.path, flags)?;
+        conn.busy_handler(Some(wait_for_the_lock))?;
         conn.pragma_update(None, "foreign_keys", true)?;
         let sync = match self.durability {
             Durability::Full => "FULL",

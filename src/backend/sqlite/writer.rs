@@ -10,6 +10,7 @@ use crate::json::JsString;
 use crate::rules::{apply_label_change, Replay};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> {
     let exists: Option<i64> = tx
@@ -304,9 +305,116 @@ pub struct SessionWriter<'c> {
     pub(super) tx: Transaction<'c>,
     pub(super) appender: Option<Appender>,
     pub(super) codec: &'c Codec,
+    /// Set by [`SessionWriter::begin_staged`]: the write commits in batches.
+    pub(super) staged: Option<Staged>,
 }
 
+/// A staged session write: invisible to readers until published, committed
+/// in batches of at most [`STAGED_BATCH`] so that other writers get the lock.
+#[derive(Debug)]
+pub(super) struct Staged {
+    key: i64,
+    token: String,
+    batch_started: Instant,
+    published: bool,
+}
+
+impl Staged {
+    /// The staged session's key.
+    pub(super) fn key(&self) -> i64 {
+        self.key
+    }
+}
+
+/// How long one transaction of a staged import may hold the write lock.
+pub const STAGED_BATCH: Duration = Duration::from_millis(100);
+
+/// The pause between a staged import's transactions: longer than other
+/// writers' busy-wait step (`ConnectionManager`'s busy handler polls every
+/// millisecond), so a writer waiting for the lock gets it before the import
+/// takes it again.
+const STAGED_GAP: Duration = Duration::from_millis(3);
+
 impl SessionWriter<'_> {
+    /// Creates the session row for an import of `source` (its canonical
+    /// path) and writes it in short transactions: until
+    /// [`SessionWriter::publish`] no reader sees the session, and the import
+    /// holds its writer claim, so that the next import of `source` can tell a
+    /// live import from one that died (and discard that one).
+    pub fn begin_staged(&mut self, new: &NewSession, source: &str) -> Result<()> {
+        let key = insert_session(&self.tx, new)?;
+        let token = uuid::Uuid::now_v7().to_string();
+        self.tx
+            .execute(
+                "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
+                params![key, source],
+            )
+            .map_err(sql("staging an import"))?;
+        super::claim::insert_claim(&self.tx, key, &token)?;
+        self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
+        self.staged = Some(Staged {
+            key,
+            token,
+            batch_started: Instant::now(),
+            published: false,
+        });
+        Ok(())
+    }
+
+    /// Makes a staged session visible, with everything written so far, in
+    /// the transaction that commits last; releases the import's claim.
+    pub fn publish(&mut self) -> Result<()> {
+        let Some(staged) = self.staged.as_mut() else {
+            return Ok(());
+        };
+        self.tx
+            .execute(
+                "UPDATE sessions SET staged_from = NULL WHERE session_key = ?1",
+                [staged.key],
+            )
+            .map_err(sql("publishing an import"))?;
+        self.tx
+            .execute(
+                "DELETE FROM writer_claims WHERE session_key = ?1 AND token = ?2",
+                params![staged.key, staged.token],
+            )
+            .map_err(sql("publishing an import"))?;
+        staged.published = true;
+        Ok(())
+    }
+
+    /// Commits a staged write's batch once it has held the lock for
+    /// [`STAGED_BATCH`], pauses so that waiting writers get the lock, and
+    /// goes on in a new transaction (renewing the import's claim).
+    fn end_batch_if_due(&mut self) -> Result<()> {
+        let Some(staged) = self.staged.as_ref() else {
+            return Ok(());
+        };
+        if staged.published || staged.batch_started.elapsed() < STAGED_BATCH {
+            return Ok(());
+        }
+        let (key, token) = (staged.key, staged.token.clone());
+        if let Some(appender) = self.appender.take() {
+            appender.finish(&self.tx)?;
+        }
+        super::claim::renew_claim(&self.tx, key, &token)?;
+        // The `Transaction` stays open across the batch: it is the same
+        // connection's transaction, begun again, and its final commit (or
+        // rollback on drop) ends the last batch.
+        self.tx
+            .execute_batch("COMMIT")
+            .map_err(sql("committing an import batch"))?;
+        std::thread::sleep(STAGED_GAP);
+        self.tx
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(sql("starting an import batch"))?;
+        self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
+        if let Some(staged) = self.staged.as_mut() {
+            staged.batch_started = Instant::now();
+        }
+        Ok(())
+    }
+
     /// Creates the session row; must come before any entry.
     pub fn begin(&mut self, new: &NewSession) -> Result<()> {
         let key = insert_session(&self.tx, new)?;
@@ -323,7 +431,7 @@ impl SessionWriter<'_> {
         let key: i64 = self
             .tx
             .query_row(
-                "SELECT session_key FROM sessions WHERE id = ?1",
+                "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
                 [session_id],
                 |r| r.get(0),
             )
@@ -393,6 +501,7 @@ impl SessionWriter<'_> {
         let appender = self.appender.as_mut().ok_or_else(|| {
             Error::Unknown("a session's entries were written before the session".into())
         })?;
-        appender.push_prepared(&self.tx, entry, search_text, prepared)
+        appender.push_prepared(&self.tx, entry, search_text, prepared)?;
+        self.end_batch_if_due()
     }
 }
