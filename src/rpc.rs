@@ -122,15 +122,11 @@ fn dispatch<S: SessionStorage>(
         "getEntry" => st
             .entry(&p.required_string("id")?)?
             .map_or_else(|| "null".to_owned(), |e| e.json().to_owned()),
-        "findEntries" => entry_list(&st.find_entries(&p.required_string("type")?)?),
         "getLabel" => opt_js_string(st.label(&p.required_string("id")?)?),
         "getSessionName" => opt_js_string(st.session_name()?),
         "getSessionStats" => st.session_stats()?.to_json_text(),
         "getPathToRootOrCompaction" => {
             entry_list(&st.path_to_root_or_compaction(p.string("leafId")?.as_deref())?)
-        }
-        "getEntries" => {
-            entry_list(&st.entries(p.usize("afterEntrySeq")?.unwrap_or(0), p.usize("limit")?)?)
         }
         "appendMessage" => {
             let m = p
@@ -265,6 +261,55 @@ fn respond(out: &mut impl Write, id: Option<&RawValue>, result: &Answer) -> std:
     out.flush()
 }
 
+/// Answers with a list of entries, writing each as `visit` reads it. A
+/// storage failure before the first entry is an ordinary error answer; one
+/// after it ends the broken line early, followed by an error answer under the
+/// same id.
+fn respond_with_entries(
+    out: &mut impl Write,
+    id: Option<&RawValue>,
+    visit: impl FnOnce(&mut dyn FnMut(String) -> Result<()>) -> Result<()>,
+) -> std::io::Result<()> {
+    let mut head = ObjectWriter::new();
+    head.raw("id", id.map_or("null", RawValue::get))
+        .raw("ok", "true")
+        .raw("value", "[");
+    let head = head.finish();
+    // The writer's `[` ends the head: drop the object's closing brace.
+    let head = &head[..head.len() - 1];
+    let mut started = false;
+    let mut io_error = None;
+    let visited = visit(&mut |text| {
+        let sep: &[u8] = if started { b"," } else { head.as_bytes() };
+        started = true;
+        out.write_all(sep)
+            .and_then(|()| out.write_all(text.as_bytes()))
+            .map_err(|e| {
+                let error = Error::io("rpc: writing an answer", std::io::Error::new(e.kind(), e.to_string()));
+                io_error = Some(e);
+                error
+            })
+    });
+    if let Some(e) = io_error {
+        return Err(e);
+    }
+    match visited {
+        Ok(()) => {
+            if !started {
+                out.write_all(head.as_bytes())?;
+            }
+            out.write_all(b"]}\n")?;
+            out.flush()
+        }
+        Err(e) => {
+            if started {
+                out.write_all(b"\n")?;
+            }
+            respond(out, id, &answer(Err(e)))
+        }
+    }
+}
+
 /// Serves requests from `input` until it ends. If the source could not be
 /// opened, every request is answered with that error.
 pub fn serve<S: SessionStorage>(
@@ -295,15 +340,40 @@ pub fn serve<S: SessionStorage>(
                 continue;
             }
         };
+        let params = Params(request.params.unwrap_or_default());
+        let id = request.id.as_deref();
         let result = match &mut session {
-            Ok(s) => answer(dispatch(
-                s,
-                &request.method,
-                &Params(request.params.unwrap_or_default()),
-            )),
+            // Lists of entries are written as they are read: an answer of
+            // any length in bounded memory.
+            Ok(s) if request.method == "getEntries" => {
+                let st = s.storage();
+                let window = params
+                    .usize("afterEntrySeq")
+                    .and_then(|after| Ok((after.unwrap_or(0), params.usize("limit")?)));
+                match window {
+                    Ok((after, limit)) => {
+                        respond_with_entries(&mut output, id, |sink| {
+                            st.visit_entries(after, limit, sink)
+                        })?;
+                        continue;
+                    }
+                    Err(e) => answer(Err(e)),
+                }
+            }
+            Ok(s) if request.method == "findEntries" => match params.required_string("type") {
+                Ok(entry_type) => {
+                    let st = s.storage();
+                    respond_with_entries(&mut output, id, |sink| {
+                        st.visit_entries_of_type(&entry_type, sink)
+                    })?;
+                    continue;
+                }
+                Err(e) => answer(Err(e)),
+            },
+            Ok(s) => answer(dispatch(s, &request.method, &params)),
             Err(open_error) => Err(open_error.clone()),
         };
-        respond(&mut output, request.id.as_deref(), &result)?;
+        respond(&mut output, id, &result)?;
     }
     Ok(())
 }

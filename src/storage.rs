@@ -139,6 +139,33 @@ pub trait SessionStorage {
     /// Number of entries in the log.
     fn entry_count(&self) -> Result<usize>;
 
+    /// Hands the stored text of the log slice `[after, after + limit)` to
+    /// `sink`, one entry at a time in log order, so that an answer of any size
+    /// takes bounded memory (rpc streams `getEntries` through it). Backends
+    /// that hold their log in memory keep this default; SQLite streams rows.
+    fn visit_entries(
+        &self,
+        after: usize,
+        limit: Option<usize>,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        self.entries(after, limit)?
+            .iter()
+            .try_for_each(|e| sink(e.json().to_owned()))
+    }
+
+    /// [`SessionStorage::find_entries`], handed to `sink` one at a time like
+    /// [`SessionStorage::visit_entries`].
+    fn visit_entries_of_type(
+        &self,
+        entry_type: &str,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        self.find_entries(entry_type)?
+            .iter()
+            .try_for_each(|e| sink(e.json().to_owned()))
+    }
+
     /// The path from `id` towards the root, cut at a compaction (spec §5), root-side first.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         walk_to_root_or_compaction(id, |id| self.entry(id))
@@ -227,6 +254,21 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn entry_count(&self) -> Result<usize> {
         (**self).entry_count()
+    }
+    fn visit_entries(
+        &self,
+        after: usize,
+        limit: Option<usize>,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_entries(after, limit, sink)
+    }
+    fn visit_entries_of_type(
+        &self,
+        entry_type: &str,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_entries_of_type(entry_type, sink)
     }
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         (**self).path_to_root_or_compaction(id)

@@ -117,18 +117,33 @@ impl SqliteStorage {
         sql_text: &'static str,
         params: impl rusqlite::Params,
     ) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        self.query_texts(sql_text, params, &mut |text| {
+            out.push(Entry::from_checked_text(text));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Runs a query whose one column is an entry's stored text, handing each
+    /// decoded text to `sink` as the row is read.
+    fn query_texts(
+        &self,
+        sql_text: &'static str,
+        params: impl rusqlite::Params,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
         let conn = self.archive.conn()?;
         let mut st = conn
             .prepare_cached(sql_text)
             .map_err(sql("reading entries"))?;
         let mut rows = st.query(params).map_err(sql("reading entries"))?;
         let codec = self.archive.codec();
-        let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(sql("reading entries"))? {
             let text = codec.decode(&conn, row.get_ref(0).map_err(sql("reading entries"))?)?;
-            out.push(Entry::from_checked_text(text));
+            sink(text)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     fn facts(&self) -> Result<SessionFacts> {
@@ -172,16 +187,31 @@ impl SessionStorage for SqliteStorage {
     }
 
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        self.visit_entries_of_type(entry_type, &mut |text| {
+            out.push(Entry::from_checked_text(text));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn visit_entries_of_type(
+        &self,
+        entry_type: &str,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
         // The type index leaves messages out (most entries are messages).
         if entry_type == "message" {
-            return self.query_entries(
+            return self.query_texts(
                 "SELECT json FROM entries WHERE session_key = ?1 AND type = 'message' ORDER BY seq",
                 params![self.session_key],
+                sink,
             );
         }
-        self.query_entries(
+        self.query_texts(
             "SELECT json FROM entries WHERE session_key = ?1 AND type = ?2 AND type <> 'message' ORDER BY seq",
             params![self.session_key, entry_type],
+            sink,
         )
     }
 
@@ -205,11 +235,26 @@ impl SessionStorage for SqliteStorage {
     }
 
     fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        self.visit_entries(after, limit, &mut |text| {
+            out.push(Entry::from_checked_text(text));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn visit_entries(
+        &self,
+        after: usize,
+        limit: Option<usize>,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-        self.query_entries(
+        self.query_texts(
             "SELECT json FROM entries WHERE session_key = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
             params![self.session_key, after, limit],
+            sink,
         )
     }
 
