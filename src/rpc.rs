@@ -285,7 +285,10 @@ fn respond_with_entries(
         out.write_all(sep)
             .and_then(|()| out.write_all(text.as_bytes()))
             .map_err(|e| {
-                let error = Error::io("rpc: writing an answer", std::io::Error::new(e.kind(), e.to_string()));
+                let error = Error::io(
+                    "rpc: writing an answer",
+                    std::io::Error::new(e.kind(), e.to_string()),
+                );
                 io_error = Some(e);
                 error
             })

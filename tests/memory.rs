@@ -52,7 +52,11 @@ fn rpc_lists_of_entries_stream_in_bounded_memory() {
     .unwrap();
     let session = &report.sessions[0];
     let db = dir.path().join("m.db");
-    import_jsonl(&Archive::open(&db, Durability::Relaxed).unwrap(), &session.path).unwrap();
+    import_jsonl(
+        &Archive::open(&db, Durability::Relaxed).unwrap(),
+        &session.path,
+    )
+    .unwrap();
 
     let mut rpc = RpcChild::spawn([
         std::ffi::OsStr::new("--db"),

@@ -254,7 +254,9 @@ fn context_line(raw: &RawValue, cwd: Option<&str>) -> (String, String) {
 #[derive(Debug, Args)]
 pub struct SearchArgs {
     /// Words to find: a message matches when it has all of them, in any order
-    /// (`search rust lifetimes` = `search "rust lifetimes"`).
+    /// (`search rust lifetimes` = `search "rust lifetimes"`); `'"exact phrase"'`
+    /// (quotes the shell passes on) for words in that order; `migrat*` for
+    /// words starting with `migrat`.
     #[arg(required = true, num_args = 1..)]
     pub query: Vec<String>,
     /// Only this session (id or unique prefix).
@@ -263,13 +265,28 @@ pub struct SearchArgs {
     /// Only sessions of this working directory.
     #[arg(long)]
     pub cwd: Option<String>,
-    /// Only messages of this role (user, assistant, toolResult, …).
-    #[arg(long)]
+    /// Only messages of this role.
+    #[arg(long, value_parser = ROLES)]
     pub role: Option<String>,
-    /// Most hits to show.
-    #[arg(long, default_value_t = 20)]
-    pub limit: usize,
+    /// Hits per page (at most 1000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: u16,
+    /// Which page of hits (from 1).
+    #[arg(long, default_value_t = 1, value_parser = page_number)]
+    pub page: usize,
 }
+
+/// The roles the search index records: message roles, and the summaries.
+const ROLES: [&str; 8] = [
+    "user",
+    "assistant",
+    "toolResult",
+    "bashExecution",
+    "custom",
+    "compactionSummary",
+    "branchSummary",
+    "message",
+];
 
 /// `search`.
 pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
@@ -279,18 +296,32 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let hits = archive.search(
-        &args.query.join(" "),
-        session.as_deref(),
-        args.cwd.as_deref(),
-        args.role.as_deref(),
-        args.limit,
-    )?;
+    let limit = usize::from(args.limit);
+    let offset = limit.checked_mul(args.page - 1).ok_or_else(|| {
+        Error::Usage(format!(
+            "--limit {limit} with --page {} is past any archive",
+            args.page
+        ))
+    })?;
+    let filter = sessiontree::backend::sqlite::SearchFilter {
+        session: session.as_deref(),
+        cwd: args.cwd.as_deref(),
+        role: args.role.as_deref(),
+    };
+    let hits = archive.search_page(&args.query.join(" "), &filter, limit, offset)?;
     let mut text = String::new();
     for h in &hits {
+        let name = h
+            .session_name
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |n| truncate(&n.to_string(), 24));
         text.push_str(&format!(
-            "{} {} {:>10}: {}\n",
+            "{} {} {} {} {:>10}: {}\n",
             h.session_id,
+            h.session_created_at
+                .get(..10)
+                .unwrap_or(&h.session_created_at),
+            name,
             h.entry_id,
             h.role,
             one_line(&h.snippet)
@@ -298,12 +329,28 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
     }
     if hits.is_empty() {
         text.push_str("no matches\n");
+    } else if hits.len() == limit {
+        text.push_str(&format!(
+            "(page {}; more may follow: --page {})\n",
+            args.page,
+            args.page + 1
+        ));
     }
     let list: Vec<Value> = hits
         .iter()
-        .map(|h| json!({"session": h.session_id, "entry": h.entry_id, "role": h.role, "snippet": h.snippet, "rank": h.rank}))
+        .map(|h| {
+            json!({
+                "session": h.session_id,
+                "sessionName": h.session_name.as_ref().map(|n| n.to_string()),
+                "sessionCreatedAt": h.session_created_at,
+                "entry": h.entry_id,
+                "role": h.role,
+                "snippet": h.snippet,
+                "rank": h.rank,
+            })
+        })
         .collect();
-    Ok(Report::new(json!({"hits": list}), text))
+    Ok(Report::new(json!({"hits": list, "page": args.page}), text))
 }
 
 /// Arguments of `stats`.

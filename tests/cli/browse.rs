@@ -502,10 +502,42 @@ fn search_with_filters() {
     assert_eq!(hit["role"], "user");
     assert_eq!(hit["snippet"], "Add \\u [escapes] to strings");
     assert!(hit["rank"].is_number());
+    assert_eq!(hit["sessionName"], "tinyjson parser");
+    assert_eq!(hit["sessionCreatedAt"], "2025-03-01T10:00:00.000Z");
+    // Each hit shows the session's date and name.
     assert_eq!(
         sb.run(&["search", "escapes", "--role", "user"]).ok(),
-        format!("{TREE_ID} usr00005       user: Add \\u [escapes] to strings\n")
+        format!(
+            "{TREE_ID} 2025-03-01 tinyjson parser usr00005       user: Add \\u [escapes] to strings\n"
+        )
     );
+
+    // Phrases keep word order; a trailing `*` matches a prefix.
+    assert_eq!(hits(&["criterion benchmark"]).len(), 1);
+    assert_eq!(hits(&["\"benchmark criterion\""]).len(), 0);
+    assert_eq!(hits(&["serde_js*"]).len(), 3);
+    assert!(
+        sb.json(&["search", "escap*"])["hits"][0]["snippet"]
+            .as_str()
+            .is_some_and(|s| s.contains("[escapes]")),
+        "the prefix match is highlighted"
+    );
+    // Pages: the same hits, one page at a time.
+    let mut paged: Vec<_> = (1..=7)
+        .flat_map(|page| hits(&["rust", "--limit", "1", "--page", &page.to_string()]))
+        .collect();
+    paged.sort();
+    assert_eq!(paged, rust);
+    assert!(hits(&["rust", "--limit", "1", "--page", "8"]).is_empty());
+    // Bad options are usage errors, before any search runs.
+    for bad in [
+        vec!["search", "rust", "--role", "bogus"],
+        vec!["search", "rust", "--limit", "1001"],
+        vec!["search", "rust", "--limit", "0"],
+        vec!["search", "rust", "--page", "0"],
+    ] {
+        assert_eq!(sb.run(&bad).status, 2, "{bad:?}");
+    }
 }
 
 /// Escape sequences and other control characters in stored text never reach

@@ -52,6 +52,17 @@ pub struct ListQuery {
     pub offset: usize,
 }
 
+/// What a search is narrowed to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchFilter<'a> {
+    /// Only this session (full id).
+    pub session: Option<&'a str>,
+    /// Only sessions of this working directory.
+    pub cwd: Option<&'a str>,
+    /// Only messages of this role.
+    pub role: Option<&'a str>,
+}
+
 /// One full-text search hit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SearchHit {
@@ -61,6 +72,10 @@ pub struct SearchHit {
     pub entry_id: String,
     /// Role of the message.
     pub role: String,
+    /// The session's name, if it has one.
+    pub session_name: Option<JsString>,
+    /// When the session was created.
+    pub session_created_at: String,
     /// Text around the match, with the match in `[` `]`.
     pub snippet: String,
     /// BM25 rank (lower is better).
@@ -307,7 +322,7 @@ impl Archive {
         tx.commit().map_err(sql("discarding a failed import"))
     }
 
-    /// Full-text search over message text, best first.
+    /// Full-text search over message text, best first: the first `limit` hits.
     pub fn search(
         &self,
         query: &str,
@@ -316,6 +331,20 @@ impl Archive {
         role: Option<&str>,
         limit: usize,
     ) -> Result<Vec<SearchHit>> {
+        self.search_page(query, &SearchFilter { session, cwd, role }, limit, 0)
+    }
+
+    /// Full-text search, best first: `limit` hits after skipping `offset`.
+    /// Words match in any order; `"a b"` is a phrase; `foo*` matches words
+    /// starting with `foo`.
+    pub fn search_page(
+        &self,
+        query: &str,
+        filter: &SearchFilter<'_>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<SearchHit>> {
+        let SearchFilter { session, cwd, role } = *filter;
         let words = fts_query(query);
         if words.is_empty() {
             // No words, no hits (FTS5 would call an empty query a syntax error).
@@ -324,13 +353,13 @@ impl Archive {
         let conn = self.conn()?;
         let mut st = conn
             .prepare_cached(
-                "SELECT s.id, e.id, m.role, bm25(message_text), m.rowid
+                "SELECT s.id, e.id, m.role, bm25(message_text), m.rowid, s.name, s.created_at
                  FROM message_text m
                  JOIN entries e ON e.entry_key = m.rowid
                  JOIN sessions s ON s.session_key = e.session_key
                  WHERE message_text MATCH ?1 AND s.staged_from IS NULL
                    AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)
-                 ORDER BY bm25(message_text) LIMIT ?5",
+                 ORDER BY bm25(message_text) LIMIT ?5 OFFSET ?6",
             )
             .map_err(sql("searching"))?;
         let ranked: Vec<(SearchHit, i64)> = st
@@ -340,13 +369,16 @@ impl Archive {
                     session,
                     cwd,
                     role,
-                    i64::try_from(limit).unwrap_or(i64::MAX)
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                    i64::try_from(offset).unwrap_or(i64::MAX)
                 ],
                 |r| {
                     let hit = SearchHit {
                         session_id: r.get(0)?,
                         entry_id: r.get(1)?,
                         role: r.get(2)?,
+                        session_name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
+                        session_created_at: r.get(6)?,
                         snippet: String::new(),
                         rank: r.get(3)?,
                     };
@@ -445,15 +477,44 @@ fn delete_session_rows(tx: &rusqlite::Transaction, key: i64) -> Result<()> {
 /// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).
 const SNIPPET_TOKENS: usize = 12;
 
-/// Quotes each word so user text is never read as FTS5 syntax. NUL splits
-/// words too: FTS5 reads its query as a C string and would stop at one.
+/// The FTS5 query for what a person typed: every word quoted, so user text
+/// is never read as FTS5 syntax; `"a b"` stays a phrase and a trailing `*`
+/// a prefix query. NUL splits words too: FTS5 reads its query as a C string
+/// and would stop at one.
 fn fts_query(query: &str) -> String {
-    query
-        .split(|c: char| c.is_whitespace() || c == '\0')
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
-        .collect::<Vec<_>>()
-        .join(" ")
+    let quote = |w: &str| format!("\"{}\"", w.replace('"', "\"\""));
+    let mut parts = Vec::new();
+    for (i, chunk) in query.split('"').enumerate() {
+        // Odd chunks were between quotes: one phrase each.
+        if i % 2 == 1 {
+            let words: Vec<&str> = chunk
+                .split(|c: char| c.is_whitespace() || c == '\0')
+                .filter(|w| !w.is_empty())
+                .collect();
+            if !words.is_empty() {
+                parts.push(quote(&words.join(" ")));
+            }
+            continue;
+        }
+        for word in chunk
+            .split(|c: char| c.is_whitespace() || c == '\0')
+            .filter(|w| !w.is_empty())
+        {
+            match word
+                .strip_suffix('*')
+                .filter(|w| !w.is_empty() && !w.ends_with('*'))
+            {
+                Some(prefix) => parts.push(format!("{}*", quote(prefix))),
+                None => {
+                    let word = word.trim_end_matches('*');
+                    if !word.is_empty() {
+                        parts.push(quote(word));
+                    }
+                }
+            }
+        }
+    }
+    parts.join(" ")
 }
 
 impl Archive {

@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use archive::{ArchiveTotals, ListQuery, SearchHit, SessionSummary};
+pub use archive::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 pub use compact::{CompactReport, StorageSplit};
 pub use query::QueryResult;
 pub use rows::{ImportRecord, NewSession};

@@ -132,9 +132,28 @@ fn folded(token: &str) -> String {
     token.chars().map(fold).collect()
 }
 
-/// The folded tokens of a search query, to find in hit text.
+/// The folded tokens of a search query, to find in hit text; a token written
+/// with a trailing `*` (a prefix query) keeps it, and matches any token that
+/// starts with it.
 pub fn query_terms(query: &str) -> Vec<String> {
-    tokens(query).map(|r| folded(&query[r])).collect()
+    tokens(query)
+        .map(|r| {
+            let prefix = query[r.end..].starts_with('*');
+            let mut term = folded(&query[r]);
+            if prefix {
+                term.push('*');
+            }
+            term
+        })
+        .collect()
+}
+
+/// Whether a folded token of hit text is what `term` asks for.
+fn term_matches(term: &str, token: &str) -> bool {
+    match term.strip_suffix('*') {
+        Some(prefix) => token.starts_with(prefix),
+        None => term == token,
+    }
 }
 
 /// The byte ranges of the tokens of `text`, lazily.
@@ -166,8 +185,10 @@ fn tokens(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
 pub fn snippet(text: &str, terms: &[String], window: usize) -> String {
     let window = window.max(1);
     let lead = (window - 1) / 2;
-    let is_match =
-        |r: &std::ops::Range<usize>| terms.iter().any(|t| *t == folded(&text[r.clone()]));
+    let is_match = |r: &std::ops::Range<usize>| {
+        let token = folded(&text[r.clone()]);
+        terms.iter().any(|t| term_matches(t, &token))
+    };
     let mut toks = tokens(text);
     // Tokens before the first match: the last `window - 1` of them, whether
     // any were dropped, and the text's first `window + 1` (if none matches).
