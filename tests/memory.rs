@@ -1,7 +1,8 @@
 //! Memory bounds a caller relies on, measured as the child process's peak
 //! resident set (`VmHWM`): an rpc answer of any length is written as it is
 //! read, so `getEntries` and `findEntries` over a whole large session grow
-//! the process by about SQLite's page cache, not by the size of the answer.
+//! the process by about SQLite's page cache, not by the size of the answer;
+//! a whole-session `fork` and `check` stay far below the session's size.
 //! CI-sized by default; `MEMORY_MB=1000` runs it on a session of about 1 GB.
 
 mod support;
@@ -32,16 +33,63 @@ fn session_mb() -> usize {
         .unwrap_or(30)
 }
 
+/// Runs the binary with `args` to the end, polling its peak RSS (`VmHWM`
+/// only grows, so the last reading before it exits is its peak); returns
+/// whether it succeeded and the peak in MB.
+fn run_measured(args: &[&std::ffi::OsStr]) -> (bool, u64) {
+    let mut child = std::process::Command::new(bin())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    loop {
+        peak = peak.max(peak_rss_kb(child.id()));
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.success(), peak / 1024);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A whole-session `fork` copies the log as it reads it, and `check`
+/// verifies a session without holding its text: both stay far below the
+/// session's size.
 #[test]
-fn rpc_lists_of_entries_stream_in_bounded_memory() {
+fn fork_and_check_of_a_large_session_take_bounded_memory() {
     if !std::path::Path::new("/proc/self/status").exists() {
         eprintln!("no /proc: peak RSS cannot be read here; skipped");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let mb = session_mb();
+    let (db, id) = large_archive(dir.path(), mb);
+    let os = |s: &str| std::ffi::OsString::from(s);
+    // A fork holds two connections' page caches (16 MB each) and a zstd
+    // context, whatever the session's size; check holds each entry's id and
+    // place in the tree (about 100 bytes an entry), not its text.
+    let bounds = [
+        (vec![os("fork"), os(&id)], 80),
+        (vec![os("check")], 48 + mb as u64 / 4),
+    ];
+    for (command, bound_mb) in bounds {
+        let mut args = vec![os("--db"), db.clone().into_os_string()];
+        args.extend(command.iter().cloned());
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let (ok, peak_mb) = run_measured(&refs);
+        assert!(ok, "{command:?} failed");
+        eprintln!("{command:?} on a {mb} MB session: peak RSS {peak_mb} MB");
+        assert!(
+            peak_mb < bound_mb,
+            "{command:?} peaked at {peak_mb} MB for a {mb} MB session (bound {bound_mb} MB)"
+        );
+    }
+}
+
+/// An archive holding one generated linear session of about `mb` MB.
+fn large_archive(dir: &std::path::Path, mb: usize) -> (std::path::PathBuf, String) {
     let report = sessiontree_bench::gen::generate(
-        &dir.path().join("files"),
+        &dir.join("files"),
         &sessiontree_bench::gen::GenOptions {
             shape: sessiontree_bench::gen::Shape::Linear,
             entries: mb * 1_000_000 / 900,
@@ -51,18 +99,30 @@ fn rpc_lists_of_entries_stream_in_bounded_memory() {
     )
     .unwrap();
     let session = &report.sessions[0];
-    let db = dir.path().join("m.db");
+    let db = dir.join("m.db");
     import_jsonl(
         &Archive::open(&db, Durability::Relaxed).unwrap(),
         &session.path,
     )
     .unwrap();
+    (db, session.id.clone())
+}
 
+#[test]
+fn rpc_lists_of_entries_stream_in_bounded_memory() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        eprintln!("no /proc: peak RSS cannot be read here; skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mb = session_mb();
+    let (db, id) = large_archive(dir.path(), mb);
+    let entries = mb * 1_000_000 / 900;
     let mut rpc = RpcChild::spawn([
         std::ffi::OsStr::new("--db"),
         db.as_os_str(),
         std::ffi::OsStr::new("rpc"),
-        std::ffi::OsStr::new(&session.id),
+        std::ffi::OsStr::new(&id),
     ]);
     let (_, line) = rpc.request("getSessionStats", json!({}));
     rpc.send_raw(format!("{line}\n").as_bytes());
@@ -76,7 +136,7 @@ fn rpc_lists_of_entries_stream_in_bounded_memory() {
         rpc.send_raw(format!("{line}\n").as_bytes());
         let answer = rpc.recv(Duration::from_secs(120)).expect("an answer");
         let listed = answer["value"].as_array().map_or(0, Vec::len);
-        assert!(listed > session.entries / 2, "{method}: {listed} entries");
+        assert!(listed > entries / 2, "{method}: {listed} entries");
         let grown_mb = peak_rss_kb(rpc.pid()).saturating_sub(baseline) / 1024;
         eprintln!(
             "{method}: {listed} entries ({mb} MB session), peak RSS grew {grown_mb} MB over {} MB",

@@ -162,9 +162,29 @@ pub fn entries_to_fork<S: SessionStorage + ?Sized>(
     entry_id: Option<&str>,
     position: ForkPosition,
 ) -> Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    visit_entries_to_fork(storage, entry_id, position, &mut |e| {
+        entries.push(e);
+        Ok(())
+    })?;
+    Ok(entries)
+}
+
+/// [`entries_to_fork`], handed to `sink` one at a time: a whole-log fork
+/// streams the log (bounded memory however long it is); a path fork hands
+/// out the path it read.
+pub fn visit_entries_to_fork<S: SessionStorage + ?Sized>(
+    storage: &S,
+    entry_id: Option<&str>,
+    position: ForkPosition,
+    sink: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
     match fork_start(entry_id, position, |id| storage.entry(id))? {
-        None => storage.entries(0, None),
-        Some(start) => storage.path_to_root_or_compaction(start.as_deref()),
+        None => storage.visit_entries(0, None, &mut |text| sink(Entry::from_checked_text(text))),
+        Some(start) => storage
+            .path_to_root_or_compaction(start.as_deref())?
+            .into_iter()
+            .try_for_each(sink),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The repository over an SQLite archive: many sessions in one file.
 
-use super::{entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
+use super::{visit_entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
 use crate::backend::sqlite::{Archive, ListQuery, NewSession, SqliteStorage};
 use crate::entry::now_timestamp;
 use crate::error::Result;
@@ -75,11 +75,17 @@ impl SessionRepo for SqliteRepo {
         options: &ForkOptions,
     ) -> Result<Session<SqliteStorage>> {
         let storage = self.archive.open_session(&source.id)?;
-        let entries = entries_to_fork(&storage, options.entry_id.as_deref(), options.position)?;
         let new = new_session(options.inherit(&storage.metadata()?)?);
+        // The fork is read as it is written: a whole-session fork takes
+        // bounded memory however long the session.
         self.archive.write_session(|w| {
             w.begin(&new)?;
-            entries.iter().try_for_each(|e| w.push(e))
+            visit_entries_to_fork(
+                &storage,
+                options.entry_id.as_deref(),
+                options.position,
+                &mut |e| w.push(&e),
+            )
         })?;
         self.archive.open_session(&new.id).map(Session::new)
     }
