@@ -520,11 +520,13 @@ impl View {
             out,
             first_json: true,
         };
-        w.spine(&spine)?;
+        let written = w.spine(&spine);
         if w.out.json() {
-            w.out.raw("]}\n");
+            // A failure half way ends the partial line, so that the error
+            // object the caller prints stands on a line of its own.
+            w.out.raw(if written.is_ok() { "]}\n" } else { "\n" });
         }
-        Ok(())
+        written
     }
 }
 

@@ -294,6 +294,8 @@ fn generated(
 /// Parses a generated file: entries by id (parent, role or type) and the leaf.
 struct Parsed {
     parent: HashMap<String, Option<String>>,
+    /// Whether a fold keeps the entry: user messages, compactions, branch
+    /// summaries, labelled entries (the leaf is counted apart).
     kept: HashMap<String, bool>,
     leaf: Option<String>,
     children: HashMap<String, usize>,
@@ -306,6 +308,7 @@ fn parse(file: &Path) -> Parsed {
         leaf: None,
         children: HashMap::new(),
     };
+    let mut labelled: HashMap<String, bool> = HashMap::new();
     for line in read(file).lines().skip(1) {
         let e: Value = serde_json::from_str(line).expect("entry");
         let id = e["id"].as_str().expect("id").to_owned();
@@ -313,10 +316,14 @@ fn parse(file: &Path) -> Parsed {
         if let Some(parent) = &parent {
             *p.children.entry(parent.clone()).or_default() += 1;
         }
+        if let (Some(target), "label") = (e["targetId"].as_str(), e["type"].as_str().unwrap_or(""))
+        {
+            let set = e["label"].as_str().is_some_and(|l| !l.trim().is_empty());
+            labelled.insert(target.to_owned(), set);
+        }
         let kept = e["message"]["role"] == "user"
             || e["type"] == "compaction"
-            || e["type"] == "branch_summary"
-            || e["type"] == "label";
+            || e["type"] == "branch_summary";
         p.leaf = if e["type"] == "leaf" {
             e["targetId"].as_str().map(str::to_owned)
         } else {
@@ -324,6 +331,11 @@ fn parse(file: &Path) -> Parsed {
         };
         p.kept.insert(id.clone(), kept);
         p.parent.insert(id, parent);
+    }
+    for (id, set) in labelled {
+        if let Some(kept) = p.kept.get_mut(&id) {
+            *kept |= set;
+        }
     }
     p
 }
@@ -352,13 +364,13 @@ fn columns(text: &str) -> usize {
 ///
 /// The line bound: the active path is cut into runs at its forks (`forks + 1`
 /// runs). A run shows at most `fold` entries at its ends plus the entries a
-/// fold keeps (user messages, compactions, branch summaries, labelled
-/// entries — counted here generously as every label target candidate — and
-/// the leaf); its `⋮` lines are at most one per gap between kept entries
+/// fold keeps (user messages, compactions, branch summaries, labelled entries
+/// and the leaf); its `⋮` lines are at most one per gap between kept entries
 /// plus one, and it ends with at most one fork line. So lines ≤
-/// `runs × (fold + 2) + 2 × kept`. For this seed: 8,751 entries on the active
-/// path, 1,440 user messages, 105 forks — the bound is about 4,000 lines; the
-/// old nested layout printed 4,109 lines up to 622 columns wide.
+/// `runs × (fold + 2) + 2 × kept`. For this seed: 7,609 entries on the
+/// active path, 1,315 kept, 109 forks — at most 3,730 lines (it prints
+/// 3,280). The 10,000-entry session printed 4,109 lines up to 622
+/// columns wide in the old nested layout.
 #[test]
 fn a_forked_10k_session_prints_its_folded_active_path_within_120_columns() {
     let sb = Sandbox::new();
