@@ -5,6 +5,7 @@ mod browse;
 mod demo;
 mod import;
 mod maintain;
+mod pager;
 mod rpc;
 mod target;
 mod tree;
@@ -169,7 +170,7 @@ pub fn run() -> i32 {
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
-        Command::Tree(args) => tree::run(&cli, args).map(Some),
+        Command::Tree(args) => return print_tree(&cli, args),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
         Command::History(args) => browse::history(&cli, args).map(Some),
@@ -201,18 +202,43 @@ pub fn run() -> i32 {
                 failed => failed,
             }
         }
-        Err(e) => {
-            if cli.json {
-                let err = serde_json::json!({"error": {"code": e.code().as_str(), "message": e.to_string()}});
-                write_stdout(&format!("{err}\n"));
-            }
-            eprintln!(
-                "sessiontree: error [{}]: {}",
-                e.code(),
-                terminal_safe(&e.to_string())
-            );
-            exit_status(&e)
+        Err(e) => report_error(&cli, &e),
+    }
+}
+
+/// Prints a failed command's error (stdout too with `--json`); returns its exit status.
+fn report_error(cli: &Cli, e: &Error) -> i32 {
+    if cli.json {
+        let err =
+            serde_json::json!({"error": {"code": e.code().as_str(), "message": e.to_string()}});
+        write_stdout(&format!("{err}\n"));
+    }
+    eprintln!(
+        "sessiontree: error [{}]: {}",
+        e.code(),
+        terminal_safe(&e.to_string())
+    );
+    exit_status(e)
+}
+
+/// `tree` streams: a large tree is written line by line (to a pager on a
+/// terminal, see pager.rs) instead of gathered into a [`Report`]. The session
+/// is indexed first, so a bad argument fails before any output or pager.
+fn print_tree(cli: &Cli, args: &tree::TreeArgs) -> i32 {
+    let view = match tree::prepare(cli, args) {
+        Ok(view) => view,
+        Err(e) => return report_error(cli, &e),
+    };
+    let mut printer = pager::Printer::open(cli.json, args.display());
+    let written = view.write(&mut printer);
+    let failed = printer.finish();
+    match (written, failed) {
+        (Err(e), _) => report_error(cli, &e),
+        (Ok(()), Some(e)) => {
+            eprintln!("sessiontree: error [storage]: writing output: {e}");
+            exit::STORAGE
         }
+        (Ok(()), None) => exit::OK,
     }
 }
 

@@ -1,256 +1,987 @@
-//! `sessiontree tree`: a session's whole tree as text, pi `/tree` style — the
-//! active path (leaf to root) marked `*` and the leaf `← leaf`, the branch
-//! holding the leaf first at each fork, labels in brackets, long linear runs
-//! folded, and a one-line preview of each entry.
+//! `sessiontree tree`: a session's tree as text, pi `/tree` style, for trees
+//! of any size and shape.
+//!
+//! By default the **spine** is the active path, root first (`*`, the leaf
+//! marked `← leaf`), long linear runs folded into `⋮ N more entries`, and
+//! the side branches at each fork folded into one line. `--depth N` and
+//! `--all` unfold side branches as blocks at one fixed indentation, however
+//! deep they fork (see [`TreeArgs`]).
+//!
+//! Memory stays bounded: the log is read in pages into a compact index (ids
+//! interned to `u32`, parents, flag bits, subtree sizes), and only entries
+//! that get a line are read again, one at a time, as their line is written.
+//! Nothing here recurses over the tree: every walk is a loop or an explicit
+//! stack, so a deep or caterpillar-shaped tree cannot overflow the stack.
 
-use super::{target, Cli, Report};
+use super::pager::{ColorChoice, Display, Printer, Style};
+use super::{target, Cli};
 use clap::Args;
 use serde_json::{json, Value};
 use sessiontree::preview::preview_in;
 use sessiontree::{Entry, EntryType, Error, Result, SessionStorage};
-use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 
 /// Arguments of `tree`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Layout: the spine (by default the active path, root first) runs down the left \
+edge; `*` marks the active path, `← leaf` the leaf. Where side branches leave \
+it, one line says how many and how many entries they hold (`├─ 2 other \
+branches (9 entries)`). --depth N and --all show side branches as blocks \
+indented once (`├─`/`└─`, one level in from the spine): each block follows \
+its branch's first child; a fork inside a block gets a line there, and its \
+branches follow as blocks of their own at the same indentation, headed \
+`(from ID)`, never nested deeper. Lines stay within 120 columns.")]
 pub struct TreeArgs {
     /// Session id, unique id prefix, or `.jsonl` path.
     pub session: String,
-    /// Show only the subtree under this entry.
-    #[arg(long)]
+    /// Show only the subtree under this entry (its spine: the path to the
+    /// leaf if the leaf is below it, else down each first child).
+    #[arg(long, conflicts_with = "around")]
     pub from: Option<String>,
+    /// Show the path through this entry (root to the leaf if the leaf is
+    /// below it, else down each first child) with the 10 entries each side of
+    /// it whole; the rest of the path is folded.
+    #[arg(long, value_name = "ID")]
+    pub around: Option<String>,
     /// Fold linear runs longer than this many entries into `⋮ N more entries`
     /// lines, keeping their first and last FOLD/2 entries, user messages,
     /// compactions, branch summaries, labelled entries and the leaf (0 = never fold).
     #[arg(long, default_value_t = 8)]
     pub fold: usize,
+    /// Unfold side branches up to N forks away from the spine (0: each fork's
+    /// side branches are one line).
+    #[arg(long, default_value_t = 0, conflicts_with = "all")]
+    pub depth: usize,
+    /// Show every branch (side branches as blocks, see below).
+    #[arg(long)]
+    pub all: bool,
+    /// Write to stdout even on a terminal (no pager). The pager is `$PAGER`,
+    /// else `less -R`; never used for `--json` or when stdout is not a terminal.
+    #[arg(long)]
+    pub no_pager: bool,
+    /// Colour the leaf marker, labels, roles and branch lines (auto: on a
+    /// terminal when `NO_COLOR` is unset or empty; never with `--json`).
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, value_name = "WHEN")]
+    pub color: ColorChoice,
 }
 
-struct Tree {
-    entries: Vec<Entry>,
-    children: HashMap<String, Vec<usize>>,
-    roots: Vec<usize>,
-    active: HashSet<String>,
-    labels: HashMap<String, String>,
-    leaf: Option<String>,
-    cwd: Option<String>,
+impl TreeArgs {
+    /// Pager and colour, for the printing path.
+    pub fn display(&self) -> Display {
+        Display {
+            pager: !self.no_pager,
+            color: self.color,
+        }
+    }
 }
 
-/// Renders the tree; also returns it as nested JSON.
-pub fn render(
-    storage: &dyn SessionStorage,
-    from: Option<&str>,
-    fold: usize,
-) -> Result<(String, Value)> {
-    let entries = storage.entries(0, None)?;
-    let mut by_id: HashMap<&str, usize> = HashMap::new();
-    for (i, e) in entries.iter().enumerate() {
-        by_id.insert(e.id(), i);
-    }
-    let mut children: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut roots = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        // Only the entry that answers to an id is a node (later duplicates win).
-        if by_id.get(e.id()) != Some(&i) {
-            continue;
-        }
-        match e.facts().parent().filter(|p| by_id.contains_key(p)) {
-            Some(p) => children.entry(p.to_owned()).or_default().push(i),
-            None => roots.push(i),
-        }
-    }
-    let leaf = storage.leaf_id()?;
-    // The active path as pi's /tree marks it: every ancestor of the leaf up to
-    // the root (not cut at a compaction; a parent cycle just ends the walk).
-    let mut active: HashSet<String> = HashSet::new();
-    let mut cur = leaf.as_deref();
-    while let Some(&i) = cur.and_then(|id| by_id.get(id)) {
-        if !active.insert(entries[i].id().to_owned()) {
-            break;
-        }
-        cur = entries[i].facts().parent();
-    }
-    let mut labels = HashMap::new();
-    for e in &entries {
-        if let Some(l) = storage.label(e.id())? {
-            labels.insert(e.id().to_owned(), l.to_string_lossy());
-        }
-    }
-    let from_index = match from {
-        Some(id) => Some(
-            *by_id
-                .get(id)
-                .ok_or_else(|| Error::EntryNotFound(id.to_owned()))?,
-        ),
-        None => None,
-    };
-    // pi lists the branch holding the leaf first, then the others in log order.
-    let off_path = |k: &usize| !active.contains(entries[*k].id());
-    for list in children.values_mut() {
-        list.sort_by_key(off_path);
-    }
-    roots.sort_by_key(off_path);
-    let tree = Tree {
-        entries,
-        children,
-        roots,
-        active,
-        labels,
-        leaf: leaf.clone(),
-        cwd: storage.metadata()?.cwd,
-    };
-    let starts = from_index.map_or_else(|| tree.roots.clone(), |i| vec![i]);
-    let mut out = String::new();
-    if leaf.is_none() && !tree.entries.is_empty() {
-        out.push_str("(the leaf stands before the first entry)\n");
-    }
-    let mut json_roots = Vec::new();
-    let last = starts.len().saturating_sub(1);
-    for (k, &r) in starts.iter().enumerate() {
-        let (branch, cont) = if starts.len() > 1 {
-            (
-                if k == last { "└─ " } else { "├─ " },
-                if k == last { "   " } else { "│  " },
-            )
-        } else {
-            ("", "")
-        };
-        json_roots.push(tree.run(r, branch, cont, fold, &mut out));
-    }
-    Ok((out, json!({"leaf": leaf, "roots": json_roots})))
+/// The widest line `tree` writes, in terminal columns.
+const WIDTH: usize = 120;
+/// The widest preview, as before the redesign (pi's `/tree` shows about this much).
+const PREVIEW: usize = 72;
+/// Entries shown whole on each side of `--around`'s entry.
+const AROUND: usize = 10;
+/// Entries read per page while indexing (fewer when entries are large).
+const PAGE: usize = 4096;
+/// About how many bytes of entry text one page may hold.
+const PAGE_BYTES: usize = 16 << 20;
+
+/// No node (a root's parent, no leaf).
+const NONE: u32 = u32::MAX;
+
+// Flag bits of a node.
+/// An entry answers to this id (not only named as a parent or label target).
+const PRESENT: u8 = 1;
+/// A user message (kept when a run is folded).
+const USER: u8 = 1 << 1;
+/// A compaction or branch summary (kept when a run is folded).
+const MILESTONE: u8 = 1 << 2;
+/// Has a label (per the log's label entries, latest wins).
+const LABELLED: u8 = 1 << 3;
+/// On the active path.
+const ACTIVE: u8 = 1 << 4;
+/// The leaf.
+const LEAF: u8 = 1 << 5;
+/// Reachable from a root: in the forest, not in or under a parent cycle.
+const REACHED: u8 = 1 << 6;
+/// On the spine being built (guards the upward walk against cycles).
+const SPINE: u8 = 1 << 7;
+
+/// Entry ids interned to dense `u32` numbers: one string arena and an
+/// open-addressing table of numbers (about 20 bytes per id beyond its text,
+/// where a `HashMap<String, u32>` costs three times that).
+struct Ids {
+    arena: String,
+    ends: Vec<usize>,
+    slots: Vec<u32>,
+    hasher: std::hash::RandomState,
 }
 
-impl Tree {
-    fn line(&self, i: usize, prefix: &str, out: &mut String) {
-        let e = &self.entries[i];
-        let mark = if self.active.contains(e.id()) {
-            '*'
-        } else {
-            ' '
-        };
-        let label = self
-            .labels
-            .get(e.id())
-            .map(|l| format!(" [{l}]"))
-            .unwrap_or_default();
-        let here = if self.leaf.as_deref() == Some(e.id()) {
-            "  ← leaf"
-        } else {
-            ""
-        };
-        out.push_str(&format!(
-            "{prefix}{mark} {}{label} {}{here}\n",
-            e.id(),
-            preview_in(e, 72, self.cwd.as_deref())
-        ));
-    }
-
-    /// Whether a folded run still shows this entry: user messages (the turns,
-    /// and the only `fork --position before` targets), compactions, branch
-    /// summaries, labelled entries and the leaf.
-    fn keeps(&self, i: usize) -> bool {
-        let e = &self.entries[i];
-        e.facts().is_user_message()
-            || matches!(
-                e.entry_type(),
-                EntryType::Compaction | EntryType::BranchSummary
-            )
-            || self.labels.contains_key(e.id())
-            || self.leaf.as_deref() == Some(e.id())
-    }
-
-    fn node_json(&self, i: usize) -> Value {
-        let e = &self.entries[i];
-        json!({
-            "id": e.id(),
-            "type": e.entry_type().as_str(),
-            "active": self.active.contains(e.id()),
-            "label": self.labels.get(e.id()),
-            "preview": preview_in(e, 72, self.cwd.as_deref()),
-        })
-    }
-
-    /// Prints the linear run starting at `i`, folding its middle, then its fork.
-    fn run(
-        &self,
-        i: usize,
-        first_prefix: &str,
-        prefix: &str,
-        fold: usize,
-        out: &mut String,
-    ) -> Value {
-        let mut run = vec![i];
-        let mut cur = i;
-        while let Some([only]) = self.children.get(self.entries[cur].id()).map(Vec::as_slice) {
-            run.push(*only);
-            cur = *only;
+impl Ids {
+    fn new() -> Self {
+        Ids {
+            arena: String::new(),
+            ends: Vec::new(),
+            slots: vec![NONE; 1024],
+            hasher: std::hash::RandomState::new(),
         }
-        // A run longer than `fold` shows its first and last `fold / 2` entries
-        // and every entry `keeps` wants; each stretch of two or more others
-        // becomes one `⋮` line. The active part of a run is a prefix ending at
-        // the leaf, which is always shown, so a stretch is wholly on or off
-        // the active path.
-        let keep = fold / 2;
-        let shown: Vec<bool> = run
-            .iter()
-            .enumerate()
-            .map(|(k, &n)| {
-                fold == 0 || run.len() <= fold || k < keep || k >= run.len() - keep || self.keeps(n)
-            })
-            .collect();
-        let mut k = 0;
-        while k < run.len() {
-            let hidden = shown[k..].iter().take_while(|s| !**s).count();
-            if hidden >= 2 {
-                let mark = if self.active.contains(self.entries[run[k]].id()) {
-                    '*'
-                } else {
-                    ' '
-                };
-                out.push_str(&format!("{prefix}{mark} ⋮ {hidden} more entries\n"));
-                k += hidden;
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, n: u32) -> &str {
+        let n = n as usize;
+        let start = if n == 0 { 0 } else { self.ends[n - 1] };
+        &self.arena[start..self.ends[n]]
+    }
+
+    /// The slot holding `id`, or the empty slot where it would go.
+    fn slot(&self, id: &str) -> usize {
+        let mask = self.slots.len() - 1;
+        // Truncating the hash to usize keeps its low bits, which the mask uses.
+        let mut s = self.hasher.hash_one(id) as usize & mask;
+        while self.slots[s] != NONE && self.get(self.slots[s]) != id {
+            s = (s + 1) & mask;
+        }
+        s
+    }
+
+    fn find(&self, id: &str) -> Option<u32> {
+        Some(self.slots[self.slot(id)]).filter(|&n| n != NONE)
+    }
+
+    /// The number of `id`, and whether it is new.
+    fn intern(&mut self, id: &str) -> Result<(u32, bool)> {
+        let s = self.slot(id);
+        if self.slots[s] != NONE {
+            return Ok((self.slots[s], false));
+        }
+        let n = u32::try_from(self.len())
+            .ok()
+            .filter(|&n| n < NONE)
+            .ok_or_else(|| Error::InvalidSession("too many entries for `tree`".into()))?;
+        self.arena.push_str(id);
+        self.ends.push(self.arena.len());
+        self.slots[s] = n;
+        // Keep the table at most half full, so probes stay short.
+        if self.len() * 2 > self.slots.len() {
+            let mut slots = vec![NONE; self.slots.len() * 2];
+            let mask = slots.len() - 1;
+            for m in 0..self.len() as u32 {
+                let mut s = self.hasher.hash_one(self.get(m)) as usize & mask;
+                while slots[s] != NONE {
+                    s = (s + 1) & mask;
+                }
+                slots[s] = m;
+            }
+            self.slots = slots;
+        }
+        Ok((n, true))
+    }
+}
+
+/// The session's shape, without its text: per node (an id), its parent,
+/// log position, flags, subtree size and children (ordered as pi's `/tree`
+/// lists them: the branch holding the leaf first, then log order).
+struct Index {
+    ids: Ids,
+    parent: Vec<u32>,
+    pos: Vec<u32>,
+    flags: Vec<u8>,
+    /// Entries in the subtree (0 for nodes not [`REACHED`]).
+    size: Vec<u32>,
+    /// `children[child_start[n]..child_start[n + 1]]` are `n`'s children.
+    child_start: Vec<u32>,
+    children: Vec<u32>,
+    roots: Vec<u32>,
+    leaf: u32,
+    /// Entries read.
+    entries: usize,
+}
+
+impl Index {
+    /// Reads the log page by page and builds the index.
+    fn build(storage: &dyn SessionStorage) -> Result<Index> {
+        // The leaf first: the log only grows, so the pages read next hold it.
+        let leaf_id = storage.leaf_id()?;
+        let mut idx = Index {
+            ids: Ids::new(),
+            parent: Vec::new(),
+            pos: Vec::new(),
+            flags: Vec::new(),
+            size: Vec::new(),
+            child_start: Vec::new(),
+            children: Vec::new(),
+            roots: Vec::new(),
+            leaf: NONE,
+            entries: 0,
+        };
+        let mut limit = PAGE;
+        loop {
+            let page = storage.entries(idx.entries, Some(limit))?;
+            let bytes: usize = page.iter().map(|e| e.json().len()).sum();
+            for e in &page {
+                idx.add(e)?;
+            }
+            if page.len() < limit {
+                break;
+            }
+            // Large entries (pasted images) make smaller pages, so a page's
+            // text stays about PAGE_BYTES.
+            limit = if bytes > PAGE_BYTES {
+                (limit / 2).max(16)
+            } else if bytes < PAGE_BYTES / 4 {
+                (limit * 2).min(PAGE)
+            } else {
+                limit
+            };
+        }
+        if let Some(id) = leaf_id {
+            idx.leaf = idx
+                .ids
+                .find(&id)
+                .filter(|&n| idx.has(n, PRESENT))
+                .ok_or(Error::DanglingReference(id))?;
+            idx.flags[idx.leaf as usize] |= LEAF;
+            // The active path as pi's /tree marks it: every ancestor of the
+            // leaf up to the root (a parent cycle just ends the walk).
+            let mut n = idx.leaf;
+            while n != NONE && idx.has(n, PRESENT) && !idx.has(n, ACTIVE) {
+                idx.flags[n as usize] |= ACTIVE;
+                n = idx.parent[n as usize];
+            }
+        }
+        idx.link();
+        Ok(idx)
+    }
+
+    /// Folds one entry in; a later entry with the same id replaces an earlier
+    /// one (it is the one `entry(id)` answers with).
+    fn add(&mut self, e: &Entry) -> Result<()> {
+        let f = e.facts();
+        let n = self.node(&f.id)? as usize;
+        let mut flags = PRESENT | (self.flags[n] & LABELLED);
+        if f.is_user_message() {
+            flags |= USER;
+        }
+        if matches!(
+            f.entry_type,
+            EntryType::Compaction | EntryType::BranchSummary
+        ) {
+            flags |= MILESTONE;
+        }
+        self.flags[n] = flags;
+        self.pos[n] = u32::try_from(self.entries).unwrap_or(NONE - 1);
+        self.parent[n] = match f.parent() {
+            Some(p) => self.node(p)?,
+            None => NONE,
+        };
+        if let Some((target, label)) = f.label_update() {
+            let t = self.node(target)? as usize;
+            if label.is_some() {
+                self.flags[t] |= LABELLED;
+            } else {
+                self.flags[t] &= !LABELLED;
+            }
+        }
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// The node of `id`, made if new.
+    fn node(&mut self, id: &str) -> Result<u32> {
+        let (n, new) = self.ids.intern(id)?;
+        if new {
+            self.parent.push(NONE);
+            self.pos.push(0);
+            self.flags.push(0);
+        }
+        Ok(n)
+    }
+
+    fn has(&self, n: u32, flag: u8) -> bool {
+        self.flags[n as usize] & flag != 0
+    }
+
+    /// Children lists (one flat array), roots, and subtree sizes, without recursion.
+    fn link(&mut self) {
+        let len = self.ids.len();
+        let present = |s: &Self, n: u32| n != NONE && s.has(n, PRESENT);
+        let mut start = vec![0u32; len + 1];
+        for n in 0..len as u32 {
+            let p = self.parent[n as usize];
+            if present(self, n) && present(self, p) {
+                start[p as usize + 1] += 1;
+            }
+        }
+        for i in 0..len {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut children = vec![0u32; start[len] as usize];
+        let mut roots = Vec::new();
+        for n in 0..len as u32 {
+            if !present(self, n) {
                 continue;
             }
-            self.line(run[k], if k == 0 { first_prefix } else { prefix }, out);
-            k += 1;
-        }
-        let kids = self
-            .children
-            .get(self.entries[cur].id())
-            .cloned()
-            .unwrap_or_default();
-        let last = kids.len().saturating_sub(1);
-        let mut forks = Vec::new();
-        for (k, &c) in kids.iter().enumerate() {
-            let (b, cont) = if k == last {
-                ("└─ ", "   ")
+            let p = self.parent[n as usize];
+            if present(self, p) {
+                children[fill[p as usize] as usize] = n;
+                fill[p as usize] += 1;
             } else {
-                ("├─ ", "│  ")
-            };
-            forks.push(self.run(
-                c,
-                &format!("{prefix}{b}"),
-                &format!("{prefix}{cont}"),
-                fold,
-                out,
-            ));
+                roots.push(n);
+            }
         }
-        json!({
-            "entries": run.iter().map(|&n| self.node_json(n)).collect::<Vec<_>>(),
-            "children": forks,
-        })
+        drop(fill);
+        // pi lists the branch holding the leaf first, then the others in log order.
+        let key = |n: &u32| (self.flags[*n as usize] & ACTIVE == 0, self.pos[*n as usize]);
+        for i in 0..len {
+            let list = &mut children[start[i] as usize..start[i + 1] as usize];
+            if list.len() > 1 {
+                list.sort_by_key(key);
+            }
+        }
+        roots.sort_by_key(key);
+        // Preorder from the roots with an explicit stack; sizes summed in
+        // reverse preorder (children before parents).
+        let mut order = Vec::with_capacity(len);
+        let mut stack: Vec<u32> = roots.iter().rev().copied().collect();
+        while let Some(n) = stack.pop() {
+            if self.flags[n as usize] & REACHED != 0 {
+                continue;
+            }
+            self.flags[n as usize] |= REACHED;
+            order.push(n);
+            stack.extend(
+                children[start[n as usize] as usize..start[n as usize + 1] as usize]
+                    .iter()
+                    .rev(),
+            );
+        }
+        let mut size = vec![0u32; len];
+        for &n in order.iter().rev() {
+            size[n as usize] += 1;
+            let p = self.parent[n as usize];
+            if present(self, p) {
+                size[p as usize] = size[p as usize].saturating_add(size[n as usize]);
+            }
+        }
+        self.size = size;
+        self.child_start = start;
+        self.children = children;
+        self.roots = roots;
+    }
+
+    /// The children of `n` in the forest (none for a node in or under a
+    /// parent cycle, so no walk can loop).
+    fn kids(&self, n: u32) -> &[u32] {
+        if !self.has(n, REACHED) {
+            return &[];
+        }
+        let n = n as usize;
+        &self.children[self.child_start[n] as usize..self.child_start[n + 1] as usize]
+    }
+
+    /// The path down from `n` through each first child (the active child
+    /// where there is one), stopping at the leaf if `to_leaf`.
+    fn descend(&self, n: u32, to_leaf: bool) -> Vec<u32> {
+        let mut path = vec![n];
+        let mut cur = n;
+        while !(to_leaf && cur == self.leaf) {
+            match self.kids(cur).first() {
+                Some(&c) => {
+                    path.push(c);
+                    cur = c;
+                }
+                None => break,
+            }
+        }
+        path
+    }
+
+    /// The path from the root down to `n` (up the parents; a parent cycle ends it).
+    fn ascend(&mut self, n: u32) -> Vec<u32> {
+        let mut path = Vec::new();
+        let mut cur = n;
+        while cur != NONE && self.has(cur, PRESENT) && !self.has(cur, SPINE) {
+            self.flags[cur as usize] |= SPINE;
+            path.push(cur);
+            cur = self.parent[cur as usize];
+        }
+        for &m in &path {
+            self.flags[m as usize] &= !SPINE;
+        }
+        path.reverse();
+        path
+    }
+
+    /// Whether a folded run still shows `n`: user messages (the turns, and
+    /// the only `fork --position before` targets), compactions, branch
+    /// summaries, labelled entries and the leaf.
+    fn keeps(&self, n: u32) -> bool {
+        self.has(n, USER | MILESTONE | LABELLED | LEAF)
+    }
+
+    fn entries_under(&self, heads: &[u32]) -> u64 {
+        heads
+            .iter()
+            .map(|&h| u64::from(self.size[h as usize]))
+            .sum()
     }
 }
 
-/// Runs `tree`.
-pub fn run(cli: &Cli, args: &TreeArgs) -> Result<Report> {
+/// What the spine is.
+enum SpineStart {
+    /// The active path.
+    Active,
+    /// `--from`: the subtree under an entry.
+    From(u32),
+    /// `--around`: the path through an entry, windowed.
+    Around(u32),
+}
+
+/// A session indexed and ready to write (errors that need no output, such as
+/// an unknown session or entry, happen before anything is printed).
+pub struct View {
+    storage: Box<dyn SessionStorage>,
+    idx: Index,
+    start: SpineStart,
+    cwd: Option<String>,
+    fold: usize,
+    depth: usize,
+}
+
+/// Opens the session and indexes it.
+pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
     let storage = target::open(cli, &args.session)?;
-    let (text, json) = render(&*storage, args.from.as_deref(), args.fold)?;
-    Ok(Report::new(
-        json,
-        if text.is_empty() {
-            "empty session\n".into()
+    let idx = Index::build(&*storage)?;
+    let find = |id: &str| {
+        idx.ids
+            .find(id)
+            .filter(|&n| idx.has(n, PRESENT))
+            .ok_or_else(|| Error::EntryNotFound(id.to_owned()))
+    };
+    let start = match (&args.from, &args.around) {
+        (Some(id), _) => SpineStart::From(find(id)?),
+        (None, Some(id)) => SpineStart::Around(find(id)?),
+        (None, None) => SpineStart::Active,
+    };
+    let cwd = storage.metadata()?.cwd;
+    Ok(View {
+        storage,
+        idx,
+        start,
+        cwd,
+        fold: args.fold,
+        depth: if args.all { usize::MAX } else { args.depth },
+    })
+}
+
+/// Where a path is drawn.
+enum Place<'a> {
+    /// The spine: at the left edge, its side branches right below each fork.
+    Spine,
+    /// A block `level` forks from the spine; forks inside it defer their
+    /// branches (`(side, fork)` pairs) to blocks after it.
+    Block {
+        level: usize,
+        deferred: &'a mut Vec<(u32, u32)>,
+    },
+}
+
+impl View {
+    /// Writes the tree, line by line, as text or JSON.
+    pub fn write(mut self, out: &mut Printer) -> Result<()> {
+        let spine = match self.start {
+            SpineStart::Active if self.idx.leaf == NONE => Vec::new(),
+            SpineStart::Active => self.idx.ascend(self.idx.leaf),
+            SpineStart::From(n) => self.idx.descend(n, true),
+            SpineStart::Around(n) => {
+                let mut path = self.idx.ascend(n);
+                path.extend(self.idx.descend(n, true).into_iter().skip(1));
+                path
+            }
+        };
+        let leaf = (self.idx.leaf != NONE).then(|| self.idx.ids.get(self.idx.leaf));
+        if out.json() {
+            out.raw(&format!(r#"{{"leaf":{},"lines":["#, json!(leaf)));
+        } else if self.idx.entries == 0 {
+            out.piece(Style::Plain, "empty session");
+            out.end_line();
+        } else if leaf.is_none() {
+            out.piece(Style::Plain, "(the leaf stands before the first entry)");
+            out.end_line();
+        }
+        let mut w = Writer {
+            view: &self,
+            out,
+            first_json: true,
+        };
+        let written = w.spine(&spine);
+        if w.out.json() {
+            // A failure half way ends the partial line, so that the error
+            // object the caller prints stands on a line of its own.
+            w.out.raw(if written.is_ok() { "]}\n" } else { "\n" });
+        }
+        written
+    }
+}
+
+/// The fork a block leaves (`NONE`: the block is a root).
+#[derive(Clone, Copy)]
+struct BranchOf {
+    fork: u32,
+    /// Say so in the text: `(from ID)` (blocks deferred from a fork inside
+    /// another block; those right below a fork line need not).
+    announce: bool,
+}
+
+/// Writes the lines of one view.
+struct Writer<'v, 'o> {
+    view: &'v View,
+    out: &'o mut Printer,
+    first_json: bool,
+}
+
+/// One line's geometry: what stands before its content.
+struct Gutter<'g> {
+    text: &'g str,
+    level: usize,
+}
+
+impl Writer<'_, '_> {
+    fn idx(&self) -> &Index {
+        &self.view.idx
+    }
+
+    /// The spine, with the other roots (when it starts at a root) before it.
+    fn spine(&mut self, spine: &[u32]) -> Result<()> {
+        let idx = self.idx();
+        let at_root = !matches!(self.view.start, SpineStart::From(_));
+        if at_root {
+            let top = spine.first().copied();
+            let others: Vec<u32> = idx
+                .roots
+                .iter()
+                .copied()
+                .filter(|&r| Some(r) != top)
+                .collect();
+            if !others.is_empty() {
+                let tee = if spine.is_empty() {
+                    "└─ "
+                } else {
+                    "┌─ "
+                };
+                let cont = if spine.is_empty() { "   " } else { "│  " };
+                self.fork(tee, NONE, &others, spine.is_empty(), 0)?;
+                if self.view.depth > 0 {
+                    self.blocks(&others, NONE, cont, 1)?;
+                }
+            }
+        }
+        let shown = match self.view.start {
+            SpineStart::Around(n) => {
+                let at = spine.iter().position(|&m| m == n).unwrap_or(0);
+                let last = spine.len().saturating_sub(1);
+                spine
+                    .iter()
+                    .enumerate()
+                    .map(|(i, _)| i == 0 || i == last || i.abs_diff(at) <= AROUND)
+                    .collect()
+            }
+            _ => self.folded(spine, false),
+        };
+        self.path(spine, &shown, "", "", Place::Spine, None)
+    }
+
+    /// Which entries of `path` a fold shows: runs end at forks (an entry with
+    /// side branches, always shown) and at the end; a run longer than `fold`
+    /// shows its first and last `fold / 2` entries and what [`Index::keeps`].
+    fn folded(&self, path: &[u32], block: bool) -> Vec<bool> {
+        let idx = self.idx();
+        let fold = self.view.fold;
+        let keep = fold / 2;
+        let mut shown = vec![true; path.len()];
+        let mut start = 0;
+        for i in 0..path.len() {
+            let fork = self.side(path, i).next().is_some();
+            if !(fork || i + 1 == path.len()) {
+                continue;
+            }
+            let run = &path[start..=i];
+            if fold > 0 && run.len() > fold {
+                for (k, &n) in run.iter().enumerate() {
+                    shown[start + k] =
+                        k < keep || k + keep >= run.len() || idx.keeps(n) || start + k == i;
+                }
+            }
+            start = i + 1;
+        }
+        // A block's first entry carries its header.
+        if block && !shown.is_empty() {
+            shown[0] = true;
+        }
+        shown
+    }
+
+    /// The side branches at `path[i]`: its children except the next entry.
+    fn side<'p>(&'p self, path: &'p [u32], i: usize) -> impl Iterator<Item = u32> + 'p {
+        let next = path.get(i + 1).copied();
+        self.idx()
+            .kids(path[i])
+            .iter()
+            .copied()
+            .filter(move |&c| Some(c) != next)
+    }
+
+    /// Writes a path: its entries (hidden stretches of two or more folded
+    /// into one line), and after each fork its side branches.
+    fn path(
+        &mut self,
+        path: &[u32],
+        shown: &[bool],
+        first: &str,
+        cont: &str,
+        mut place: Place<'_>,
+        branch_of: Option<BranchOf>,
+    ) -> Result<()> {
+        let level = match &place {
+            Place::Spine => 0,
+            Place::Block { level, .. } => *level,
+        };
+        let mut i = 0;
+        while i < path.len() && self.out.is_open() {
+            let gutter = Gutter {
+                text: if i == 0 { first } else { cont },
+                level,
+            };
+            let hidden = shown[i..].iter().take_while(|s| !**s).count();
+            if hidden >= 2 {
+                let branches: usize = (i..i + hidden).map(|k| self.side(path, k).count()).sum();
+                let active = self.idx().has(path[i], ACTIVE);
+                self.fold_line(&gutter, hidden, branches, active);
+                i += hidden;
+                continue;
+            }
+            self.entry(&gutter, path[i], branch_of.filter(|_| i == 0))?;
+            let side: Vec<u32> = self.side(path, i).collect();
+            if !side.is_empty() {
+                let end = i + 1 == path.len();
+                match &mut place {
+                    Place::Spine => {
+                        let unfold = self.view.depth > 0;
+                        let (tee, g) = if end {
+                            ("└─ ", "   ")
+                        } else {
+                            ("├─ ", "│  ")
+                        };
+                        self.fork(tee, path[i], &side, end, 0)?;
+                        if unfold {
+                            self.blocks(&side, path[i], g, 1)?;
+                        }
+                    }
+                    Place::Block { level, deferred } => {
+                        let tee = format!("{cont}├─ ");
+                        let unfold = *level < self.view.depth;
+                        self.fork(&tee, path[i], &side, false, *level)?;
+                        if unfold {
+                            deferred.extend(side.iter().map(|&s| (s, path[i])));
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// The side branches `heads` of `fork` as blocks at one indentation
+    /// after `gutter`; forks inside them add blocks after theirs (an explicit
+    /// stack, depth first), never indented further.
+    fn blocks(&mut self, heads: &[u32], fork: u32, gutter: &str, level: usize) -> Result<()> {
+        let mut stack: Vec<(u32, u32, usize)> =
+            heads.iter().rev().map(|&h| (h, fork, level)).collect();
+        while let Some((head, from, level)) = stack.pop() {
+            if !self.out.is_open() {
+                break;
+            }
+            let path = self.idx().descend(head, false);
+            let defers = level < self.view.depth
+                && path
+                    .iter()
+                    .enumerate()
+                    .any(|(i, _)| self.side(&path, i).next().is_some());
+            let last = stack.is_empty() && !defers;
+            let (first, cont) = if last {
+                (format!("{gutter}└─ "), format!("{gutter}   "))
+            } else {
+                (format!("{gutter}├─ "), format!("{gutter}│  "))
+            };
+            let shown = self.folded(&path, true);
+            let mut deferred = Vec::new();
+            self.path(
+                &path,
+                &shown,
+                &first,
+                &cont,
+                Place::Block {
+                    level,
+                    deferred: &mut deferred,
+                },
+                Some(BranchOf {
+                    fork: from,
+                    // Blocks straight off the fork line need no `(from …)`.
+                    announce: from != fork,
+                }),
+            )?;
+            stack.extend(deferred.iter().rev().map(|&(h, f)| (h, f, level + 1)));
+        }
+        Ok(())
+    }
+
+    fn entry_of(&self, n: u32) -> Result<Entry> {
+        let id = self.idx().ids.get(n);
+        self.view
+            .storage
+            .entry(id)?
+            .ok_or_else(|| Error::EntryNotFound(id.to_owned()))
+    }
+
+    fn label_of(&self, n: u32) -> Result<Option<String>> {
+        if !self.idx().has(n, LABELLED) {
+            return Ok(None);
+        }
+        Ok(self
+            .view
+            .storage
+            .label(self.idx().ids.get(n))?
+            .map(|l| l.to_string_lossy()))
+    }
+
+    fn json_line(&mut self, v: Value) {
+        if !self.first_json {
+            self.out.raw(",");
+        }
+        self.first_json = false;
+        self.out.raw(&v.to_string());
+    }
+
+    /// One entry's line; `branch_of` is set on a block's first entry.
+    fn entry(&mut self, g: &Gutter<'_>, n: u32, branch_of: Option<BranchOf>) -> Result<()> {
+        let e = self.entry_of(n)?;
+        let label = self.label_of(n)?;
+        let idx = self.idx();
+        let active = idx.has(n, ACTIVE);
+        let is_leaf = idx.has(n, LEAF);
+        let cwd = self.view.cwd.as_deref();
+        if self.out.json() {
+            let mut v = json!({
+                "kind": "entry",
+                "level": g.level,
+                "id": e.id(),
+                "type": e.entry_type().as_str(),
+                "preview": preview_in(&e, PREVIEW, cwd),
+                "label": label,
+                "active": active,
+                "leaf": is_leaf,
+            });
+            if let Some(b) = branch_of {
+                v["branchOf"] = json!((b.fork != NONE).then(|| idx.ids.get(b.fork)));
+            }
+            self.json_line(v);
+            return Ok(());
+        }
+        let mark = if active { "*" } else { " " };
+        let from = match branch_of {
+            Some(b) if b.announce && b.fork != NONE => {
+                format!("(from {}) ", fit(&safe(idx.ids.get(b.fork)), 24))
+            }
+            _ => String::new(),
+        };
+        let id = fit(&safe(e.id()), 48);
+        let label = label
+            .map(|l| format!(" [{}]", fit(&safe(&l), 32)))
+            .unwrap_or_default();
+        let here = if is_leaf { "  ← leaf" } else { "" };
+        let used = width(g.text) + 2 + width(&from) + width(&id) + width(&label) + 1 + width(here);
+        let preview = fit(
+            &safe(&preview_in(&e, 4 * PREVIEW, cwd)),
+            PREVIEW.min(WIDTH.saturating_sub(used)),
+        );
+        self.out.piece(Style::Plain, g.text);
+        self.out
+            .piece(if active { Style::Active } else { Style::Plain }, mark);
+        self.out.piece(Style::Plain, " ");
+        self.out.piece(Style::Plain, &from);
+        self.out.piece(Style::Plain, &id);
+        self.out.piece(Style::Label, &label);
+        self.out.piece(Style::Plain, " ");
+        // A message's preview reads `role: text` (`toolResult [read]: text`);
+        // the part before the first `: ` is coloured.
+        let role = match e.facts().role.as_deref() {
+            Some(r) if *e.entry_type() == EntryType::Message && preview.starts_with(&safe(r)) => {
+                preview.find(": ").unwrap_or(0)
+            }
+            _ => 0,
+        };
+        self.out.piece(Style::Role, &preview[..role]);
+        self.out.piece(Style::Plain, &preview[role..]);
+        self.out.piece(Style::Leaf, here);
+        self.out.end_line();
+        Ok(())
+    }
+
+    /// A `⋮ N more entries` line.
+    fn fold_line(&mut self, g: &Gutter<'_>, hidden: usize, branches: usize, active: bool) {
+        if self.out.json() {
+            self.json_line(json!({
+                "kind": "fold", "level": g.level, "entries": hidden,
+                "sideBranches": branches, "active": active,
+            }));
+            return;
+        }
+        let mark = if active { "*" } else { " " };
+        let more = match branches {
+            0 => String::new(),
+            b => format!(" (+{b} side {})", plural(b, "branch", "branches")),
+        };
+        self.out.piece(Style::Plain, g.text);
+        self.out
+            .piece(if active { Style::Active } else { Style::Plain }, mark);
+        self.out.piece(Style::Plain, " ");
+        self.out
+            .piece(Style::Fold, &format!("⋮ {hidden} more entries{more}"));
+        self.out.end_line();
+    }
+
+    /// The line for the side branches `heads` at `fork` (`NONE`: the other
+    /// roots), after `tee`. Folded (they get no blocks) it names them: the
+    /// one branch's first entry, or the first entries' ids.
+    fn fork(&mut self, tee: &str, fork: u32, heads: &[u32], end: bool, level: usize) -> Result<()> {
+        let idx = self.idx();
+        let entries = idx.entries_under(heads);
+        let unfolded = level < self.view.depth;
+        if self.out.json() {
+            let ids: Vec<&str> = heads.iter().map(|&h| idx.ids.get(h)).collect();
+            let at = (fork != NONE).then(|| idx.ids.get(fork));
+            self.json_line(json!({
+                "kind": "branches", "level": level, "at": at, "branches": heads.len(),
+                "entries": entries, "heads": ids, "unfolded": unfolded,
+            }));
+            return Ok(());
+        }
+        let k = heads.len();
+        // `other`: the spine goes on past this fork (or starts at a root).
+        let other = !end;
+        let what = format!(
+            "{k} {}{}{} ({entries} {})",
+            if other { "other " } else { "" },
+            if fork == NONE { "root " } else { "" },
+            plural(k, "branch", "branches"),
+            plural(entries as usize, "entry", "entries"),
+        );
+        let mut text = what;
+        if unfolded {
+            if level > 0 {
+                text.push_str(", below");
+            }
+        } else if let [only] = heads {
+            let e = self.entry_of(*only)?;
+            let room = WIDTH.saturating_sub(width(tee) + width(&text) + 2);
+            let head = format!(
+                "{} {}",
+                safe(e.id()),
+                safe(&preview_in(&e, 4 * PREVIEW, self.view.cwd.as_deref()))
+            );
+            text.push_str(": ");
+            text.push_str(&fit(&head, room));
         } else {
-            text
-        },
-    ))
+            let room = WIDTH.saturating_sub(width(tee) + width(&text) + 2);
+            let mut list = String::new();
+            for (j, &h) in heads.iter().enumerate() {
+                let id = safe(self.idx().ids.get(h));
+                let sep = if j == 0 { "" } else { ", " };
+                // Room for this id, and for `, …` if more follow.
+                let tail = if j + 1 < k { 3 } else { 0 };
+                if width(&list) + width(sep) + width(&id) + tail > room {
+                    list.push_str(if j == 0 { "…" } else { ", …" });
+                    break;
+                }
+                list.push_str(sep);
+                list.push_str(&id);
+            }
+            text.push_str(": ");
+            text.push_str(&list);
+        }
+        self.out.piece(Style::Plain, tee);
+        self.out
+            .piece(Style::Fork, &fit(&text, WIDTH.saturating_sub(width(tee))));
+        self.out.end_line();
+        Ok(())
+    }
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// Text as the terminal will get it (the printer escapes again; escaping is
+/// idempotent), so that its width can be measured here.
+fn safe(s: &str) -> String {
+    super::terminal_safe(s)
+}
+
+/// Columns a character takes: 2 for East Asian wide and most emoji, else 1
+/// (zero-width marks count 1, so a measured line is never too short).
+fn char_width(c: char) -> usize {
+    match c as u32 {
+        0x1100..=0x115f
+        | 0x2e80..=0x303e
+        | 0x3041..=0x33ff
+        | 0x3400..=0x4dbf
+        | 0x4e00..=0x9fff
+        | 0xa000..=0xa4cf
+        | 0xac00..=0xd7a3
+        | 0xf900..=0xfaff
+        | 0xfe30..=0xfe4f
+        | 0xff00..=0xff60
+        | 0xffe0..=0xffe6
+        | 0x1f300..=0x1f64f
+        | 0x1f900..=0x1f9ff
+        | 0x20000..=0x3fffd => 2,
+        _ => 1,
+    }
+}
+
+/// Columns `s` takes.
+fn width(s: &str) -> usize {
+    s.chars().map(char_width).sum()
+}
+
+/// `s` cut to at most `max` columns, with `…` where it was cut.
+fn fit(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = char_width(c);
+        if used + w + 1 > max {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    if max > 0 {
+        out.push('…');
+    }
+    out
 }

@@ -227,54 +227,70 @@ fn tree_snapshot() {
     assert_eq!(sb.run(&["tree", s(&path)]).ok(), expected);
     assert_eq!(sb.run(&["show", "01950000-aaaa"]).ok(), expected);
 
-    // No folding: every entry has its line.
-    let all = sb.run(&["tree", TREE_ID, "--fold", "0"]);
-    assert_eq!(all.ok().lines().count(), 36);
+    // No folding, every branch: every entry has its line, and each fork one.
+    let all = sb.run(&["tree", TREE_ID, "--all", "--fold", "0"]);
+    assert_eq!(all.ok().lines().count(), 36 + 2);
     assert!(!all.ok().contains('⋮'));
+    assert!(all.ok().contains(
+        "├─ 1 other branch (5 entries)\n│  └─   usr00002 user: Parse numbers with the nom crate\n"
+    ));
 
     // A subtree.
     let sub = sb.run(&["tree", TREE_ID, "--from", "nam00001"]);
     let expected_sub = "\
 * nam00001 [name] tinyjson parser
-├─ * usr00007 user: Benchmark it against serde_json with criterion
-│  * ast00013 [bench] assistant: serde_json is 3x faster on the twitter.json corpus; fine for…
-│  * lbl00003 [label ast00013 → bench]  ← leaf
-└─   usr00006 user: Benchmark it against serde_json
-     ast00012 assistant: (error: 429 rate_limit_error: too many requests)
-     leaf0002 [leaf → nam00001]
+├─ 1 other branch (3 entries): usr00006 user: Benchmark it against serde_json
+* usr00007 user: Benchmark it against serde_json with criterion
+* ast00013 [bench] assistant: serde_json is 3x faster on the twitter.json corpus; fine for…
+* lbl00003 [label ast00013 → bench]  ← leaf
 ";
     assert_eq!(sub.ok(), expected_sub);
     sb.run(&["tree", TREE_ID, "--from", "nope"])
         .fails(3, "not_found");
 
-    // JSON: nested runs, every entry (folding is for text only), the active
-    // branch first.
+    // JSON: the lines of the text, one object each.
     let v = sb.json(&["tree", TREE_ID]);
     assert_eq!(v["leaf"], "lbl00003");
-    let roots = v["roots"].as_array().expect("roots");
-    assert_eq!(roots.len(), 1);
-    let first = &roots[0];
+    let lines = v["lines"].as_array().expect("lines");
+    assert_eq!(lines.len(), expected.lines().count());
     assert_eq!(
-        ids(&first["entries"]),
-        ["mdl00001", "thk00001", "usr00001", "ast00001", "res00001", "ast00002", "lbl00001"]
-    );
-    assert_eq!(
-        first["entries"][2],
-        json!({"id": "usr00001", "type": "message", "active": true, "label": "setup",
+        lines[2],
+        json!({"kind": "entry", "level": 0, "id": "usr00001", "type": "message",
+               "active": true, "leaf": false, "label": "setup",
                "preview": "user: Set up a Rust crate for a tiny JSON parser"})
     );
-    let forks = first["children"].as_array().expect("children");
-    assert_eq!(forks.len(), 2);
-    assert_eq!(forks[0]["entries"][0]["id"], "bsm00001");
     assert_eq!(
-        forks[0]["entries"].as_array().map(Vec::len),
-        Some(18),
-        "the long run is whole"
+        lines[7],
+        json!({"kind": "branches", "level": 0, "at": "lbl00001", "branches": 1,
+               "entries": 5, "heads": ["usr00002"], "unfolded": false})
     );
-    assert_eq!(forks[1]["entries"][0]["id"], "usr00002");
-    assert_eq!(forks[1]["entries"][0]["active"], false);
-    assert_eq!(forks[1]["entries"][0]["label"], Value::Null);
-    assert_eq!(forks[1]["children"], json!([]));
+    assert_eq!(
+        lines[12],
+        json!({"kind": "fold", "level": 0, "entries": 10, "sideBranches": 0, "active": true})
+    );
+    assert_eq!(lines.last().expect("last")["leaf"], true);
+    // With every branch: every entry once; a block's first entry names its fork.
+    let v = sb.json(&["tree", TREE_ID, "--all", "--fold", "0"]);
+    let entries: Vec<&Value> = v["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .filter(|l| l["kind"] == "entry")
+        .collect();
+    assert_eq!(entries.len(), 36);
+    let nom = entries
+        .iter()
+        .find(|e| e["id"] == "usr00002")
+        .expect("usr00002");
+    assert_eq!(
+        (
+            &nom["active"],
+            &nom["label"],
+            &nom["level"],
+            &nom["branchOf"]
+        ),
+        (&json!(false), &Value::Null, &json!(1), &json!("lbl00001"))
+    );
 }
 
 #[test]
@@ -545,18 +561,8 @@ fn search_with_filters() {
 #[test]
 fn control_characters_in_stored_text_never_reach_the_terminal() {
     let sb = Sandbox::new();
-    let hostile =
-        "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7} back\rspace\ttab \u{202e}rtl \u{9b}c1";
-    let f = small_session(
-        "01950000-ffff-7000-8000-000000000001",
-        "/home/ada/esc",
-        "2025-03-01T10:00:00.000Z",
-        hostile,
-        Some(hostile),
-    );
-    let src = f.save(&sb, "pi");
-    sb.import(&[&src]);
-    let id = "01950000-ffff";
+    let hostile = HOSTILE;
+    let id = hostile_session(&sb);
     for args in [
         vec!["ls"],
         vec!["tree", id],

@@ -5,7 +5,8 @@
 //! One test binary (one link, not one per file), a module per command group:
 //! `import`, `browse` (ls, tree, branch, context, history, search, stats),
 //! `write` (label, name, move, fork, export, delete), `args` (SESSION
-//! arguments, errors, help) and `rpc`. This file holds what they share: the
+//! arguments, errors, help), `rpc`, and `tree` (real trees: known shapes,
+//! large generated sessions, memory, colour and the pager). This file holds what they share: the
 //! sandbox that runs the binary and the session files they start from.
 //!
 //! Inputs are the real pi files in `shared/fixtures/pi-sessions/` (version 1:
@@ -26,6 +27,7 @@ mod args;
 mod browse;
 mod import;
 mod rpc;
+mod tree;
 mod write;
 
 /// pi's real files, which the import and export tests count on.
@@ -268,6 +270,25 @@ fn small_session(id: &str, cwd: &str, created: &str, topic: &str, name: Option<&
         })
         .collect();
     PiFile::from_lines(lines)
+}
+
+/// Stored text that would drive a terminal: SGR and OSC escape sequences, a
+/// bell, a carriage return, a tab, a bidirectional override and a C1 control.
+const HOSTILE: &str =
+    "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7} back\rspace\ttab \u{202e}rtl \u{9b}c1";
+
+/// Imports a small session whose topic and name are [`HOSTILE`]; returns its id prefix.
+fn hostile_session(sb: &Sandbox) -> &'static str {
+    let f = small_session(
+        "01950000-ffff-7000-8000-000000000001",
+        "/home/ada/esc",
+        "2025-03-01T10:00:00.000Z",
+        HOSTILE,
+        Some(HOSTILE),
+    );
+    let src = f.save(sb, "pi");
+    sb.import(&[&src]);
+    "01950000-ffff"
 }
 
 /// `text` as it stands inside a JSON string (without the quotes).

@@ -5,20 +5,15 @@ use super::*;
 
 /// The ids of the `--json` tree's entries that carry a label, with it.
 fn labels(tree: &Value) -> Vec<(String, String)> {
-    fn walk(run: &Value, out: &mut Vec<(String, String)>) {
-        for e in run["entries"].as_array().into_iter().flatten() {
-            if let Some(l) = e["label"].as_str() {
-                out.push((e["id"].as_str().expect("id").to_owned(), l.to_owned()));
-            }
-        }
-        for c in run["children"].as_array().into_iter().flatten() {
-            walk(c, out);
-        }
-    }
-    let mut out = Vec::new();
-    for r in tree["roots"].as_array().into_iter().flatten() {
-        walk(r, &mut out);
-    }
+    let mut out: Vec<(String, String)> = tree["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            let label = l["label"].as_str()?;
+            Some((l["id"].as_str().expect("id").to_owned(), label.to_owned()))
+        })
+        .collect();
     out.sort();
     out
 }
@@ -47,7 +42,7 @@ fn label_name_move(sb: &Sandbox, session: &str) -> Vec<String> {
     );
     entry(&mut appended, &v, "entry");
     assert_eq!(
-        labels(&sb.json(&["tree", session])),
+        labels(&sb.json(&["tree", session, "--all", "--fold", "0"])),
         pairs(&[
             ("ast00013", "bench"),
             ("usr00001", "setup"),
@@ -67,7 +62,7 @@ fn label_name_move(sb: &Sandbox, session: &str) -> Vec<String> {
     assert_eq!(v["label"], "hand-written");
     entry(&mut appended, &v, "entry");
     assert_eq!(
-        labels(&sb.json(&["tree", session])),
+        labels(&sb.json(&["tree", session, "--all", "--fold", "0"])),
         pairs(&[
             ("ast00013", "bench"),
             ("usr00004", "hand-written"),
@@ -134,7 +129,7 @@ fn label_name_move(sb: &Sandbox, session: &str) -> Vec<String> {
         6,
         "usr00001 … ast00002, usr00002, the summary"
     );
-    let tree = sb.run(&["tree", session, "--fold", "0"]);
+    let tree = sb.run(&["tree", session, "--all", "--fold", "0"]);
     assert_eq!(
         tree.ok().matches("[leaf → usr00002]").count(),
         1,
