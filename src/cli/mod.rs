@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing, and one module per group of
-//! commands. Commands return a [`Report`]; only [`run`] prints.
+//! commands. Commands return a [`Report`] and only [`run`] prints it; `tree`
+//! streams its lines through [`pager`] instead (bounded memory on any tree).
 
 mod browse;
 mod demo;
