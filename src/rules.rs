@@ -139,6 +139,13 @@ pub struct StopRule {
 }
 
 impl StopRule {
+    /// Whether a compaction seen below has set a stop the walk may still
+    /// reach; without one, the rest of the walk is the walk from the next
+    /// entry.
+    pub fn is_pending(&self) -> bool {
+        self.pending_stop.is_some()
+    }
+
     /// Visits the next entry on the way up; `true` means the walk ends here (the
     /// entry included).
     pub fn stops_at(&mut self, entry: &Entry) -> bool {

@@ -149,3 +149,67 @@ fn rpc_lists_of_entries_stream_in_bounded_memory() {
         );
     }
 }
+
+/// No command recurses over tree depth or fork nesting: a 30,000-entry
+/// caterpillar (a dead-end side entry at every spine entry, so every fork is
+/// nested under the previous one) goes through `tree`, `check`, `export`,
+/// `fork` (whole, and at the deepest entry), `branch` and `context`.
+/// `DEEP_ENTRIES=1000000` runs the full size.
+#[test]
+fn every_command_takes_deep_and_bushy_trees() {
+    let entries: usize = std::env::var("DEEP_ENTRIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30_000);
+    let dir = tempfile::tempdir().unwrap();
+    let report = sessiontree_bench::gen::generate(
+        &dir.path().join("files"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Caterpillar,
+            entries,
+            fork_every: Some(1),
+            compaction_every: 0,
+            seed: 9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let session = &report.sessions[0];
+    assert!(session.max_depth > entries / 3, "{:?}", session.max_depth);
+    let db = dir.path().join("deep.db");
+    import_jsonl(
+        &Archive::open(&db, Durability::Relaxed).unwrap(),
+        &session.path,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let db_arg = db.display().to_string();
+    let file_arg = session.path.display().to_string();
+    let out_arg = out.display().to_string();
+    let leaf = session.leaf_id.clone().expect("a leaf");
+    for args in [
+        vec!["tree", &session.id],
+        vec!["tree", &session.id, "--all"],
+        vec!["tree", &file_arg],
+        vec!["check"],
+        vec!["check", &file_arg],
+        vec!["export", "--all", "--out", &out_arg],
+        vec!["fork", &session.id],
+        vec!["fork", &session.id, "--entry", &leaf, "--position", "at"],
+        vec!["branch", &session.id],
+        vec!["context", &session.id],
+    ] {
+        let result = std::process::Command::new(bin())
+            .args(["--db", &db_arg])
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            result.status.success(),
+            "{args:?}: {}\n{}",
+            result.status,
+            String::from_utf8_lossy(&result.stderr)
+        );
+    }
+}
