@@ -53,6 +53,10 @@ pub enum Error {
     /// An entry id that must exist does not (`not_found`).
     #[error("Entry {0} not found")]
     EntryNotFound(String),
+    /// There is no archive at the path a command that only reads was given
+    /// (`not_found`): reading never creates one.
+    #[error("no archive at {}: `sessiontree import` creates one", .0.display())]
+    ArchiveNotFound(PathBuf),
     /// A session that was asked for does not exist (`not_found`).
     #[error("Session not found: {0}")]
     SessionNotFound(String),
@@ -197,7 +201,9 @@ impl Error {
     /// The contract code of this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Error::EntryNotFound(_) | Error::SessionNotFound(_) => ErrorCode::NotFound,
+            Error::EntryNotFound(_) | Error::SessionNotFound(_) | Error::ArchiveNotFound(_) => {
+                ErrorCode::NotFound
+            }
             Error::DanglingReference(_)
             | Error::SessionExists(_)
             | Error::ParentCycle(_)

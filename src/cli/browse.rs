@@ -39,7 +39,7 @@ fn page_number(s: &str) -> std::result::Result<usize, String> {
 
 /// `ls`.
 pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
-    let archive = super::open_archive(cli)?;
+    let archive = super::open_archive_for_reading(cli)?;
     let since_ms = match &args.since {
         None => None,
         Some(s) => Some(sessiontree::entry::timestamp_millis(s).ok_or_else(|| {
@@ -119,7 +119,7 @@ pub struct BranchArgs {
 
 /// `branch`.
 pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
-    let session = Session::new(target::open(cli, &args.session)?);
+    let session = Session::new(target::open_for_reading(cli, &args.session)?);
     let path = session.branch(args.from.as_deref())?;
     let cwd = session.storage().metadata()?.cwd;
     let mut text = String::new();
@@ -147,7 +147,7 @@ pub struct HistoryArgs {
 /// `history`: where the leaf has been moved, newest first ("where was I
 /// before"), from the archive's leaf-event index (a file's `leaf` entries).
 pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
-    let storage = target::open(cli, &args.session)?;
+    let storage = target::open_for_reading(cli, &args.session)?;
     let moves = storage.leaf_moves(args.limit)?;
     let cwd = storage.metadata()?.cwd;
     let describe = |id: Option<&str>| -> Result<String> {
@@ -181,7 +181,7 @@ pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
 
 /// `context`.
 pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
-    let session = Session::new(target::open(cli, &args.session)?);
+    let session = Session::new(target::open_for_reading(cli, &args.session)?);
     let ctx = session.build_context(args.from.as_deref())?;
     let cwd = session.storage().metadata()?.cwd;
     // Readable forms of the stored JSON (strings unquoted).
@@ -290,7 +290,7 @@ const ROLES: [&str; 8] = [
 
 /// `search`.
 pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
-    let archive = super::open_archive(cli)?;
+    let archive = super::open_archive_for_reading(cli)?;
     let session = args
         .session
         .as_deref()
@@ -363,7 +363,7 @@ pub struct StatsArgs {
 /// `stats`.
 pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
     if let Some(s) = &args.session {
-        let storage = target::open(cli, s)?;
+        let storage = target::open_for_reading(cli, s)?;
         let st = storage.session_stats()?;
         let text = format!(
             "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}\n",
@@ -378,7 +378,7 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
         j["entries"] = json!(storage.entry_count()?);
         return Ok(Report::new(j, text));
     }
-    let archive = super::open_archive(cli)?;
+    let archive = super::open_archive_for_reading(cli)?;
     let totals = archive.totals()?;
     let mut text = format!(
         "{} sessions, {} entries, {} messages, {} tokens, ${:.4}\n",

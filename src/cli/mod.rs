@@ -300,12 +300,16 @@ pub fn open_existing_archive(
 ) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
     let path = archive_path(cli);
     if !path.is_file() {
-        return Err(Error::io(
-            format!("no archive at {}", path.display()),
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        ));
+        return Err(Error::ArchiveNotFound(path));
     }
     open_archive(cli)
+}
+
+/// Opens the archive to read it: never created (a missing one is
+/// `not_found` naming the path), never written, readable in a read-only
+/// directory.
+pub fn open_archive_for_reading(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
+    sessiontree::backend::sqlite::Archive::open_read_only(archive_path(cli))
 }
 
 /// Opens (creating if needed) the archive.

@@ -456,7 +456,7 @@ pub struct View {
 
 /// Opens the session and indexes it.
 pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
-    let storage = target::open(cli, &args.session)?;
+    let storage = target::open_for_reading(cli, &args.session)?;
     let idx = Index::build(&*storage)?;
     let find = |id: &str| {
         idx.ids

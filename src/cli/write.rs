@@ -53,7 +53,7 @@ fn export_path(out: &Path, meta: &SessionMetadata) -> Result<PathBuf> {
 
 /// `export`.
 pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
-    let archive = super::open_archive(cli)?;
+    let archive = super::open_archive_for_reading(cli)?;
     let ids: Vec<String> = if args.all {
         archive
             .list(&Default::default())?
@@ -304,7 +304,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     if let Some(SessionRef::File(path)) = args.session.as_deref().map(SessionRef::parse) {
         return check_file(&path);
     }
-    let archive = super::open_archive(cli)?;
+    let archive = super::open_existing_archive(cli)?;
     let id = args
         .session
         .as_deref()

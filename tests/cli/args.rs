@@ -113,6 +113,9 @@ fn a_bare_session_id_is_an_archive_session_even_if_a_file_has_that_name() {
 #[test]
 fn errors_in_json_are_one_object_on_stdout() {
     let sb = Sandbox::new();
+    let nothing = sb.path("nothing");
+    std::fs::create_dir_all(&nothing).expect("mkdir");
+    sb.run(&["import", "--quiet", s(&nothing)]).ok();
     let r = sb.run(&["--json", "tree", "nope"]);
     assert_eq!(r.status, 3);
     assert_eq!(
@@ -129,9 +132,15 @@ fn errors_in_json_are_one_object_on_stdout() {
     // The archive cannot be created: storage.
     let blocker = sb.write("file", "not a directory");
     let db = blocker.join("archive.db");
-    let r = sb.run(&["--json", "--db", s(&db), "ls"]);
+    let r = sb.run(&["--json", "--db", s(&db), "import", s(&nothing)]);
     assert_eq!(r.status, 7, "{r:#?}");
     assert_eq!(r.parse()["error"]["code"], "storage");
+    // A command that only reads never creates one: not_found, naming it.
+    let r = sb.run(&["--json", "--db", s(&db), "ls"]);
+    assert_eq!(r.status, 3, "{r:#?}");
+    assert!(r.parse()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains(s(&db))));
 }
 
 #[test]

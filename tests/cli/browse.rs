@@ -61,6 +61,14 @@ fn listed(v: &Value) -> Vec<String> {
 #[test]
 fn ls_filters_and_pages() {
     let sb = Sandbox::new();
+    // Listing never creates an archive: none yet is `not_found`, naming it.
+    let missing = sb.run(&["ls"]);
+    assert!(missing.fails(3, "not_found").contains(s(&sb.default_db())));
+    assert!(!sb.default_db().exists());
+    // An import of nothing creates the archive, empty.
+    let nothing = sb.path("nothing");
+    std::fs::create_dir_all(&nothing).expect("mkdir");
+    sb.run(&["import", "--quiet", s(&nothing)]).ok();
     assert_eq!(sb.run(&["ls"]).ok(), "no sessions\n");
     assert_eq!(
         sb.json(&["ls"]),
@@ -593,4 +601,48 @@ fn control_characters_in_stored_text_never_reach_the_terminal() {
     // Errors that quote stored or given text are safe too.
     let r = sb.run(&["branch", "\u{1b}[2J"]);
     assert!(!r.stderr.contains('\u{1b}'), "{r:#?}");
+}
+
+/// Commands that only read open the archive read-only: they work in a
+/// directory nobody may write to, and write nothing there.
+#[test]
+fn read_commands_work_in_a_read_only_directory() {
+    let sb = Sandbox::new();
+    let src = tree_session().save(&sb, "pi");
+    sb.import(&[&src]);
+    let dir = sb.default_db().parent().expect("dir").to_owned();
+    let before: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    let guard = match support::ReadOnly::make(&dir) {
+        Ok(g) => g,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let out = sb.path("exported");
+    for args in [
+        vec!["ls"],
+        vec!["tree", TREE_ID],
+        vec!["branch", TREE_ID],
+        vec!["context", TREE_ID],
+        vec!["history", TREE_ID],
+        vec!["search", "serde_json"],
+        vec!["stats"],
+        vec!["stats", TREE_ID],
+        vec!["export", "--all", "--out", s(&out)],
+    ] {
+        let r = sb.run(&args);
+        assert_eq!(r.status, 0, "{args:?} in a read-only directory: {r:#?}");
+    }
+    // A write is refused (storage), not silently lost.
+    assert_eq!(sb.run(&["name", TREE_ID, "x"]).status, 7);
+    drop(guard);
+    let after: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(before, after, "nothing was created beside the archive");
 }

@@ -74,18 +74,38 @@ pub struct ConnectionManager {
     path: PathBuf,
     durability: Durability,
     read_only: bool,
+    /// Read-only, and the directory allows no `-shm` file: SQLite is told
+    /// nobody writes the file (`immutable=1`), which is true for us.
+    immutable: bool,
+}
+
+/// A `file:` URI opening `path` as immutable.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.to_string_lossy().bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            _ => uri.push(char::from(b)),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 impl ConnectionManager {
     fn connect_raw(&self) -> rusqlite::Result<Connection> {
         let flags = if self.read_only {
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI
         } else {
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
-        let mut conn = Connection::open_with_flags(&self.path, flags)?;
+        let mut conn = if self.read_only && self.immutable {
+            Connection::open_with_flags(immutable_uri(&self.path), flags)?
+        } else {
+            Connection::open_with_flags(&self.path, flags)?
+        };
         conn.busy_handler(Some(wait_for_the_lock))?;
         conn.pragma_update(None, "foreign_keys", true)?;
         let sync = match self.durability {
@@ -198,6 +218,7 @@ impl Archive {
             path: path.clone(),
             durability,
             read_only: false,
+            immutable: false,
         };
         let ctx = || format!("opening archive {}", path.display());
         let mut conn = manager.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
@@ -207,6 +228,67 @@ impl Archive {
         }
         migrate::migrate(&mut conn, &path, progress)?;
         drop(conn);
+        let pool = r2d2::Pool::builder()
+            .max_size(8)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(Duration::from_secs(30))
+            .build(manager)?;
+        Ok(Archive(Arc::new(ArchiveInner {
+            pool,
+            path,
+            codec: codec::Codec::default(),
+        })))
+    }
+
+    /// Opens an existing archive for reading only: nothing is created (a
+    /// missing file is `not_found` naming it), nothing is written, and it
+    /// works in a directory we may not write to. An archive of an older
+    /// schema is migrated first if it can be written; if not, the error says
+    /// which command would.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_owned();
+        if !path.is_file() {
+            return Err(Error::ArchiveNotFound(path));
+        }
+        let ctx = || format!("opening archive {} for reading", path.display());
+        // A WAL database is readable without writing only where SQLite may
+        // create its `-shm` file; where it may not (a read-only directory),
+        // SQLite is told the file is immutable, which it is for us.
+        let mut manager = ConnectionManager {
+            path: path.clone(),
+            durability: Durability::Relaxed,
+            read_only: true,
+            immutable: false,
+        };
+        let probe = |m: &ConnectionManager| -> Result<i64> {
+            let conn = m.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
+            migrate::current_version(&conn)
+        };
+        let found = match probe(&manager) {
+            Ok(found) => found,
+            Err(_) => {
+                manager.immutable = true;
+                probe(&manager)?
+            }
+        };
+        if found < migrate::latest_version() {
+            return Archive::open(&path, Durability::Full).map_err(|e| match e.code() {
+                crate::ErrorCode::Storage => Error::Corrupt(format!(
+                    "{} has schema version {found} and must be migrated to {} before it can be read, which needs write access ({e}); run `sessiontree check` where it can be written",
+                    path.display(),
+                    migrate::latest_version()
+                )),
+                _ => e,
+            });
+        }
+        if found > migrate::latest_version() {
+            return Err(Error::SchemaTooNew {
+                path,
+                found,
+                supported: migrate::latest_version(),
+            });
+        }
         let pool = r2d2::Pool::builder()
             .max_size(8)
             .min_idle(Some(0))
