@@ -1,5 +1,6 @@
 //! Reading commands: `ls`, `branch`, `context`, `search`, `stats`.
 
+use super::columns::pad;
 use super::{target, Cli, Report};
 use clap::Args;
 use serde_json::value::RawValue;
@@ -12,7 +13,7 @@ use sessiontree::{Error, Result, Session};
 /// Arguments of `ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// Only sessions of this working directory.
+    /// Only sessions of this working directory or a directory below it.
     #[arg(long)]
     pub cwd: Option<String>,
     /// Only sessions created at or after this time (ISO-8601, e.g. 2025-01-31).
@@ -43,47 +44,61 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
     let since_ms = match &args.since {
         None => None,
         Some(s) => Some(sessiontree::entry::timestamp_millis(s).ok_or_else(|| {
-            Error::Usage(format!("--since {s:?} is not an ISO-8601 date or time"))
+            Error::Usage(format!(
+                "--since {s:?} is not an ISO-8601 date or time (e.g. 2025-01-31)"
+            ))
         })?),
     };
-    let rows = archive.list(&ListQuery {
-        cwd: args.cwd.clone(),
+    let offset = args
+        .limit
+        .checked_mul(args.page.saturating_sub(1))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "--limit {} with --page {} is past any archive",
+                args.limit, args.page
+            ))
+        })?;
+    let mut query = ListQuery {
+        cwd_under: args.cwd.clone(),
         since_ms,
         name_contains: args.name.clone(),
         limit: Some(args.limit),
-        offset: args
-            .limit
-            .checked_mul(args.page.saturating_sub(1))
-            .ok_or_else(|| {
-                Error::Usage(format!(
-                    "--limit {} with --page {} is past any archive",
-                    args.limit, args.page
-                ))
-            })?,
-    })?;
+        offset,
+        ..ListQuery::default()
+    };
+    let rows = archive.list(&query)?;
+    query.limit = None;
+    let total = archive.count(&query)?;
     let mut text = String::new();
     if !rows.is_empty() {
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<24}  {}\n",
-            "ID", "CREATED", "ENTRIES", "MSGS", "COST", "NAME", "CWD"
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {}  {}\n",
+            "ID",
+            "CREATED",
+            "ENTRIES",
+            "MSGS",
+            "COST",
+            pad("NAME", 24),
+            "CWD"
         ));
     }
     let mut list = Vec::new();
     for r in &rows {
         let m = &r.metadata;
+        // Escaped before it is measured, so that a tab or a wide character
+        // in a name never shifts the columns after it.
+        let name = r
+            .name
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), JsString::to_string_lossy);
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<24}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {}  {}\n",
             m.id,
             m.created_at,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
-            truncate(
-                &r.name
-                    .as_ref()
-                    .map_or_else(|| "-".to_owned(), JsString::to_string_lossy),
-                24
-            ),
+            pad(&super::terminal_safe(&name), 24),
             m.cwd.as_deref().unwrap_or("")
         ));
         let mut row = ObjectWriter::new();
@@ -97,13 +112,30 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .value("totalTokens", &js_number(r.stats.total_tokens));
         list.push(row.finish());
     }
-    if rows.is_empty() {
+    let shown_to = offset as u64 + rows.len() as u64;
+    let first = offset as u64 + 1;
+    if rows.is_empty() && total == 0 {
         text.push_str("no sessions\n");
+    } else if rows.is_empty() {
+        let pages = total.div_ceil(args.limit.max(1) as u64);
+        text.push_str(&format!(
+            "no sessions on page {}: {total} sessions make {pages} page(s) of {}\n",
+            args.page, args.limit
+        ));
+    } else if shown_to < total {
+        text.push_str(&format!(
+            "{first}–{shown_to} of {total} sessions; {} more — use --page {}\n",
+            total - shown_to,
+            args.page + 1
+        ));
+    } else if args.page > 1 {
+        text.push_str(&format!("{first}–{shown_to} of {total} sessions\n"));
     }
     let mut json = ObjectWriter::new();
     json.raw("sessions", &format!("[{}]", list.join(",")))
         .value("page", &json!(args.page))
-        .value("limit", &json!(args.limit));
+        .value("limit", &json!(args.limit))
+        .value("total", &json!(total));
     Ok(Report::raw(json.finish(), text))
 }
 

@@ -3,6 +3,7 @@
 //! streams its lines through [`pager`] instead (bounded memory on any tree).
 
 mod browse;
+mod columns;
 mod demo;
 mod import;
 mod maintain;

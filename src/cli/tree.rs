@@ -14,6 +14,7 @@
 //! stack, so a deep or caterpillar-shaped tree cannot overflow the stack.
 
 use super::pager::{ColorChoice, Display, Printer, Style};
+use super::columns::{fit, width};
 use super::{target, Cli};
 use clap::Args;
 use serde_json::{json, Value};
@@ -938,50 +939,3 @@ fn safe(s: &str) -> String {
     super::terminal_safe(s)
 }
 
-/// Columns a character takes: 2 for East Asian wide and most emoji, else 1
-/// (zero-width marks count 1, so a measured line is never too short).
-fn char_width(c: char) -> usize {
-    match c as u32 {
-        0x1100..=0x115f
-        | 0x2e80..=0x303e
-        | 0x3041..=0x33ff
-        | 0x3400..=0x4dbf
-        | 0x4e00..=0x9fff
-        | 0xa000..=0xa4cf
-        | 0xac00..=0xd7a3
-        | 0xf900..=0xfaff
-        | 0xfe30..=0xfe4f
-        | 0xff00..=0xff60
-        | 0xffe0..=0xffe6
-        | 0x1f300..=0x1f64f
-        | 0x1f900..=0x1f9ff
-        | 0x20000..=0x3fffd => 2,
-        _ => 1,
-    }
-}
-
-/// Columns `s` takes.
-fn width(s: &str) -> usize {
-    s.chars().map(char_width).sum()
-}
-
-/// `s` cut to at most `max` columns, with `…` where it was cut.
-fn fit(s: &str, max: usize) -> String {
-    if width(s) <= max {
-        return s.to_owned();
-    }
-    let mut out = String::new();
-    let mut used = 0;
-    for c in s.chars() {
-        let w = char_width(c);
-        if used + w + 1 > max {
-            break;
-        }
-        out.push(c);
-        used += w;
-    }
-    if max > 0 {
-        out.push('…');
-    }
-    out
-}

@@ -72,7 +72,7 @@ fn ls_filters_and_pages() {
     assert_eq!(sb.run(&["ls"]).ok(), "no sessions\n");
     assert_eq!(
         sb.json(&["ls"]),
-        json!({"sessions": [], "page": 1, "limit": 50})
+        json!({"sessions": [], "page": 1, "limit": 50, "total": 0})
     );
     listing(&sb);
 
@@ -127,8 +127,26 @@ fn ls_filters_and_pages() {
     );
     assert_eq!(
         sb.run(&["ls", "--limit", "2", "--page", "4"]).ok(),
-        "no sessions\n"
+        "no sessions on page 4: 5 sessions make 3 page(s) of 2\n"
     );
+    // A page that is not the last says how many more there are.
+    let first_page = sb.run(&["ls", "--limit", "2"]).ok().to_owned();
+    assert!(
+        first_page.ends_with("1–2 of 5 sessions; 3 more — use --page 2\n"),
+        "{first_page}"
+    );
+    assert!(sb
+        .run(&["ls", "--limit", "2", "--page", "3"])
+        .ok()
+        .ends_with("5–5 of 5 sessions\n"));
+    assert_eq!(page["total"], 5);
+    // --cwd takes a directory and everything below it.
+    assert_eq!(
+        listed(&sb.json(&["ls", "--cwd", "/work"])),
+        ["105", "104", "103", "102", "101"]
+    );
+    assert_eq!(listed(&sb.json(&["ls", "--cwd", "/work/a/"])), ["105", "103", "101"]);
+    assert!(listed(&sb.json(&["ls", "--cwd", "/wor"])).is_empty(), "a directory, not a string prefix");
     let r = sb.run(&["ls", "--page", "0"]);
     assert_eq!(r.status, 2, "a usage error: {r:#?}");
     assert!(r.stderr.contains("pages are numbered from 1"), "{r:#?}");
@@ -645,4 +663,41 @@ fn read_commands_work_in_a_read_only_directory() {
         .map(|e| e.expect("entry").file_name())
         .collect();
     assert_eq!(before, after, "nothing was created beside the archive");
+}
+
+/// `ls` columns line up whatever the names hold: wide (CJK) characters count
+/// two columns, a tab is shown escaped and measured as shown.
+#[test]
+fn ls_columns_line_up_with_wide_names_and_tabs() {
+    let sb = Sandbox::new();
+    let names = ["日本語のセッション名です", "tab\there", "plain"];
+    for (i, name) in names.iter().enumerate() {
+        let f = small_session(
+            &format!("01950000-eeee-7000-8000-00000000000{i}"),
+            "/home/ada/cols",
+            &format!("2025-03-0{}T10:00:00.000Z", i + 1),
+            "columns",
+            Some(name),
+        );
+        let src = f.save(&sb, &format!("pi{i}"));
+        sb.import(&[&src]);
+    }
+    let text = sb.run(&["ls"]).ok().to_owned();
+    let cwd_columns: Vec<usize> = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let at = line.find("/home/ada/cols").expect("cwd column");
+            line[..at]
+                .chars()
+                .map(|c| if ('\u{3000}'..='\u{9fff}').contains(&c) { 2 } else { 1 })
+                .sum()
+        })
+        .collect();
+    assert_eq!(cwd_columns.len(), 3, "{text}");
+    assert!(
+        cwd_columns.iter().all(|&c| c == cwd_columns[0]),
+        "the CWD column starts at {cwd_columns:?}:\n{text}"
+    );
+    assert!(text.contains("tab\\there"), "{text}");
 }

@@ -42,6 +42,8 @@ pub struct ArchiveTotals {
 pub struct ListQuery {
     /// Only this working directory.
     pub cwd: Option<String>,
+    /// Only this working directory and the directories below it.
+    pub cwd_under: Option<String>,
     /// Only sessions created at or after this time (Unix ms).
     pub since_ms: Option<i64>,
     /// Only sessions whose name contains this text.
@@ -50,6 +52,29 @@ pub struct ListQuery {
     pub limit: Option<usize>,
     /// Rows to skip.
     pub offset: usize,
+}
+
+/// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,
+/// `?2` a directory the cwd is (under), `?3` the earliest creation (ms),
+/// `?4` a fragment of the name's stored JSON literal.
+const LIST_FILTER: &str = "staged_from IS NULL AND (?1 IS NULL OR cwd = ?1)
+     AND (?2 IS NULL OR cwd = ?2 OR substr(cwd, 1, length(?2) + 1) = ?2 || '/')
+     AND (?3 IS NULL OR created_ms >= ?3)
+     AND (?4 IS NULL OR instr(lower(name), lower(?4)) > 0)";
+
+/// The bound values of [`LIST_FILTER`] for `q`.
+fn list_params(q: &ListQuery) -> (Option<&str>, Option<&str>, Option<i64>, Option<String>) {
+    // Names are stored as JSON literals: look for the query as it is escaped there.
+    let name_fragment = q.name_contains.as_deref().map(|n| {
+        let literal = JsString::new(n);
+        literal.json()[1..literal.json().len() - 1].to_owned()
+    });
+    // A directory given with a trailing separator means the same directory.
+    let under = q
+        .cwd_under
+        .as_deref()
+        .map(|d| d.strip_suffix('/').filter(|d| !d.is_empty()).unwrap_or(d));
+    (q.cwd.as_deref(), under, q.since_ms, name_fragment)
 }
 
 /// What a search is narrowed to.
@@ -205,22 +230,16 @@ impl Archive {
         let mut st = conn
             .prepare_cached(&format!(
                 "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
-                 FROM sessions
-                 WHERE staged_from IS NULL AND (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR created_ms >= ?2)
-                   AND (?3 IS NULL OR instr(lower(name), lower(?3)) > 0)
-                 ORDER BY created_ms DESC, session_key DESC LIMIT ?4 OFFSET ?5"
+                 FROM sessions WHERE {LIST_FILTER}
+                 ORDER BY created_ms DESC, session_key DESC LIMIT ?5 OFFSET ?6"
             ))
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-        // Names are stored as JSON literals: look for the query as it is escaped there.
-        let name_fragment = q.name_contains.as_deref().map(|n| {
-            let literal = JsString::new(n);
-            literal.json()[1..literal.json().len() - 1].to_owned()
-        });
         let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+        let (cwd, under, since, name) = list_params(q);
         let rows = st
             .query_map(
-                params![q.cwd, q.since_ms, name_fragment, limit, offset],
+                params![cwd, under, since, name, limit, offset],
                 |r| {
                     Ok(SessionSummary {
                         metadata: rows::metadata_at(r, 0)?,
@@ -233,6 +252,18 @@ impl Archive {
             .and_then(Iterator::collect)
             .map_err(sql("listing sessions"));
         rows
+    }
+
+    /// How many sessions [`Archive::list`] would list without a page.
+    pub fn count(&self, q: &ListQuery) -> Result<u64> {
+        let (cwd, under, since, name) = list_params(q);
+        self.conn()?
+            .prepare_cached(&format!("SELECT count(*) FROM sessions WHERE {LIST_FILTER}"))
+            .and_then(|mut st| {
+                st.query_row(params![cwd, under, since, name], |r| r.get::<_, i64>(0))
+            })
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(sql("counting sessions"))
     }
 
     /// Totals over every session, from the maintained session rows only.
