@@ -167,7 +167,10 @@ pub fn exit_status(e: &Error) -> i32 {
 
 /// Parses arguments, runs the command, prints, and returns the exit status.
 pub fn run() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return argument_error(&e),
+    };
     let result = match &cli.command {
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
         Command::Import(args) => import::run(&cli, args).map(Some),
@@ -242,6 +245,33 @@ fn print_tree(cli: &Cli, args: &tree::TreeArgs) -> i32 {
         }
         (Ok(()), None) => exit::OK,
     }
+}
+
+/// A command line clap refused (or `--help`/`--version`, which clap reports
+/// the same way): printed as clap prints it; with `--json`, a usage error is
+/// also the one JSON error object on stdout, like every other failure.
+fn argument_error(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    let informational = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !informational && std::env::args_os().any(|a| a == "--json") {
+        let message = e.render().to_string();
+        let first = message
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        let err = serde_json::json!({"error": {"code": "usage", "message": first}});
+        write_stdout(&format!("{err}\n"));
+    }
+    // Printing can only fail on a closed stream, where there is no one to tell.
+    let _ = e.print();
+    // clap's own: 0 for help and version, 2 (`exit::USAGE`) otherwise.
+    e.exit_code()
 }
 
 /// Human-readable output with every control character that stored text may

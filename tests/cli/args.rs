@@ -171,3 +171,27 @@ fn help_describes_every_command() {
     assert_eq!(r.status, 2);
     assert!(r.stderr.contains("unrecognized subcommand"), "{r:#?}");
 }
+
+/// A command line clap refuses is a usage error (exit 2) and, with `--json`,
+/// the one JSON error object on stdout like every other failure.
+#[test]
+fn argument_errors_honour_json() {
+    let sb = Sandbox::new();
+    for args in [
+        vec!["--json", "ls", "--since"],
+        vec!["--json", "frobnicate"],
+        vec!["--json", "search"],
+        vec!["--json", "ls", "--limit", "many"],
+    ] {
+        let r = sb.run(&args);
+        assert_eq!(r.status, 2, "{args:?}: {r:#?}");
+        let v = r.parse();
+        assert_eq!(v["error"]["code"], "usage", "{args:?}: {v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(r.stderr.starts_with("error: "), "clap's message stays on stderr");
+    }
+    // Without --json, nothing on stdout.
+    let r = sb.run(&["ls", "--since"]);
+    assert_eq!((r.status, r.stdout.as_str()), (2, ""));
+    assert_eq!(sb.run(&["--version"]).status, 0);
+}
