@@ -8,7 +8,7 @@
 //! other way is refused (delete the session to import it afresh).
 
 use crate::backend::jsonl::{
-    read_open_header, read_session_from, ReadStart, ReadSummary, TornTail,
+    read_open_header, read_session_from, JsonlStorage, ReadStart, ReadSummary, TornTail,
 };
 use crate::backend::sqlite::codec::Prepared;
 use crate::backend::sqlite::search::searchable_text;
@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::fnv::Fnv;
 use crate::header::Header;
 use crate::layout::check_session_id;
+use crate::storage::SessionStorage;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -368,11 +369,21 @@ impl<R: Read> Read for HashingReader<R> {
 /// Writes a session of the archive as a pi JSONL file: its header line, then
 /// every entry in log order, exactly as imported or appended.
 pub fn export_jsonl(storage: &SqliteStorage, out: &mut impl Write) -> Result<()> {
-    let io = |e| Error::io(format!("exporting session {}", storage.id()), e);
-    let header = storage.header_json()?;
+    write_session_file(&storage.header_json()?, storage, out)
+}
+
+/// A session as pi's version-3 file: `header`, then every entry's exact
+/// text, one a line, streamed (bounded memory however long the log).
+fn write_session_file(
+    header: &str,
+    storage: &dyn SessionStorage,
+    out: &mut impl Write,
+) -> Result<()> {
+    let id = storage.metadata()?.id;
+    let io = |e| Error::io(format!("exporting session {id}"), e);
     out.write_all(header.as_bytes()).map_err(io)?;
     out.write_all(b"\n").map_err(io)?;
-    storage.for_each_entry_json(|json| {
+    storage.visit_entries(0, None, &mut |json| {
         out.write_all(json.as_bytes()).map_err(io)?;
         out.write_all(b"\n").map_err(io)
     })?;
@@ -418,6 +429,28 @@ pub enum ExportOutcome {
 /// `NAME.bak` (or `NAME.bak.N`) first. The session is written and fsynced to
 /// a temporary file beside `path` before anything at `path` is touched.
 pub fn export_to_file(storage: &SqliteStorage, path: &Path, force: bool) -> Result<ExportOutcome> {
+    write_export(&storage.header_json()?, storage, path, force)
+}
+
+/// [`export_to_file`] for a session file: a pi file of any version written
+/// again as version 3 (its entries upgraded as pi reads them), by the same
+/// rules at `path`.
+pub fn export_file_to_file(
+    source: &JsonlStorage,
+    path: &Path,
+    force: bool,
+) -> Result<ExportOutcome> {
+    write_export(&source.header().json, source, path, force)
+}
+
+/// Writes `header` and `storage`'s entries at `path` by the rules of
+/// [`export_to_file`].
+fn write_export(
+    header: &str,
+    storage: &dyn SessionStorage,
+    path: &Path,
+    force: bool,
+) -> Result<ExportOutcome> {
     let io = |what: &str, p: &Path, e| Error::io(format!("{what} {}", p.display()), e);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io("creating", dir, e))?;
@@ -429,7 +462,7 @@ pub fn export_to_file(storage: &SqliteStorage, path: &Path, force: bool) -> Resu
     let result = (|| {
         let file = File::create(&tmp).map_err(|e| io("writing", &tmp, e))?;
         let mut w = std::io::BufWriter::new(file);
-        export_jsonl(storage, &mut w)?;
+        write_session_file(header, storage, &mut w)?;
         let file = w
             .into_inner()
             .map_err(|e| io("writing", &tmp, e.into_error()))?;

@@ -339,7 +339,9 @@ pub fn open_existing_archive(
 /// Opens the archive to read it: never created (a missing one is
 /// `not_found` naming the path), never written, readable in a read-only
 /// directory.
-pub fn open_archive_for_reading(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
+pub fn open_archive_for_reading(
+    cli: &Cli,
+) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
     sessiontree::backend::sqlite::Archive::open_read_only(archive_path(cli))
 }
 

@@ -13,8 +13,8 @@
 //! Nothing here recurses over the tree: every walk is a loop or an explicit
 //! stack, so a deep or caterpillar-shaped tree cannot overflow the stack.
 
-use super::pager::{ColorChoice, Display, Printer, Style};
 use super::columns::{fit, width};
+use super::pager::{ColorChoice, Display, Printer, Style};
 use super::{target, Cli};
 use clap::Args;
 use serde_json::{json, Value};
@@ -938,4 +938,3 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 fn safe(s: &str) -> String {
     super::terminal_safe(s)
 }
-

@@ -4,7 +4,7 @@ use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
-use sessiontree::convert::{export_to_file, ExportOutcome};
+use sessiontree::convert::{export_file_to_file, export_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{encode_cwd, session_file_name};
 use sessiontree::repo::sqlite::SqliteRepo;
@@ -17,7 +17,8 @@ use std::path::{Component, Path, PathBuf};
 /// Arguments of `export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Sessions (ids or unique prefixes).
+    /// Sessions: ids or unique prefixes of the archive's, or `.jsonl` files
+    /// (written again as version 3, e.g. an old pi file).
     pub sessions: Vec<String>,
     /// Export every session of the archive.
     #[arg(long)]
@@ -51,14 +52,30 @@ fn export_path(out: &Path, meta: &SessionMetadata) -> Result<PathBuf> {
     Ok(out.join(rel))
 }
 
+/// What `export` is asked to write: an archive session, or a pi file (any
+/// version) written again as version 3.
+enum ExportSource {
+    Archive(String),
+    File(PathBuf),
+}
+
 /// `export`.
 pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
-    let archive = super::open_archive_for_reading(cli)?;
-    let ids: Vec<String> = if args.all {
+    // The archive is opened (read-only) only if a session of it is named.
+    let mut archive = None;
+    let mut archive = || -> Result<sessiontree::backend::sqlite::Archive> {
+        if archive.is_none() {
+            archive = Some(super::open_archive_for_reading(cli)?);
+        }
         archive
+            .clone()
+            .ok_or_else(|| Error::Unknown("the archive did not open".into()))
+    };
+    let sources: Vec<ExportSource> = if args.all {
+        archive()?
             .list(&Default::default())?
             .into_iter()
-            .map(|s| s.metadata.id)
+            .map(|s| ExportSource::Archive(s.metadata.id))
             .collect()
     } else {
         if args.sessions.is_empty() {
@@ -66,7 +83,12 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         }
         args.sessions
             .iter()
-            .map(|s| archive.resolve_session(s))
+            .map(|s| match SessionRef::parse(s) {
+                SessionRef::File(path) => Ok(ExportSource::File(path)),
+                SessionRef::Archive(prefix) => {
+                    Ok(ExportSource::Archive(archive()?.resolve_session(&prefix)?))
+                }
+            })
             .collect::<Result<_>>()?
     };
     // Like import, one session that cannot be exported never stops the others:
@@ -74,8 +96,18 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     let mut written = Vec::new();
     let mut failed = Vec::new();
     let mut text = String::new();
-    for id in ids {
-        match export_one(&archive, &id, &args.out, args.force) {
+    for source in sources {
+        let (name, result) = match &source {
+            ExportSource::Archive(id) => (
+                id.clone(),
+                archive().and_then(|a| export_one(&a, id, &args.out, args.force)),
+            ),
+            ExportSource::File(path) => (
+                path.display().to_string(),
+                export_file(path, &args.out, args.force),
+            ),
+        };
+        match result {
             Ok((path, outcome)) => {
                 let (what, backup) = match &outcome {
                     ExportOutcome::Created => ("created".to_owned(), None),
@@ -86,19 +118,19 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                         Some(backup.display().to_string()),
                     ),
                 };
-                text.push_str(&format!("{id} → {} ({what})\n", path.display()));
+                text.push_str(&format!("{name} → {} ({what})\n", path.display()));
                 let action = match outcome {
                     ExportOutcome::Created => "created",
                     ExportOutcome::Unchanged => "unchanged",
                     ExportOutcome::Appended { .. } => "appended",
                     ExportOutcome::Replaced { .. } => "replaced",
                 };
-                written.push(json!({"session": id, "path": path.display().to_string(), "action": action, "backup": backup}));
+                written.push(json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup}));
             }
             Err(e) => {
-                text.push_str(&format!("failed [{}]: {id}: {e}\n", e.code()));
+                text.push_str(&format!("failed [{}]: {name}: {e}\n", e.code()));
                 failed.push(
-                    json!({"session": id, "code": e.code().as_str(), "message": e.to_string()}),
+                    json!({"session": name, "code": e.code().as_str(), "message": e.to_string()}),
                 );
             }
         }
@@ -122,6 +154,18 @@ fn export_one(
     let meta = sessiontree::SessionStorage::metadata(&storage)?;
     let path = export_path(out, &meta)?;
     let outcome = export_to_file(&storage, &path, force)?;
+    Ok((path, outcome))
+}
+
+/// Writes a pi file below `out` as version 3, by the same rules.
+fn export_file(file: &Path, out: &Path, force: bool) -> Result<(PathBuf, ExportOutcome)> {
+    let source = sessiontree::backend::jsonl::JsonlStorage::open(
+        file,
+        sessiontree::Durability::Relaxed,
+    )?;
+    let meta = sessiontree::SessionStorage::metadata(&source)?;
+    let path = export_path(out, &meta)?;
+    let outcome = export_file_to_file(&source, &path, force)?;
     Ok((path, outcome))
 }
 

@@ -187,8 +187,13 @@ fn argument_errors_honour_json() {
         assert_eq!(r.status, 2, "{args:?}: {r:#?}");
         let v = r.parse();
         assert_eq!(v["error"]["code"], "usage", "{args:?}: {v}");
-        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
-        assert!(r.stderr.starts_with("error: "), "clap's message stays on stderr");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert!(
+            r.stderr.starts_with("error: "),
+            "clap's message stays on stderr"
+        );
     }
     // Without --json, nothing on stdout.
     let r = sb.run(&["ls", "--since"]);

@@ -145,8 +145,14 @@ fn ls_filters_and_pages() {
         listed(&sb.json(&["ls", "--cwd", "/work"])),
         ["105", "104", "103", "102", "101"]
     );
-    assert_eq!(listed(&sb.json(&["ls", "--cwd", "/work/a/"])), ["105", "103", "101"]);
-    assert!(listed(&sb.json(&["ls", "--cwd", "/wor"])).is_empty(), "a directory, not a string prefix");
+    assert_eq!(
+        listed(&sb.json(&["ls", "--cwd", "/work/a/"])),
+        ["105", "103", "101"]
+    );
+    assert!(
+        listed(&sb.json(&["ls", "--cwd", "/wor"])).is_empty(),
+        "a directory, not a string prefix"
+    );
     let r = sb.run(&["ls", "--page", "0"]);
     assert_eq!(r.status, 2, "a usage error: {r:#?}");
     assert!(r.stderr.contains("pages are numbered from 1"), "{r:#?}");
@@ -690,7 +696,13 @@ fn ls_columns_line_up_with_wide_names_and_tabs() {
             let at = line.find("/home/ada/cols").expect("cwd column");
             line[..at]
                 .chars()
-                .map(|c| if ('\u{3000}'..='\u{9fff}').contains(&c) { 2 } else { 1 })
+                .map(|c| {
+                    if ('\u{3000}'..='\u{9fff}').contains(&c) {
+                        2
+                    } else {
+                        1
+                    }
+                })
                 .sum()
         })
         .collect();

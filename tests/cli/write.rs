@@ -768,3 +768,34 @@ fn delete_then_reimport_and_check_finds_orphans() {
         );
     }
 }
+
+/// `export` takes `.jsonl` paths as every SESSION argument does: a pi file of
+/// an older version comes out as version 3 in pi's layout, with no archive
+/// needed, by the same never-destroy rules (again: unchanged).
+#[test]
+fn export_takes_a_jsonl_path_and_writes_it_as_version_3() {
+    let sb = Sandbox::new();
+    let Some(v1) = std::fs::read_dir(pi_fixtures())
+        .ok()
+        .and_then(|d| d.filter_map(|e| e.ok().map(|e| e.path())).min())
+    else {
+        eprintln!("no pi fixtures here; skipped");
+        return;
+    };
+    let out = sb.path("out");
+    let r = sb.json(&["export", s(&v1), "--out", s(&out)]);
+    assert_eq!(r["failed"], json!([]), "{r}");
+    let written = std::path::PathBuf::from(r["exported"][0]["path"].as_str().expect("path"));
+    assert!(written.starts_with(&out), "{written:?}");
+    let text = std::fs::read_to_string(&written).expect("exported file");
+    let header: Value = serde_json::from_str(text.lines().next().expect("header")).expect("json");
+    assert_eq!(header["version"], 3);
+    assert!(!sb.default_db().exists(), "no archive was needed or created");
+    let again = sb.json(&["export", s(&v1), "--out", s(&out)]);
+    assert_eq!(again["exported"][0]["action"], "unchanged", "{again}");
+    // The rewritten file holds what importing the original gives.
+    sb.import(&[&v1]);
+    let id = header["id"].as_str().expect("id");
+    let from_archive = sb.json(&["export", id, "--out", s(&out)]);
+    assert_eq!(from_archive["exported"][0]["action"], "unchanged", "{from_archive}");
+}

@@ -238,17 +238,14 @@ impl Archive {
         let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
         let (cwd, under, since, name) = list_params(q);
         let rows = st
-            .query_map(
-                params![cwd, under, since, name, limit, offset],
-                |r| {
-                    Ok(SessionSummary {
-                        metadata: rows::metadata_at(r, 0)?,
-                        name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
-                        entry_count: r.get(6)?,
-                        stats: rows::stats_at(r, 7)?,
-                    })
-                },
-            )
+            .query_map(params![cwd, under, since, name, limit, offset], |r| {
+                Ok(SessionSummary {
+                    metadata: rows::metadata_at(r, 0)?,
+                    name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
+                    entry_count: r.get(6)?,
+                    stats: rows::stats_at(r, 7)?,
+                })
+            })
             .and_then(Iterator::collect)
             .map_err(sql("listing sessions"));
         rows
@@ -258,7 +255,9 @@ impl Archive {
     pub fn count(&self, q: &ListQuery) -> Result<u64> {
         let (cwd, under, since, name) = list_params(q);
         self.conn()?
-            .prepare_cached(&format!("SELECT count(*) FROM sessions WHERE {LIST_FILTER}"))
+            .prepare_cached(&format!(
+                "SELECT count(*) FROM sessions WHERE {LIST_FILTER}"
+            ))
             .and_then(|mut st| {
                 st.query_row(params![cwd, under, since, name], |r| r.get::<_, i64>(0))
             })

@@ -78,23 +78,6 @@ impl SqliteStorage {
         .map_err(sql("reading the session header"))
     }
 
-    /// Visits every entry's exact text in log order without holding them all.
-    pub fn for_each_entry_json(&self, mut visit: impl FnMut(&str) -> Result<()>) -> Result<()> {
-        let conn = self.archive.conn()?;
-        let mut st = conn
-            .prepare_cached("SELECT json FROM entries WHERE session_key = ?1 ORDER BY seq")
-            .map_err(sql("reading entries"))?;
-        let mut rows = st
-            .query([self.session_key])
-            .map_err(sql("reading entries"))?;
-        let codec = self.archive.codec();
-        while let Some(row) = rows.next().map_err(sql("reading entries"))? {
-            let json = codec.decode(&conn, row.get_ref(0).map_err(sql("reading entries"))?)?;
-            visit(&json)?;
-        }
-        Ok(())
-    }
-
     fn write(&mut self, entries: &[Entry]) -> Result<()> {
         // Before the claim, which is a write too.
         super::refuse_if_damaged(self.archive.path())?;
