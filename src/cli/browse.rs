@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sessiontree::backend::sqlite::ListQuery;
 use sessiontree::json::{js_number, JsString, ObjectWriter};
 use sessiontree::preview::{message_parts, one_line, preview_in, truncate};
-use sessiontree::{Error, Result, Session};
+use sessiontree::{Error, Result, Session, SessionRef, SessionStorage};
 
 /// Arguments of `ls`.
 #[derive(Debug, Args)]
@@ -291,7 +291,8 @@ pub struct SearchArgs {
     /// words starting with `migrat`.
     #[arg(required = true, num_args = 1..)]
     pub query: Vec<String>,
-    /// Only this session (id or unique prefix).
+    /// Only this session: an id or unique prefix, or a `.jsonl` file
+    /// (scanned in log order: no index, no ranking).
     #[arg(long)]
     pub session: Option<String>,
     /// Only sessions of this working directory.
@@ -322,13 +323,16 @@ const ROLES: [&str; 8] = [
 
 /// `search`.
 pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
+    let limit = usize::from(args.limit);
+    if let Some(SessionRef::File(path)) = args.session.as_deref().map(SessionRef::parse) {
+        return search_file(cli, args, &path, limit);
+    }
     let archive = super::open_archive_for_reading(cli)?;
     let session = args
         .session
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let limit = usize::from(args.limit);
     let offset = limit.checked_mul(args.page - 1).ok_or_else(|| {
         Error::Usage(format!(
             "--limit {limit} with --page {} is past any archive",
@@ -379,6 +383,72 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
                 "role": h.role,
                 "snippet": h.snippet,
                 "rank": h.rank,
+            })
+        })
+        .collect();
+    Ok(Report::new(json!({"hits": list, "page": args.page}), text))
+}
+
+/// `search --session FILE.jsonl`: the file's messages scanned in log order
+/// (there is no index to rank by), matched as the index would match them.
+fn search_file(
+    cli: &Cli,
+    args: &SearchArgs,
+    path: &std::path::Path,
+    limit: usize,
+) -> Result<Report> {
+    use sessiontree::backend::sqlite::search::{
+        query_terms, searchable_text, snippet, text_matches,
+    };
+    let storage = sessiontree::backend::jsonl::JsonlStorage::open(path, cli.durability.into())?;
+    let meta = storage.metadata()?;
+    let name = storage.session_name()?;
+    let query = args.query.join(" ");
+    let terms = query_terms(&query);
+    let skip = limit.checked_mul(args.page - 1).ok_or_else(|| {
+        Error::Usage(format!(
+            "--limit {limit} with --page {} is past any session",
+            args.page
+        ))
+    })?;
+    let hits: Vec<(String, String, String)> = storage
+        .all_entries()
+        .iter()
+        .filter_map(|e| {
+            let (role, text) = searchable_text(e)?;
+            let wanted = args.role.as_deref().is_none_or(|r| r == role);
+            (wanted && text_matches(&text, &query))
+                .then(|| (e.id().to_owned(), role, snippet(&text, &terms, 12)))
+        })
+        .skip(skip)
+        .take(limit)
+        .collect();
+    let mut text = String::new();
+    let shown_name = name
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), |n| truncate(&n.to_string(), 24));
+    for (entry, role, snip) in &hits {
+        text.push_str(&format!(
+            "{} {} {shown_name} {entry} {role:>10}: {}\n",
+            meta.id,
+            meta.created_at.get(..10).unwrap_or(&meta.created_at),
+            one_line(snip)
+        ));
+    }
+    if hits.is_empty() {
+        text.push_str("no matches\n");
+    }
+    let list: Vec<Value> = hits
+        .iter()
+        .map(|(entry, role, snip)| {
+            json!({
+                "session": meta.id,
+                "sessionName": name.as_ref().map(|n| n.to_string()),
+                "sessionCreatedAt": meta.created_at,
+                "entry": entry,
+                "role": role,
+                "snippet": snip,
+                "rank": null,
             })
         })
         .collect();

@@ -159,10 +159,8 @@ fn export_one(
 
 /// Writes a pi file below `out` as version 3, by the same rules.
 fn export_file(file: &Path, out: &Path, force: bool) -> Result<(PathBuf, ExportOutcome)> {
-    let source = sessiontree::backend::jsonl::JsonlStorage::open(
-        file,
-        sessiontree::Durability::Relaxed,
-    )?;
+    let source =
+        sessiontree::backend::jsonl::JsonlStorage::open(file, sessiontree::Durability::Relaxed)?;
     let meta = sessiontree::SessionStorage::metadata(&source)?;
     let path = export_path(out, &meta)?;
     let outcome = export_file_to_file(&source, &path, force)?;

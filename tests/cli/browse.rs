@@ -713,3 +713,41 @@ fn ls_columns_line_up_with_wide_names_and_tabs() {
     );
     assert!(text.contains("tab\\there"), "{text}");
 }
+
+/// `search --session FILE.jsonl` scans the file and finds the entries the
+/// archive's index finds for the same session (in log order, unranked).
+#[test]
+fn search_in_a_jsonl_file_finds_what_the_index_finds() {
+    let sb = Sandbox::new();
+    let src = tree_session().save(&sb, "pi");
+    sb.import(&[&src]);
+    let entries = |v: &Value| {
+        let mut ids: Vec<String> = v["hits"]
+            .as_array()
+            .expect("hits")
+            .iter()
+            .map(|h| h["entry"].as_str().expect("entry").to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    for query in [
+        vec!["serde_json"],
+        vec!["parser"],
+        vec!["\"recursive descent\""],
+        vec!["pars*", "--role", "user"],
+    ] {
+        let mut in_file = vec!["search"];
+        in_file.extend(&query);
+        in_file.extend(["--session", s(&src)]);
+        let mut in_archive = vec!["search"];
+        in_archive.extend(&query);
+        in_archive.extend(["--session", TREE_ID]);
+        let (f, a) = (sb.json(&in_file), sb.json(&in_archive));
+        assert_eq!(entries(&f), entries(&a), "{query:?}: {f} vs {a}");
+    }
+    assert_eq!(
+        sb.run(&["search", "nothing-like-this", "--session", s(&src)]).ok(),
+        "no matches\n"
+    );
+}

@@ -790,12 +790,18 @@ fn export_takes_a_jsonl_path_and_writes_it_as_version_3() {
     let text = std::fs::read_to_string(&written).expect("exported file");
     let header: Value = serde_json::from_str(text.lines().next().expect("header")).expect("json");
     assert_eq!(header["version"], 3);
-    assert!(!sb.default_db().exists(), "no archive was needed or created");
+    assert!(
+        !sb.default_db().exists(),
+        "no archive was needed or created"
+    );
     let again = sb.json(&["export", s(&v1), "--out", s(&out)]);
     assert_eq!(again["exported"][0]["action"], "unchanged", "{again}");
     // The rewritten file holds what importing the original gives.
     sb.import(&[&v1]);
     let id = header["id"].as_str().expect("id");
     let from_archive = sb.json(&["export", id, "--out", s(&out)]);
-    assert_eq!(from_archive["exported"][0]["action"], "unchanged", "{from_archive}");
+    assert_eq!(
+        from_archive["exported"][0]["action"], "unchanged",
+        "{from_archive}"
+    );
 }

@@ -132,6 +132,38 @@ fn folded(token: &str) -> String {
     token.chars().map(fold).collect()
 }
 
+/// Whether `text` matches `query` as the index matches it: every word (in
+/// any order, `word*` a prefix) and every `"quoted phrase"` (its words one
+/// after another). For searching where there is no index (a session file).
+pub fn text_matches(text: &str, query: &str) -> bool {
+    let groups: Vec<Vec<String>> = query
+        .split('"')
+        .enumerate()
+        .flat_map(|(i, chunk)| {
+            let terms = query_terms(chunk);
+            // Odd chunks were between quotes: one phrase; the rest, words.
+            if i % 2 == 1 {
+                vec![terms]
+            } else {
+                terms.into_iter().map(|t| vec![t]).collect()
+            }
+        })
+        .filter(|g| !g.is_empty())
+        .collect();
+    if groups.is_empty() {
+        return false;
+    }
+    let tokens: Vec<String> = tokens(text).map(|r| folded(&text[r])).collect();
+    groups.iter().all(|group| {
+        tokens.windows(group.len()).any(|window| {
+            window
+                .iter()
+                .zip(group)
+                .all(|(token, term)| term_matches(term, token))
+        })
+    })
+}
+
 /// The folded tokens of a search query, to find in hit text; a token written
 /// with a trailing `*` (a prefix query) keeps it, and matches any token that
 /// starts with it.
@@ -260,6 +292,30 @@ pub fn snippet(text: &str, terms: &[String], window: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn text_matches_words_phrases_and_prefixes_as_the_index_does() {
+        let text = "Run the Migration now, then the checkpoint test.";
+        assert!(text_matches(text, "migration checkpoint"));
+        assert!(text_matches(text, "checkpoint migration"), "any order");
+        assert!(!text_matches(text, "migration missing"), "every word");
+        assert!(text_matches(text, "\"run the migration\""));
+        assert!(
+            !text_matches(text, "\"migration run\""),
+            "a phrase keeps its order"
+        );
+        assert!(text_matches(text, "migr* check*"));
+        assert!(!text_matches(text, "grat*"), "a prefix, not a substring");
+        assert!(
+            text_matches("Café crème", "cafe creme"),
+            "folded as unicode61"
+        );
+        assert!(
+            !text_matches(text, "\"\""),
+            "nothing to look for matches nothing"
+        );
+    }
+
     use super::*;
 
     fn snip(text: &str, query: &str) -> String {
