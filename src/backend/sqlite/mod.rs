@@ -230,17 +230,7 @@ impl Archive {
         }
         migrate::migrate(&mut conn, &path, progress)?;
         drop(conn);
-        let pool = r2d2::Pool::builder()
-            .max_size(8)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(Duration::from_secs(30))
-            .build(manager)?;
-        Ok(Archive(Arc::new(ArchiveInner {
-            pool,
-            path,
-            codec: codec::Codec::default(),
-        })))
+        Archive::pooled(manager, path)
     }
 
     /// Opens an existing archive for reading only: nothing is created (a
@@ -291,6 +281,11 @@ impl Archive {
                 supported: migrate::latest_version(),
             });
         }
+        Archive::pooled(manager, path)
+    }
+
+    /// The archive over a pool of `manager`'s connections, made as needed.
+    fn pooled(manager: ConnectionManager, path: PathBuf) -> Result<Self> {
         let pool = r2d2::Pool::builder()
             .max_size(8)
             .min_idle(Some(0))
