@@ -96,6 +96,15 @@ pub enum Command {
     Sql(maintain::SqlArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
     Rpc(rpc::RpcArgs),
+    /// Print a shell completion script to stdout.
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
 }
 
 /// What a command has to say: JSON for `--json`, text otherwise.
@@ -172,6 +181,7 @@ pub fn run() -> i32 {
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
+        Command::Completions(args) => return print_completions(&cli, args),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
         Command::History(args) => browse::history(&cli, args).map(Some),
@@ -240,6 +250,22 @@ fn print_tree(cli: &Cli, args: &tree::TreeArgs) -> i32 {
             exit::STORAGE
         }
         (Ok(()), None) => exit::OK,
+    }
+}
+
+/// `completions`: the script goes out byte for byte, never through
+/// [`terminal_safe`] (which would escape a tab inside it). With `--json` it is
+/// `{shell, script}`, like every other command's one JSON value.
+fn print_completions(cli: &Cli, args: &CompletionsArgs) -> i32 {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut Cli::command(), "sessiontree", &mut script);
+    let script = String::from_utf8_lossy(&script);
+    if cli.json {
+        let json = serde_json::json!({"shell": args.shell.to_string(), "script": script});
+        write_stdout(&format!("{json}\n"))
+    } else {
+        write_stdout(&script)
     }
 }
 

@@ -162,3 +162,46 @@ fn help_describes_every_command() {
     assert_eq!(r.status, 2);
     assert!(r.stderr.contains("unrecognized subcommand"), "{r:#?}");
 }
+
+#[test]
+fn completions_print_a_script_for_every_shell() {
+    let sb = Sandbox::new();
+    let bash = sb.run(&["completions", "bash"]);
+    let script = bash.ok();
+    assert!(script.starts_with("_sessiontree() {"), "{script}");
+    for command in [
+        "import",
+        "ls",
+        "tree",
+        "search",
+        "export",
+        "check",
+        "completions",
+    ] {
+        assert!(
+            script.contains(&format!("sessiontree,{command})")),
+            "the bash script completes {command}"
+        );
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let script = sb.run(&["completions", shell]).ok().to_owned();
+        assert!(
+            script.contains("sessiontree") && script.contains("search"),
+            "{shell}: {script}"
+        );
+    }
+    // The script goes out exactly (no escaping of its tabs); `--json` wraps it.
+    let json = sb.json(&["completions", "bash"]);
+    assert_eq!(json, json!({"shell": "bash", "script": script}));
+    // An unknown or missing shell is clap's usage error.
+    for args in [&["completions", "nushell"][..], &["completions"]] {
+        let r = sb.run(args);
+        assert_eq!((r.status, r.stdout.as_str()), (2, ""), "{r:#?}");
+    }
+    assert!(sb
+        .run(&["completions", "nushell"])
+        .stderr
+        .contains("invalid value 'nushell'"));
+    // Completions need no archive and create none.
+    assert!(!sb.default_db().exists());
+}
