@@ -5,14 +5,15 @@
 //! One test binary (one link, not one per file), a module per command group:
 //! `import`, `browse` (ls, tree, branch, context, history, search, stats),
 //! `write` (label, name, move, fork, export, delete), `args` (SESSION
-//! arguments, errors, help and its examples, completions), `rpc` and `tree`
+//! arguments, errors, help and its examples, completions), `rpc`, `tree`
 //! (real trees: known shapes, large generated sessions, memory, colour and
-//! the pager). This file holds what they share: the sandbox that runs the
-//! binary, the session files they start from, and example command lines (of
-//! `--help` and the README) taken apart.
+//! the pager) and `readme` (the README's transcript and command table
+//! against the binary). This file holds what they share: the sandbox that
+//! runs the binary, the session files they start from, and example command
+//! lines (of `--help` and the README) taken apart.
 //!
-//! Inputs are the real pi files in `shared/fixtures/pi-sessions/` (version 1:
-//! ids `v1-00001`…) and the small version-3 sessions of `tests/fixtures/cli/`,
+//! Inputs are the real pi files in `../shared/fixtures/pi-sessions/` (version
+//! 1: ids `v1-00001`…) and the small version-3 sessions of `tests/fixtures/cli/`,
 //! with fixed ids and timestamps. `tests/snapshots/tree.txt` holds the
 //! expected `tree` text; run with `UPDATE_SNAPSHOTS=1` to rewrite it after a
 //! deliberate change.
@@ -28,6 +29,7 @@ mod abuse;
 mod args;
 mod browse;
 mod import;
+mod readme;
 mod rpc;
 mod tree;
 mod write;
