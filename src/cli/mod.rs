@@ -61,42 +61,134 @@ impl From<DurabilityArg> for Durability {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Import pi session files or directories into the archive (idempotent).
+    #[command(after_help = "\
+Examples:
+  sessiontree import                                # pi's sessions directory (else a demo archive)
+  sessiontree import ~/.pi/agent/sessions --quiet   # a directory, recursively; no progress bar
+  sessiontree import session.jsonl                  # one file; again later: only what pi appended")]
     Import(import::ImportArgs),
     /// List sessions, newest first.
+    #[command(after_help = "\
+Examples:
+  sessiontree ls
+  sessiontree ls --since 2025-12-01 --limit 10   # the ten newest since December
+  sessiontree ls --cwd /Users/badlogic/workspaces/pi-mono --page 2")]
     Ls(browse::LsArgs),
     /// Show a session's tree, pi `/tree` style.
     #[command(alias = "show")]
     Tree(tree::TreeArgs),
     /// Print the active path (or the path from an entry).
+    #[command(after_help = "\
+Examples:
+  sessiontree branch ffae                   # the active path, root first
+  sessiontree branch ffae --from v1-00176   # the path ending at an entry
+  sessiontree branch session.jsonl --json   # the entries exactly as stored")]
     Branch(browse::BranchArgs),
     /// Print the model-visible context of the active path.
+    #[command(after_help = "\
+Examples:
+  sessiontree context ffae                   # what the model sees at the leaf
+  sessiontree context ffae --from v1-00020   # what it saw at an earlier entry
+  sessiontree context session.jsonl --json   # pi's buildContext value, from a file")]
     Context(browse::BranchArgs),
     /// Where the leaf has been moved, newest first ("where was I before").
+    #[command(after_help = "\
+Examples:
+  sessiontree history ffae
+  sessiontree history ffae --limit 5 --json")]
     History(browse::HistoryArgs),
     /// Full-text search over message text.
+    #[command(after_help = "\
+Examples:
+  sessiontree search compaction abort --limit 3              # both words, in any order
+  sessiontree search '\"abort controller\"' --role assistant   # a phrase, in assistant messages
+  sessiontree search 'refactor*' --session ffae --page 2     # a prefix, one session, page 2")]
     Search(browse::SearchArgs),
     /// Token, cost and message totals, per session or archive-wide.
+    #[command(after_help = "\
+Examples:
+  sessiontree stats   # the whole archive, with sessions per cwd
+  sessiontree stats ffae --json")]
     Stats(browse::StatsArgs),
     /// Export sessions as pi JSONL files in pi's directory layout.
+    #[command(after_help = "\
+Examples:
+  sessiontree export --all --out backup/          # every session, in pi's layout below backup/
+  sessiontree export ffae d703 --out backup/      # again: identical files are left alone
+  sessiontree export ffae --out backup/ --force   # replace a differing file, keeping NAME.bak")]
     Export(write::ExportArgs),
     /// Fork a session at an entry into a new session.
+    #[command(after_help = "\
+Examples:
+  sessiontree fork ffae --entry v1-00012                 # a new session: the path before that message
+  sessiontree fork ffae --entry v1-00176 --position at   # ... the path up to and with that entry
+  sessiontree fork ffae                                  # a copy of the whole log")]
     Fork(write::ForkArgs),
     /// Set (or clear, with an empty text) the label of an entry.
+    #[command(after_help = "\
+Examples:
+  sessiontree label ffae v1-00012 'AgentSession idea'
+  sessiontree label ffae v1-00012 ''   # clears it")]
     Label(write::LabelArgs),
     /// Name a session.
+    #[command(after_help = "\
+Examples:
+  sessiontree name ffae 'AgentSession refactor'
+  sessiontree name session.jsonl 'AgentSession refactor'   # appends to the file, as pi would")]
     Name(write::NameArgs),
     /// Move the leaf to an entry, optionally with a branch summary.
+    #[command(after_help = "\
+Examples:
+  sessiontree move ffae v1-00014                                    # back to an earlier entry
+  sessiontree move ffae v1-00020 --summary 'Tried e2e tests only'   # and summarise the branch left
+  sessiontree move ffae root                                        # before the first entry")]
     Move(write::MoveArgs),
     /// Check the archive: SQLite integrity and the branch cache against a rebuild.
+    #[command(after_help = "\
+Examples:
+  sessiontree check                 # the whole archive
+  sessiontree check ffae            # one session
+  sessiontree check session.jsonl   # a pi file, without importing it")]
     Check(write::CheckArgs),
     /// Delete sessions from the archive (each in one transaction, with everything derived from it).
+    #[command(after_help = "\
+Examples:
+  sessiontree delete d703
+  sessiontree delete ffae d703 --json   # pi's own files are never touched")]
     Delete(write::DeleteArgs),
     /// Retrain the compression dictionary, re-encode every entry, drop what nothing uses, VACUUM.
+    #[command(after_help = "\
+Examples:
+  sessiontree compact   # prints the sizes before and after
+  sessiontree compact --quiet --json")]
     Compact(maintain::CompactArgs),
     /// Run one read-only SQL statement on the archive (`entry_text(entry_key)` reads an entry).
+    #[command(after_help = "\
+Examples:
+  sessiontree sql 'SELECT id, entry_count, cwd FROM sessions'
+  sessiontree sql 'SELECT type, count(*) FROM entries GROUP BY type' --json
+  sessiontree sql 'SELECT name, sum(pgsize) FROM dbstat GROUP BY name'   # bytes per table and index")]
     Sql(maintain::SqlArgs),
     /// Serve the session contract over stdin/stdout (JSON lines).
+    #[command(after_help = "\
+Examples:
+  echo '{\"id\":1,\"method\":\"getSessionStats\"}' | sessiontree rpc ffae
+  echo '{\"id\":1,\"method\":\"getLeafId\"}' | sessiontree rpc session.jsonl --backend memory")]
     Rpc(rpc::RpcArgs),
+    /// Print a shell completion script to stdout.
+    #[command(after_help = "\
+Examples:
+  sessiontree completions bash > ~/.local/share/bash-completion/completions/sessiontree
+  sessiontree completions zsh > ~/.zfunc/_sessiontree   # with fpath+=~/.zfunc in ~/.zshrc
+  sessiontree completions fish > ~/.config/fish/completions/sessiontree.fish")]
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
 }
 
 /// What a command has to say: JSON for `--json`, text otherwise.
@@ -176,6 +268,7 @@ pub fn run() -> i32 {
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
+        Command::Completions(args) => return print_completions(&cli, args),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
         Command::History(args) => browse::history(&cli, args).map(Some),
@@ -272,6 +365,22 @@ fn argument_error(e: &clap::Error) -> i32 {
     let _ = e.print();
     // clap's own: 0 for help and version, 2 (`exit::USAGE`) otherwise.
     e.exit_code()
+}
+
+/// `completions`: the script goes out byte for byte, never through
+/// [`terminal_safe`] (which would escape a tab inside it). With `--json` it is
+/// `{shell, script}`, like every other command's one JSON value.
+fn print_completions(cli: &Cli, args: &CompletionsArgs) -> i32 {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut Cli::command(), "sessiontree", &mut script);
+    let script = String::from_utf8_lossy(&script);
+    if cli.json {
+        let json = serde_json::json!({"shell": args.shell.to_string(), "script": script});
+        write_stdout(&format!("{json}\n"))
+    } else {
+        write_stdout(&script)
+    }
 }
 
 /// Human-readable output with every control character that stored text may

@@ -32,7 +32,12 @@ branches (9 entries)`). --depth N and --all show side branches as blocks \
 indented once (`├─`/`└─`, one level in from the spine): each block follows \
 its branch's first child; a fork inside a block gets a line there, and its \
 branches follow as blocks of their own at the same indentation, headed \
-`(from ID)`, never nested deeper. Lines stay within 120 columns.")]
+`(from ID)`, never nested deeper. Lines stay within 120 columns.
+
+Examples:
+  sessiontree tree ffae                                # the active path, linear runs folded
+  sessiontree tree ffae --around v1-00176 --no-pager   # the entries either side of one, whole
+  sessiontree show session.jsonl --all --fold 0        # a pi file, every branch, nothing folded")]
 pub struct TreeArgs {
     /// Session id, unique id prefix, or `.jsonl` path.
     pub session: String,

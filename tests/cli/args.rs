@@ -200,3 +200,126 @@ fn argument_errors_honour_json() {
     assert_eq!((r.status, r.stdout.as_str()), (2, ""));
     assert_eq!(sb.run(&["--version"]).status, 0);
 }
+
+/// `completions SHELL` prints a completion script for every shell clap knows.
+#[test]
+fn completions_print_a_script_for_every_shell() {
+    let sb = Sandbox::new();
+    let bash = sb.run(&["completions", "bash"]);
+    let script = bash.ok();
+    assert!(script.starts_with("_sessiontree() {"), "{script}");
+    for command in [
+        "import",
+        "ls",
+        "tree",
+        "search",
+        "export",
+        "check",
+        "completions",
+    ] {
+        assert!(
+            script.contains(&format!("sessiontree,{command})")),
+            "the bash script completes {command}"
+        );
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let script = sb.run(&["completions", shell]).ok().to_owned();
+        assert!(
+            script.contains("sessiontree") && script.contains("search"),
+            "{shell}: {script}"
+        );
+    }
+    // The script goes out exactly (no escaping of its tabs); `--json` wraps it.
+    let json = sb.json(&["completions", "bash"]);
+    assert_eq!(json, json!({"shell": "bash", "script": script}));
+    // An unknown or missing shell is clap's usage error.
+    for args in [&["completions", "nushell"][..], &["completions"]] {
+        let r = sb.run(args);
+        assert_eq!((r.status, r.stdout.as_str()), (2, ""), "{r:#?}");
+    }
+    assert!(sb
+        .run(&["completions", "nushell"])
+        .stderr
+        .contains("invalid value 'nushell'"));
+    // Completions need no archive and create none.
+    assert!(!sb.default_db().exists());
+}
+
+/// Copies the directory `from` into `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for item in std::fs::read_dir(from).expect("list") {
+        let item = item.expect("entry");
+        let target = to.join(item.file_name());
+        if item.file_type().expect("file type").is_dir() {
+            copy_tree(&item.path(), &target);
+        } else {
+            std::fs::copy(item.path(), &target).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn help_examples_run_as_shown() {
+    let Some(fixtures) = support::fixtures_dir() else {
+        eprintln!(
+            "skipped: pi's real session files (../shared/fixtures/pi-sessions) are not there"
+        );
+        return;
+    };
+    // What the examples assume: pi's files in pi's sessions directory, the
+    // archive the README's transcript builds from them, and `session.jsonl`,
+    // the first of them as pi writes files today (version 3; version 1
+    // files are read-only).
+    let base = Sandbox::new();
+    copy_tree(
+        &fixtures,
+        &base.path("home/.pi/agent/sessions/--Users-badlogic-workspaces-pi-mono--"),
+    );
+    base.import(&[&base.path("home/.pi/agent/sessions")]);
+    let exported = base.json(&["export", COMPACTION_ID, "--out", s(&base.path("exported"))]);
+    let file = exported["exported"][0]["path"]
+        .as_str()
+        .expect("exported path");
+    std::fs::copy(file, base.path("session.jsonl")).expect("session.jsonl");
+    std::fs::remove_dir_all(base.path("exported")).expect("rm exported");
+
+    let mut ran = 0;
+    for command in base.subcommands() {
+        let help = base.run(&[&command, "--help"]).ok().to_owned();
+        let examples: Vec<&str> = help
+            .split_once("\nExamples:\n")
+            .unwrap_or_else(|| panic!("{command} --help ends with examples:\n{help}"))
+            .1
+            .lines()
+            .take_while(|l| l.starts_with("  "))
+            .map(str::trim)
+            .collect();
+        assert!(
+            (2..=3).contains(&examples.len()),
+            "{command}: 2 or 3 examples: {examples:#?}"
+        );
+        for example in examples {
+            // Each example on its own, from the same starting point.
+            let sb = Sandbox::new();
+            copy_tree(base.dir.path(), sb.dir.path());
+            let line = ShellLine::parse(example, &sb.home());
+            let alias = (command == "tree").then_some("show");
+            assert!(
+                line.args.first() == Some(&command)
+                    || line.args.first().map(String::as_str) == alias,
+                "{command}'s example runs {command}: {example}"
+            );
+            let run = sb.run_line(&line, sb.dir.path());
+            assert_eq!(run.status, 0, "{example}\n{run:#?}");
+            if let Some(file) = &line.redirect {
+                let written = read(&sb.dir.path().join(file));
+                assert!(written.contains("sessiontree"), "{example}: {written}");
+            } else {
+                assert!(!run.stdout.is_empty(), "{example} prints something");
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran >= 40, "{ran} examples");
+}

@@ -747,7 +747,8 @@ fn search_in_a_jsonl_file_finds_what_the_index_finds() {
         assert_eq!(entries(&f), entries(&a), "{query:?}: {f} vs {a}");
     }
     assert_eq!(
-        sb.run(&["search", "nothing-like-this", "--session", s(&src)]).ok(),
+        sb.run(&["search", "nothing-like-this", "--session", s(&src)])
+            .ok(),
         "no matches\n"
     );
 }

@@ -5,19 +5,22 @@
 //! One test binary (one link, not one per file), a module per command group:
 //! `import`, `browse` (ls, tree, branch, context, history, search, stats),
 //! `write` (label, name, move, fork, export, delete), `args` (SESSION
-//! arguments, errors, help), `rpc`, and `tree` (real trees: known shapes,
-//! large generated sessions, memory, colour and the pager). This file holds what they share: the
-//! sandbox that runs the binary and the session files they start from.
+//! arguments, errors, help and its examples, completions), `rpc`, `tree`
+//! (real trees: known shapes, large generated sessions, memory, colour and
+//! the pager) and `readme` (the README's transcript and command table
+//! against the binary). This file holds what they share: the sandbox that
+//! runs the binary, the session files they start from, and example command
+//! lines (of `--help` and the README) taken apart.
 //!
-//! Inputs are the real pi files in `shared/fixtures/pi-sessions/` (version 1:
-//! ids `v1-00001`…) and the small version-3 sessions of `tests/fixtures/cli/`,
+//! Inputs are the real pi files in `../shared/fixtures/pi-sessions/` (version
+//! 1: ids `v1-00001`…) and the small version-3 sessions of `tests/fixtures/cli/`,
 //! with fixed ids and timestamps. `tests/snapshots/tree.txt` holds the
 //! expected `tree` text; run with `UPDATE_SNAPSHOTS=1` to rewrite it after a
 //! deliberate change.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -26,6 +29,7 @@ mod abuse;
 mod args;
 mod browse;
 mod import;
+mod readme;
 mod rpc;
 mod tree;
 mod write;
@@ -137,6 +141,57 @@ impl Sandbox {
         self.run_with(self.command(), args)
     }
 
+    /// Runs an example command line ([`ShellLine`]) in `cwd` as a shell
+    /// would: stdin from its `echo`, stdout into its `>` file, cut to its
+    /// `| head -N`. `~/` means this sandbox's HOME.
+    fn run_line(&self, line: &ShellLine, cwd: &Path) -> Run {
+        let mut c = self.command();
+        c.current_dir(cwd)
+            .args(&line.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("run sessiontree");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(text) = &line.stdin {
+            std::io::Write::write_all(&mut stdin, text.as_bytes()).expect("write stdin");
+        }
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait for sessiontree");
+        let mut stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
+        if let Some(n) = line.head {
+            stdout = stdout.split_inclusive('\n').take(n).collect();
+        }
+        if let Some(file) = &line.redirect {
+            let path = cwd.join(file);
+            // The shell would need the directory to exist; where that shell
+            // is installed, its completion directory does.
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, std::mem::take(&mut stdout)).expect("write redirect");
+        }
+        Run {
+            args: line.args.clone(),
+            status: out.status.code().expect("exit status"),
+            stdout,
+            stderr: String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        }
+    }
+
+    /// `sessiontree --help`'s subcommands (without `help`).
+    fn subcommands(&self) -> Vec<String> {
+        let help = self.run(&["--help"]).ok().to_owned();
+        let list = help
+            .split_once("\nCommands:\n")
+            .expect("--help lists commands")
+            .1;
+        list.lines()
+            .take_while(|l| !l.trim().is_empty())
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `args` with `--json` in front.
     fn json(&self, args: &[&str]) -> Value {
         let mut all = vec!["--json"];
@@ -159,6 +214,163 @@ impl Sandbox {
         args.extend(strs.iter().map(String::as_str));
         self.run(&args).json()
     }
+}
+
+// ---------------------------------------------------------------------------
+// Example command lines, as the README's transcript and `--help` show them.
+
+/// One example command line taken apart the way a POSIX shell would, for
+/// the few forms the examples use: quoted words, a trailing `# comment`, a
+/// leading `~/`, a backslash escape, `echo 'TEXT' | sessiontree …`, `sessiontree … | head -N`
+/// and `sessiontree … > FILE`. Anything else (globs, `$`, `;`, other pipes)
+/// is refused, so an example that needs a real shell to mean what it shows
+/// fails its test instead of passing for the wrong reason.
+#[derive(Debug)]
+struct ShellLine {
+    /// The arguments after `sessiontree`.
+    args: Vec<String>,
+    /// `echo 'TEXT' |`: TEXT and a newline on stdin.
+    stdin: Option<String>,
+    /// `| head -N`: only the first N lines of stdout.
+    head: Option<usize>,
+    /// `> FILE`: stdout written to FILE instead.
+    redirect: Option<String>,
+}
+
+/// A token of a [`ShellLine`].
+#[derive(Debug, PartialEq)]
+enum ShellToken {
+    Word(String),
+    Pipe,
+    Redirect,
+}
+
+impl ShellLine {
+    /// Parses `line`; a word starting `~/` gets `home` in place of `~`.
+    fn parse(line: &str, home: &Path) -> ShellLine {
+        let tokens = shell_tokens(line, home);
+        let mut stages: Vec<Vec<ShellToken>> = vec![Vec::new()];
+        for t in tokens {
+            match t {
+                ShellToken::Pipe => stages.push(Vec::new()),
+                t => stages.last_mut().expect("a stage").push(t),
+            }
+        }
+        let words = |stage: &[ShellToken]| -> Vec<String> {
+            stage
+                .iter()
+                .map(|t| match t {
+                    ShellToken::Word(w) => w.clone(),
+                    t => panic!("unsupported shell syntax {t:?} in {line:?}"),
+                })
+                .collect()
+        };
+        let mut stdin = None;
+        if stages.len() > 1 && matches!(stages[0].first(), Some(ShellToken::Word(w)) if w == "echo")
+        {
+            let echo = words(&stages.remove(0));
+            assert_eq!(echo.len(), 2, "echo takes one word: {line:?}");
+            stdin = Some(format!("{}\n", echo[1]));
+        }
+        let mut head = None;
+        if stages.len() > 1 {
+            let tail = words(&stages.pop().expect("a stage"));
+            let n = match tail.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                ["head", n] if n.starts_with('-') => n[1..].parse().ok(),
+                ["head", "-n", n] => n.parse().ok(),
+                _ => None,
+            };
+            head = Some(n.unwrap_or_else(|| panic!("only `| head -N` may follow: {line:?}")));
+        }
+        assert_eq!(
+            stages.len(),
+            1,
+            "one sessiontree command per line: {line:?}"
+        );
+        let mut stage = stages.pop().expect("a stage");
+        let mut redirect = None;
+        if let Some(i) = stage.iter().position(|t| *t == ShellToken::Redirect) {
+            let rest = words(&stage.split_off(i)[1..]);
+            assert_eq!(rest.len(), 1, "`> FILE` ends the line: {line:?}");
+            redirect = rest.into_iter().next();
+        }
+        let mut args = words(&stage);
+        assert_eq!(
+            args.first().map(String::as_str),
+            Some("sessiontree"),
+            "an example runs sessiontree: {line:?}"
+        );
+        args.remove(0);
+        ShellLine {
+            args,
+            stdin,
+            head,
+            redirect,
+        }
+    }
+}
+
+/// The words, pipes and redirections of `line`, quotes removed, a comment cut.
+fn shell_tokens(line: &str, home: &Path) -> Vec<ShellToken> {
+    let mut tokens = Vec::new();
+    let mut chars = line.chars().peekable();
+    let mut word: Option<String> = None;
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => {
+                if let Some(w) = word.take() {
+                    tokens.push(ShellToken::Word(w));
+                }
+            }
+            '#' if word.is_none() => break,
+            '|' | '>' if word.is_none() => tokens.push(if c == '|' {
+                ShellToken::Pipe
+            } else {
+                ShellToken::Redirect
+            }),
+            '\'' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => w.push(c),
+                        None => panic!("unterminated ' in {line:?}"),
+                    }
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') if matches!(chars.peek(), Some('"' | '\\' | '$' | '`')) => {
+                            w.push(chars.next().expect("peeked"));
+                        }
+                        Some('$' | '`') => panic!("unsupported expansion in {line:?}"),
+                        Some(c) => w.push(c),
+                        None => panic!("unterminated \" in {line:?}"),
+                    }
+                }
+            }
+            '\\' => {
+                let c = chars
+                    .next()
+                    .unwrap_or_else(|| panic!("a lone \\ ends {line:?}"));
+                word.get_or_insert_with(String::new).push(c);
+            }
+            '~' if word.is_none() && chars.peek() == Some(&'/') => {
+                word = Some(home.display().to_string());
+            }
+            c if "$`;&<>|()*?[]{}!".contains(c) => {
+                panic!("unsupported shell syntax {c:?} in {line:?}")
+            }
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    if let Some(w) = word {
+        tokens.push(ShellToken::Word(w));
+    }
+    tokens
 }
 
 fn s(p: &Path) -> &str {
