@@ -307,6 +307,43 @@ pub struct SearchArgs {
     /// Which page of hits (from 1).
     #[arg(long, default_value_t = 1, value_parser = page_number)]
     pub page: usize,
+    /// Colour the matches: `auto` on a terminal unless `NO_COLOR` is set.
+    #[arg(long, value_enum, default_value_t = super::pager::ColorChoice::Auto)]
+    pub color: super::pager::ColorChoice,
+}
+
+/// A snippet for the terminal: its `[match]` marks (see
+/// `search::snippet`) coloured when `colour`, else kept as brackets.
+fn shown_snippet(snippet: &str, colour: bool) -> String {
+    let line = one_line(snippet);
+    if !colour {
+        return line;
+    }
+    // The marker characters are ours alone.
+    let line: String = line
+        .chars()
+        .map(|c| {
+            if c == super::MATCH_START || c == super::MATCH_END {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
+        .collect();
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line.as_str();
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']') else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push(super::MATCH_START);
+        out.push_str(&rest[open + 1..open + close]);
+        out.push(super::MATCH_END);
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The roles the search index records: message roles, and the summaries.
@@ -345,6 +382,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
         role: args.role.as_deref(),
     };
     let hits = archive.search_page(&args.query.join(" "), &filter, limit, offset)?;
+    let colour = !cli.json && args.color.enabled();
     let mut text = String::new();
     for h in &hits {
         let name = h
@@ -360,7 +398,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
             name,
             h.entry_id,
             h.role,
-            one_line(&h.snippet)
+            shown_snippet(&h.snippet, colour)
         ));
     }
     if hits.is_empty() {
@@ -427,12 +465,13 @@ fn search_file(
     let shown_name = name
         .as_ref()
         .map_or_else(|| "-".to_owned(), |n| truncate(&n.to_string(), 24));
+    let colour = !cli.json && args.color.enabled();
     for (entry, role, snip) in &hits {
         text.push_str(&format!(
             "{} {} {shown_name} {entry} {role:>10}: {}\n",
             meta.id,
             meta.created_at.get(..10).unwrap_or(&meta.created_at),
-            one_line(snip)
+            shown_snippet(snip, colour)
         ));
     }
     if hits.is_empty() {

@@ -290,7 +290,7 @@ pub fn run() -> i32 {
             let mut out = if cli.json {
                 report.json
             } else {
-                terminal_safe(&report.text)
+                highlight(&terminal_safe(&report.text))
             };
             if !out.is_empty() && !out.ends_with('\n') {
                 out.push('\n');
@@ -381,6 +381,23 @@ fn print_completions(cli: &Cli, args: &CompletionsArgs) -> i32 {
     } else {
         write_stdout(&script)
     }
+}
+
+/// Where a report marks a match to show in colour: these private-use
+/// characters around it (stored text cannot bring them in: `search` replaces
+/// any it holds), turned into colour only after the text is made safe.
+pub const MATCH_START: char = '\u{e000}';
+/// The end of a marked match (see [`MATCH_START`]).
+pub const MATCH_END: char = '\u{e001}';
+
+/// Colours the marked matches (bold red), the only escape sequences added to
+/// a report's text.
+fn highlight(text: &str) -> String {
+    if !text.contains(MATCH_START) {
+        return text.to_owned();
+    }
+    text.replace(MATCH_START, "\x1b[1;31m")
+        .replace(MATCH_END, "\x1b[0m")
 }
 
 /// Human-readable output with every control character that stored text may

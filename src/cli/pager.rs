@@ -20,6 +20,21 @@ pub enum ColorChoice {
     Never,
 }
 
+impl ColorChoice {
+    /// Whether to colour stdout: `auto` colours a terminal unless `NO_COLOR`
+    /// is set (and not empty).
+    pub fn enabled(self) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                std::io::stdout().is_terminal()
+                    && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+            }
+        }
+    }
+}
+
 /// How a streamed command wants its text shown.
 #[derive(Debug, Clone, Copy)]
 pub struct Display {
@@ -84,14 +99,7 @@ impl Printer {
     /// cannot be started the text goes to stdout.
     pub fn open(json: bool, display: Display) -> Printer {
         let terminal = std::io::stdout().is_terminal();
-        let colour = !json
-            && match display.color {
-                ColorChoice::Always => true,
-                ColorChoice::Never => false,
-                ColorChoice::Auto => {
-                    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-                }
-            };
+        let colour = !json && display.color.enabled();
         let mut pager = None;
         if !json && display.pager && terminal {
             pager = spawn_pager();

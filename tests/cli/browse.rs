@@ -752,3 +752,26 @@ fn search_in_a_jsonl_file_finds_what_the_index_finds() {
         "no matches\n"
     );
 }
+
+/// `search --color always` colours the matches (and adds no other escape
+/// sequence); piped (`auto`) or `never`, they stay in brackets.
+#[test]
+fn search_colours_matches_only_when_asked_or_on_a_terminal() {
+    let sb = Sandbox::new();
+    let src = tree_session().save(&sb, "pi");
+    sb.import(&[&src]);
+    let plain = sb.run(&["search", "escapes"]).ok().to_owned();
+    assert!(plain.contains("[escapes]") && !plain.contains('\u{1b}'), "{plain}");
+    assert_eq!(sb.run(&["search", "escapes", "--color", "never"]).ok(), plain);
+    let coloured = sb.run(&["search", "escapes", "--color", "always"]).ok().to_owned();
+    assert!(coloured.contains("\u{1b}[1;31mescapes\u{1b}[0m"), "{coloured:?}");
+    assert_eq!(
+        coloured
+            .replace("\u{1b}[1;31m", "[")
+            .replace("\u{1b}[0m", "]"),
+        plain,
+        "colour is the only difference"
+    );
+    let json = sb.run(&["--json", "search", "escapes", "--color", "always"]);
+    assert!(!json.ok().contains('\u{1b}'));
+}
