@@ -4,7 +4,7 @@ use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
-use sessiontree::convert::{export_to_file, ExportOutcome};
+use sessiontree::convert::{export_to_file_with_progress, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{encode_cwd, session_file_name};
 use sessiontree::repo::sqlite::SqliteRepo;
@@ -74,8 +74,31 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     let mut written = Vec::new();
     let mut failed = Vec::new();
     let mut text = String::new();
-    for id in ids {
-        match export_one(&archive, &id, &args.out, args.force) {
+    // The bar counts entries across sessions: those of the sessions done,
+    // then those written of the current one. The counts come from the
+    // session rows, read only when someone will see the bar.
+    let bar = super::progress_bar(
+        cli,
+        "exporting {bar:30} {pos}/{len} entries ({eta} left) {msg}",
+    );
+    let count = |id: &String| -> Result<usize> {
+        sessiontree::SessionStorage::entry_count(&archive.open_session(id)?)
+    };
+    let counts: Vec<u64> = if bar.is_hidden() {
+        vec![0; ids.len()]
+    } else {
+        ids.iter().map(|id| count(id).unwrap_or(0) as u64).collect()
+    };
+    bar.set_length(counts.iter().sum());
+    let mut done_entries = 0u64;
+    let sessions = ids.len();
+    for (i, (id, entries)) in ids.into_iter().zip(counts).enumerate() {
+        bar.set_message(format!("session {} / {sessions}", i + 1));
+        let mut reached = |n: u64| bar.set_position(done_entries + n.min(entries));
+        let exported = export_one(&archive, &id, &args.out, args.force, &mut reached);
+        done_entries += entries;
+        bar.set_position(done_entries);
+        match exported {
             Ok((path, outcome)) => {
                 let (what, backup) = match &outcome {
                     ExportOutcome::Created => ("created".to_owned(), None),
@@ -103,6 +126,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             }
         }
     }
+    bar.finish_and_clear();
     let mut report = Report::new(json!({"exported": written, "failed": failed}), text);
     if !failed.is_empty() {
         report.status = super::exit::SOME_FAILED;
@@ -111,17 +135,18 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
 }
 
 /// Writes one session below `out`, never destroying a file there (see
-/// [`export_to_file`]).
+/// [`export_to_file_with_progress`]); `progress` hears the entries written.
 fn export_one(
     archive: &sessiontree::backend::sqlite::Archive,
     id: &str,
     out: &Path,
     force: bool,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<(PathBuf, ExportOutcome)> {
     let storage = archive.open_session(id)?;
     let meta = sessiontree::SessionStorage::metadata(&storage)?;
     let path = export_path(out, &meta)?;
-    let outcome = export_to_file(&storage, &path, force)?;
+    let outcome = export_to_file_with_progress(&storage, &path, force, progress)?;
     Ok((path, outcome))
 }
 
@@ -310,7 +335,13 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let problems = archive.check(id.as_deref())?;
+    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
+    let problems = archive.check_with_progress(id.as_deref(), &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let problems = problems?;
     let mut text = if problems.is_empty() {
         "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
     } else {
