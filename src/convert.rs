@@ -53,8 +53,50 @@ pub struct FileImport {
     pub torn_tail: Option<TornTail>,
 }
 
+/// Bytes between two reports of an import's progress: often enough for a
+/// bar to move smoothly, rare enough to cost nothing next to the reading.
+const PROGRESS_STEP: u64 = 1 << 20;
+
+/// Reports an import's progress (bytes into the file) to a callback in steps
+/// of at least [`PROGRESS_STEP`], never going backwards or repeating itself.
+struct ByteProgress<'a> {
+    report: &'a mut dyn FnMut(u64),
+    last: Option<u64>,
+}
+
+impl<'a> ByteProgress<'a> {
+    fn new(report: &'a mut dyn FnMut(u64)) -> Self {
+        ByteProgress { report, last: None }
+    }
+
+    /// `at` bytes reached: reported if a step further than the last report.
+    fn step(&mut self, at: u64) {
+        if self.last.is_none_or(|last| at >= last + PROGRESS_STEP) {
+            self.last = Some(at);
+            (self.report)(at);
+        }
+    }
+
+    /// `at` bytes reached at the end of a phase: reported unless already.
+    fn reached(&mut self, at: u64) {
+        if self.last.is_none_or(|last| at > last) {
+            self.last = Some(at);
+            (self.report)(at);
+        }
+    }
+}
+
 /// The hash of the first `len` bytes of a file.
 fn hash_prefix(path: &Path, len: u64) -> Result<String> {
+    hash_prefix_reporting(path, len, None)
+}
+
+/// [`hash_prefix`], reporting the bytes hashed as it goes.
+fn hash_prefix_reporting(
+    path: &Path,
+    len: u64,
+    mut progress: Option<&mut ByteProgress<'_>>,
+) -> Result<String> {
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut f = File::open(path).map_err(io)?.take(len);
     let mut h = Fnv::new();
@@ -67,6 +109,12 @@ fn hash_prefix(path: &Path, len: u64) -> Result<String> {
         }
         seen += n as u64;
         h.update(&buf[..n]);
+        if let Some(p) = progress.as_deref_mut() {
+            p.step(seen);
+        }
+    }
+    if let Some(p) = progress {
+        p.reached(seen);
     }
     if seen < len {
         return Ok(String::new());
@@ -125,6 +173,21 @@ pub fn train_dictionary_for(
 /// (memory bounded by the longest line, not the file) and atomically (a bad
 /// line imports nothing of the file, and the error names the file and line).
 pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<FileImport> {
+    import_jsonl_with_progress(archive, path, &mut |_| {})
+}
+
+/// [`import_jsonl`], telling `progress` how far into the file it has got, in
+/// bytes: increasing, about every megabyte, and at the end the bytes read
+/// (the file's size for a file read whole; a file appended to counts from
+/// the start, its prefix being hashed). Not called for a file whose size and
+/// modification time are as last imported. Called on this thread, so the
+/// callback need not be `Send`.
+pub fn import_jsonl_with_progress(
+    archive: &Archive,
+    path: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<FileImport> {
+    let mut progress = ByteProgress::new(progress);
     let (canon, size, mtime) = file_facts(path)?;
     let unchanged = |r: &ImportRecord| FileImport {
         session_id: r.session_id.clone(),
@@ -135,7 +198,10 @@ pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<FileImport> {
     };
     match archive.import_record(&canon)? {
         Some(r) if r.file_size == size && r.file_mtime == mtime => Ok(unchanged(&r)),
-        Some(r) if size >= r.bytes && hash_prefix(path, r.bytes)? == r.prefix_hash => {
+        Some(r)
+            if size >= r.bytes
+                && hash_prefix_reporting(path, r.bytes, Some(&mut progress))? == r.prefix_hash =>
+        {
             if size == r.bytes {
                 archive.write_session(|w| {
                     w.resume(&r.session_id)?;
@@ -147,14 +213,14 @@ pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<FileImport> {
                 })?;
                 return Ok(unchanged(&r));
             }
-            append_new_lines(archive, path, &r, size, mtime)
+            append_new_lines(archive, path, &r, size, mtime, &mut progress)
         }
         Some(r) => Err(Error::ImportedFileChanged {
             path: path.to_owned(),
             session: r.session_id.clone(),
             how: "not only appended to",
         }),
-        None => import_new(archive, path, canon, size, mtime),
+        None => import_new(archive, path, canon, size, mtime, &mut progress),
     }
 }
 
@@ -164,6 +230,7 @@ fn import_new(
     canon: String,
     size: u64,
     mtime: i64,
+    progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
     // An id that could not be exported (a path, `..`) is refused at the door.
@@ -205,6 +272,7 @@ fn import_new(
             path,
             ReadStart::Beginning,
             w,
+            progress,
         )?;
         let prefix_hash = if summary.torn_tail.is_none() {
             hashing.hash.hex()
@@ -257,19 +325,31 @@ const PIPELINE_DEPTH: usize = 4;
 /// Reads and parses entries (and extracts their search text and compresses
 /// them) on a second thread while this one writes them, so an import keeps both cores busy.
 /// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
-/// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead.
+/// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead. Each batch
+/// carries the file offset its last line ended at; `progress` hears it once
+/// the batch is written, on this thread.
 fn pipelined<R: BufRead + Send>(
     reader: R,
     path: &Path,
     start: ReadStart,
     w: &mut SessionWriter<'_>,
+    progress: &mut ByteProgress<'_>,
 ) -> Result<ReadSummary> {
     type Batch = Vec<(crate::entry::Entry, Option<(String, String)>, Prepared)>;
     let encoder = w.encoder()?;
+    let offset = match &start {
+        ReadStart::Beginning => 0,
+        ReadStart::After { offset, .. } => *offset,
+    };
     std::thread::scope(|scope| {
-        let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(PIPELINE_DEPTH);
+        let (send, receive) = std::sync::mpsc::sync_channel::<(Batch, u64)>(PIPELINE_DEPTH);
         let reading = scope.spawn(move || {
             let stopped = || Error::Unknown("the import's writer stopped".into());
+            let consumed = std::cell::Cell::new(offset);
+            let reader = Counting {
+                inner: reader,
+                consumed: &consumed,
+            };
             let mut batch: Batch = Vec::with_capacity(PIPELINE_BATCH);
             let mut bytes = 0;
             let summary = read_session_from(reader, path, start, |_, entry| {
@@ -280,32 +360,61 @@ fn pipelined<R: BufRead + Send>(
                 if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
                     bytes = 0;
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                    send.send(full).map_err(|_| stopped())?;
+                    send.send((full, consumed.get())).map_err(|_| stopped())?;
                 }
                 Ok(())
             })?;
             if !batch.is_empty() {
-                send.send(batch).map_err(|_| stopped())?;
+                send.send((batch, consumed.get())).map_err(|_| stopped())?;
             }
             Ok(summary)
         });
         let mut written = Ok(());
-        'batches: for batch in receive.iter() {
+        'batches: for (batch, reached) in receive.iter() {
             for (entry, text, prepared) in batch {
                 if let Err(e) = w.push_prepared(&entry, text, &prepared) {
                     written = Err(e);
                     break 'batches;
                 }
             }
+            progress.step(reached);
         }
         // Dropping the receiver stops a reader still sending.
         drop(receive);
-        let read = reading
+        let read: Result<ReadSummary> = reading
             .join()
             .map_err(|_| Error::Unknown("the import's reader panicked".into()))?;
         written?;
-        read
+        let summary = read?;
+        progress.reached(summary.bytes);
+        Ok(summary)
     })
+}
+
+/// A buffered reader that counts the bytes consumed from it: the offset of
+/// the end of the last line read (what a `BufReader` holds ahead is not counted).
+struct Counting<'a, R> {
+    inner: R,
+    consumed: &'a std::cell::Cell<u64>,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.consumed.set(self.consumed.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Counting<'_, R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.consumed.set(self.consumed.get() + amt as u64);
+        self.inner.consume(amt);
+    }
 }
 
 fn append_new_lines(
@@ -314,6 +423,7 @@ fn append_new_lines(
     r: &ImportRecord,
     size: u64,
     mtime: i64,
+    progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
     if header.version != 3 {
@@ -333,7 +443,13 @@ fn append_new_lines(
             offset: r.bytes,
             lines: r.lines,
         };
-        let summary = pipelined(BufReader::with_capacity(1 << 16, file), path, start, w)?;
+        let summary = pipelined(
+            BufReader::with_capacity(1 << 16, file),
+            path,
+            start,
+            w,
+            progress,
+        )?;
         w.record_import(&ImportRecord {
             source_path: r.source_path.clone(),
             session_id: r.session_id.clone(),
@@ -369,24 +485,39 @@ impl<R: Read> Read for HashingReader<R> {
 /// Writes a session of the archive as a pi JSONL file: its header line, then
 /// every entry in log order, exactly as imported or appended.
 pub fn export_jsonl(storage: &SqliteStorage, out: &mut impl Write) -> Result<()> {
-    write_session_file(&storage.header_json()?, storage, out)
+    write_session_file(&storage.header_json()?, storage, out, &mut |_| {})
 }
 
+/// Entries between two reports of an export's progress.
+const EXPORT_PROGRESS_STEP: u64 = 256;
+
 /// A session as pi's version-3 file: `header`, then every entry's exact
-/// text, one a line, streamed (bounded memory however long the log).
+/// text, one a line, streamed (bounded memory however long the log);
+/// `progress` hears the entries written so far (about every
+/// [`EXPORT_PROGRESS_STEP`] entries, and at the end).
 fn write_session_file(
     header: &str,
     storage: &dyn SessionStorage,
     out: &mut impl Write,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<()> {
     let id = storage.metadata()?.id;
     let io = |e| Error::io(format!("exporting session {id}"), e);
     out.write_all(header.as_bytes()).map_err(io)?;
     out.write_all(b"\n").map_err(io)?;
+    let mut written = 0u64;
     storage.visit_entries(0, None, &mut |json| {
         out.write_all(json.as_bytes()).map_err(io)?;
-        out.write_all(b"\n").map_err(io)
+        out.write_all(b"\n").map_err(io)?;
+        written += 1;
+        if written.is_multiple_of(EXPORT_PROGRESS_STEP) {
+            progress(written);
+        }
+        Ok(())
     })?;
+    if written == 0 || !written.is_multiple_of(EXPORT_PROGRESS_STEP) {
+        progress(written);
+    }
     out.flush().map_err(io)
 }
 
@@ -429,7 +560,19 @@ pub enum ExportOutcome {
 /// `NAME.bak` (or `NAME.bak.N`) first. The session is written and fsynced to
 /// a temporary file beside `path` before anything at `path` is touched.
 pub fn export_to_file(storage: &SqliteStorage, path: &Path, force: bool) -> Result<ExportOutcome> {
-    write_export(&storage.header_json()?, storage, path, force)
+    export_to_file_with_progress(storage, path, force, &mut |_| {})
+}
+
+/// [`export_to_file`], telling `progress` how many of the session's entries
+/// have been written so far (increasing, about every 256 entries, and once
+/// at the end with all of them). Called on this thread.
+pub fn export_to_file_with_progress(
+    storage: &SqliteStorage,
+    path: &Path,
+    force: bool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportOutcome> {
+    write_export(&storage.header_json()?, storage, path, force, progress)
 }
 
 /// [`export_to_file`] for a session file: a pi file of any version written
@@ -440,7 +583,7 @@ pub fn export_file_to_file(
     path: &Path,
     force: bool,
 ) -> Result<ExportOutcome> {
-    write_export(&source.header().json, source, path, force)
+    write_export(&source.header().json, source, path, force, &mut |_| {})
 }
 
 /// Writes `header` and `storage`'s entries at `path` by the rules of
@@ -450,6 +593,7 @@ fn write_export(
     storage: &dyn SessionStorage,
     path: &Path,
     force: bool,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<ExportOutcome> {
     let io = |what: &str, p: &Path, e| Error::io(format!("{what} {}", p.display()), e);
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -462,7 +606,7 @@ fn write_export(
     let result = (|| {
         let file = File::create(&tmp).map_err(|e| io("writing", &tmp, e))?;
         let mut w = std::io::BufWriter::new(file);
-        write_session_file(header, storage, &mut w)?;
+        write_session_file(header, storage, &mut w, progress)?;
         let file = w
             .into_inner()
             .map_err(|e| io("writing", &tmp, e.into_error()))?;

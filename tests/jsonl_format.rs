@@ -1,9 +1,13 @@
 //! pi's JSONL format (spec §10–11): every bad-input case with its code, message
-//! and line number, and the file untouched; the real pi files; exact round trips.
+//! and line number, and the file untouched; the real pi files; exact round trips;
+//! the progress that importing, exporting and checking report.
 
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::sqlite::Archive;
-use sessiontree::convert::{export_jsonl, import_jsonl};
+use sessiontree::convert::{
+    export_jsonl, export_to_file_with_progress, import_jsonl, import_jsonl_with_progress,
+    ImportOutcome,
+};
 use sessiontree::{Durability, Entry, ErrorCode, Session, SessionStorage};
 use std::path::{Path, PathBuf};
 
@@ -380,5 +384,106 @@ fn a_bad_line_imports_nothing_of_its_file() -> Result<(), Box<dyn std::error::Er
         "{err}"
     );
     assert!(archive.list(&Default::default())?.is_empty());
+    Ok(())
+}
+
+/// A generated linear session file of about `mb` MB in `dir`: its path and id.
+fn generated_session(dir: &Path, mb: usize) -> (PathBuf, String) {
+    let report = sessiontree_bench::gen::generate(
+        dir,
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Linear,
+            entries: mb * 1_000_000 / 900,
+            seed: 11,
+            ..Default::default()
+        },
+    )
+    .expect("generate");
+    let s = &report.sessions[0];
+    (s.path.clone(), s.id.clone())
+}
+
+/// Imports `path` and returns what progress heard, checking it only ever grew.
+fn import_hearing(archive: &Archive, path: &Path) -> (sessiontree::convert::FileImport, Vec<u64>) {
+    let mut heard = Vec::new();
+    let r = import_jsonl_with_progress(archive, path, &mut |at| heard.push(at)).expect("import");
+    assert!(
+        heard.windows(2).all(|w| w[0] < w[1]),
+        "progress went back or repeated: {heard:?}"
+    );
+    (r, heard)
+}
+
+#[test]
+fn import_reports_bytes_read_as_it_goes() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let (full, _) = generated_session(&dir.path().join("gen"), 4);
+    let text = std::fs::read(&full)?;
+    let size = text.len() as u64;
+    assert!(size > 3_000_000, "a multi-MB file: {size} bytes");
+
+    // A new file: heard several times on the way, last at its size.
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let (r, heard) = import_hearing(&archive, &full);
+    assert!(heard.len() > 2, "heard only {heard:?} for {size} bytes");
+    assert_eq!(heard.last(), Some(&size));
+    assert_eq!(r.bytes_read, size);
+
+    // Unchanged: nothing read, nothing heard.
+    let (r, heard) = import_hearing(&archive, &full);
+    assert_eq!(r.outcome, ImportOutcome::Unchanged);
+    assert_eq!(heard, Vec::<u64>::new());
+
+    // Appended to: the prefix hashed, then the new lines read, to the file's size.
+    let half = text.len() / 2;
+    let cut = half
+        + text[half..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("a line end")
+        + 1;
+    let file = dir.path().join("grows.jsonl");
+    std::fs::write(&file, &text[..cut])?;
+    let archive = Archive::open(dir.path().join("b.db"), Durability::Relaxed)?;
+    let (_, heard) = import_hearing(&archive, &file);
+    assert_eq!(heard.last(), Some(&(cut as u64)));
+    std::fs::write(&file, &text)?;
+    let (r, heard) = import_hearing(&archive, &file);
+    assert_eq!(r.outcome, ImportOutcome::Appended);
+    assert_eq!(r.bytes_read, size - cut as u64);
+    assert!(heard.len() > 2, "heard only {heard:?}");
+    assert!(
+        heard.iter().any(|&at| at > cut as u64),
+        "the new lines: {heard:?}"
+    );
+    assert_eq!(heard.last(), Some(&size));
+    Ok(())
+}
+
+#[test]
+fn export_and_check_report_progress() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let (file, id) = generated_session(&dir.path().join("gen"), 1);
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    import_jsonl(&archive, &file)?;
+    let storage = archive.open_session(&id)?;
+    let entries = storage.entry_count()? as u64;
+
+    let mut heard = Vec::new();
+    let out = dir.path().join("out.jsonl");
+    export_to_file_with_progress(&storage, &out, false, &mut |n| heard.push(n))?;
+    assert!(
+        heard.len() > 1,
+        "heard only {heard:?} for {entries} entries"
+    );
+    assert!(heard.windows(2).all(|w| w[0] < w[1]), "{heard:?}");
+    assert_eq!(heard.last(), Some(&entries));
+    assert_eq!(std::fs::read(&out)?, std::fs::read(&file)?);
+
+    let mut heard = Vec::new();
+    let problems =
+        archive.check_with_progress(None, &mut |done, total| heard.push((done, total)))?;
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(heard, [(0, 1), (1, 1)]);
     Ok(())
 }

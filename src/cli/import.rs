@@ -3,9 +3,8 @@
 
 use super::{Cli, Report};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use sessiontree::convert::{import_jsonl, ImportOutcome};
+use sessiontree::convert::{import_jsonl_with_progress, ImportOutcome};
 use sessiontree::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -16,7 +15,8 @@ pub struct ImportArgs {
     /// Files or directories (searched recursively for `*.jsonl`); default: pi's
     /// sessions directory (`$PI_CODING_AGENT_DIR/sessions` or `~/.pi/agent/sessions`).
     pub paths: Vec<PathBuf>,
-    /// Do not draw a progress bar.
+    /// Do not draw a progress bar (none is drawn anyway when stderr is not a
+    /// terminal, or with `--json`).
     #[arg(long)]
     pub quiet: bool,
     /// Import a generated demo archive (what happens anyway, with a note, when
@@ -116,34 +116,34 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         collect(root, &mut files)?;
     }
     let archive = super::open_archive(cli)?;
-    let total_bytes: u64 = files
+    let sizes: Vec<u64> = files
         .iter()
-        .filter_map(|f| std::fs::metadata(f).ok())
-        .map(|m| m.len())
-        .sum();
-    let bar = if args.quiet || cli.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total_bytes)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .collect();
     let started = Instant::now();
     sessiontree::convert::train_dictionary_for(&archive, &files)?;
+    let bar = super::progress_bar(
+        cli,
+        "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}",
+    );
+    bar.set_length(sizes.iter().sum());
+    // The bar moves by bytes: those of the files done, then how far the
+    // library has read into the current one (never past the size listed,
+    // should pi append meanwhile).
+    let mut done_bytes = 0u64;
     let (mut imported, mut appended, mut unchanged, mut present) = (0u64, 0u64, 0u64, 0u64);
     let mut elsewhere = 0u64;
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut failed = Vec::new();
     let mut torn = Vec::new();
-    for (i, file) in files.iter().enumerate() {
+    for (i, (file, &size)) in files.iter().zip(&sizes).enumerate() {
         bar.set_message(format!(
             "{} / {} files, {entries} entries",
             i + 1,
             files.len()
         ));
-        match import_jsonl(&archive, file) {
+        let mut reached = |at: u64| bar.set_position(done_bytes + at.min(size));
+        match import_jsonl_with_progress(&archive, file, &mut reached) {
             Ok(r) => {
                 match r.outcome {
                     ImportOutcome::Imported => imported += 1,
@@ -160,7 +160,8 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
             }
             Err(e) => failed.push((file.display().to_string(), e)),
         }
-        bar.inc(std::fs::metadata(file).map_or(0, |m| m.len()));
+        done_bytes += size;
+        bar.set_position(done_bytes);
     }
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();

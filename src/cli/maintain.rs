@@ -3,7 +3,6 @@
 
 use super::{Cli, Report};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use rusqlite::types::Value as SqlValue;
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::StorageSplit;
@@ -43,23 +42,17 @@ fn split_report(split: &StorageSplit) -> (String, Value) {
     (text, Value::Array(json))
 }
 
-/// Runs `compact`.
-pub fn compact(cli: &Cli, args: &CompactArgs) -> Result<Report> {
+/// Runs `compact` (its `--quiet` is read where the bar is made, [`super::progress_bar`]).
+pub fn compact(cli: &Cli, _args: &CompactArgs) -> Result<Report> {
     let archive = super::open_existing_archive(cli)?;
-    let bar = if args.quiet || cli.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("compacting {bar:30} {pos}/{len} entries")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = super::progress_bar(cli, "compacting {bar:30} {pos}/{len} entries");
     let report = archive.compact(&mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
-    })?;
+    });
+    // Cleared before any error is printed, so the message stands alone.
     bar.finish_and_clear();
+    let report = report?;
     let split = archive.storage_split()?;
     let (split_text, split_json) = split_report(&split);
     let text = format!(

@@ -479,21 +479,18 @@ pub fn open_archive(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqli
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     }
     // A migration that rewrites rows (a large archive from an older build)
-    // shows a progress bar on a terminal; the bar appears only if one runs.
+    // shows a progress bar on a terminal; the bar appears only if one has
+    // rows to rewrite (a new archive's migrations have none: no flash of 0/0).
     let mut bar: Option<indicatif::ProgressBar> = None;
     let archive = sessiontree::backend::sqlite::Archive::open_with_progress(
         path,
         cli.durability.into(),
         &mut |p| {
+            if p.total == 0 && bar.is_none() {
+                return;
+            }
             let bar = bar.get_or_insert_with(|| {
-                let bar = indicatif::ProgressBar::new(p.total);
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{msg} {bar:30} {pos}/{len} ({eta} left)",
-                    )
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-                );
-                bar
+                progress_bar(cli, "{msg} {bar:30} {pos}/{len} ({eta} left)")
             });
             bar.set_message(format!("migrating the archive to schema {}", p.version));
             bar.set_length(p.total);
@@ -504,4 +501,27 @@ pub fn open_archive(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqli
         bar.finish_and_clear();
     }
     archive
+}
+
+/// A progress bar on stderr drawn with `template` (length 0 until the
+/// command sets it), or a hidden one when nobody would watch it: stderr is
+/// not a terminal, `--json`, or the command's `--quiet`. Every long command
+/// makes its bar here, so they all go quiet by the same rules.
+pub fn progress_bar(cli: &Cli, template: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    let quiet = match &cli.command {
+        Command::Import(args) => args.quiet,
+        Command::Compact(args) => args.quiet,
+        _ => false,
+    };
+    if quiet || cli.json || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar =
+        indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
 }

@@ -4,7 +4,7 @@ use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
-use sessiontree::convert::{export_file_to_file, export_to_file, ExportOutcome};
+use sessiontree::convert::{export_file_to_file, export_to_file_with_progress, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{encode_cwd, session_file_name};
 use sessiontree::repo::sqlite::SqliteRepo;
@@ -96,17 +96,45 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     let mut written = Vec::new();
     let mut failed = Vec::new();
     let mut text = String::new();
-    for source in sources {
+    // The bar counts entries across sessions: those of the sessions done,
+    // then those written of the current one. The counts come from the
+    // session rows (a file counts its entries once open), read only when
+    // someone will see the bar.
+    let bar = super::progress_bar(
+        cli,
+        "exporting {bar:30} {pos}/{len} entries ({eta} left) {msg}",
+    );
+    let counts: Vec<u64> = if bar.is_hidden() {
+        vec![0; sources.len()]
+    } else {
+        sources
+            .iter()
+            .map(|source| match source {
+                ExportSource::Archive(id) => archive()
+                    .and_then(|a| sessiontree::SessionStorage::entry_count(&a.open_session(id)?))
+                    .unwrap_or(0) as u64,
+                ExportSource::File(_) => 0,
+            })
+            .collect()
+    };
+    bar.set_length(counts.iter().sum());
+    let mut done_entries = 0u64;
+    let total = sources.len();
+    for (i, (source, entries)) in sources.into_iter().zip(counts).enumerate() {
+        bar.set_message(format!("session {} / {total}", i + 1));
+        let mut reached = |n: u64| bar.set_position(done_entries + n.min(entries));
         let (name, result) = match &source {
             ExportSource::Archive(id) => (
                 id.clone(),
-                archive().and_then(|a| export_one(&a, id, &args.out, args.force)),
+                archive().and_then(|a| export_one(&a, id, &args.out, args.force, &mut reached)),
             ),
             ExportSource::File(path) => (
                 path.display().to_string(),
                 export_file(path, &args.out, args.force),
             ),
         };
+        done_entries += entries;
+        bar.set_position(done_entries);
         match result {
             Ok((path, outcome)) => {
                 let (what, backup) = match &outcome {
@@ -135,6 +163,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             }
         }
     }
+    bar.finish_and_clear();
     let mut report = Report::new(json!({"exported": written, "failed": failed}), text);
     if !failed.is_empty() {
         report.status = super::exit::SOME_FAILED;
@@ -143,17 +172,18 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
 }
 
 /// Writes one session below `out`, never destroying a file there (see
-/// [`export_to_file`]).
+/// [`export_to_file_with_progress`]); `progress` hears the entries written.
 fn export_one(
     archive: &sessiontree::backend::sqlite::Archive,
     id: &str,
     out: &Path,
     force: bool,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<(PathBuf, ExportOutcome)> {
     let storage = archive.open_session(id)?;
     let meta = sessiontree::SessionStorage::metadata(&storage)?;
     let path = export_path(out, &meta)?;
-    let outcome = export_to_file(&storage, &path, force)?;
+    let outcome = export_to_file_with_progress(&storage, &path, force, progress)?;
     Ok((path, outcome))
 }
 
@@ -352,7 +382,13 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let problems = archive.check(id.as_deref())?;
+    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
+    let problems = archive.check_with_progress(id.as_deref(), &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let problems = problems?;
     let mut text = if problems.is_empty() {
         "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
     } else {

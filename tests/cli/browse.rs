@@ -761,10 +761,22 @@ fn search_colours_matches_only_when_asked_or_on_a_terminal() {
     let src = tree_session().save(&sb, "pi");
     sb.import(&[&src]);
     let plain = sb.run(&["search", "escapes"]).ok().to_owned();
-    assert!(plain.contains("[escapes]") && !plain.contains('\u{1b}'), "{plain}");
-    assert_eq!(sb.run(&["search", "escapes", "--color", "never"]).ok(), plain);
-    let coloured = sb.run(&["search", "escapes", "--color", "always"]).ok().to_owned();
-    assert!(coloured.contains("\u{1b}[1;31mescapes\u{1b}[0m"), "{coloured:?}");
+    assert!(
+        plain.contains("[escapes]") && !plain.contains('\u{1b}'),
+        "{plain}"
+    );
+    assert_eq!(
+        sb.run(&["search", "escapes", "--color", "never"]).ok(),
+        plain
+    );
+    let coloured = sb
+        .run(&["search", "escapes", "--color", "always"])
+        .ok()
+        .to_owned();
+    assert!(
+        coloured.contains("\u{1b}[1;31mescapes\u{1b}[0m"),
+        "{coloured:?}"
+    );
     assert_eq!(
         coloured
             .replace("\u{1b}[1;31m", "[")

@@ -1,5 +1,6 @@
 //! `import`: pi's real files, pi's default directories, files appended to
-//! or torn by pi, bad files among good ones, symlinked directories.
+//! or torn by pi, bad files among good ones, symlinked directories; and no
+//! progress bar from any long command when stderr is not a terminal.
 
 use super::*;
 
@@ -393,5 +394,44 @@ fn import_with_a_missing_pi_directory_leaves_a_real_archive_alone() {
     assert!(
         listed["sessions"].as_array().map_or(0, Vec::len) > 1,
         "{listed}"
+    );
+}
+
+#[test]
+fn long_commands_draw_no_progress_bar_when_stderr_is_not_a_terminal() {
+    let sb = Sandbox::new();
+    // A multi-MB file, so the import reports bytes within it as it goes.
+    let gen = sessiontree_bench::gen::generate(
+        &sb.path("gen"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Linear,
+            entries: 3000,
+            seed: 3,
+            ..Default::default()
+        },
+    )
+    .expect("generate");
+    let file = &gen.sessions[0].path;
+    let id = &gen.sessions[0].id;
+    // Piped stdout and stderr, no --json, no --quiet: still no bar.
+    let runs = [
+        sb.run(&["import", s(file), s(&pi_fixtures())]),
+        sb.run(&["export", id, "--out", s(&sb.path("out"))]),
+        sb.run(&["check"]),
+        sb.run(&["compact"]),
+    ];
+    for run in &runs {
+        assert_eq!(run.status, 0, "{run:#?}");
+        assert!(
+            !run.stderr.contains('\u{1b}') && !run.stderr.contains('\r'),
+            "a progress bar's escape sequences on stderr: {run:#?}"
+        );
+        assert_eq!(run.stderr, "", "{run:#?}");
+        assert!(!run.stdout.contains('\u{1b}'), "{run:#?}");
+    }
+    assert!(
+        runs[0].stdout.starts_with("3 files: 3 imported"),
+        "{:#?}",
+        runs[0]
     );
 }

@@ -196,7 +196,17 @@ impl Archive {
     /// longer one; a fork after a compaction is cut there and fine), and the
     /// active path and its context failing to build. `sessiontree check`.
     pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
-        self.run_checks(session, true)
+        self.check_with_progress(session, &mut |_, _| {})
+    }
+
+    /// [`Archive::check`], telling `progress` (sessions checked, sessions to
+    /// check) once `PRAGMA integrity_check` has passed and after each session.
+    pub fn check_with_progress(
+        &self,
+        session: Option<&str>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Vec<String>> {
+        self.run_checks(session, true, progress)
     }
 
     /// Every consistency check of the archive, or of one session: `PRAGMA
@@ -206,10 +216,15 @@ impl Archive {
     /// table and the search index's own check. The problems found, empty when
     /// what is stored is exactly what the log implies (whatever the log holds).
     pub fn check_consistency(&self, session: Option<&str>) -> Result<Vec<String>> {
-        self.run_checks(session, false)
+        self.run_checks(session, false, &mut |_, _| {})
     }
 
-    fn run_checks(&self, session: Option<&str>, reads: bool) -> Result<Vec<String>> {
+    fn run_checks(
+        &self,
+        session: Option<&str>,
+        reads: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Vec<String>> {
         let conn = self.conn()?;
         let mut problems = Vec::new();
         // On a damaged file SQLite may refuse the pragma itself; that is
@@ -241,6 +256,8 @@ impl Archive {
             })
             .and_then(Iterator::collect)
             .map_err(sql("checking sessions"))?;
+        let total = sessions.len() as u64;
+        progress(0, total);
         if session.is_none() {
             problems.extend(orphan_rows(&conn)?);
             if let Err(e) = conn.execute(
@@ -250,7 +267,7 @@ impl Archive {
                 problems.push(format!("search index: {e}"));
             }
         }
-        for SessionRow { key, id } in sessions {
+        for (done, SessionRow { key, id }) in sessions.into_iter().enumerate() {
             let codec = self.codec();
             let found = [
                 verify_branch_cache(&conn, codec, key)?,
@@ -268,6 +285,7 @@ impl Archive {
                     .flatten()
                     .map(|p| format!("session {id}: {p}")),
             );
+            progress(done as u64 + 1, total);
         }
         Ok(problems)
     }
