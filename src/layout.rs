@@ -8,10 +8,12 @@ use std::path::PathBuf;
 /// pi's sessions directory: `$PI_CODING_AGENT_DIR/sessions`, else
 /// `~/.pi/agent/sessions`.
 pub fn pi_sessions_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PI_CODING_AGENT_DIR") {
+    // Set but empty means unset, as shells treat it.
+    let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = set("PI_CODING_AGENT_DIR") {
         return PathBuf::from(dir).join("sessions");
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let home = set("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
     home.join(".pi").join("agent").join("sessions")
 }
 

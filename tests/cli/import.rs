@@ -128,6 +128,15 @@ fn import_defaults_to_pis_sessions_dir_and_db_overrides_the_archive() {
         "01950000-0000-7000-8000-00000000d001"
     );
 
+    // Set but empty is unset, as in a shell: pi's default directory again.
+    let mut c = sb.command();
+    c.env("PI_CODING_AGENT_DIR", "");
+    let r = sb.run_with(c, &["--json", "import"]).json();
+    assert_eq!(
+        r["roots"],
+        json!([s(&sb.home().join(".pi/agent/sessions"))])
+    );
+
     let mut c = sb.command();
     c.env("PI_CODING_AGENT_DIR", sb.path("agent"));
     let db = sb.path("other.db");
