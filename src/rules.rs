@@ -142,7 +142,7 @@ impl StopRule {
     /// Whether a compaction seen below has set a stop the walk may still
     /// reach; without one, the rest of the walk is the walk from the next
     /// entry.
-    pub fn is_pending(&self) -> bool {
+    fn is_pending(&self) -> bool {
         self.pending_stop.is_some()
     }
 
@@ -166,7 +166,7 @@ impl StopRule {
 }
 
 /// Why a path walk ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WalkEnd {
     /// There was nothing to walk (no start entry).
     Empty,
@@ -175,6 +175,9 @@ pub enum WalkEnd {
     /// Where the compaction rule cut it: the first entry is a compaction's
     /// first kept entry, or a compaction with a retained tail.
     CompactionStop,
+    /// At this entry, which [`walk_joining`]'s caller knew the rest of the
+    /// walk from (the path stops just below it).
+    Joined(String),
 }
 
 /// A path walk's answer: the path, root-side first, and why it ended there.
@@ -198,7 +201,19 @@ pub fn walk_to_root_or_compaction(
 /// [`walk_to_root_or_compaction`], saying why the walk ended.
 pub fn walk(
     start: Option<&str>,
+    lookup: impl FnMut(&str) -> Result<Option<Entry>>,
+) -> Result<Walk> {
+    walk_joining(start, lookup, |_| false)
+}
+
+/// [`walk`] that may end early where its outcome is known: `joins` is asked
+/// about every entry the walk reaches with no compaction stop pending (from
+/// there on it goes exactly as the walk from that entry would), and `true`
+/// ends it there, before that entry, with [`WalkEnd::Joined`].
+pub fn walk_joining(
+    start: Option<&str>,
     mut lookup: impl FnMut(&str) -> Result<Option<Entry>>,
+    mut joins: impl FnMut(&str) -> bool,
 ) -> Result<Walk> {
     let Some(start) = start else {
         return Ok(Walk {
@@ -211,6 +226,9 @@ pub fn walk(
     let mut rule = StopRule::default();
     let mut seen = HashSet::new();
     let end = loop {
+        if !rule.is_pending() && joins(current.id()) {
+            break WalkEnd::Joined(current.id().to_owned());
+        }
         if !seen.insert(current.id().to_owned()) {
             return Err(Error::ParentCycle(current.id().to_owned()));
         }

@@ -7,7 +7,7 @@ use crate::context::{build_context, ContextOptions};
 use crate::entry::{new_entry_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::json::JsString;
-use crate::rules::{walk_to_root_or_compaction, SessionStats, StopRule};
+use crate::rules::{walk_joining, walk_to_root_or_compaction, SessionStats, Walk, WalkEnd};
 use serde_json::{Map, Value};
 
 /// How hard an append works to survive a crash.
@@ -290,6 +290,22 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
 }
 
+/// What resuming `storage` would hit: the active path failing to read, or
+/// its context failing to build. (Shared by every backend's check.)
+pub fn reader_problems<S: SessionStorage + ?Sized>(storage: &S) -> Vec<String> {
+    let active = storage
+        .leaf_id()
+        .and_then(|leaf| storage.path_to_root_or_compaction(leaf.as_deref()));
+    let mut problems = Vec::new();
+    if let Err(e) = &active {
+        problems.push(format!("the active path: {e}"));
+    }
+    if let Err(e) = active.and_then(|path| build_context(&path, &ContextOptions::default())) {
+        problems.push(format!("the context: {e}"));
+    }
+    problems
+}
+
 /// What a path walk from an entry came to.
 #[derive(Debug, Clone)]
 enum WalkOutcome {
@@ -319,39 +335,36 @@ pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<
         if covered.contains(e.id()) {
             continue;
         }
-        let mut rule = StopRule::default();
-        let mut seen = std::collections::HashSet::new();
         let mut fresh = Vec::new();
-        let mut visited = Vec::new();
-        let mut current = storage
-            .entry(e.id())?
-            .ok_or_else(|| Error::EntryNotFound(e.id().to_owned()))?;
-        let outcome = loop {
-            let id = current.id().to_owned();
-            if !rule.is_pending() {
-                if let Some(k) = known.get(&id) {
-                    break k.clone();
+        let walked = walk_joining(
+            Some(e.id()),
+            |id| storage.entry(id),
+            |id| {
+                let is_known = known.contains_key(id);
+                if !is_known {
+                    fresh.push(id.to_owned());
                 }
-                fresh.push(id.clone());
-            }
-            if !seen.insert(id.clone()) {
-                break WalkOutcome::Cycle(Error::ParentCycle(id).to_string());
-            }
-            visited.push(id);
-            if rule.stops_at(&current) {
-                break WalkOutcome::Ok;
-            }
-            let Some(parent) = current.facts().parent() else {
-                break WalkOutcome::Ok;
-            };
-            current = match storage.entry(parent)? {
-                Some(p) => p,
-                None => {
-                    break WalkOutcome::Fails(
-                        Error::DanglingReference(parent.to_owned()).to_string(),
-                    )
+                is_known
+            },
+        );
+        let outcome = match walked {
+            Ok(Walk {
+                end: WalkEnd::Joined(id),
+                path,
+            }) => {
+                let outcome = known.get(&id).cloned().unwrap_or(WalkOutcome::Ok);
+                if matches!(outcome, WalkOutcome::Ok) {
+                    covered.extend(path.iter().map(|p| p.id().to_owned()));
                 }
-            };
+                outcome
+            }
+            Ok(walk) => {
+                covered.extend(walk.path.iter().map(|p| p.id().to_owned()));
+                WalkOutcome::Ok
+            }
+            Err(err @ Error::DanglingReference(_)) => WalkOutcome::Fails(err.to_string()),
+            Err(err @ Error::ParentCycle(_)) => WalkOutcome::Cycle(err.to_string()),
+            Err(err) => return Err(err),
         };
         // A cycle's message names where this walk re-entered it, which
         // depends on the start: not remembered.
@@ -360,26 +373,15 @@ pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<
                 known.insert(id, outcome.clone());
             }
         }
-        match outcome {
-            WalkOutcome::Ok => covered.extend(visited),
-            WalkOutcome::Fails(err) | WalkOutcome::Cycle(err) => {
-                found.push((i, format!("entry {}: {err}", e.id())));
-            }
+        if let WalkOutcome::Fails(err) | WalkOutcome::Cycle(err) = outcome {
+            found.push((i, format!("entry {}: {err}", e.id())));
         }
     }
     found.sort();
     let mut problems: Vec<String> = found.into_iter().map(|(_, p)| p).collect();
-    let active = storage
-        .leaf_id()
-        .and_then(|leaf| storage.path_to_root_or_compaction(leaf.as_deref()));
-    if let Err(e) = &active {
-        problems.push(format!("the active path: {e}"));
-    }
+    problems.extend(reader_problems(storage));
     if let Err(e) = storage.session_stats() {
         problems.push(format!("statistics: {e}"));
-    }
-    if let Err(e) = active.and_then(|path| build_context(&path, &ContextOptions::default())) {
-        problems.push(format!("the context: {e}"));
     }
     problems.dedup();
     Ok(problems)

@@ -5,7 +5,7 @@ use super::{target, Cli, Report};
 use clap::Args;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use sessiontree::backend::sqlite::ListQuery;
+use sessiontree::backend::sqlite::{ListQuery, SearchHit};
 use sessiontree::json::{js_number, JsString, ObjectWriter};
 use sessiontree::preview::{message_parts, one_line, preview_in, truncate};
 use sessiontree::{Error, Result, Session, SessionRef, SessionStorage};
@@ -361,27 +361,32 @@ const ROLES: [&str; 8] = [
 /// `search`.
 pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
     let limit = usize::from(args.limit);
-    if let Some(SessionRef::File(path)) = args.session.as_deref().map(SessionRef::parse) {
-        return search_file(cli, args, &path, limit);
-    }
-    let archive = super::open_archive_for_reading(cli)?;
-    let session = args
-        .session
-        .as_deref()
-        .map(|s| archive.resolve_session(s))
-        .transpose()?;
     let offset = limit.checked_mul(args.page - 1).ok_or_else(|| {
         Error::Usage(format!(
             "--limit {limit} with --page {} is past any archive",
             args.page
         ))
     })?;
-    let filter = sessiontree::backend::sqlite::SearchFilter {
-        session: session.as_deref(),
-        cwd: args.cwd.as_deref(),
-        role: args.role.as_deref(),
+    let query = args.query.join(" ");
+    // A file has no index to rank by: its hits come in log order, unranked.
+    let (hits, ranked) = match args.session.as_deref().map(SessionRef::parse) {
+        Some(SessionRef::File(path)) => {
+            (search_file(cli, args, &path, &query, limit, offset)?, false)
+        }
+        session => {
+            let archive = super::open_archive_for_reading(cli)?;
+            let session = match session {
+                Some(SessionRef::Archive(prefix)) => Some(archive.resolve_session(&prefix)?),
+                _ => None,
+            };
+            let filter = sessiontree::backend::sqlite::SearchFilter {
+                session: session.as_deref(),
+                cwd: args.cwd.as_deref(),
+                role: args.role.as_deref(),
+            };
+            (archive.search_page(&query, &filter, limit, offset)?, true)
+        }
     };
-    let hits = archive.search_page(&args.query.join(" "), &filter, limit, offset)?;
     let colour = !cli.json && args.color.enabled();
     let mut text = String::new();
     for h in &hits {
@@ -403,7 +408,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
     }
     if hits.is_empty() {
         text.push_str("no matches\n");
-    } else if hits.len() == limit {
+    } else if hits.len() == limit && ranked {
         text.push_str(&format!(
             "(page {}; more may follow: --page {})\n",
             args.page,
@@ -420,78 +425,49 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
                 "entry": h.entry_id,
                 "role": h.role,
                 "snippet": h.snippet,
-                "rank": h.rank,
+                "rank": if ranked { json!(h.rank) } else { Value::Null },
             })
         })
         .collect();
     Ok(Report::new(json!({"hits": list, "page": args.page}), text))
 }
 
-/// `search --session FILE.jsonl`: the file's messages scanned in log order
-/// (there is no index to rank by), matched as the index would match them.
+/// `search --session FILE.jsonl`: the file's messages scanned in log order,
+/// matched as the index would match them; `limit` hits after `skip`.
 fn search_file(
     cli: &Cli,
     args: &SearchArgs,
     path: &std::path::Path,
+    query: &str,
     limit: usize,
-) -> Result<Report> {
+    skip: usize,
+) -> Result<Vec<SearchHit>> {
     use sessiontree::backend::sqlite::search::{
-        query_terms, searchable_text, snippet, text_matches,
+        query_terms, searchable_text, snippet, text_matches, SNIPPET_TOKENS,
     };
     let storage = sessiontree::backend::jsonl::JsonlStorage::open(path, cli.durability.into())?;
     let meta = storage.metadata()?;
     let name = storage.session_name()?;
-    let query = args.query.join(" ");
-    let terms = query_terms(&query);
-    let skip = limit.checked_mul(args.page - 1).ok_or_else(|| {
-        Error::Usage(format!(
-            "--limit {limit} with --page {} is past any session",
-            args.page
-        ))
-    })?;
-    let hits: Vec<(String, String, String)> = storage
+    let terms = query_terms(query);
+    Ok(storage
         .all_entries()
         .iter()
         .filter_map(|e| {
             let (role, text) = searchable_text(e)?;
             let wanted = args.role.as_deref().is_none_or(|r| r == role);
-            (wanted && text_matches(&text, &query))
-                .then(|| (e.id().to_owned(), role, snippet(&text, &terms, 12)))
+            (wanted && text_matches(&text, query)).then(|| SearchHit {
+                session_id: meta.id.clone(),
+                entry_id: e.id().to_owned(),
+                role,
+                session_name: name.clone(),
+                session_created_at: meta.created_at.clone(),
+                snippet: snippet(&text, &terms, SNIPPET_TOKENS),
+                rank: 0.0,
+            })
         })
         .skip(skip)
         .take(limit)
-        .collect();
-    let mut text = String::new();
-    let shown_name = name
-        .as_ref()
-        .map_or_else(|| "-".to_owned(), |n| truncate(&n.to_string(), 24));
-    let colour = !cli.json && args.color.enabled();
-    for (entry, role, snip) in &hits {
-        text.push_str(&format!(
-            "{} {} {shown_name} {entry} {role:>10}: {}\n",
-            meta.id,
-            meta.created_at.get(..10).unwrap_or(&meta.created_at),
-            shown_snippet(snip, colour)
-        ));
-    }
-    if hits.is_empty() {
-        text.push_str("no matches\n");
-    }
-    let list: Vec<Value> = hits
-        .iter()
-        .map(|(entry, role, snip)| {
-            json!({
-                "session": meta.id,
-                "sessionName": name.as_ref().map(|n| n.to_string()),
-                "sessionCreatedAt": meta.created_at,
-                "entry": entry,
-                "role": role,
-                "snippet": snip,
-                "rank": null,
-            })
-        })
-        .collect();
-    Ok(Report::new(json!({"hits": list, "page": args.page}), text))
+        .collect())
 }
 
 /// Arguments of `stats`.

@@ -375,7 +375,7 @@ impl Archive {
         offset: usize,
     ) -> Result<Vec<SearchHit>> {
         let SearchFilter { session, cwd, role } = *filter;
-        let words = fts_query(query);
+        let words = search::fts_query(query);
         if words.is_empty() {
             // No words, no hits (FTS5 would call an empty query a syntax error).
             return Ok(Vec::new());
@@ -432,7 +432,7 @@ impl Archive {
             let text = search::searchable_text(&entry)
                 .map(|(_, text)| text)
                 .unwrap_or_default();
-            hit.snippet = search::snippet(&text, &terms, SNIPPET_TOKENS);
+            hit.snippet = search::snippet(&text, &terms, search::SNIPPET_TOKENS);
             hits.push(hit);
         }
         Ok(hits)
@@ -502,49 +502,6 @@ fn delete_session_rows(tx: &rusqlite::Transaction, key: i64) -> Result<()> {
         .map_err(sql("deleting a session"))?;
     }
     Ok(())
-}
-
-/// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).
-const SNIPPET_TOKENS: usize = 12;
-
-/// The FTS5 query for what a person typed: every word quoted, so user text
-/// is never read as FTS5 syntax; `"a b"` stays a phrase and a trailing `*`
-/// a prefix query. NUL splits words too: FTS5 reads its query as a C string
-/// and would stop at one.
-fn fts_query(query: &str) -> String {
-    let quote = |w: &str| format!("\"{}\"", w.replace('"', "\"\""));
-    let mut parts = Vec::new();
-    for (i, chunk) in query.split('"').enumerate() {
-        // Odd chunks were between quotes: one phrase each.
-        if i % 2 == 1 {
-            let words: Vec<&str> = chunk
-                .split(|c: char| c.is_whitespace() || c == '\0')
-                .filter(|w| !w.is_empty())
-                .collect();
-            if !words.is_empty() {
-                parts.push(quote(&words.join(" ")));
-            }
-            continue;
-        }
-        for word in chunk
-            .split(|c: char| c.is_whitespace() || c == '\0')
-            .filter(|w| !w.is_empty())
-        {
-            match word
-                .strip_suffix('*')
-                .filter(|w| !w.is_empty() && !w.ends_with('*'))
-            {
-                Some(prefix) => parts.push(format!("{}*", quote(prefix))),
-                None => {
-                    let word = word.trim_end_matches('*');
-                    if !word.is_empty() {
-                        parts.push(quote(word));
-                    }
-                }
-            }
-        }
-    }
-    parts.join(" ")
 }
 
 impl Archive {

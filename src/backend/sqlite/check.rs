@@ -13,7 +13,6 @@ use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_
 use super::codec::{body_refs, Codec};
 use super::writer::{replay_session_facts, session_facts, stored_labels};
 use super::{damage_marker, search, sql, Archive, SqliteStorage};
-use crate::context::{build_context, ContextOptions};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
@@ -131,17 +130,7 @@ fn verify_walks(conn: &Connection, storage: &SqliteStorage, key: i64) -> Result<
             problems.push(format!("entry {id}: {e}"));
         }
     }
-    let active = storage
-        .leaf_id()
-        .and_then(|leaf| storage.path_to_root_or_compaction(leaf.as_deref()));
-    match active {
-        Ok(path) => {
-            if let Err(e) = build_context(&path, &ContextOptions::default()) {
-                problems.push(format!("the context: {e}"));
-            }
-        }
-        Err(e) => problems.push(format!("the active path: {e}")),
-    }
+    problems.extend(crate::storage::reader_problems(storage));
     Ok(problems)
 }
 

@@ -132,21 +132,90 @@ fn folded(token: &str) -> String {
     token.chars().map(fold).collect()
 }
 
-/// Whether `text` matches `query` as the index matches it: every word (in
-/// any order, `word*` a prefix) and every `"quoted phrase"` (its words one
-/// after another). For searching where there is no index (a session file).
-pub fn text_matches(text: &str, query: &str) -> bool {
-    let groups: Vec<Vec<String>> = query
-        .split('"')
-        .enumerate()
-        .flat_map(|(i, chunk)| {
-            let terms = query_terms(chunk);
-            // Odd chunks were between quotes: one phrase; the rest, words.
-            if i % 2 == 1 {
-                vec![terms]
-            } else {
-                terms.into_iter().map(|t| vec![t]).collect()
+/// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).
+pub const SNIPPET_TOKENS: usize = 12;
+
+/// A part of what a person typed into search: the one reading of the query
+/// grammar, which the index query ([`fts_query`]) and the scan of a session
+/// file ([`text_matches`]) both follow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryPart {
+    /// A word (`prefix`: written `word*`, matching words that start with it).
+    Word {
+        /// The word as typed, without the `*`.
+        text: String,
+        /// Whether it was written with a trailing `*`.
+        prefix: bool,
+    },
+    /// `"words in this order"`.
+    Phrase(String),
+}
+
+/// The parts of `query`: words in any order, `"a phrase"`, `prefix*`. NUL
+/// separates words too (FTS5 reads its query as a C string).
+pub fn query_parts(query: &str) -> Vec<QueryPart> {
+    let words = |chunk: &str| -> Vec<String> {
+        chunk
+            .split(|c: char| c.is_whitespace() || c == '\0')
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut parts = Vec::new();
+    for (i, chunk) in query.split('"').enumerate() {
+        // Odd chunks were between quotes: one phrase each.
+        if i % 2 == 1 {
+            let phrase = words(chunk).join(" ");
+            if !phrase.is_empty() {
+                parts.push(QueryPart::Phrase(phrase));
             }
+            continue;
+        }
+        for word in words(chunk) {
+            let prefix =
+                word.len() > 1 && word.ends_with('*') && !word[..word.len() - 1].ends_with('*');
+            let text = word.trim_end_matches('*');
+            if !text.is_empty() {
+                parts.push(QueryPart::Word {
+                    text: text.to_owned(),
+                    prefix,
+                });
+            }
+        }
+    }
+    parts
+}
+
+/// The FTS5 query for `query`: every part quoted, so user text is never read
+/// as FTS5 syntax; a phrase stays a phrase and `word*` a prefix query.
+pub fn fts_query(query: &str) -> String {
+    let quote = |w: &str| format!("\"{}\"", w.replace('"', "\"\""));
+    query_parts(query)
+        .iter()
+        .map(|part| match part {
+            QueryPart::Word { text, prefix: true } => format!("{}*", quote(text)),
+            QueryPart::Word { text, .. } | QueryPart::Phrase(text) => quote(text),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether `text` matches `query` as the index matches it: every part, a
+/// word (or `word*`) anywhere, a phrase's tokens one after another (a word
+/// FTS5 splits into several tokens, `foo-bar`, is such a run too). For
+/// searching where there is no index (a session file).
+pub fn text_matches(text: &str, query: &str) -> bool {
+    let groups: Vec<Vec<String>> = query_parts(query)
+        .into_iter()
+        .map(|part| match part {
+            QueryPart::Word { text, prefix } => {
+                let mut terms = query_terms(&text);
+                if let Some(last) = terms.last_mut().filter(|_| prefix) {
+                    last.push('*');
+                }
+                terms
+            }
+            QueryPart::Phrase(text) => query_terms(&text),
         })
         .filter(|g| !g.is_empty())
         .collect();

@@ -79,8 +79,11 @@ impl SqliteStorage {
     }
 
     fn write(&mut self, entries: &[Entry]) -> Result<()> {
-        // Before the claim, which is a write too.
-        super::refuse_if_damaged(self.archive.path())?;
+        // Taking the claim is a write too: refused first on a damaged
+        // archive (each append's transaction is checked by `begin_write`).
+        if !self.is_writer() {
+            super::refuse_if_damaged(self.archive.path())?;
+        }
         self.claim_writer()?;
         let mut conn = self.archive.conn()?;
         let tx = self.archive.begin_write(&mut conn, "starting an append")?;
