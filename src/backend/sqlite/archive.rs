@@ -3,7 +3,7 @@
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, Appender, SessionWriter};
-use super::{branch_cache, search, sql, stored_js_string, Archive};
+use super::{branch_cache, fts, search, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::json::JsString;
@@ -375,15 +375,15 @@ impl Archive {
         offset: usize,
     ) -> Result<Vec<SearchHit>> {
         let SearchFilter { session, cwd, role } = *filter;
-        let plan = search::IndexQuery::new(query)?;
+        let plan = fts::IndexQuery::new(query)?;
         if plan.terms.is_empty() {
             // No tokens, no hits (FTS5 would call an empty query a syntax error).
             return Ok(Vec::new());
         }
         let conn = self.conn()?;
-        let ranking = search::Ranking::new(&conn, &plan)?;
+        let ranking = fts::Ranking::new(&conn, &plan)?;
         // Candidates as (length, key): sorted, the best first. The index
-        // ranks nothing itself (it keeps no counts): see search::Ranking.
+        // ranks nothing itself (it keeps no counts): see fts::Ranking.
         let mut candidates: Vec<(u64, i64)> = conn
             .prepare_cached(
                 "SELECT m.rowid, d.sz
@@ -397,7 +397,7 @@ impl Archive {
             .and_then(|mut st| {
                 st.query_map(params![plan.terms, session, cwd, role], |r| {
                     let sz = r.get_ref(1)?.as_blob()?;
-                    Ok((search::indexed_length(sz), r.get(0)?))
+                    Ok((fts::indexed_length(sz), r.get(0)?))
                 })?
                 .collect()
             })

@@ -62,7 +62,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         sql: include_str!("../../../schema/0008_search_without_positions.sql"),
-        rewrite: Some(super::search::reindex_all_entries),
+        rewrite: Some(super::fts::reindex_all_entries),
     },
 ];
 
