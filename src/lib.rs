@@ -62,6 +62,7 @@ pub mod search;
 pub mod session;
 pub mod session_ref;
 pub mod storage;
+pub mod sync;
 
 pub use entry::{Entry, EntryType};
 pub use error::{Error, ErrorCode, Result};

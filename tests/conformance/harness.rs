@@ -9,6 +9,7 @@ use sessiontree::{Durability, Entry, Session, SessionStorage};
 use tempfile::TempDir;
 
 #[path = "pg.rs"]
+#[allow(dead_code)] // each test binary uses its part
 pub mod pg;
 
 /// A backend under test.

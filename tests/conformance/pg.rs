@@ -47,6 +47,12 @@ pub fn fresh_schema() -> String {
     )
 }
 
+/// `server`'s URL with its sessions in `schema` (created on first use).
+pub fn url_in_schema(server: &str, schema: &str) -> String {
+    let sep = if server.contains('?') { '&' } else { '?' };
+    format!("{server}{sep}options=-csearch_path%3D{schema}")
+}
+
 /// An archive in a fresh schema of the test server, dropped with it.
 pub struct TempArchive {
     /// The server.
@@ -69,6 +75,11 @@ impl TempArchive {
             schema,
             archive,
         })
+    }
+
+    /// A URL that opens this archive (for the binary: `--db URL`, `sync --to URL`).
+    pub fn schema_url(&self) -> String {
+        url_in_schema(&self.url, &self.schema)
     }
 
     /// The same archive, opened again (a new pool).

@@ -256,6 +256,72 @@ impl PgArchive {
             .collect()
     }
 
+    /// Makes sure session `new.id` exists (creating it empty) for a sync to
+    /// fill; an existing session must have been created with the same header
+    /// (else `invalid_session`: two different sessions under one id).
+    pub fn ensure_session(&self, new: &NewSession) -> Result<()> {
+        let mut conn = self.conn()?;
+        match insert_session(&mut *conn, new) {
+            Err(Error::SessionExists(_)) => {
+                let r = conn
+                    .query_one("SELECT header FROM sessions WHERE id = $1", &[&new.id])
+                    .map_err(pg("syncing a session"))?;
+                let header: String = col(&r, 0)?;
+                if header == new.header {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidSession(format!(
+                        "the archive already holds a different session {} (its header differs)",
+                        new.id
+                    )))
+                }
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// The id and exact text of the entry at log position `seq` of session
+    /// `id`, with the session's entry count: where a sync stands.
+    pub fn sync_position(&self, id: &str) -> Result<(u64, Option<String>)> {
+        let r = self
+            .conn()?
+            .query_one(
+                "SELECT s.entry_count, e.json FROM sessions s
+                 LEFT JOIN entries e ON e.session_key = s.session_key AND e.seq = s.entry_count - 1
+                 WHERE s.id = $1",
+                &[&id],
+            )
+            .map_err(pg("reading where a sync stands"))?;
+        Ok((u64::try_from(col::<i64>(&r, 0)?).unwrap_or(0), col(&r, 1)?))
+    }
+
+    /// Appends `entries` to session `id` in one transaction if its log still
+    /// holds exactly `expected` entries: `Ok(true)` when written, `Ok(false)`
+    /// (nothing written) when another writer moved it on first — a
+    /// concurrent sync of the same source, which the caller re-reads and
+    /// continues after. A session a live writer holds is refused.
+    pub fn append_if_at(&self, id: &str, expected: u64, entries: &[Entry]) -> Result<bool> {
+        let ctx = "syncing entries";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key: i64 = tx
+            .query_opt("SELECT session_key FROM sessions WHERE id = $1", &[&id])
+            .map_err(pg(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+            .and_then(|r| col(&r, 0))?;
+        let mut appender = Appender::start(&mut tx, key)?;
+        if appender.entry_count() != expected {
+            return Ok(false);
+        }
+        refuse_if_held(&mut tx, key, id)?;
+        for e in entries {
+            appender.push(&mut tx, e)?;
+        }
+        appender.finish(&mut tx)?;
+        tx.commit().map_err(pg(ctx))?;
+        Ok(true)
+    }
+
     /// [`PgArchive::search_page`]'s first page.
     pub fn search(
         &self,

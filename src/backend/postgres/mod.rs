@@ -97,6 +97,17 @@ fn plain_identifier(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
+/// The schema a connection's `options` set as its `search_path`, when it is
+/// one plain name.
+fn schema_in_options(options: &str) -> Option<String> {
+    let (_, rest) = options.split_once("search_path=")?;
+    let name: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ',')
+        .collect();
+    plain_identifier(&name).then_some(name)
+}
+
 impl PgArchive {
     /// Opens the archive at `url` (`postgres://…`), creating its tables on
     /// first use and migrating them to the latest schema.
@@ -127,9 +138,13 @@ impl PgArchive {
         if let Some(s) = schema {
             options.push_str(&format!(" -c search_path={s}"));
         }
+        // A schema named in the URL (`?options=-csearch_path%3Dteam`) is
+        // created on first use like the tables in it.
+        let named = config.get_options().and_then(schema_in_options);
         if let Some(given) = config.get_options() {
             options = format!("{given} {options}");
         }
+        let schema = schema.map(str::to_owned).or(named);
         config.options(&options);
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
@@ -147,7 +162,7 @@ impl PgArchive {
         let archive = PgArchive(Arc::new(ArchiveInner {
             pool,
             url: url.to_owned(),
-            schema: schema.map(str::to_owned),
+            schema,
         }));
         archive.migrate()?;
         Ok(archive)

@@ -115,6 +115,11 @@ impl Appender {
         })
     }
 
+    /// Entries in the session's log, this write's included.
+    pub(super) fn entry_count(&self) -> u64 {
+        self.facts.entry_count
+    }
+
     /// Appends one entry.
     pub(super) fn push<C: GenericClient>(&mut self, c: &mut C, entry: &Entry) -> Result<()> {
         let f = entry.facts();
