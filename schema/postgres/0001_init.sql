@@ -116,15 +116,20 @@ CREATE TABLE writer_claims (
     expires_ms  BIGINT NOT NULL
 );
 
--- Message text for full-text search: PostgreSQL's own tsvector with a GIN
--- index, the 'simple' configuration (no stemming, any language), as the
--- SQLite archive's FTS5 unicode61 tokenizer.
+-- Message words for full-text search: PostgreSQL's own tsvector with a GIN
+-- index. `words` holds the message's words as the SQLite archive's FTS5
+-- unicode61 tokenizer reads them (runs of letters and digits, lower case,
+-- common accents removed: `sessiontree::search::index_words`, so both
+-- archives find the same entries; PostgreSQL's parser alone would keep
+-- `src/compaction.ts` whole), the first 400,000 bytes of them (a tsvector
+-- holds at most 1 MB). The 'simple' configuration does no stemming. The
+-- text of a hit's snippet is read from its entry.
 CREATE TABLE message_text (
     session_key BIGINT NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
     entry_key   BIGINT NOT NULL,
     role        TEXT NOT NULL,
-    text        TEXT NOT NULL,
-    tsv         TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED,
+    words       TEXT NOT NULL,
+    tsv         TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', words)) STORED,
     PRIMARY KEY (session_key, entry_key)
 );
 CREATE INDEX message_text_search ON message_text USING GIN (tsv);

@@ -221,7 +221,7 @@ impl PgArchive {
         let rows = self
             .conn()?
             .query(
-                "SELECT s.id, e.id, m.role, -ts_rank_cd(m.tsv, q)::FLOAT8, m.text, s.name, s.created_at
+                "SELECT s.id, e.id, m.role, -ts_rank_cd(m.tsv, q)::FLOAT8, e.json, s.name, s.created_at
                  FROM to_tsquery('simple', $1) q
                  JOIN message_text m ON m.tsv @@ q
                  JOIN entries e ON e.session_key = m.session_key AND e.entry_key = m.entry_key
@@ -242,7 +242,11 @@ impl PgArchive {
         let terms = search::query_terms(query);
         rows.iter()
             .map(|r| {
-                let text: String = col(r, 4)?;
+                // The snippet is cut from the entry, read only for the hits returned.
+                let entry = Entry::from_checked_text(col(r, 4)?);
+                let text = search::searchable_text(&entry)
+                    .map(|(_, text)| text)
+                    .unwrap_or_default();
                 Ok(SearchHit {
                     session_id: col(r, 0)?,
                     entry_id: col(r, 1)?,
@@ -336,30 +340,33 @@ impl PgArchive {
 }
 
 /// The `tsquery` text for what a person typed, `None` when it has no words.
-/// Every token is quoted as a lexeme (user text is never tsquery syntax); a
-/// word the parser splits in several (`foo-bar`) and a phrase are tokens one
-/// after another (`<->`); `word*` is a prefix match (`:*`); parts are ANDed.
+/// Its words are read as [`search::index_words`] stored them
+/// ([`search::query_terms`]), each quoted as a lexeme (user text is never
+/// tsquery syntax); a word that is several tokens (`foo-bar`) and a phrase
+/// are tokens one after another (`<->`); `word*` is a prefix match (`:*`);
+/// parts are ANDed.
 pub fn ts_query(query: &str) -> Option<String> {
-    let lexeme = |t: &str| format!("'{}'", t.replace('\\', "\\\\").replace('\'', "''"));
-    let tokens = |text: &str| -> Vec<String> {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|t| !t.is_empty())
-            .map(str::to_lowercase)
-            .collect()
+    let lexeme = |t: &str| match t.strip_suffix('*') {
+        Some(prefix) => format!("'{prefix}':*"),
+        None => format!("'{t}'"),
     };
     let parts: Vec<String> = search::query_parts(query)
         .into_iter()
         .filter_map(|part| {
-            let (text, prefix) = match part {
-                QueryPart::Word { text, prefix } => (text, prefix),
-                QueryPart::Phrase(text) => (text, false),
-            };
-            let mut words: Vec<String> = tokens(&text).iter().map(|t| lexeme(t)).collect();
-            if prefix {
-                if let Some(last) = words.last_mut() {
-                    last.push_str(":*");
+            let mut terms = match part {
+                QueryPart::Word { text, prefix } => {
+                    let mut terms = search::query_terms(&text);
+                    if let Some(last) = terms.last_mut().filter(|_| prefix) {
+                        last.push('*');
+                    }
+                    terms
                 }
-            }
+                QueryPart::Phrase(text) => search::query_terms(&text),
+            };
+            // Terms are letters and digits (a `*` only at the end), so quoting
+            // needs no escapes.
+            terms.retain(|t| !t.is_empty() && t != "*");
+            let words: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
             (!words.is_empty()).then(|| format!("({})", words.join(" <-> ")))
         })
         .collect();
@@ -382,5 +389,6 @@ mod tests {
             ts_query("a\\b | !c").as_deref(),
             Some("('a' <-> 'b') & ('c')")
         );
+        assert_eq!(ts_query("Ünï*").as_deref(), Some("('uni':*)"));
     }
 }

@@ -7,7 +7,10 @@ use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::{Replay, SessionStats, StatsAccumulator};
-use crate::search::searchable_text;
+use crate::search::{index_words, searchable_text};
+
+/// Bytes of a message's words that search indexes (a `tsvector` holds at most 1 MB).
+const INDEXED_WORD_BYTES: usize = 400_000;
 use crate::storage::SessionMetadata;
 use ::postgres::{GenericClient, Row};
 
@@ -161,11 +164,10 @@ impl Appender {
             .map_err(pg("updating a label"))?;
         }
         if let Some((role, text)) = searchable_text(entry) {
-            // PostgreSQL text cannot hold NUL; the index does not need it.
-            let text = text.replace('\0', " ");
+            let words = index_words(&text, INDEXED_WORD_BYTES);
             c.execute(
-                "INSERT INTO message_text (session_key, entry_key, role, text) VALUES ($1, $2, $3, $4)",
-                &[&self.key, &key, &role, &text],
+                "INSERT INTO message_text (session_key, entry_key, role, words) VALUES ($1, $2, $3, $4)",
+                &[&self.key, &key, &role, &words],
             )
             .map_err(pg("indexing message text"))?;
         }
