@@ -222,7 +222,7 @@ fn a_sync_killed_part_way_resumes_and_ends_identical() {
     let at_kill = team_count(&team.archive, "resume-me");
     // Batches are all or nothing.
     assert!(
-        at_kill % SYNC_BATCH == 0 || at_kill == total,
+        at_kill.is_multiple_of(SYNC_BATCH) || at_kill == total,
         "{at_kill} entries after the kill"
     );
     let (again, status) = cli_json(&["sync", "--to", &url, s(&file)]);
