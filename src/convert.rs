@@ -586,6 +586,18 @@ pub fn export_file_to_file(
     write_export(&source.header().json, source, path, force, &mut |_| {})
 }
 
+/// [`export_to_file_with_progress`] for any storage whose session header
+/// line is `header` (a session of a team archive, say).
+pub fn export_storage_to_file(
+    header: &str,
+    storage: &dyn SessionStorage,
+    path: &Path,
+    force: bool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ExportOutcome> {
+    write_export(header, storage, path, force, progress)
+}
+
 /// Writes `header` and `storage`'s entries at `path` by the rules of
 /// [`export_to_file`].
 fn write_export(

@@ -155,6 +155,15 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
+    /// PostgreSQL failed (`storage`).
+    #[error("{context}: {source}")]
+    Postgres {
+        /// What was being done.
+        context: String,
+        /// The client's error (the server's message, code and detail).
+        #[source]
+        source: postgres::Error,
+    },
     /// The connection pool could not hand out a connection (`storage`).
     #[error("connection pool: {0}")]
     Pool(#[from] r2d2::Error),
@@ -221,6 +230,7 @@ impl Error {
             }
             Error::Io { .. }
             | Error::Sqlite { .. }
+            | Error::Postgres { .. }
             | Error::WouldOverwrite { .. }
             | Error::Pool(_)
             | Error::WriterClaimed { .. }
@@ -256,6 +266,16 @@ impl Error {
             }
         }
         Error::Sqlite {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl Error {
+    /// A PostgreSQL error with the context that caused it.
+    pub fn postgres(context: impl Into<String>, source: postgres::Error) -> Self {
+        Error::Postgres {
             context: context.into(),
             source,
         }

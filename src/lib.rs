@@ -53,13 +53,16 @@ mod fnv;
 pub mod header;
 pub mod json;
 pub mod layout;
+pub mod listing;
 pub mod preview;
 pub mod repo;
 pub mod rpc;
 pub mod rules;
+pub mod search;
 pub mod session;
 pub mod session_ref;
 pub mod storage;
+pub mod sync;
 
 pub use entry::{Entry, EntryType};
 pub use error::{Error, ErrorCode, Result};

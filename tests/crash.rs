@@ -19,16 +19,25 @@
 //!   and cover every acknowledged request; returned ids name those entries;
 //! * the leaf and its path equal an in-memory replay of the log.
 //!
+//! The PostgreSQL trials run the same against a team archive on the test
+//! server (`SESSIONTREE_TEST_PG`; skipped without one): a client killed
+//! mid-transaction leaves the server to roll it back.
+//!
 //! `CRASH_TRIALS=N` sets the trials per backend (default 100), `CRASH_SEED`
 //! replays a run.
 
+#[path = "conformance/pg.rs"]
+#[allow(dead_code)]
+mod pg;
 mod support;
 
 use serde_json::{json, Value};
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::memory::MemoryStorage;
+use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::convert::import_jsonl;
+use sessiontree::repo::postgres::PgRepo;
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{CreateOptions, SessionRepo};
 use sessiontree::{Durability, Entry, EntryType, SessionMetadata, SessionStorage};
@@ -153,6 +162,7 @@ impl Op {
 enum Store {
     Jsonl(PathBuf),
     Sqlite { db: PathBuf, id: String },
+    Postgres { url: String, id: String },
 }
 
 /// What reopening a store after a kill found.
@@ -170,6 +180,21 @@ impl Store {
                 let path = dir.join(format!("s{n}.jsonl"));
                 new_jsonl(&path, &format!("crash-{n}"), Durability::Full);
                 Store::Jsonl(path)
+            }
+            "postgres" => {
+                let server = pg::url().expect("a PostgreSQL test server");
+                let url = pg::url_in_schema(&server, &pg::fresh_schema());
+                let archive = PgArchive::open(&url, Durability::Full).expect("team archive");
+                let id = format!("crash-{n}");
+                let session = PgRepo::new(archive)
+                    .create(&CreateOptions {
+                        id: Some(id.clone()),
+                        cwd: "/work/project".into(),
+                        ..CreateOptions::default()
+                    })
+                    .expect("create session");
+                drop(session); // releases the writer claim
+                Store::Postgres { url, id }
             }
             _ => {
                 let db = dir.join(format!("a{n}.db"));
@@ -199,6 +224,10 @@ impl Store {
             Store::Sqlite { db, id } => {
                 args.extend(["--db".as_ref(), db.as_os_str(), "rpc".as_ref(), id.as_ref()])
             }
+            Store::Postgres { url, id } => {
+                let (url, id): (&std::ffi::OsStr, &std::ffi::OsStr) = (url.as_ref(), id.as_ref());
+                args.extend(["--db".as_ref(), url, "rpc".as_ref(), id])
+            }
         }
         RpcChild::spawn(args)
     }
@@ -223,6 +252,16 @@ impl Store {
                     .unwrap_or_else(|e| panic!("{} does not open after a kill: {e}", db.display()));
                 let problems = archive.check(None).expect("check runs");
                 assert!(problems.is_empty(), "check after a kill: {problems:?}");
+                let s = archive.open_session(id).expect("session opens");
+                Reopened {
+                    storage: Box::new(s),
+                    complete: None,
+                    torn: false,
+                }
+            }
+            Store::Postgres { url, id } => {
+                let archive = PgArchive::open(url, Durability::Full)
+                    .unwrap_or_else(|e| panic!("the team archive does not open after a kill: {e}"));
                 let s = archive.open_session(id).expect("session opens");
                 Reopened {
                     storage: Box::new(s),
@@ -541,6 +580,13 @@ fn kill9_trials_jsonl() {
 #[test]
 fn kill9_trials_sqlite() {
     run_trials("sqlite");
+}
+
+#[test]
+fn kill9_trials_postgres() {
+    if pg::url().is_some() {
+        run_trials("postgres");
+    }
 }
 
 /// A session file whose last record holds multi-byte UTF-8 and escapes, so

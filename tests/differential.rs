@@ -1,7 +1,8 @@
 //! Differential test against the reference implementation: pi's session
 //! storage from `@earendil-works/pi-agent-core` 0.83.0, driven by the Node.js
 //! harness in `tests/differential/` against `sessiontree rpc` on the jsonl,
-//! memory and sqlite backends.
+//! memory and sqlite backends, and on a team archive on PostgreSQL when
+//! `SESSIONTREE_TEST_PG` names a server (said to be skipped otherwise).
 //!
 //! Needs `node` and `npm` (this test fails, it does not skip, without them).
 //! The npm package is installed into `tests/differential/node_modules` on
@@ -103,6 +104,17 @@ fn sessiontree_matches_pi_reference() {
     let dir = harness_dir();
     ensure_reference_installed(&dir);
 
+    if std::env::var_os("SESSIONTREE_TEST_PG").is_none() {
+        assert!(
+            std::env::var_os("SESSIONTREE_REQUIRE_PG").is_none(),
+            "SESSIONTREE_REQUIRE_PG is set but SESSIONTREE_TEST_PG is not"
+        );
+        // Past the harness's capture, so that it shows.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"skipped: the differential test's postgres backend (no server: SESSIONTREE_TEST_PG)\n",
+        );
+    }
     let bin = env!("CARGO_BIN_EXE_sessiontree");
     let gen_bin = generator_binary(Path::new(bin));
     let out = tool("node")

@@ -8,7 +8,7 @@
 #[allow(dead_code)]
 mod harness;
 
-use harness::{snapshot_from, Harness, Jsonl, Memory, Sqlite};
+use harness::{snapshot_from, Harness, Jsonl, Memory, Postgres, Sqlite};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use sessiontree::{Entry, SessionStorage};
@@ -305,5 +305,16 @@ proptest! {
         ops in proptest::collection::vec(op_strategy(), 1..40),
     ) {
         compare(Sqlite::new(), prelude.as_ref(), &ops)?;
+    }
+
+    #[test]
+    fn postgres_answers_like_memory(
+        prelude in prelude_strategy(),
+        ops in proptest::collection::vec(op_strategy(), 1..40),
+    ) {
+        // Without a server this is skipped (said once on stderr).
+        if let Some(h) = Postgres::new() {
+            compare(h, prelude.as_ref(), &ops)?;
+        }
     }
 }

@@ -1,8 +1,11 @@
 //! The storage backends. Each stores and indexes; none imports another.
 
+pub mod branch_rules;
+pub mod holder;
 pub mod jsonl;
 mod log_index;
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use log_index::log_index_reads;

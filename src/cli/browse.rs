@@ -40,7 +40,7 @@ fn page_number(s: &str) -> std::result::Result<usize, String> {
 
 /// `ls`.
 pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
-    let archive = super::open_archive_for_reading(cli)?;
+    let archive = super::db::open_for_reading(cli)?;
     let since_ms = match &args.since {
         None => None,
         Some(s) => Some(sessiontree::entry::timestamp_millis(s).ok_or_else(|| {
@@ -374,7 +374,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
             (search_file(cli, args, &path, &query, limit, offset)?, false)
         }
         session => {
-            let archive = super::open_archive_for_reading(cli)?;
+            let archive = super::db::open_for_reading(cli)?;
             let session = match session {
                 Some(SessionRef::Archive(prefix)) => Some(archive.resolve_session(&prefix)?),
                 _ => None,

@@ -4,11 +4,13 @@
 
 mod browse;
 mod columns;
+mod db;
 mod demo;
 mod import;
 mod maintain;
 mod pager;
 mod rpc;
+mod sync;
 mod target;
 mod tree;
 mod write;
@@ -22,8 +24,9 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(name = "sessiontree", version, about, long_about = None)]
 pub struct Cli {
-    /// The archive (SQLite file); default `$XDG_DATA_HOME/sessiontree/archive.db`
-    /// (`~/.local/share/sessiontree/archive.db`).
+    /// The archive: an SQLite file, or a team archive `postgres://…` (ls,
+    /// search, rpc, export); default `$SESSIONTREE_DB`, else
+    /// `$XDG_DATA_HOME/sessiontree/archive.db` (`~/.local/share/sessiontree/archive.db`).
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
     /// How hard appends work to survive a crash.
@@ -175,6 +178,13 @@ Examples:
   echo '{\"id\":1,\"method\":\"getSessionStats\"}' | sessiontree rpc ffae
   echo '{\"id\":1,\"method\":\"getLeafId\"}' | sessiontree rpc session.jsonl --backend memory")]
     Rpc(rpc::RpcArgs),
+    /// Push the local archive (or pi session files) to a team archive on PostgreSQL.
+    #[command(after_help = "\
+Examples:
+  sessiontree sync --to postgres://team@db.example/sessions                        # the local archive
+  sessiontree sync --to postgres://team@db.example/sessions ~/.pi/agent/sessions   # pi's files
+  sessiontree sync --to postgres://team@db.example/sessions --json                 # again: only what is new")]
+    Sync(sync::SyncArgs),
     /// Print a shell completion script to stdout.
     #[command(after_help = "\
 Examples:
@@ -263,7 +273,11 @@ pub fn run() -> i32 {
         Ok(cli) => cli,
         Err(e) => return argument_error(&e),
     };
+    if let Some(refused) = refuse_on_postgres(&cli) {
+        return report_error(&cli, &refused);
+    }
     let result = match &cli.command {
+        Command::Sync(args) => sync::run(&cli, args).map(Some),
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
@@ -302,6 +316,39 @@ pub fn run() -> i32 {
         }
         Err(e) => report_error(&cli, &e),
     }
+}
+
+/// The refusal of a command that needs an SQLite archive when `--db` (or
+/// `SESSIONTREE_DB`) names a team archive; `sync` reads only an explicit `--db`.
+fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
+    let name = match &cli.command {
+        Command::Ls(_)
+        | Command::Search(_)
+        | Command::Rpc(_)
+        | Command::Export(_)
+        | Command::Completions(_) => return None,
+        Command::Sync(_) => {
+            let explicit = cli.db.as_ref().map(|p| p.to_string_lossy().into_owned());
+            return explicit
+                .filter(|db| sessiontree::backend::postgres::is_postgres_url(db))
+                .map(|_| Error::Usage("sync reads a local archive: --db names an SQLite file here, --to the team archive".into()));
+        }
+        Command::Import(_) => "import",
+        Command::Tree(_) => "tree",
+        Command::Branch(_) => "branch",
+        Command::Context(_) => "context",
+        Command::History(_) => "history",
+        Command::Stats(_) => "stats",
+        Command::Fork(_) => "fork",
+        Command::Label(_) => "label",
+        Command::Name(_) => "name",
+        Command::Move(_) => "move",
+        Command::Check(_) => "check",
+        Command::Delete(_) => "delete",
+        Command::Compact(_) => "compact",
+        Command::Sql(_) => "sql",
+    };
+    db::postgres_url(cli).map(|_| db::sqlite_only(name))
 }
 
 /// Prints a failed command's error (stdout too with `--json`); returns its exit status.
@@ -437,10 +484,16 @@ fn write_stdout(s: &str) -> i32 {
     }
 }
 
-/// The archive path: `--db`, else the user's data directory.
+/// The archive path: `--db`, else `SESSIONTREE_DB` (unless it names a team
+/// archive), else the user's data directory.
 pub fn archive_path(cli: &Cli) -> PathBuf {
     if let Some(p) = &cli.db {
         return p.clone();
+    }
+    if let Some(p) = std::env::var_os("SESSIONTREE_DB").filter(|p| {
+        !p.is_empty() && !sessiontree::backend::postgres::is_postgres_url(&p.to_string_lossy())
+    }) {
+        return PathBuf::from(p);
     }
     let base = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)

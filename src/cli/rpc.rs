@@ -35,6 +35,12 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
         SessionRef::File(path) => path,
         SessionRef::Archive(prefix) => {
             // The session is opened for reading; its writer claim is taken at the first write.
+            if let Some(url) = super::db::postgres_url(cli) {
+                let session = super::db::open_postgres(cli, &url)
+                    .and_then(|a| a.open_session(&a.resolve_session(&prefix)?))
+                    .map(Session::new);
+                return rpc::serve(session, stdin, stdout).map_err(io);
+            }
             let session = Archive::open(super::archive_path(cli), cli.durability.into())
                 .and_then(|a| a.open_session(&a.resolve_session(&prefix)?))
                 .map(Session::new);

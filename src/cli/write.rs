@@ -4,7 +4,7 @@ use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
-use sessiontree::convert::{export_file_to_file, export_to_file_with_progress, ExportOutcome};
+use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{encode_cwd, session_file_name};
 use sessiontree::repo::sqlite::SqliteRepo;
@@ -63,9 +63,9 @@ enum ExportSource {
 pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     // The archive is opened (read-only) only if a session of it is named.
     let mut archive = None;
-    let mut archive = || -> Result<sessiontree::backend::sqlite::Archive> {
+    let mut archive = || -> Result<super::db::Db> {
         if archive.is_none() {
-            archive = Some(super::open_archive_for_reading(cli)?);
+            archive = Some(super::db::open_for_reading(cli)?);
         }
         archive
             .clone()
@@ -110,9 +110,9 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         sources
             .iter()
             .map(|source| match source {
-                ExportSource::Archive(id) => archive()
-                    .and_then(|a| sessiontree::SessionStorage::entry_count(&a.open_session(id)?))
-                    .unwrap_or(0) as u64,
+                ExportSource::Archive(id) => {
+                    archive().and_then(|a| a.entry_count(id)).unwrap_or(0) as u64
+                }
                 ExportSource::File(_) => 0,
             })
             .collect()
@@ -126,7 +126,9 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         let (name, result) = match &source {
             ExportSource::Archive(id) => (
                 id.clone(),
-                archive().and_then(|a| export_one(&a, id, &args.out, args.force, &mut reached)),
+                archive().and_then(|a| {
+                    a.export_session(id, |m| export_path(&args.out, m), args.force, &mut reached)
+                }),
             ),
             ExportSource::File(path) => (
                 path.display().to_string(),
@@ -169,22 +171,6 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         report.status = super::exit::SOME_FAILED;
     }
     Ok(report)
-}
-
-/// Writes one session below `out`, never destroying a file there (see
-/// [`export_to_file_with_progress`]); `progress` hears the entries written.
-fn export_one(
-    archive: &sessiontree::backend::sqlite::Archive,
-    id: &str,
-    out: &Path,
-    force: bool,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(PathBuf, ExportOutcome)> {
-    let storage = archive.open_session(id)?;
-    let meta = sessiontree::SessionStorage::metadata(&storage)?;
-    let path = export_path(out, &meta)?;
-    let outcome = export_to_file_with_progress(&storage, &path, force, progress)?;
-    Ok((path, outcome))
 }
 
 /// Writes a pi file below `out` as version 3, by the same rules.

@@ -2,6 +2,7 @@
 
 pub mod jsonl;
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use crate::entry::{new_session_id, timestamp_millis, Entry};

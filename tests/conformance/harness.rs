@@ -3,9 +3,14 @@
 
 use sessiontree::backend::jsonl::{Header, JsonlStorage};
 use sessiontree::backend::memory::MemoryStorage;
+use sessiontree::backend::postgres::PgStorage;
 use sessiontree::backend::sqlite::{Archive, NewSession, SqliteStorage};
 use sessiontree::{Durability, Entry, Session, SessionStorage};
 use tempfile::TempDir;
+
+#[path = "pg.rs"]
+#[allow(dead_code)] // each test binary uses its part
+pub mod pg;
 
 /// A backend under test.
 pub trait Harness {
@@ -118,6 +123,49 @@ impl Harness for Sqlite {
             "branch cache differs from its rebuild: {problems:?}"
         );
         self.archive.open_session(&id).expect("reopen session")
+    }
+    const REFUSES_DUPLICATE_IDS: bool = true;
+}
+
+/// The PostgreSQL backend, one schema of the test server per harness.
+pub struct Postgres {
+    temp: pg::TempArchive,
+    n: usize,
+}
+
+impl Postgres {
+    /// A fresh archive, or `None` (the tests skip) without a server.
+    pub fn new() -> Option<Self> {
+        Some(Postgres {
+            temp: pg::TempArchive::new()?,
+            n: 0,
+        })
+    }
+}
+
+impl Harness for Postgres {
+    type S = PgStorage;
+    fn fresh(&mut self) -> PgStorage {
+        self.n += 1;
+        let id = format!("session-{}", self.n);
+        let header = Header::new(&id, "2025-01-01T00:00:00.000Z", "/work", None, None);
+        self.temp
+            .archive
+            .create_session(&NewSession {
+                id,
+                created_at: header.timestamp.clone(),
+                cwd: header.cwd.clone(),
+                parent_session: None,
+                metadata: None,
+                header: header.json,
+            })
+            .expect("create session")
+    }
+    fn reopen(&mut self, s: PgStorage) -> PgStorage {
+        let id = s.id().to_owned();
+        drop(s);
+        self.temp.archive = self.temp.reopen();
+        self.temp.archive.open_session(&id).expect("reopen session")
     }
     const REFUSES_DUPLICATE_IDS: bool = true;
 }

@@ -50,7 +50,21 @@ mod repo;
 conformance!(memory, harness::Memory);
 conformance!(jsonl, harness::Jsonl::new());
 conformance!(sqlite, harness::Sqlite::new());
+conformance!(
+    postgres,
+    match harness::Postgres::new() {
+        Some(h) => h,
+        None => return Ok(()),
+    }
+);
 
 repo_conformance!(memory_repo, repo::Memory::new());
 repo_conformance!(jsonl_repo, repo::Jsonl::new());
 repo_conformance!(sqlite_repo, repo::Sqlite::new());
+repo_conformance!(
+    postgres_repo,
+    match repo::Postgres::new() {
+        Some(h) => h,
+        None => return Ok(()),
+    }
+);

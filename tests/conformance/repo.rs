@@ -1,12 +1,13 @@
 //! The repository rules (spec §9 and the `SessionRepo` docs), one case per
 //! rule, generic over the repository; `main.rs` instantiates every case for
-//! the memory, JSONL and SQLite repositories.
+//! the memory, JSONL, SQLite and PostgreSQL repositories.
 
 use serde_json::json;
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::entry::timestamp_millis;
 use sessiontree::repo::jsonl::JsonlRepo;
 use sessiontree::repo::memory::MemoryRepo;
+use sessiontree::repo::postgres::PgRepo;
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{CreateOptions, ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
@@ -96,6 +97,31 @@ impl RepoHarness for Sqlite {
     fn reopen(&mut self) {
         let archive = Archive::open(&self.path, Durability::Relaxed).expect("reopen archive");
         self.repo = SqliteRepo::new(archive);
+    }
+}
+
+/// A team archive in a fresh schema of the PostgreSQL test server.
+pub struct Postgres {
+    temp: crate::harness::pg::TempArchive,
+    repo: PgRepo,
+}
+
+impl Postgres {
+    /// An empty archive, or `None` (the tests skip) without a server.
+    pub fn new() -> Option<Self> {
+        let temp = crate::harness::pg::TempArchive::new()?;
+        let repo = PgRepo::new(temp.archive.clone());
+        Some(Postgres { temp, repo })
+    }
+}
+
+impl RepoHarness for Postgres {
+    type Repo = PgRepo;
+    fn repo(&mut self) -> &mut PgRepo {
+        &mut self.repo
+    }
+    fn reopen(&mut self) {
+        self.repo = PgRepo::new(self.temp.reopen());
     }
 }
 

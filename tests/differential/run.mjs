@@ -8,9 +8,13 @@
 //   --bin PATH            sessiontree binary            (SESSIONTREE_BIN)
 //   --gen-bin PATH        sessiontree-bench binary, the workload generator for --gen
 //                         (SESSIONTREE_GEN_BIN; without it --gen is 0)
-//   --sequences N         sequences per backend, 400    (DIFF_SEQUENCES)
+//   --sequences N         sequences per backend, 400    (DIFF_SEQUENCES; postgres:
+//                         DIFF_PG_SEQUENCES, default 120)
 //   --seed N              base seed, 20250101           (DIFF_SEED; "random" for a fresh one)
-//   --backends LIST       jsonl,memory,sqlite           (DIFF_BACKENDS)
+//   --backends LIST       jsonl,memory,sqlite[,postgres] (DIFF_BACKENDS; postgres
+//                         by default when SESSIONTREE_TEST_PG names a server:
+//                         each sequence in its own schema, imported with
+//                         `sessiontree sync --to`)
 //   --min-ops N/--max-ops N  ops per sequence, 10..40   (DIFF_MIN_OPS, DIFF_MAX_OPS)
 //   --long F              fraction of long sequences (max-ops..5×max-ops ops), 0.05 (DIFF_LONG)
 //   --real F              fraction of sequences starting from a window of a real pi
@@ -34,6 +38,7 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createHash } from "node:crypto";
 import { Rng, mixSeed } from "./lib/prng.mjs";
 import { Generator, makeSnapshot, ENTRY_TYPES, EXOTIC_CATEGORIES } from "./lib/gen.mjs";
 import { makeHeader, makePrefixEntries, realPrefixEntries, realFixtureCount, FIXTURE_DIR, renderFile, generatedPrefixEntries, GEN_SHAPES } from "./lib/prefix.mjs";
@@ -87,8 +92,11 @@ function parseArgs(argv) {
     bin: env.SESSIONTREE_BIN,
     genBin: env.SESSIONTREE_GEN_BIN,
     sequences: Number(env.DIFF_SEQUENCES ?? 400),
+    // A team archive's sequence costs several server round trips per
+    // operation: fewer of them by default, so CI stays within its budget.
+    pgSequences: Number(env.DIFF_PG_SEQUENCES ?? env.DIFF_SEQUENCES ?? 120),
     seed: env.DIFF_SEED ?? "20250101",
-    backends: (env.DIFF_BACKENDS ?? "jsonl,memory,sqlite").split(","),
+    backends: (env.DIFF_BACKENDS ?? (env.SESSIONTREE_TEST_PG ? "jsonl,memory,sqlite,postgres" : "jsonl,memory,sqlite")).split(","),
     minOps: Number(env.DIFF_MIN_OPS ?? 10),
     maxOps: Number(env.DIFF_MAX_OPS ?? 40),
     longFraction: Number(env.DIFF_LONG ?? 0.05),
@@ -148,10 +156,14 @@ function parseArgs(argv) {
     process.exit(2);
   }
   for (const b of cfg.backends) {
-    if (!["jsonl", "memory", "sqlite"].includes(b)) {
+    if (!["jsonl", "memory", "sqlite", "postgres"].includes(b)) {
       console.error(`differential: unknown backend ${b}`);
       process.exit(2);
     }
+  }
+  if (cfg.backends.includes("postgres") && !env.SESSIONTREE_TEST_PG) {
+    console.error("differential: the postgres backend needs SESSIONTREE_TEST_PG (a server URL)");
+    process.exit(2);
   }
   return cfg;
 }
@@ -159,7 +171,22 @@ function parseArgs(argv) {
 const cfg = parseArgs(process.argv);
 const clock = new Clock();
 const hex = (n) => (n >>> 0).toString(16).padStart(8, "0");
-const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3 };
+const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3, postgres: 4 };
+
+/** Whether `backend` is an archive (sqlite, postgres): imported, exported, no file path, unique ids. */
+const isArchive = (backend) => backend === "sqlite" || backend === "postgres";
+
+/** The team archive of sequence directory `dir` (`name`): its own schema of the test server. */
+function pgUrl(dir, name) {
+  const schema = `d_${createHash("sha1").update(`${dir}/${name}`).digest("hex").slice(0, 24)}`;
+  const server = process.env.SESSIONTREE_TEST_PG;
+  return `${server}${server.includes("?") ? "&" : "?"}options=-csearch_path%3D${schema}`;
+}
+
+/** Where `backend` keeps the archive `name` of sequence directory `dir`. */
+function archiveDb(backend, dir, name) {
+  return backend === "postgres" ? pgUrl(dir, name) : join(dir, `${name}.db`);
+}
 
 // Methods whose value is an id the implementation generated.
 const GENERATES_ID = new Set([
@@ -188,9 +215,13 @@ async function detectSqliteImport() {
   return /^\s+import\b/m.test(help.stdout);
 }
 
-async function importIntoSqlite(dir, file, name) {
-  const db = join(dir, `${name}.db`);
-  const r = await runOnce(cfg.bin, ["--db", db, "--durability", cfg.durability, "import", file]);
+async function importIntoArchive(backend, dir, file, name) {
+  const db = archiveDb(backend, dir, name);
+  const args =
+    backend === "postgres"
+      ? ["--durability", cfg.durability, "sync", "--to", db, file]
+      : ["--db", db, "--durability", cfg.durability, "import", file];
+  const r = await runOnce(cfg.bin, args);
   return { db, ...r };
 }
 
@@ -198,15 +229,15 @@ async function importIntoSqlite(dir, file, name) {
 
 function oursArgs(backend, source, db) {
   const dur = ["--durability", cfg.durability];
-  if (backend === "sqlite") return ["--db", db, ...dur, "rpc", source];
+  if (isArchive(backend)) return ["--db", db, ...dur, "rpc", source];
   if (backend === "memory") return [...dur, "rpc", "--backend", "memory", source];
   return [...dur, "rpc", source];
 }
 
 /** Starts `sessiontree rpc` for `file` on `backend`; for sqlite imports the file first. */
 async function startOurs(kind, backend, dir, file, sessionId, dbName) {
-  if (backend === "sqlite") {
-    const imp = await importIntoSqlite(dir, file, dbName);
+  if (isArchive(backend)) {
+    const imp = await importIntoArchive(backend, dir, file, dbName);
     if (imp.status !== 0) {
       return { error: `sessiontree import ${file} failed (status ${imp.status}): ${imp.stderr.trim() || imp.stdout.trim()}` };
     }
@@ -238,7 +269,7 @@ function show(v) {
 
 /** Compares the metadata of pi and ours; sqlite keeps no file path. */
 function adjustMetadata(method, ref, got, backend) {
-  if (method !== "getMetadata" || backend !== "sqlite" || !ref.ok || !got.ok) return [ref, got];
+  if (method !== "getMetadata" || !isArchive(backend) || !ref.ok || !got.ok) return [ref, got];
   const strip = (v) => {
     if (!v || typeof v !== "object") return v;
     const { path, ...rest } = v;
@@ -465,9 +496,9 @@ class SequenceRun {
     // (b) The file our backend wrote (jsonl: the session file itself; sqlite:
     // `sessiontree export`), opened by pi.
     let oursFile = ours.path;
-    if (this.backend === "sqlite") {
+    if (isArchive(this.backend)) {
       const out = join(dir, "export");
-      const r = await runOnce(cfg.bin, ["--db", join(dir, "archive.db"), "export", "--out", out, "--json", this.spec.header.id]);
+      const r = await runOnce(cfg.bin, ["--db", archiveDb(this.backend, dir, "archive"), "export", "--out", out, "--json", this.spec.header.id]);
       let exported = null;
       try {
         exported = JSON.parse(r.stdout).exported?.[0]?.path;
@@ -478,7 +509,7 @@ class SequenceRun {
       }
       oursFile = resolve(exported);
     }
-    const which = this.backend === "sqlite" ? "cross(ours export -> pi)" : "cross(ours file -> pi)";
+    const which = isArchive(this.backend) ? "cross(ours export -> pi)" : "cross(ours file -> pi)";
     let piX;
     try {
       piX = await PiSide.openJsonl(oursFile);
@@ -492,7 +523,7 @@ class SequenceRun {
       if (!(await this.compare(which, q, [piX, ours], answers, { now: false }))) return;
     }
 
-    if (this.backend === "sqlite") {
+    if (isArchive(this.backend)) {
       // (c') The exported entries are pi's entries (ids and "now" normalised).
       const parse = (text, side) =>
         text
@@ -559,8 +590,8 @@ function toRealParams(side, params) {
 function generatedSpec(seed, backend) {
   const rng = new Rng(seed);
   const gen = new Generator(rng, {
-    allowDuplicateIds: backend !== "sqlite",
-    lateParents: backend !== "sqlite" || cfg.exotic.has("sqlite-late-parent"),
+    allowDuplicateIds: !isArchive(backend),
+    lateParents: !isArchive(backend) || cfg.exotic.has("sqlite-late-parent"),
     // The memory backend cannot reopen: its appends are not saved.
     reopen: backend !== "memory",
     exotic: cfg.exotic,
@@ -577,7 +608,7 @@ function generatedSpec(seed, backend) {
   if (generated) genSequences.set(generated.shape, (genSequences.get(generated.shape) ?? 0) + 1);
   const prefixEntries =
     real ?? generated?.entries ?? (rng.chance(0.3) ? makePrefixEntries(rng, gen, rng.range(1, 8), { lateParents: gen.opts.lateParents }) : []);
-  const blankHead = cfg.exotic.has("blank-head") && (backend !== "sqlite" || cfg.exotic.has("blank-head-import"));
+  const blankHead = cfg.exotic.has("blank-head") && (!isArchive(backend) || cfg.exotic.has("blank-head-import"));
   const pieces = renderFile(rng, header, prefixEntries, { blankHead });
   // A few long sequences grow deeper trees (and see more restarts).
   const nOps = rng.chance(cfg.longFraction) ? rng.range(cfg.maxOps, cfg.maxOps * 5) : rng.range(cfg.minOps, cfg.maxOps);
@@ -711,11 +742,11 @@ async function main() {
   const t0 = Date.now();
   let backends = cfg.backends;
   const notes = [];
-  if (backends.includes("sqlite")) {
+  if (backends.includes("sqlite") || backends.includes("postgres")) {
     sqliteImport = await detectSqliteImport();
     if (!sqliteImport) {
       // Not a skip: without import the sqlite backend cannot be tested, which fails the run.
-      backends = backends.filter((b) => b !== "sqlite");
+      backends = backends.filter((b) => !isArchive(b));
       notes.push("FAILED: `sessiontree import` is not available, so the sqlite backend could not be tested");
     }
   }
@@ -725,7 +756,10 @@ async function main() {
     for (const b of backends) work.push({ seed: cfg.seqSeed, backend: b });
   } else {
     for (let i = 0; i < cfg.sequences; i++) {
-      for (const b of backends) work.push({ seed: mixSeed(cfg.seed, BACKEND_INDEX[b], i), backend: b });
+      for (const b of backends) {
+        if (b === "postgres" && i >= cfg.pgSequences) continue;
+        work.push({ seed: mixSeed(cfg.seed, BACKEND_INDEX[b], i), backend: b });
+      }
     }
   }
   console.log(`differential: base seed ${cfg.seed}, ${work.length} sequences on ${backends.join(", ")}, ${cfg.minOps}-${cfg.maxOps} ops each, exotic inputs: ${exoticName(cfg.exotic)}, ${cfg.jobs} jobs`);

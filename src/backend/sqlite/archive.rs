@@ -6,53 +6,8 @@ use super::writer::{insert_session, Appender, SessionWriter};
 use super::{branch_cache, fts, search, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::json::JsString;
-use crate::rules::SessionStats;
-use crate::storage::SessionMetadata;
+use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 use rusqlite::{params, OptionalExtension};
-
-/// One row of a session listing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionSummary {
-    /// Metadata.
-    pub metadata: SessionMetadata,
-    /// Session name.
-    pub name: Option<JsString>,
-    /// Entries in the log.
-    pub entry_count: i64,
-    /// Statistics.
-    pub stats: SessionStats,
-}
-
-/// Archive-wide totals.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ArchiveTotals {
-    /// Sessions in the archive.
-    pub sessions: i64,
-    /// Entries in all sessions.
-    pub entries: i64,
-    /// Statistics summed over all sessions.
-    pub stats: SessionStats,
-    /// Per working directory: cwd, sessions, messages, cost.
-    pub per_cwd: Vec<(String, i64, i64, f64)>,
-}
-
-/// Which sessions to list.
-#[derive(Debug, Clone, Default)]
-pub struct ListQuery {
-    /// Only this working directory.
-    pub cwd: Option<String>,
-    /// Only this working directory and the directories below it.
-    pub cwd_under: Option<String>,
-    /// Only sessions created at or after this time (Unix ms).
-    pub since_ms: Option<i64>,
-    /// Only sessions whose name contains this text.
-    pub name_contains: Option<String>,
-    /// Page size (all when `None`).
-    pub limit: Option<usize>,
-    /// Rows to skip.
-    pub offset: usize,
-}
 
 /// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,
 /// `?2` a directory the cwd is (under), `?3` the earliest creation (ms),
@@ -61,51 +16,6 @@ const LIST_FILTER: &str = "staged_from IS NULL AND (?1 IS NULL OR cwd = ?1)
      AND (?2 IS NULL OR cwd = ?2 OR substr(cwd, 1, length(?2) + 1) = ?2 || '/')
      AND (?3 IS NULL OR created_ms >= ?3)
      AND (?4 IS NULL OR instr(lower(name), lower(?4)) > 0)";
-
-/// The bound values of [`LIST_FILTER`] for `q`.
-fn list_params(q: &ListQuery) -> (Option<&str>, Option<&str>, Option<i64>, Option<String>) {
-    // Names are stored as JSON literals: look for the query as it is escaped there.
-    let name_fragment = q.name_contains.as_deref().map(|n| {
-        let literal = JsString::new(n);
-        literal.json()[1..literal.json().len() - 1].to_owned()
-    });
-    // A directory given with a trailing separator means the same directory.
-    let under = q
-        .cwd_under
-        .as_deref()
-        .map(|d| d.strip_suffix('/').filter(|d| !d.is_empty()).unwrap_or(d));
-    (q.cwd.as_deref(), under, q.since_ms, name_fragment)
-}
-
-/// What a search is narrowed to.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SearchFilter<'a> {
-    /// Only this session (full id).
-    pub session: Option<&'a str>,
-    /// Only sessions of this working directory.
-    pub cwd: Option<&'a str>,
-    /// Only messages of this role.
-    pub role: Option<&'a str>,
-}
-
-/// One full-text search hit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SearchHit {
-    /// Session id.
-    pub session_id: String,
-    /// Entry id.
-    pub entry_id: String,
-    /// Role of the message.
-    pub role: String,
-    /// The session's name, if it has one.
-    pub session_name: Option<JsString>,
-    /// When the session was created.
-    pub session_created_at: String,
-    /// Text around the match, with the match in `[` `]`.
-    pub snippet: String,
-    /// BM25 rank (lower is better).
-    pub rank: f64,
-}
 
 impl Archive {
     /// Creates a session and returns it open for writing (claim taken).
@@ -236,7 +146,7 @@ impl Archive {
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
-        let (cwd, under, since, name) = list_params(q);
+        let (cwd, under, since, name) = q.filter_values();
         let rows = st
             .query_map(params![cwd, under, since, name, limit, offset], |r| {
                 Ok(SessionSummary {
@@ -253,7 +163,7 @@ impl Archive {
 
     /// How many sessions [`Archive::list`] would list without a page.
     pub fn count(&self, q: &ListQuery) -> Result<u64> {
-        let (cwd, under, since, name) = list_params(q);
+        let (cwd, under, since, name) = q.filter_values();
         self.conn()?
             .prepare_cached(&format!(
                 "SELECT count(*) FROM sessions WHERE {LIST_FILTER}"

@@ -36,7 +36,8 @@ pub mod fts;
 pub mod migrate;
 mod query;
 mod rows;
-pub mod search;
+/// The search text rules, shared by every indexed backend.
+pub use crate::search;
 mod storage;
 mod writer;
 
@@ -48,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use archive::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
+pub use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 pub use compact::{CompactReport, StorageSplit};
 pub use query::QueryResult;
 pub use rows::{ImportRecord, NewSession};

@@ -8,22 +8,7 @@ use crate::rules::{Replay, SessionStats, StatsAccumulator};
 use crate::storage::SessionMetadata;
 use rusqlite::Row;
 
-/// The fields of a new session row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewSession {
-    /// Session id.
-    pub id: String,
-    /// Creation time (ISO-8601).
-    pub created_at: String,
-    /// Working directory.
-    pub cwd: String,
-    /// Parent session reference.
-    pub parent_session: Option<String>,
-    /// Metadata JSON object text.
-    pub metadata: Option<String>,
-    /// The exact header line, for export.
-    pub header: String,
-}
+pub use crate::listing::NewSession;
 
 /// Where an imported session came from (the `imports` table).
 #[derive(Debug, Clone, PartialEq, Eq)]

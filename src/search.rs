@@ -257,6 +257,25 @@ fn term_matches(term: &str, token: &str) -> bool {
     }
 }
 
+/// The words of `text` as the index reads them — runs of letters and
+/// digits, folded like [`query_terms`] — one space between each, for an
+/// index with its own tokenizer (PostgreSQL's `tsvector`) to read exactly
+/// these words; at most `limit` bytes of them.
+pub fn index_words(text: &str, limit: usize) -> String {
+    let mut out = String::new();
+    for r in tokens(text) {
+        let word = folded(&text[r]);
+        if out.len() + word.len() + 1 > limit {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&word);
+    }
+    out
+}
+
 /// The byte ranges of the tokens of `text`, lazily.
 fn tokens(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
     let mut chars = text.char_indices().peekable();

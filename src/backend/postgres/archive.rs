@@ -1,0 +1,394 @@
+//! The team archive's sessions: create, open, list, delete, search.
+
+use super::claim::refuse_if_held;
+use super::storage::PgStorage;
+use super::writer::{metadata_at, stats_at, Appender, METADATA_COLUMNS, STATS_COLUMNS};
+use super::{col, pg, stored_js_string, PgArchive};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::listing::{ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary};
+use crate::search::{self, QueryPart};
+use ::postgres::{GenericClient, Transaction};
+
+/// Inserts a session row; `SessionExists` when the id is taken.
+fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> {
+    let row = c
+        .query_opt(
+            "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (id) DO NOTHING RETURNING session_key",
+            &[
+                &new.id,
+                &new.created_at,
+                &crate::entry::timestamp_millis(&new.created_at),
+                &new.cwd,
+                &new.parent_session,
+                &new.metadata,
+                &new.header,
+            ],
+        )
+        .map_err(pg("creating a session"))?;
+    match row {
+        Some(r) => col(&r, 0),
+        None => Err(Error::SessionExists(new.id.clone())),
+    }
+}
+
+/// The filter of [`PgArchive::list`] and [`PgArchive::count`]
+/// ([`ListQuery::filter_values`] as `$1`–`$4`).
+const LIST_FILTER: &str = "($1::TEXT IS NULL OR cwd = $1)
+     AND ($2::TEXT IS NULL OR cwd = $2 OR left(cwd, length($2) + 1) = $2 || '/')
+     AND ($3::BIGINT IS NULL OR created_ms >= $3)
+     AND ($4::TEXT IS NULL OR strpos(lower(name), lower($4)) > 0)";
+
+/// Writes one session inside [`PgArchive::write_session`]'s transaction.
+pub struct SessionWriter<'c> {
+    tx: Transaction<'c>,
+    appender: Option<Appender>,
+}
+
+impl SessionWriter<'_> {
+    /// Creates the session row; must come before any entry.
+    pub fn begin(&mut self, new: &NewSession) -> Result<()> {
+        let key = insert_session(&mut self.tx, new)?;
+        self.appender = Some(Appender::start(&mut self.tx, key)?);
+        Ok(())
+    }
+
+    /// Appends one entry to the session begun.
+    pub fn push(&mut self, entry: &Entry) -> Result<()> {
+        let appender = self.appender.as_mut().ok_or_else(|| {
+            Error::Unknown("a session's entries were written before the session".into())
+        })?;
+        appender.push(&mut self.tx, entry)
+    }
+}
+
+impl PgArchive {
+    /// Creates a session and returns it open for writing (claim taken).
+    pub fn create_session(&self, new: &NewSession) -> Result<PgStorage> {
+        let key = insert_session(&mut *self.conn()?, new)?;
+        let mut s = PgStorage::new(self.clone(), key, &new.id);
+        s.claim_writer()?;
+        Ok(s)
+    }
+
+    /// Creates one session inside one transaction, fed by `fill` through a
+    /// [`SessionWriter`] (fork): all of it commits, or nothing.
+    pub fn write_session<T>(
+        &self,
+        fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction().map_err(pg("starting a session write"))?;
+        let mut writer = SessionWriter { tx, appender: None };
+        let out = fill(&mut writer)?;
+        let SessionWriter { mut tx, appender } = writer;
+        if let Some(a) = appender {
+            a.finish(&mut tx)?;
+        }
+        tx.commit().map_err(pg("committing a session write"))?;
+        Ok(out)
+    }
+
+    /// Opens a session by id; it takes the writer claim at its first write.
+    pub fn open_session(&self, id: &str) -> Result<PgStorage> {
+        let row = self
+            .conn()?
+            .query_opt("SELECT session_key FROM sessions WHERE id = $1", &[&id])
+            .map_err(pg("opening a session"))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        Ok(PgStorage::new(self.clone(), col(&row, 0)?, id))
+    }
+
+    /// Whether a session with this exact id exists.
+    pub fn has_session(&self, id: &str) -> Result<bool> {
+        Ok(self
+            .conn()?
+            .query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&id])
+            .map_err(pg("looking up a session"))?
+            .is_some())
+    }
+
+    /// Sessions newest first, filtered and paged, without touching entries.
+    pub fn list(&self, q: &ListQuery) -> Result<Vec<SessionSummary>> {
+        let (cwd, under, since, name) = q.filter_values();
+        let limit = q.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+        let rows = self
+            .conn()?
+            .query(
+                &format!(
+                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
+                     FROM sessions WHERE {LIST_FILTER}
+                     ORDER BY created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
+                ),
+                &[&cwd, &under, &since, &name, &limit, &offset],
+            )
+            .map_err(pg("listing sessions"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(SessionSummary {
+                    metadata: metadata_at(r, 0)?,
+                    name: col::<Option<String>>(r, 5)?.map(stored_js_string),
+                    entry_count: col(r, 6)?,
+                    stats: stats_at(r, 7)?,
+                })
+            })
+            .collect()
+    }
+
+    /// How many sessions [`PgArchive::list`] would list without a page.
+    pub fn count(&self, q: &ListQuery) -> Result<u64> {
+        let (cwd, under, since, name) = q.filter_values();
+        let r = self
+            .conn()?
+            .query_one(
+                &format!("SELECT count(*) FROM sessions WHERE {LIST_FILTER}"),
+                &[&cwd, &under, &since, &name],
+            )
+            .map_err(pg("counting sessions"))?;
+        Ok(u64::try_from(col::<i64>(&r, 0)?).unwrap_or(0))
+    }
+
+    /// Deletes a session and everything derived from it, in one transaction;
+    /// refuses a session a live writer holds.
+    pub fn delete_session(&self, id: &str) -> Result<()> {
+        let ctx = "deleting a session";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key: i64 = tx
+            .query_opt(
+                "SELECT session_key FROM sessions WHERE id = $1 FOR UPDATE",
+                &[&id],
+            )
+            .map_err(pg(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+            .and_then(|r| col(&r, 0))?;
+        refuse_if_held(&mut tx, key, id)?;
+        tx.execute("DELETE FROM sessions WHERE session_key = $1", &[&key])
+            .map_err(pg(ctx))?;
+        tx.commit().map_err(pg(ctx))
+    }
+
+    /// The full id of the session `arg` names: its id, or a unique prefix of
+    /// one (as the SQLite archive resolves it).
+    pub fn resolve_session(&self, arg: &str) -> Result<String> {
+        if arg.is_empty() {
+            return Err(Error::SessionNotFound("(empty session id)".into()));
+        }
+        if self.has_session(arg)? {
+            return Ok(arg.to_owned());
+        }
+        const SHOWN: i64 = 10;
+        let rows = self
+            .conn()?
+            .query(
+                "SELECT id FROM sessions WHERE left(id, length($1)) = $1 ORDER BY id LIMIT $2",
+                &[&arg, &(SHOWN + 1)],
+            )
+            .map_err(pg("resolving a session id"))?;
+        let found: Vec<String> = rows.iter().map(|r| col(r, 0)).collect::<Result<_>>()?;
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(Error::SessionNotFound(arg.to_owned())),
+            _ => {
+                let shown = found.len().min(SHOWN as usize);
+                let more = if found.len() > shown { "\n  …" } else { "" };
+                Err(Error::Usage(format!(
+                    "session prefix {arg:?} is ambiguous; give more characters. Candidates:\n  {}{more}",
+                    found[..shown].join("\n  ")
+                )))
+            }
+        }
+    }
+
+    /// Full-text search over message text with PostgreSQL's `tsvector` and
+    /// its GIN index, best first (`ts_rank_cd`): `limit` hits after skipping
+    /// `offset`. The query grammar is the SQLite archive's
+    /// ([`search::query_parts`]): words in any order, `"a phrase"`, `foo*`.
+    pub fn search_page(
+        &self,
+        query: &str,
+        filter: &SearchFilter<'_>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<SearchHit>> {
+        let Some(tsquery) = ts_query(query) else {
+            return Ok(Vec::new());
+        };
+        let SearchFilter { session, cwd, role } = *filter;
+        let rows = self
+            .conn()?
+            .query(
+                "SELECT s.id, e.id, m.role, -ts_rank_cd(m.tsv, q)::FLOAT8, e.json, s.name, s.created_at
+                 FROM to_tsquery('simple', $1) q
+                 JOIN message_text m ON m.tsv @@ q
+                 JOIN entries e ON e.session_key = m.session_key AND e.entry_key = m.entry_key
+                 JOIN sessions s ON s.session_key = m.session_key
+                 WHERE ($2::TEXT IS NULL OR s.id = $2) AND ($3::TEXT IS NULL OR s.cwd = $3)
+                   AND ($4::TEXT IS NULL OR m.role = $4)
+                 ORDER BY 4, m.session_key, m.entry_key LIMIT $5 OFFSET $6",
+                &[
+                    &tsquery,
+                    &session,
+                    &cwd,
+                    &role,
+                    &i64::try_from(limit).unwrap_or(i64::MAX),
+                    &i64::try_from(offset).unwrap_or(i64::MAX),
+                ],
+            )
+            .map_err(pg("searching"))?;
+        let terms = search::query_terms(query);
+        rows.iter()
+            .map(|r| {
+                // The snippet is cut from the entry, read only for the hits returned.
+                let entry = Entry::from_checked_text(col(r, 4)?);
+                let text = search::searchable_text(&entry)
+                    .map(|(_, text)| text)
+                    .unwrap_or_default();
+                Ok(SearchHit {
+                    session_id: col(r, 0)?,
+                    entry_id: col(r, 1)?,
+                    role: col(r, 2)?,
+                    rank: col(r, 3)?,
+                    snippet: search::snippet(&text, &terms, search::SNIPPET_TOKENS),
+                    session_name: col::<Option<String>>(r, 5)?.map(stored_js_string),
+                    session_created_at: col(r, 6)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Makes sure session `new.id` exists (creating it empty) for a sync to
+    /// fill; an existing session must have been created with the same header
+    /// (else `invalid_session`: two different sessions under one id).
+    pub fn ensure_session(&self, new: &NewSession) -> Result<()> {
+        let mut conn = self.conn()?;
+        match insert_session(&mut *conn, new) {
+            Err(Error::SessionExists(_)) => {
+                let r = conn
+                    .query_one("SELECT header FROM sessions WHERE id = $1", &[&new.id])
+                    .map_err(pg("syncing a session"))?;
+                let header: String = col(&r, 0)?;
+                if header == new.header {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidSession(format!(
+                        "the archive already holds a different session {} (its header differs)",
+                        new.id
+                    )))
+                }
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// The id and exact text of the entry at log position `seq` of session
+    /// `id`, with the session's entry count: where a sync stands.
+    pub fn sync_position(&self, id: &str) -> Result<(u64, Option<String>)> {
+        let r = self
+            .conn()?
+            .query_one(
+                "SELECT s.entry_count, e.json FROM sessions s
+                 LEFT JOIN entries e ON e.session_key = s.session_key AND e.seq = s.entry_count - 1
+                 WHERE s.id = $1",
+                &[&id],
+            )
+            .map_err(pg("reading where a sync stands"))?;
+        Ok((u64::try_from(col::<i64>(&r, 0)?).unwrap_or(0), col(&r, 1)?))
+    }
+
+    /// Appends `entries` to session `id` in one transaction if its log still
+    /// holds exactly `expected` entries: `Ok(true)` when written, `Ok(false)`
+    /// (nothing written) when another writer moved it on first — a
+    /// concurrent sync of the same source, which the caller re-reads and
+    /// continues after. A session a live writer holds is refused.
+    pub fn append_if_at(&self, id: &str, expected: u64, entries: &[Entry]) -> Result<bool> {
+        let ctx = "syncing entries";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key: i64 = tx
+            .query_opt("SELECT session_key FROM sessions WHERE id = $1", &[&id])
+            .map_err(pg(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+            .and_then(|r| col(&r, 0))?;
+        let mut appender = Appender::start(&mut tx, key)?;
+        if appender.entry_count() != expected {
+            return Ok(false);
+        }
+        refuse_if_held(&mut tx, key, id)?;
+        for e in entries {
+            appender.push(&mut tx, e)?;
+        }
+        appender.finish(&mut tx)?;
+        tx.commit().map_err(pg(ctx))?;
+        Ok(true)
+    }
+
+    /// [`PgArchive::search_page`]'s first page.
+    pub fn search(
+        &self,
+        query: &str,
+        session: Option<&str>,
+        cwd: Option<&str>,
+        role: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>> {
+        self.search_page(query, &SearchFilter { session, cwd, role }, limit, 0)
+    }
+}
+
+/// The `tsquery` text for what a person typed, `None` when it has no words.
+/// Its words are read as [`search::index_words`] stored them
+/// ([`search::query_terms`]), each quoted as a lexeme (user text is never
+/// tsquery syntax); a word that is several tokens (`foo-bar`) and a phrase
+/// are tokens one after another (`<->`); `word*` is a prefix match (`:*`);
+/// parts are ANDed.
+pub fn ts_query(query: &str) -> Option<String> {
+    let lexeme = |t: &str| match t.strip_suffix('*') {
+        Some(prefix) => format!("'{prefix}':*"),
+        None => format!("'{t}'"),
+    };
+    let parts: Vec<String> = search::query_parts(query)
+        .into_iter()
+        .filter_map(|part| {
+            let mut terms = match part {
+                QueryPart::Word { text, prefix } => {
+                    let mut terms = search::query_terms(&text);
+                    if let Some(last) = terms.last_mut().filter(|_| prefix) {
+                        last.push('*');
+                    }
+                    terms
+                }
+                QueryPart::Phrase(text) => search::query_terms(&text),
+            };
+            // Terms are letters and digits (a `*` only at the end), so quoting
+            // needs no escapes.
+            terms.retain(|t| !t.is_empty() && t != "*");
+            let words: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
+            (!words.is_empty()).then(|| format!("({})", words.join(" <-> ")))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" & "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ts_query;
+
+    #[test]
+    fn user_text_is_quoted_lexemes() {
+        assert_eq!(ts_query("  "), None);
+        assert_eq!(ts_query("Foo bar*").as_deref(), Some("('foo') & ('bar':*)"));
+        assert_eq!(
+            ts_query("\"it's a\" x-y").as_deref(),
+            Some("('it' <-> 's' <-> 'a') & ('x' <-> 'y')")
+        );
+        assert_eq!(
+            ts_query("a\\b | !c").as_deref(),
+            Some("('a' <-> 'b') & ('c')")
+        );
+        assert_eq!(ts_query("Ünï*").as_deref(), Some("('uni':*)"));
+    }
+}

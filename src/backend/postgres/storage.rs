@@ -1,0 +1,261 @@
+//! One session of a team archive as a [`SessionStorage`].
+
+use super::claim::WriterClaim;
+use super::writer::{metadata_at, session_facts, Appender, METADATA_COLUMNS};
+use super::{branch_cache, col, pg, stored_js_string, PgArchive};
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::json::JsString;
+use crate::rules::{Replay, SessionStats};
+use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
+use ::postgres::types::ToSql;
+
+/// One session of a team archive.
+#[derive(Debug)]
+pub struct PgStorage {
+    archive: PgArchive,
+    session_key: i64,
+    id: String,
+    claim: Option<WriterClaim>,
+}
+
+impl PgStorage {
+    /// A handle on session `key` (`id`), holding no claim yet.
+    pub(super) fn new(archive: PgArchive, session_key: i64, id: &str) -> Self {
+        PgStorage {
+            archive,
+            session_key,
+            id: id.to_owned(),
+            claim: None,
+        }
+    }
+
+    /// The archive this session lives in.
+    pub fn archive(&self) -> &PgArchive {
+        &self.archive
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Takes the writer claim now (it is otherwise taken at the first write).
+    pub fn claim_writer(&mut self) -> Result<()> {
+        if self.claim.is_none() {
+            self.claim = Some(WriterClaim::acquire(
+                self.archive.pool(),
+                self.session_key,
+                &self.id,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// Whether this handle holds the writer claim.
+    pub fn is_writer(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    /// The exact header line, for export.
+    pub fn header_json(&self) -> Result<String> {
+        let r = self
+            .archive
+            .conn()?
+            .query_one(
+                "SELECT header FROM sessions WHERE session_key = $1",
+                &[&self.session_key],
+            )
+            .map_err(pg("reading the session header"))?;
+        col(&r, 0)
+    }
+
+    fn write(&mut self, entries: &[Entry]) -> Result<()> {
+        self.claim_writer()?;
+        let ctx = "appending";
+        let mut conn = self.archive.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        // The session row is locked first, then the claim is checked under it.
+        let mut appender = Appender::start(&mut tx, self.session_key)?;
+        if let Some(claim) = &self.claim {
+            claim.check(&mut tx, &self.id)?;
+        }
+        for e in entries {
+            appender.push(&mut tx, e)?;
+        }
+        appender.finish(&mut tx)?;
+        tx.commit().map_err(pg("committing an append"))
+    }
+
+    fn facts(&self) -> Result<Replay> {
+        session_facts(&mut *self.archive.conn()?, self.session_key, false)
+    }
+
+    /// Runs a query whose one column is an entry's text, handing each to
+    /// `sink` as the rows arrive (a portal: bounded memory for any answer).
+    fn query_texts(
+        &self,
+        sql_text: &str,
+        params: &[&(dyn ToSql + Sync)],
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        let mut conn = self.archive.conn()?;
+        let mut tx = conn.transaction().map_err(pg("reading entries"))?;
+        let portal = tx.bind(sql_text, params).map_err(pg("reading entries"))?;
+        loop {
+            let rows = tx
+                .query_portal(&portal, 1024)
+                .map_err(pg("reading entries"))?;
+            let done = rows.len() < 1024;
+            for r in &rows {
+                sink(col(r, 0)?)?;
+            }
+            if done {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl SessionStorage for PgStorage {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        let r = self
+            .archive
+            .conn()?
+            .query_one(
+                &format!("SELECT {METADATA_COLUMNS} FROM sessions WHERE session_key = $1"),
+                &[&self.session_key],
+            )
+            .map_err(pg("reading session metadata"))?;
+        metadata_at(&r, 0)
+    }
+
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        Ok(self.facts()?.leaf)
+    }
+
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        self.write(std::slice::from_ref(&entry))
+    }
+
+    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
+        self.write(entries)
+    }
+
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        self.archive
+            .conn()?
+            .query_opt(
+                "SELECT json FROM entries WHERE session_key = $1 AND id = $2",
+                &[&self.session_key, &id],
+            )
+            .map_err(pg("reading an entry"))?
+            .map(|r| col(&r, 0).map(Entry::from_checked_text))
+            .transpose()
+    }
+
+    fn contains_entry(&self, id: &str) -> Result<bool> {
+        Ok(branch_cache::key_of(&mut *self.archive.conn()?, self.session_key, id)?.is_some())
+    }
+
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        self.visit_entries_of_type(entry_type, &mut |text| {
+            out.push(Entry::from_checked_text(text));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn visit_entries_of_type(
+        &self,
+        entry_type: &str,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        self.query_texts(
+            "SELECT json FROM entries WHERE session_key = $1 AND type = $2 ORDER BY seq",
+            &[&self.session_key, &entry_type],
+            sink,
+        )
+    }
+
+    fn label(&self, id: &str) -> Result<Option<JsString>> {
+        self.archive
+            .conn()?
+            .query_opt(
+                "SELECT label FROM labels WHERE session_key = $1 AND target_id = $2",
+                &[&self.session_key, &id],
+            )
+            .map_err(pg("reading a label"))?
+            .map(|r| col(&r, 0).map(stored_js_string))
+            .transpose()
+    }
+
+    fn session_name(&self) -> Result<Option<JsString>> {
+        Ok(self.facts()?.name)
+    }
+
+    fn session_stats(&self) -> Result<SessionStats> {
+        self.facts()?.stats.result()
+    }
+
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        self.visit_entries(after, limit, &mut |text| {
+            out.push(Entry::from_checked_text(text));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn visit_entries(
+        &self,
+        after: usize,
+        limit: Option<usize>,
+        sink: &mut dyn FnMut(String) -> Result<()>,
+    ) -> Result<()> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        self.query_texts(
+            "SELECT json FROM entries WHERE session_key = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+            &[&self.session_key, &after, &limit],
+            sink,
+        )
+    }
+
+    fn entry_count(&self) -> Result<usize> {
+        Ok(usize::try_from(self.facts()?.entry_count).unwrap_or(0))
+    }
+
+    /// Read from `leaf_events` newest first through its primary key.
+    fn leaf_moves(&self, limit: usize) -> Result<Vec<LeafMove>> {
+        let rows = self
+            .archive
+            .conn()?
+            .query(
+                "SELECT e.json, l.target_id FROM leaf_events l
+                 JOIN entries e ON e.session_key = l.session_key AND e.entry_key = l.entry_key
+                 WHERE l.session_key = $1 ORDER BY l.seq DESC LIMIT $2",
+                &[&self.session_key, &i64::try_from(limit).unwrap_or(i64::MAX)],
+            )
+            .map_err(pg("reading leaf moves"))?;
+        rows.iter()
+            .map(|r| {
+                let entry = Entry::from_checked_text(col(r, 0)?);
+                Ok(LeafMove {
+                    id: entry.id().to_owned(),
+                    timestamp: entry.timestamp().to_owned(),
+                    from: entry.facts().parent().map(str::to_owned),
+                    to: col(r, 1)?,
+                })
+            })
+            .collect()
+    }
+
+    fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
+        let Some(id) = id else {
+            return Ok(Vec::new());
+        };
+        branch_cache::path(&mut *self.archive.conn()?, self.session_key, id)
+    }
+}

@@ -1,0 +1,199 @@
+//! Appending inside a transaction: placing entries in the branch cache and
+//! maintaining every derived fact (session row, labels, leaf events, search
+//! rows), as the SQLite archive's writer does.
+
+use super::{branch_cache, col, pg, stored_js_string};
+use crate::entry::{Entry, EntryType};
+use crate::error::{Error, Result};
+use crate::json::JsString;
+use crate::rules::{Replay, SessionStats, StatsAccumulator};
+use crate::search::{index_words, searchable_text};
+
+/// Bytes of a message's words that search indexes (a `tsvector` holds at most 1 MB).
+const INDEXED_WORD_BYTES: usize = 400_000;
+use crate::storage::SessionMetadata;
+use ::postgres::{GenericClient, Row};
+
+/// The columns [`metadata_at`] reads, in its order.
+pub(super) const METADATA_COLUMNS: &str = "id, created_at, cwd, parent_session, metadata";
+
+/// The columns [`stats_at`] reads, in its order.
+pub(super) const STATS_COLUMNS: &str =
+    "message_count, cached_tokens, uncached_tokens, total_tokens, cost_total";
+
+/// The columns [`facts_at`] reads, in its order.
+const FACTS_COLUMNS: &str = "leaf_id, name, entry_count, message_count, cached_tokens, \
+     uncached_tokens, total_tokens, cost_total, broken_message_id";
+
+/// The session's metadata from [`METADATA_COLUMNS`] starting at column `first`.
+pub(super) fn metadata_at(r: &Row, first: usize) -> Result<SessionMetadata> {
+    Ok(SessionMetadata {
+        id: col(r, first)?,
+        created_at: col(r, first + 1)?,
+        cwd: Some(col(r, first + 2)?),
+        path: None,
+        parent_session: col(r, first + 3)?,
+        metadata: col(r, first + 4)?,
+    })
+}
+
+/// Statistics from [`STATS_COLUMNS`] (or sums of them) starting at column `first`.
+pub(super) fn stats_at(r: &Row, first: usize) -> Result<SessionStats> {
+    Ok(SessionStats {
+        message_count: col::<i64>(r, first)?.try_into().unwrap_or(0),
+        cached_tokens: col(r, first + 1)?,
+        uncached_tokens: col(r, first + 2)?,
+        total_tokens: col(r, first + 3)?,
+        cost_total: col(r, first + 4)?,
+    })
+}
+
+fn facts_at(r: &Row) -> Result<Replay> {
+    Ok(Replay {
+        leaf: col(r, 0)?,
+        name: col::<Option<String>>(r, 1)?.map(stored_js_string),
+        entry_count: col::<i64>(r, 2)?.try_into().unwrap_or(0),
+        stats: StatsAccumulator {
+            stats: stats_at(r, 3)?,
+            broken_message: col(r, 8)?,
+        },
+    })
+}
+
+/// The maintained facts of session `key` (the replay of its log), read; with
+/// `lock`, the session row is locked for this transaction's write.
+pub(super) fn session_facts<C: GenericClient>(c: &mut C, key: i64, lock: bool) -> Result<Replay> {
+    let sql_text = format!(
+        "SELECT {FACTS_COLUMNS} FROM sessions WHERE session_key = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let row = c
+        .query_opt(&sql_text, &[&key])
+        .map_err(pg("reading session facts"))?
+        .ok_or_else(|| Error::SessionNotFound(format!("(deleted session, key {key})")))?;
+    facts_at(&row)
+}
+
+/// Stores a session row's maintained facts.
+fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) -> Result<()> {
+    let s = &facts.stats.stats;
+    c.execute(
+        "UPDATE sessions SET leaf_id = $2, name = $3, entry_count = $4, message_count = $5,
+                cached_tokens = $6, uncached_tokens = $7, total_tokens = $8, cost_total = $9,
+                broken_message_id = $10
+         WHERE session_key = $1",
+        &[
+            &key,
+            &facts.leaf,
+            &facts.name.as_ref().map(JsString::json),
+            &i64::try_from(facts.entry_count).unwrap_or(i64::MAX),
+            &i64::try_from(s.message_count).unwrap_or(i64::MAX),
+            &s.cached_tokens,
+            &s.uncached_tokens,
+            &s.total_tokens,
+            &s.cost_total,
+            &facts.stats.broken_message,
+        ],
+    )
+    .map_err(pg("updating session facts"))?;
+    Ok(())
+}
+
+/// Appends entries to one session inside a transaction, maintaining every
+/// derived fact; [`Appender::finish`] writes the session row back.
+pub(super) struct Appender {
+    key: i64,
+    facts: Replay,
+    tail: branch_cache::OpenTail,
+}
+
+impl Appender {
+    /// Starts appending to session `key`, locking its row until the
+    /// transaction ends.
+    pub(super) fn start<C: GenericClient>(c: &mut C, key: i64) -> Result<Self> {
+        Ok(Appender {
+            key,
+            facts: session_facts(c, key, true)?,
+            tail: branch_cache::OpenTail::default(),
+        })
+    }
+
+    /// Entries in the session's log, this write's included.
+    pub(super) fn entry_count(&self) -> u64 {
+        self.facts.entry_count
+    }
+
+    /// Appends one entry.
+    pub(super) fn push<C: GenericClient>(&mut self, c: &mut C, entry: &Entry) -> Result<()> {
+        let f = entry.facts();
+        let key = branch_cache::place(c, self.key, entry, &mut self.tail)?;
+        let seq = i64::try_from(self.facts.entry_count).unwrap_or(i64::MAX);
+        c.execute(
+            "INSERT INTO entries (session_key, entry_key, seq, id, type, json)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &self.key,
+                &key,
+                &seq,
+                &f.id,
+                &f.entry_type.as_str(),
+                &entry.json(),
+            ],
+        )
+        .map_err(|e| duplicate_id_or(e, &f.id))?;
+        if f.entry_type == EntryType::Leaf {
+            c.execute(
+                "INSERT INTO leaf_events (session_key, seq, entry_key, target_id)
+                 VALUES ($1, $2, $3, $4)",
+                &[&self.key, &seq, &key, &f.target_id],
+            )
+            .map_err(pg("recording a leaf move"))?;
+        }
+        if let Some((target, label)) = f.label_update() {
+            match label {
+                Some(l) => c.execute(
+                    "INSERT INTO labels (session_key, target_id, label) VALUES ($1, $2, $3)
+                     ON CONFLICT (session_key, target_id) DO UPDATE SET label = excluded.label",
+                    &[&self.key, &target, &l.json()],
+                ),
+                None => c.execute(
+                    "DELETE FROM labels WHERE session_key = $1 AND target_id = $2",
+                    &[&self.key, &target],
+                ),
+            }
+            .map_err(pg("updating a label"))?;
+        }
+        if let Some((role, text)) = searchable_text(entry) {
+            let words = index_words(&text, INDEXED_WORD_BYTES);
+            c.execute(
+                "INSERT INTO message_text (session_key, entry_key, role, words) VALUES ($1, $2, $3, $4)",
+                &[&self.key, &key, &role, &words],
+            )
+            .map_err(pg("indexing message text"))?;
+        }
+        let _ = self.facts.push(entry);
+        Ok(())
+    }
+
+    /// Writes back the open segment and the session row.
+    pub(super) fn finish<C: GenericClient>(mut self, c: &mut C) -> Result<()> {
+        self.tail.flush(c, self.key)?;
+        write_session_facts(c, self.key, &self.facts)
+    }
+}
+
+/// A failed entry insert: `invalid_entry` when it broke the one-id-per-session
+/// index, else the server's error.
+fn duplicate_id_or(e: ::postgres::Error, id: &str) -> Error {
+    let duplicate = e
+        .as_db_error()
+        .and_then(|d| d.constraint())
+        .is_some_and(|c| c == "entries_by_id");
+    if duplicate {
+        Error::InvalidEntry(format!(
+            "Entry {id} already exists in this session: ids must be unique"
+        ))
+    } else {
+        Error::postgres("appending an entry", e)
+    }
+}

@@ -1,0 +1,405 @@
+//! The team archive on PostgreSQL beyond the shared suites: `sync --to`
+//! (exact copies, idempotence, resumption after kill -9, concurrent syncs),
+//! the writer claim held across processes (two machines simulated by two
+//! processes), search through the GIN index, and the CLI on a team archive.
+//! Everything runs against the test server (`SESSIONTREE_TEST_PG`, started by
+//! `.ci/pg-cluster`); without one each test says it is skipped.
+
+#[path = "conformance/pg.rs"]
+#[allow(dead_code)]
+mod pg;
+mod support;
+
+use serde_json::{json, Value};
+use sessiontree::backend::postgres::PgArchive;
+use sessiontree::backend::sqlite::Archive;
+use sessiontree::sync::SYNC_BATCH;
+use sessiontree::{Durability, Entry, SessionStorage};
+use sessiontree_bench::gen::{write_session, SessionSpec, TreeShape};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::*;
+
+/// Runs the binary; returns its JSON output and exit status.
+fn cli_json(args: &[&str]) -> (Value, i32) {
+    let out = run_cli(args.iter().copied().chain(["--json"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not JSON ({e}): {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (value, out.status.code().unwrap_or(-1))
+}
+
+/// A local SQLite archive holding pi's real sessions, or `None` without the fixtures.
+fn fixture_archive(dir: &Path) -> Option<PathBuf> {
+    let fixtures = fixtures_dir()?;
+    let db = dir.join("local.db");
+    let (_, status) = cli_json(&["--db", s(&db), "import", s(&fixtures), "--quiet"]);
+    assert_eq!(status, 0);
+    Some(db)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A generated session file of `entries` entries (with forks and compactions).
+fn generated_file(dir: &Path, id: &str, entries: usize) -> PathBuf {
+    let path = dir.join(format!("{id}.jsonl"));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    write_session(
+        &mut out,
+        &SessionSpec {
+            id: id.to_owned(),
+            created_ms: 1_748_736_000_000,
+            cwd: "/work/team".into(),
+            entries,
+            forks: entries / 50,
+            compaction_every: 400,
+            seed: 7,
+            tree: TreeShape::Spread,
+            dangling_root: false,
+        },
+    )
+    .expect("generate");
+    drop(out);
+    path
+}
+
+/// Every entry's stored text.
+fn texts(s: &dyn SessionStorage) -> Vec<String> {
+    s.entries(0, None)
+        .expect("entries")
+        .iter()
+        .map(|e| e.json().to_owned())
+        .collect()
+}
+
+/// The leaf and the ids on its path.
+fn active_path(s: &dyn SessionStorage) -> (Option<String>, Vec<String>) {
+    let leaf = s.leaf_id().expect("leaf");
+    let path = s
+        .path_to_root_or_compaction(leaf.as_deref())
+        .expect("path")
+        .iter()
+        .map(|e| Entry::id(e).to_owned())
+        .collect();
+    (leaf, path)
+}
+
+#[test]
+fn sync_copies_the_local_archive_exactly_and_again_copies_nothing() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(db) = fixture_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return;
+    };
+    let url = team.schema_url();
+    let (first, status) = cli_json(&["--db", s(&db), "sync", "--to", &url]);
+    assert_eq!(status, 0, "{first}");
+    let local = Archive::open(&db, Durability::Relaxed).expect("local archive");
+    let sessions = local.list(&Default::default()).expect("list");
+    assert!(sessions.len() >= 2);
+    for summary in &sessions {
+        let id = &summary.metadata.id;
+        let ours = local.open_session(id).expect("local session");
+        let theirs = team.archive.open_session(id).expect("team session");
+        assert_eq!(texts(&ours), texts(&theirs), "{id}: the log");
+        assert_eq!(
+            ours.header_json().ok(),
+            theirs.header_json().ok(),
+            "{id}: header"
+        );
+        assert_eq!(
+            active_path(&ours),
+            active_path(&theirs),
+            "{id}: active path"
+        );
+        assert_eq!(
+            ours.session_stats().ok(),
+            theirs.session_stats().ok(),
+            "{id}: stats"
+        );
+        assert_eq!(
+            ours.metadata().ok(),
+            theirs.metadata().ok(),
+            "{id}: metadata"
+        );
+        let copied = first["synced"]
+            .as_array()
+            .expect("synced")
+            .iter()
+            .find(|r| r["session"] == json!(id))
+            .map(|r| r["copied"].clone());
+        assert_eq!(copied, Some(json!(summary.entry_count)), "{id}");
+    }
+    // Again: nothing is copied, nothing changes.
+    let (second, status) = cli_json(&["--db", s(&db), "sync", "--to", &url]);
+    assert_eq!(status, 0);
+    assert!(
+        second["synced"]
+            .as_array()
+            .expect("synced")
+            .iter()
+            .all(|r| r["copied"] == json!(0)),
+        "{second}"
+    );
+    // The team archive answers ls and export as the local one does.
+    let (ls_local, _) = cli_json(&["--db", s(&db), "ls"]);
+    let (ls_team, _) = cli_json(&["--db", &url, "ls"]);
+    assert_eq!(ls_local, ls_team);
+    let (out_local, out_team) = (dir.path().join("a"), dir.path().join("b"));
+    assert_eq!(
+        cli_json(&["--db", s(&db), "export", "--all", "--out", s(&out_local)]).1,
+        0
+    );
+    assert_eq!(
+        cli_json(&["--db", &url, "export", "--all", "--out", s(&out_team)]).1,
+        0
+    );
+    for summary in &sessions {
+        let file = |root: &Path| {
+            let mut found = Vec::new();
+            collect_files(root, &mut found);
+            let f = found
+                .into_iter()
+                .find(|f| s(f).contains(&summary.metadata.id))
+                .expect("exported file");
+            std::fs::read(f).expect("read export")
+        };
+        assert_eq!(file(&out_local), file(&out_team), "exports are identical");
+    }
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("list") {
+        let p = e.expect("entry").path();
+        if p.is_dir() {
+            collect_files(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+/// Entries the team archive holds of session `id` (0 before the session row exists).
+fn team_count(archive: &PgArchive, id: &str) -> usize {
+    archive
+        .open_session(id)
+        .and_then(|s| s.entry_count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_sync_killed_part_way_resumes_and_ends_identical() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let total = 12_000;
+    let file = generated_file(dir.path(), "resume-me", total);
+    let url = team.schema_url();
+    let mut child = Command::new(bin())
+        .args(["sync", "--to", &url, s(&file)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sync");
+    // Killed once some batches are in.
+    let started = wait_until(Duration::from_secs(60), || {
+        team_count(&team.archive, "resume-me") >= 2 * SYNC_BATCH
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(started, "the sync never got going");
+    let at_kill = team_count(&team.archive, "resume-me");
+    // Batches are all or nothing.
+    assert!(
+        at_kill.is_multiple_of(SYNC_BATCH) || at_kill == total,
+        "{at_kill} entries after the kill"
+    );
+    let (again, status) = cli_json(&["sync", "--to", &url, s(&file)]);
+    assert_eq!(status, 0, "{again}");
+    assert_eq!(again["synced"][0]["copied"], json!(total - at_kill));
+    let source = sessiontree::backend::jsonl::JsonlStorage::open(&file, Durability::Relaxed)
+        .expect("source");
+    let copy = team.archive.open_session("resume-me").expect("copy");
+    assert_eq!(texts(&source), texts(&copy));
+    assert_eq!(active_path(&source), active_path(&copy));
+}
+
+#[test]
+fn two_concurrent_syncs_copy_every_entry_once() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let total = 6_000;
+    let file = generated_file(dir.path(), "twice", total);
+    let url = team.schema_url();
+    let spawn = || {
+        Command::new(bin())
+            .args(["--json", "sync", "--to", &url, s(&file)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sync")
+    };
+    let (a, b) = (spawn(), spawn());
+    let mut copied = 0;
+    for child in [a, b] {
+        let out = child.wait_with_output().expect("sync ends");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(out.status.code(), Some(0), "{v}");
+        copied += v["synced"][0]["copied"].as_u64().expect("copied");
+    }
+    assert_eq!(
+        copied, total as u64,
+        "each entry copied by exactly one sync"
+    );
+    let source = sessiontree::backend::jsonl::JsonlStorage::open(&file, Durability::Relaxed)
+        .expect("source");
+    let copy = team.archive.open_session("twice").expect("copy");
+    assert_eq!(texts(&source), texts(&copy));
+}
+
+#[test]
+fn a_team_copy_written_elsewhere_is_refused_not_overwritten() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = generated_file(dir.path(), "diverged", 50);
+    let url = team.schema_url();
+    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
+    // Someone appends on the team side.
+    let mut team_side =
+        sessiontree::Session::new(team.archive.open_session("diverged").expect("open"));
+    team_side
+        .append_session_name("renamed on the server")
+        .expect("append");
+    drop(team_side);
+    let before = texts(&team.archive.open_session("diverged").expect("open"));
+    let (v, status) = cli_json(&["sync", "--to", &url, s(&file)]);
+    assert_eq!(status, 2, "{v}");
+    assert_eq!(v["failed"][0]["code"], json!("invalid_session"), "{v}");
+    assert_eq!(
+        texts(&team.archive.open_session("diverged").expect("open")),
+        before
+    );
+}
+
+#[test]
+fn one_writer_per_session_across_processes() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = generated_file(dir.path(), "claimed", 20);
+    let url = team.schema_url();
+    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
+    let message = json!({"message": {"role": "user", "content": "hello"}});
+    // Machine A writes and stays open: it holds the claim.
+    let mut a = RpcChild::spawn(["--db", url.as_str(), "rpc", "claimed"]);
+    let r = a.call("appendMessage", message.clone());
+    assert_eq!(response_code(&r), None, "{r}");
+    // Machine B reads freely, but its write is refused naming A.
+    let mut b = RpcChild::spawn(["--db", url.as_str(), "rpc", "claimed"]);
+    let r = b.call("getLeafId", json!({}));
+    assert_eq!(response_code(&r), None, "{r}");
+    let r = b.call("appendMessage", message.clone());
+    assert_eq!(response_code(&r).as_deref(), Some("storage"), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("process {}", a.pid()))),
+        "{r}"
+    );
+    // A killed writer on this host is taken over at once.
+    a.kill9();
+    let r = b.call("appendMessage", message);
+    assert_eq!(response_code(&r), None, "{r}");
+    b.finish();
+    assert_eq!(team_count(&team.archive, "claimed"), 22);
+}
+
+#[test]
+fn search_finds_what_the_sqlite_index_finds() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(db) = fixture_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return;
+    };
+    let url = team.schema_url();
+    assert_eq!(cli_json(&["--db", s(&db), "sync", "--to", &url]).1, 0);
+    let local = Archive::open(&db, Durability::Relaxed).expect("local");
+    for query in [
+        "compaction",
+        "abort controller",
+        "\"session manager\"",
+        "refact*",
+        "zzzznotthere",
+    ] {
+        let hits = |found: Vec<sessiontree::listing::SearchHit>| {
+            let mut keys: Vec<(String, String)> = found
+                .into_iter()
+                .map(|h| (h.session_id, h.entry_id))
+                .collect();
+            keys.sort();
+            keys
+        };
+        let ours = hits(
+            local
+                .search(query, None, None, None, 1000)
+                .expect("sqlite search"),
+        );
+        let theirs = hits(
+            team.archive
+                .search(query, None, None, None, 1000)
+                .expect("pg search"),
+        );
+        assert_eq!(ours, theirs, "{query}");
+    }
+    // Ranked best first, with a snippet around a match, through the CLI.
+    let (v, status) = cli_json(&["--db", &url, "search", "compaction", "--limit", "5"]);
+    assert_eq!(status, 0);
+    let hits = v["hits"].as_array().expect("hits");
+    assert_eq!(hits.len(), 5, "{v}");
+    let ranks: Vec<f64> = hits
+        .iter()
+        .map(|h| h["rank"].as_f64().expect("rank"))
+        .collect();
+    assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{ranks:?}");
+    assert!(
+        hits.iter().all(|h| h["snippet"]
+            .as_str()
+            .is_some_and(|t| t.to_lowercase().contains("compaction"))),
+        "{v}"
+    );
+}
+
+#[test]
+fn commands_that_need_an_sqlite_archive_refuse_a_url_and_create_nothing() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let url = team.schema_url();
+    for args in [&["tree", "x"][..], &["import"], &["stats"], &["check"]] {
+        let mut all = vec!["--db", url.as_str()];
+        all.extend_from_slice(args);
+        let (v, status) = cli_json(&all);
+        assert_eq!(status, 2, "{args:?}: {v}");
+        assert_eq!(v["error"]["code"], json!("usage"));
+    }
+    assert!(!Path::new("postgres:").exists());
+}
