@@ -11,6 +11,9 @@
 //   --sequences N         sequences per backend, 400    (DIFF_SEQUENCES)
 //   --seed N              base seed, 20250101           (DIFF_SEED; "random" for a fresh one)
 //   --backends LIST       jsonl,memory,sqlite           (DIFF_BACKENDS)
+//                         (also: node, pi's Session over the Node binding's
+//                         archive storage; needs bindings/node built)
+//   --binding PATH        the Node binding's index.js   (DIFF_BINDING)
 //   --min-ops N/--max-ops N  ops per sequence, 10..40   (DIFF_MIN_OPS, DIFF_MAX_OPS)
 //   --long F              fraction of long sequences (max-ops..5×max-ops ops), 0.05 (DIFF_LONG)
 //   --real F              fraction of sequences starting from a window of a real pi
@@ -34,10 +37,11 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { Rng, mixSeed } from "./lib/prng.mjs";
 import { Generator, makeSnapshot, ENTRY_TYPES, EXOTIC_CATEGORIES } from "./lib/gen.mjs";
 import { makeHeader, makePrefixEntries, realPrefixEntries, realFixtureCount, FIXTURE_DIR, renderFile, generatedPrefixEntries, GEN_SHAPES } from "./lib/prefix.mjs";
-import { FailedSide, PiSide, RpcSide, runOnce } from "./lib/sides.mjs";
+import { BindingSide, FailedSide, PiSide, RpcSide, runOnce } from "./lib/sides.mjs";
 import { Clock, compareAnswers, normalizeAnswer, normalizeMessage } from "./lib/compare.mjs";
 
 // Local-time date strings are parsed by JavaScript in the process time zone;
@@ -86,6 +90,7 @@ function parseArgs(argv) {
   const cfg = {
     bin: env.SESSIONTREE_BIN,
     genBin: env.SESSIONTREE_GEN_BIN,
+    binding: env.DIFF_BINDING ?? fileURLToPath(new URL("../../bindings/node/index.js", import.meta.url)),
     sequences: Number(env.DIFF_SEQUENCES ?? 400),
     seed: env.DIFF_SEED ?? "20250101",
     backends: (env.DIFF_BACKENDS ?? "jsonl,memory,sqlite").split(","),
@@ -109,6 +114,7 @@ function parseArgs(argv) {
     switch (a) {
       case "--bin": cfg.bin = val(); break;
       case "--gen-bin": cfg.genBin = val(); break;
+      case "--binding": cfg.binding = val(); break;
       case "--sequences": cfg.sequences = Number(val()); break;
       case "--seed": cfg.seed = val(); break;
       case "--backends": cfg.backends = val().split(","); break;
@@ -148,7 +154,7 @@ function parseArgs(argv) {
     process.exit(2);
   }
   for (const b of cfg.backends) {
-    if (!["jsonl", "memory", "sqlite"].includes(b)) {
+    if (!["jsonl", "memory", "sqlite", "node"].includes(b)) {
       console.error(`differential: unknown backend ${b}`);
       process.exit(2);
     }
@@ -159,7 +165,19 @@ function parseArgs(argv) {
 const cfg = parseArgs(process.argv);
 const clock = new Clock();
 const hex = (n) => (n >>> 0).toString(16).padStart(8, "0");
-const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3 };
+const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3, node: 4 };
+
+/** Backends over an archive (the file is imported first; export writes it back). */
+const archived = (backend) => backend === "sqlite" || backend === "node";
+
+/** Whether a side is ours (the rpc, or pi's Session over the Node binding). */
+const isOursSide = (side) => side instanceof RpcSide || side instanceof BindingSide;
+
+let binding = null;
+async function loadBinding() {
+  binding ??= await import(pathToFileURL(resolve(cfg.binding)).href);
+  return binding;
+}
 
 // Methods whose value is an id the implementation generated.
 const GENERATES_ID = new Set([
@@ -205,7 +223,20 @@ function oursArgs(backend, source, db) {
 
 /** Starts `sessiontree rpc` for `file` on `backend`; for sqlite imports the file first. */
 async function startOurs(kind, backend, dir, file, sessionId, dbName) {
-  if (backend === "sqlite") {
+  if (backend === "node") {
+    // The binding imports the file itself (as `sessiontree import` does).
+    const db = join(dir, `${dbName}.db`);
+    try {
+      const { Archive } = await loadBinding();
+      const archive = await Archive.open(db, { durability: cfg.durability });
+      const imported = await archive.importPiSessions(file);
+      if (imported.imported !== 1) return { error: `the binding's import of ${file}: ${JSON.stringify(imported)}` };
+      return { side: await BindingSide.open(archive, `${kind}(node)`, sessionId) };
+    } catch (e) {
+      return { error: `the Node binding could not import ${file} into ${db}: ${e.stack ?? e}` };
+    }
+  }
+  if (archived(backend)) {
     const imp = await importIntoSqlite(dir, file, dbName);
     if (imp.status !== 0) {
       return { error: `sessiontree import ${file} failed (status ${imp.status}): ${imp.stderr.trim() || imp.stdout.trim()}` };
@@ -238,7 +269,7 @@ function show(v) {
 
 /** Compares the metadata of pi and ours; sqlite keeps no file path. */
 function adjustMetadata(method, ref, got, backend) {
-  if (method !== "getMetadata" || backend !== "sqlite" || !ref.ok || !got.ok) return [ref, got];
+  if (method !== "getMetadata" || !archived(backend) || !ref.ok || !got.ok) return [ref, got];
   const strip = (v) => {
     if (!v || typeof v !== "object") return v;
     const { path, ...rest } = v;
@@ -275,7 +306,7 @@ class SequenceRun {
     const ref = norm[refIndex];
     for (let i = 0; i < sides.length; i++) {
       if (i === refIndex) continue;
-      const isOurs = sides[i] instanceof RpcSide;
+      const isOurs = isOursSide(sides[i]);
       if (isOurs) {
         this.compared += 1;
         const key = `${op.method} ${ref.ok ? "ok" : ref.error.code}`;
@@ -465,20 +496,30 @@ class SequenceRun {
     // (b) The file our backend wrote (jsonl: the session file itself; sqlite:
     // `sessiontree export`), opened by pi.
     let oursFile = ours.path;
-    if (this.backend === "sqlite") {
+    if (archived(this.backend)) {
       const out = join(dir, "export");
-      const r = await runOnce(cfg.bin, ["--db", join(dir, "archive.db"), "export", "--out", out, "--json", this.spec.header.id]);
+      let r;
       let exported = null;
-      try {
-        exported = JSON.parse(r.stdout).exported?.[0]?.path;
-      } catch {}
+      if (this.backend === "node") {
+        try {
+          exported = (await ours.archive.exportSession(this.spec.header.id, out)).path;
+          r = { status: 0 };
+        } catch (e) {
+          r = { status: e.code ?? "throw", stderr: e.message ?? String(e), stdout: "" };
+        }
+      } else {
+        r = await runOnce(cfg.bin, ["--db", join(dir, "archive.db"), "export", "--out", out, "--json", this.spec.header.id]);
+        try {
+          exported = JSON.parse(r.stdout).exported?.[0]?.path;
+        } catch {}
+      }
       if (r.status !== 0 || !exported) {
         this.fail({ label: "export", op: { method: "export", params: {} }, kind: "export-failed", ref: { ok: true }, got: { ok: false, error: { code: "export", message: `status ${r.status}: ${r.stderr.trim() || r.stdout.trim()}` } }, detail: null });
         return;
       }
       oursFile = resolve(exported);
     }
-    const which = this.backend === "sqlite" ? "cross(ours export -> pi)" : "cross(ours file -> pi)";
+    const which = archived(this.backend) ? "cross(ours export -> pi)" : "cross(ours file -> pi)";
     let piX;
     try {
       piX = await PiSide.openJsonl(oursFile);
@@ -492,7 +533,7 @@ class SequenceRun {
       if (!(await this.compare(which, q, [piX, ours], answers, { now: false }))) return;
     }
 
-    if (this.backend === "sqlite") {
+    if (archived(this.backend)) {
       // (c') The exported entries are pi's entries (ids and "now" normalised).
       const parse = (text, side) =>
         text
@@ -559,8 +600,8 @@ function toRealParams(side, params) {
 function generatedSpec(seed, backend) {
   const rng = new Rng(seed);
   const gen = new Generator(rng, {
-    allowDuplicateIds: backend !== "sqlite",
-    lateParents: backend !== "sqlite" || cfg.exotic.has("sqlite-late-parent"),
+    allowDuplicateIds: !archived(backend),
+    lateParents: !archived(backend) || cfg.exotic.has("sqlite-late-parent"),
     // The memory backend cannot reopen: its appends are not saved.
     reopen: backend !== "memory",
     exotic: cfg.exotic,
@@ -577,7 +618,7 @@ function generatedSpec(seed, backend) {
   if (generated) genSequences.set(generated.shape, (genSequences.get(generated.shape) ?? 0) + 1);
   const prefixEntries =
     real ?? generated?.entries ?? (rng.chance(0.3) ? makePrefixEntries(rng, gen, rng.range(1, 8), { lateParents: gen.opts.lateParents }) : []);
-  const blankHead = cfg.exotic.has("blank-head") && (backend !== "sqlite" || cfg.exotic.has("blank-head-import"));
+  const blankHead = cfg.exotic.has("blank-head") && (!archived(backend) || cfg.exotic.has("blank-head-import"));
   const pieces = renderFile(rng, header, prefixEntries, { blankHead });
   // A few long sequences grow deeper trees (and see more restarts).
   const nOps = rng.chance(cfg.longFraction) ? rng.range(cfg.maxOps, cfg.maxOps * 5) : rng.range(cfg.minOps, cfg.maxOps);
@@ -711,11 +752,11 @@ async function main() {
   const t0 = Date.now();
   let backends = cfg.backends;
   const notes = [];
-  if (backends.includes("sqlite")) {
+  if (backends.some(archived)) {
     sqliteImport = await detectSqliteImport();
     if (!sqliteImport) {
       // Not a skip: without import the sqlite backend cannot be tested, which fails the run.
-      backends = backends.filter((b) => b !== "sqlite");
+      backends = backends.filter((b) => !archived(b));
       notes.push("FAILED: `sessiontree import` is not available, so the sqlite backend could not be tested");
     }
   }
