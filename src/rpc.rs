@@ -236,6 +236,54 @@ fn dispatch<S: SessionStorage>(
     })
 }
 
+/// A JSON list of the entry texts `visit` hands out.
+fn entry_list_text(
+    visit: impl FnOnce(&mut dyn FnMut(String) -> Result<()>) -> Result<()>,
+) -> Result<String> {
+    let mut out = String::from("[");
+    visit(&mut |text| {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&text);
+        Ok(())
+    })?;
+    out.push(']');
+    Ok(out)
+}
+
+/// Answers one request in process, without stdio: `method` (a pi name) with
+/// `params` (a JSON object, or empty for none) against `session`, the value
+/// as JSON text (entries as their exact stored text). The same dispatch as
+/// [`serve`], so an embedding (the Node binding) answers exactly as `rpc` does.
+pub fn call<S: SessionStorage>(
+    session: &mut Session<S>,
+    method: &str,
+    params: &str,
+) -> Result<String> {
+    let params = if json::js_trim(params).is_empty() {
+        Params(HashMap::new())
+    } else {
+        let fields: Option<HashMap<String, Box<RawValue>>> = serde_json::from_str(params)
+            .map_err(|e| Error::Unknown(format!("invalid params: {e}")))?;
+        Params(fields.unwrap_or_default())
+    };
+    match method {
+        "getEntries" => {
+            let after = params.usize("afterEntrySeq")?.unwrap_or(0);
+            let limit = params.usize("limit")?;
+            let st = session.storage();
+            entry_list_text(|sink| st.visit_entries(after, limit, sink))
+        }
+        "findEntries" => {
+            let entry_type = params.required_string("type")?;
+            let st = session.storage();
+            entry_list_text(|sink| st.visit_entries_of_type(&entry_type, sink))
+        }
+        _ => dispatch(session, method, &params),
+    }
+}
+
 /// An answer: the value as JSON text, or the error's code and message.
 type Answer = std::result::Result<String, (&'static str, String)>;
 

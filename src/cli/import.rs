@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 use sessiontree::convert::{import_jsonl_with_progress, ImportOutcome};
 use sessiontree::{Error, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Arguments of `import`.
@@ -42,33 +42,6 @@ fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
         super::demo::write_demo(&dir)?;
     }
     Ok(dir)
-}
-
-fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    if meta.is_file() {
-        out.push(path.to_owned());
-        return Ok(());
-    }
-    let mut items: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| Error::io(format!("listing {}", path.display()), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    items.sort();
-    for item in items {
-        // Symlinked directories are not followed: a link loop, or a link to
-        // `/`, would otherwise walk far outside what was asked for.
-        let linked = std::fs::symlink_metadata(&item).is_ok_and(|m| m.file_type().is_symlink());
-        if item.is_dir() {
-            if !linked {
-                collect(&item, out)?;
-            }
-        } else if item.extension().is_some_and(|e| e == "jsonl") {
-            out.push(item);
-        }
-    }
-    Ok(())
 }
 
 /// Runs `import`.
@@ -113,7 +86,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     };
     let mut files = Vec::new();
     for root in &roots {
-        collect(root, &mut files)?;
+        sessiontree::layout::collect_jsonl_files(root, &mut files)?;
     }
     let archive = super::open_archive(cli)?;
     let sizes: Vec<u64> = files

@@ -495,12 +495,7 @@ pub fn archive_path(cli: &Cli) -> PathBuf {
     }) {
         return PathBuf::from(p);
     }
-    let base = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    base.join("sessiontree").join("archive.db")
+    sessiontree::layout::default_archive_path()
 }
 
 /// Opens the archive, which must exist: a command that only reads or

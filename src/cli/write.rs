@@ -6,13 +6,13 @@ use serde_json::{json, Value};
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
-use sessiontree::layout::{encode_cwd, session_file_name};
+use sessiontree::layout::{export_path, session_file_name};
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
 use sessiontree::session::BranchSummary;
 use sessiontree::{Error, JsonText, Result, Session, SessionMetadata, SessionRef};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Arguments of `export`.
 #[derive(Debug, Args)]
@@ -31,25 +31,6 @@ pub struct ExportArgs {
     /// archive's copy only has the rest appended.
     #[arg(long)]
     pub force: bool,
-}
-
-/// The file a session exports to, refusing anything that would land outside `out`.
-fn export_path(out: &Path, meta: &SessionMetadata) -> Result<PathBuf> {
-    let dir = encode_cwd(meta.cwd.as_deref().unwrap_or(""));
-    let file = session_file_name(&meta.created_at, &meta.id);
-    let rel = PathBuf::from(&dir).join(&file);
-    let safe = rel.components().count() == 2
-        && rel.components().all(|c| matches!(c, Component::Normal(_)));
-    if !safe || file.contains(['/', '\\']) || dir.contains(['/', '\\']) {
-        return Err(Error::UnsafeSessionId {
-            id: meta.id.clone(),
-            reason: format!(
-                "would export to {rel:?}, outside {}; refused",
-                out.display()
-            ),
-        });
-    }
-    Ok(out.join(rel))
 }
 
 /// What `export` is asked to write: an archive session, or a pi file (any

@@ -14,7 +14,9 @@
 //   --backends LIST       jsonl,memory,sqlite[,postgres] (DIFF_BACKENDS; postgres
 //                         by default when SESSIONTREE_TEST_PG names a server:
 //                         each sequence in its own schema, imported with
-//                         `sessiontree sync --to`)
+//                         `sessiontree sync --to`; also: node, pi's Session over
+//                         the Node binding's archive storage, needs bindings/node built)
+//   --binding PATH        the Node binding's index.js   (DIFF_BINDING)
 //   --min-ops N/--max-ops N  ops per sequence, 10..40   (DIFF_MIN_OPS, DIFF_MAX_OPS)
 //   --long F              fraction of long sequences (max-ops..5×max-ops ops), 0.05 (DIFF_LONG)
 //   --real F              fraction of sequences starting from a window of a real pi
@@ -39,10 +41,11 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileS
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createHash } from "node:crypto";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { Rng, mixSeed } from "./lib/prng.mjs";
 import { Generator, makeSnapshot, ENTRY_TYPES, EXOTIC_CATEGORIES } from "./lib/gen.mjs";
 import { makeHeader, makePrefixEntries, realPrefixEntries, realFixtureCount, FIXTURE_DIR, renderFile, generatedPrefixEntries, GEN_SHAPES } from "./lib/prefix.mjs";
-import { FailedSide, PiSide, RpcSide, runOnce } from "./lib/sides.mjs";
+import { BindingSide, FailedSide, PiSide, RpcSide, runOnce } from "./lib/sides.mjs";
 import { Clock, compareAnswers, normalizeAnswer, normalizeMessage } from "./lib/compare.mjs";
 
 // Local-time date strings are parsed by JavaScript in the process time zone;
@@ -91,6 +94,7 @@ function parseArgs(argv) {
   const cfg = {
     bin: env.SESSIONTREE_BIN,
     genBin: env.SESSIONTREE_GEN_BIN,
+    binding: env.DIFF_BINDING ?? fileURLToPath(new URL("../../bindings/node/index.js", import.meta.url)),
     sequences: Number(env.DIFF_SEQUENCES ?? 400),
     // A team archive's sequence costs several server round trips per
     // operation: fewer of them by default, so CI stays within its budget.
@@ -117,6 +121,7 @@ function parseArgs(argv) {
     switch (a) {
       case "--bin": cfg.bin = val(); break;
       case "--gen-bin": cfg.genBin = val(); break;
+      case "--binding": cfg.binding = val(); break;
       case "--sequences": cfg.sequences = Number(val()); break;
       case "--seed": cfg.seed = val(); break;
       case "--backends": cfg.backends = val().split(","); break;
@@ -156,7 +161,7 @@ function parseArgs(argv) {
     process.exit(2);
   }
   for (const b of cfg.backends) {
-    if (!["jsonl", "memory", "sqlite", "postgres"].includes(b)) {
+    if (!["jsonl", "memory", "sqlite", "postgres", "node"].includes(b)) {
       console.error(`differential: unknown backend ${b}`);
       process.exit(2);
     }
@@ -171,10 +176,10 @@ function parseArgs(argv) {
 const cfg = parseArgs(process.argv);
 const clock = new Clock();
 const hex = (n) => (n >>> 0).toString(16).padStart(8, "0");
-const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3, postgres: 4 };
+const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3, postgres: 4, node: 5 };
 
-/** Whether `backend` is an archive (sqlite, postgres): imported, exported, no file path, unique ids. */
-const isArchive = (backend) => backend === "sqlite" || backend === "postgres";
+/** Whether `backend` is an archive (sqlite, postgres, node: the binding over a SQLite archive): imported, exported, no file path, unique ids. */
+const isArchive = (backend) => backend === "sqlite" || backend === "postgres" || backend === "node";
 
 /** The team archive of sequence directory `dir` (`name`): its own schema of the test server. */
 function pgUrl(dir, name) {
@@ -186,6 +191,15 @@ function pgUrl(dir, name) {
 /** Where `backend` keeps the archive `name` of sequence directory `dir`. */
 function archiveDb(backend, dir, name) {
   return backend === "postgres" ? pgUrl(dir, name) : join(dir, `${name}.db`);
+}
+
+/** Whether a side is ours (the rpc, or pi's Session over the Node binding). */
+const isOursSide = (side) => side instanceof RpcSide || side instanceof BindingSide;
+
+let binding = null;
+async function loadBinding() {
+  binding ??= await import(pathToFileURL(resolve(cfg.binding)).href);
+  return binding;
 }
 
 // Methods whose value is an id the implementation generated.
@@ -236,6 +250,19 @@ function oursArgs(backend, source, db) {
 
 /** Starts `sessiontree rpc` for `file` on `backend`; for sqlite imports the file first. */
 async function startOurs(kind, backend, dir, file, sessionId, dbName) {
+  if (backend === "node") {
+    // The binding imports the file itself (as `sessiontree import` does).
+    const db = join(dir, `${dbName}.db`);
+    try {
+      const { Archive } = await loadBinding();
+      const archive = await Archive.open(db, { durability: cfg.durability });
+      const imported = await archive.importPiSessions(file);
+      if (imported.imported !== 1) return { error: `the binding's import of ${file}: ${JSON.stringify(imported)}` };
+      return { side: await BindingSide.open(archive, `${kind}(node)`, sessionId) };
+    } catch (e) {
+      return { error: `the Node binding could not import ${file} into ${db}: ${e.stack ?? e}` };
+    }
+  }
   if (isArchive(backend)) {
     const imp = await importIntoArchive(backend, dir, file, dbName);
     if (imp.status !== 0) {
@@ -306,7 +333,7 @@ class SequenceRun {
     const ref = norm[refIndex];
     for (let i = 0; i < sides.length; i++) {
       if (i === refIndex) continue;
-      const isOurs = sides[i] instanceof RpcSide;
+      const isOurs = isOursSide(sides[i]);
       if (isOurs) {
         this.compared += 1;
         const key = `${op.method} ${ref.ok ? "ok" : ref.error.code}`;
@@ -498,11 +525,21 @@ class SequenceRun {
     let oursFile = ours.path;
     if (isArchive(this.backend)) {
       const out = join(dir, "export");
-      const r = await runOnce(cfg.bin, ["--db", archiveDb(this.backend, dir, "archive"), "export", "--out", out, "--json", this.spec.header.id]);
+      let r;
       let exported = null;
-      try {
-        exported = JSON.parse(r.stdout).exported?.[0]?.path;
-      } catch {}
+      if (this.backend === "node") {
+        try {
+          exported = (await ours.archive.exportSession(this.spec.header.id, out)).path;
+          r = { status: 0 };
+        } catch (e) {
+          r = { status: e.code ?? "throw", stderr: e.message ?? String(e), stdout: "" };
+        }
+      } else {
+        r = await runOnce(cfg.bin, ["--db", archiveDb(this.backend, dir, "archive"), "export", "--out", out, "--json", this.spec.header.id]);
+        try {
+          exported = JSON.parse(r.stdout).exported?.[0]?.path;
+        } catch {}
+      }
       if (r.status !== 0 || !exported) {
         this.fail({ label: "export", op: { method: "export", params: {} }, kind: "export-failed", ref: { ok: true }, got: { ok: false, error: { code: "export", message: `status ${r.status}: ${r.stderr.trim() || r.stdout.trim()}` } }, detail: null });
         return;
@@ -742,7 +779,7 @@ async function main() {
   const t0 = Date.now();
   let backends = cfg.backends;
   const notes = [];
-  if (backends.includes("sqlite") || backends.includes("postgres")) {
+  if (backends.some(isArchive)) {
     sqliteImport = await detectSqliteImport();
     if (!sqliteImport) {
       // Not a skip: without import the sqlite backend cannot be tested, which fails the run.

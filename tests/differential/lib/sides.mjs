@@ -56,7 +56,11 @@ function jsonClone(v) {
 }
 
 export function piError(e) {
-  if (e instanceof SessionError) return { code: e.code, message: e.message };
+  // The Node binding throws pi's SessionError from its own copy of pi (its
+  // package's dependency), another class object than this harness's.
+  if (e instanceof SessionError || (e?.name === "SessionError" && typeof e.code === "string")) {
+    return { code: e.code, message: e.message };
+  }
   // Anything else is pi crashing (TypeError & co.): the generator should avoid it.
   return { code: `pi-crash:${e?.name ?? "Error"}`, message: String(e?.message ?? e) };
 }
@@ -204,6 +208,31 @@ export class PiSide {
   }
 
   async close() {}
+}
+
+/**
+ * pi's own `Session` over the Node binding's `ArchiveStorage` (npm package
+ * `sessiontree` in bindings/node): storage calls go to the binding, the
+ * append helpers, moves and context are pi's code running on top of it.
+ */
+export class BindingSide extends PiSide {
+  static async open(archive, kind, sessionId) {
+    const side = new BindingSide(kind, await archive.storage(sessionId), null);
+    side.archive = archive;
+    side.sessionId = sessionId;
+    return side;
+  }
+
+  /** Closes the storage (releasing the writer claim) and opens the session again. */
+  async reopen() {
+    await this.storage.close();
+    this.storage = await this.archive.storage(this.sessionId);
+    this.session = new Session(this.storage);
+  }
+
+  async close() {
+    await this.storage.close();
+  }
 }
 
 /** `sessiontree ... rpc SOURCE` as a child process, one request in flight at a time. */

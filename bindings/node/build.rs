@@ -1,0 +1,5 @@
+//! Links the addon against Node's symbols (resolved at load time).
+
+fn main() {
+    napi_build::setup();
+}

@@ -1,0 +1,447 @@
+//! The Node.js addon behind the npm package `sessiontree`: a thin layer that
+//! runs each request on libuv's thread pool (so every Promise is real and
+//! the JS thread never waits on SQLite or the disk) and answers with JSON
+//! text that `index.js` parses. Session calls go through
+//! [`sessiontree::rpc::call`], the dispatch `sessiontree rpc` serves, so the
+//! binding answers exactly as the rpc does. Errors reject with a message
+//! that is a JSON object `{code, message}` (the contract's codes), which
+//! `index.js` turns into pi's `SessionError`.
+
+use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
+use napi::{Env, Status, Task};
+use napi_derive::napi;
+use serde_json::{json, Value};
+use sessiontree::backend::jsonl::JsonlStorage;
+use sessiontree::backend::sqlite::{Archive, ListQuery, SearchFilter};
+use sessiontree::convert::{self, ExportOutcome, ImportOutcome};
+use sessiontree::repo::sqlite::SqliteRepo;
+use sessiontree::repo::{CreateOptions, ForkOptions, SessionRepo};
+use sessiontree::rules::ForkPosition;
+use sessiontree::{Durability, Error, JsonText, Result, Session, SessionMetadata, SessionStorage};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Work for the thread pool: a closure whose result becomes the Promise's value.
+pub struct Job<T: ToNapiValue + TypeName + Send + 'static> {
+    work: Option<Box<dyn FnOnce() -> Result<T> + Send>>,
+}
+
+/// Schedules `work` off the JS thread.
+fn job<T: ToNapiValue + TypeName + Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> AsyncTask<Job<T>> {
+    AsyncTask::new(Job {
+        work: Some(Box::new(work)),
+    })
+}
+
+/// The rejection for a contract error: its code and message as JSON, parsed by `index.js`.
+fn rejection(e: &Error) -> napi::Error {
+    napi::Error::new(
+        Status::GenericFailure,
+        json!({"code": e.code().as_str(), "message": e.to_string()}).to_string(),
+    )
+}
+
+impl<T: ToNapiValue + TypeName + Send + 'static> Task for Job<T> {
+    type Output = T;
+    type JsValue = T;
+
+    fn compute(&mut self) -> napi::Result<T> {
+        let work = self
+            .work
+            .take()
+            .ok_or_else(|| rejection(&Error::Unknown("a job ran twice".into())))?;
+        work().map_err(|e| rejection(&e))
+    }
+
+    fn resolve(&mut self, _env: Env, output: T) -> napi::Result<T> {
+        Ok(output)
+    }
+}
+
+/// A durability named as the CLI names it (`full`, the default, or `relaxed`).
+fn durability(name: Option<&str>) -> Result<Durability> {
+    match name {
+        None | Some("full") => Ok(Durability::Full),
+        Some("relaxed") => Ok(Durability::Relaxed),
+        Some(other) => Err(Error::Usage(format!(
+            "durability must be \"full\" or \"relaxed\", not {other:?}"
+        ))),
+    }
+}
+
+/// Options given as JSON text by `index.js` (an object; `undefined` fields left out).
+fn options(text: Option<&str>) -> Result<serde_json::Map<String, Value>> {
+    match text.map(serde_json::from_str::<Value>) {
+        None => Ok(serde_json::Map::new()),
+        Some(Ok(Value::Object(m))) => Ok(m),
+        Some(Ok(Value::Null)) => Ok(serde_json::Map::new()),
+        Some(_) => Err(Error::Usage("options must be an object".into())),
+    }
+}
+
+fn opt_str(o: &serde_json::Map<String, Value>, key: &str) -> Result<Option<String>> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(Error::Usage(format!("{key} must be a string"))),
+    }
+}
+
+fn opt_usize(o: &serde_json::Map<String, Value>, key: &str) -> Result<Option<usize>> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| Error::Usage(format!("{key} must be a non-negative integer"))),
+    }
+}
+
+/// Application metadata given as an option: kept as the JSON object it is.
+fn opt_metadata(o: &serde_json::Map<String, Value>) -> Result<Option<JsonText>> {
+    match o.get("metadata") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => Ok(Some(JsonText::from(v.clone()))),
+        Some(_) => Err(Error::Usage("metadata must be an object".into())),
+    }
+}
+
+/// One open session: a storage behind the rpc dispatch, shared by the jobs
+/// that read and write it. `None` once closed (which releases the writer claim).
+type Shared = Arc<Mutex<Option<Session<Box<dyn SessionStorage + Send>>>>>;
+
+/// A session opened for pi's `SessionStorage` calls (archive or JSONL file).
+#[napi]
+pub struct NativeSession {
+    session: Shared,
+    id: String,
+}
+
+impl NativeSession {
+    fn new(storage: Box<dyn SessionStorage + Send>, id: String) -> Self {
+        NativeSession {
+            session: Arc::new(Mutex::new(Some(Session::new(storage)))),
+            id,
+        }
+    }
+}
+
+/// Runs `f` on the open session, or fails with `storage` if it was closed.
+fn with_session<T>(
+    shared: &Shared,
+    f: impl FnOnce(&mut Session<Box<dyn SessionStorage + Send>>) -> Result<T>,
+) -> Result<T> {
+    let mut guard = shared
+        .lock()
+        .map_err(|_| Error::Unknown("a previous call on this session panicked".into()))?;
+    match guard.as_mut() {
+        Some(session) => f(session),
+        None => Err(Error::io(
+            "the session storage was closed",
+            std::io::Error::other("closed"),
+        )),
+    }
+}
+
+#[napi]
+impl NativeSession {
+    /// The session id.
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// One pi method (`getLeafId`, `appendEntry`, …) with its parameters as
+    /// a JSON object; resolves to the answer as JSON text.
+    #[napi]
+    pub fn call(&self, method: String, params: String) -> AsyncTask<Job<String>> {
+        let shared = self.session.clone();
+        job(move || with_session(&shared, |s| sessiontree::rpc::call(s, &method, &params)))
+    }
+
+    /// Closes the session: the writer claim (if taken) is released. Later calls fail.
+    #[napi]
+    pub fn close(&self) -> AsyncTask<Job<()>> {
+        let shared = self.session.clone();
+        job(move || {
+            let closed = shared
+                .lock()
+                .map_err(|_| Error::Unknown("a previous call on this session panicked".into()))?
+                .take();
+            drop(closed);
+            Ok(())
+        })
+    }
+}
+
+/// Opens a pi JSONL session file with the Rust JSONL backend.
+#[napi]
+pub fn open_jsonl(path: String, durability_name: Option<String>) -> AsyncTask<Job<NativeSession>> {
+    job(move || {
+        let storage = JsonlStorage::open(&path, durability(durability_name.as_deref())?)?;
+        let id = storage.metadata()?.id;
+        Ok(NativeSession::new(Box::new(storage), id))
+    })
+}
+
+/// An open archive.
+#[napi]
+pub struct NativeArchive {
+    archive: Archive,
+}
+
+/// Opens (creating if needed) the archive at `path`, or at the CLI's
+/// default archive when `path` is absent.
+#[napi]
+pub fn open_archive(
+    path: Option<String>,
+    durability_name: Option<String>,
+) -> AsyncTask<Job<NativeArchive>> {
+    job(move || {
+        let path = path.map_or_else(sessiontree::layout::default_archive_path, PathBuf::from);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        }
+        let archive = Archive::open(&path, durability(durability_name.as_deref())?)?;
+        Ok(NativeArchive { archive })
+    })
+}
+
+fn metadata_json(m: &SessionMetadata) -> Value {
+    m.to_json()
+}
+
+#[napi]
+impl NativeArchive {
+    /// The archive file.
+    #[napi(getter)]
+    pub fn path(&self) -> String {
+        self.archive.path().display().to_string()
+    }
+
+    /// Opens one session for reading; its writer claim is taken at the first write.
+    #[napi]
+    pub fn open_session(&self, id: String) -> AsyncTask<Job<NativeSession>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let storage = archive.open_session(&id)?;
+            Ok(NativeSession::new(Box::new(storage), id))
+        })
+    }
+
+    /// Creates an empty session (options JSON: `id`, `cwd`, `parentSessionPath`,
+    /// `metadata`); resolves to its metadata as JSON text.
+    #[napi]
+    pub fn create_session(&self, options_json: String) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let o = options(Some(&options_json))?;
+            let create = CreateOptions {
+                id: opt_str(&o, "id")?,
+                cwd: opt_str(&o, "cwd")?.unwrap_or_default(),
+                parent_session: opt_str(&o, "parentSessionPath")?,
+                metadata: opt_metadata(&o)?,
+            };
+            let session = SqliteRepo::new(archive).create(&create)?;
+            Ok(metadata_json(&session.storage().metadata()?).to_string())
+        })
+    }
+
+    /// The sessions newest first (options JSON: `cwd`, `limit`, `offset`), as
+    /// a JSON list of pi metadata objects.
+    #[napi]
+    pub fn list(&self, options_json: Option<String>) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let o = options(options_json.as_deref())?;
+            let q = ListQuery {
+                cwd: opt_str(&o, "cwd")?,
+                limit: opt_usize(&o, "limit")?,
+                offset: opt_usize(&o, "offset")?.unwrap_or(0),
+                ..ListQuery::default()
+            };
+            let listed: Vec<Value> = archive
+                .list(&q)?
+                .iter()
+                .map(|s| metadata_json(&s.metadata))
+                .collect();
+            Ok(Value::Array(listed).to_string())
+        })
+    }
+
+    /// Deletes a session and everything in it.
+    #[napi]
+    pub fn delete_session(&self, id: String) -> AsyncTask<Job<()>> {
+        let archive = self.archive.clone();
+        job(move || archive.delete_session(&id))
+    }
+
+    /// Forks a session (options JSON: `entryId`, `position`, `id`, `cwd`,
+    /// `parentSessionPath`, `metadata`); resolves to the fork's metadata as JSON text.
+    #[napi]
+    pub fn fork(&self, source_id: String, options_json: String) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let o = options(Some(&options_json))?;
+            let position = match opt_str(&o, "position")? {
+                None => ForkPosition::Before,
+                Some(name) => ForkPosition::from_name(&name)
+                    .ok_or_else(|| Error::Usage(format!("unknown fork position {name:?}")))?,
+            };
+            let fork = ForkOptions {
+                entry_id: opt_str(&o, "entryId")?.filter(|id| !id.is_empty()),
+                position,
+                id: opt_str(&o, "id")?,
+                cwd: opt_str(&o, "cwd")?,
+                parent_session: opt_str(&o, "parentSessionPath")?,
+                metadata: opt_metadata(&o)?,
+            };
+            let mut repo = SqliteRepo::new(archive);
+            let source = repo.archive().open_session(&source_id)?.metadata()?;
+            let session = repo.fork(&source, &fork)?;
+            Ok(metadata_json(&session.storage().metadata()?).to_string())
+        })
+    }
+
+    /// Full-text search over message text, best first (options JSON:
+    /// `sessionId`, `cwd`, `role`, `limit` (default 20), `offset`).
+    #[napi]
+    pub fn search(&self, query: String, options_json: Option<String>) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let o = options(options_json.as_deref())?;
+            let (session, cwd, role) = (
+                opt_str(&o, "sessionId")?,
+                opt_str(&o, "cwd")?,
+                opt_str(&o, "role")?,
+            );
+            let filter = SearchFilter {
+                session: session.as_deref(),
+                cwd: cwd.as_deref(),
+                role: role.as_deref(),
+            };
+            let limit = opt_usize(&o, "limit")?.unwrap_or(20);
+            let offset = opt_usize(&o, "offset")?.unwrap_or(0);
+            let hits: Vec<Value> = archive
+                .search_page(&query, &filter, limit, offset)?
+                .into_iter()
+                .map(|h| {
+                    json!({
+                        "sessionId": h.session_id,
+                        "entryId": h.entry_id,
+                        "role": h.role,
+                        "sessionName": h.session_name.map(|n| n.to_string_lossy()),
+                        "sessionCreatedAt": h.session_created_at,
+                        "snippet": h.snippet,
+                        "rank": h.rank,
+                    })
+                })
+                .collect();
+            Ok(Value::Array(hits).to_string())
+        })
+    }
+
+    /// Archive-wide totals: sessions, entries, pi's statistics summed, and per working directory.
+    #[napi]
+    pub fn stats(&self) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let t = archive.totals()?;
+            let stats: Value = serde_json::from_str(&t.stats.to_json_text())
+                .map_err(|e| Error::Unknown(format!("statistics: {e}")))?;
+            let per_cwd: Vec<Value> = t
+                .per_cwd
+                .iter()
+                .map(|(cwd, sessions, messages, cost)| {
+                    json!({"cwd": cwd, "sessions": sessions, "messages": messages, "costTotal": cost})
+                })
+                .collect();
+            Ok(json!({
+                "sessions": t.sessions,
+                "entries": t.entries,
+                "stats": stats,
+                "perCwd": per_cwd,
+            })
+            .to_string())
+        })
+    }
+
+    /// The `.jsonl` files import would read from `path` (a file, or a
+    /// directory searched recursively; pi's sessions directory when absent), as a JSON list; trains the archive's
+    /// first compression dictionary from them, as `sessiontree import` does.
+    #[napi]
+    pub fn prepare_import(&self, path: Option<String>) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let path = path.map_or_else(sessiontree::layout::pi_sessions_dir, PathBuf::from);
+            let mut files = Vec::new();
+            sessiontree::layout::collect_jsonl_files(&path, &mut files)?;
+            convert::train_dictionary_for(&archive, &files)?;
+            let names: Vec<Value> = files
+                .iter()
+                .map(|f| Value::String(f.display().to_string()))
+                .collect();
+            Ok(Value::Array(names).to_string())
+        })
+    }
+
+    /// Imports one pi session file (idempotent, as `sessiontree import`);
+    /// resolves to what it did as JSON text.
+    #[napi]
+    pub fn import_file(&self, path: String) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let r = convert::import_jsonl(&archive, Path::new(&path))?;
+            let outcome = match r.outcome {
+                ImportOutcome::Imported => "imported",
+                ImportOutcome::Appended => "appended",
+                ImportOutcome::Unchanged => "unchanged",
+                ImportOutcome::AlreadyPresent => "alreadyPresent",
+                ImportOutcome::InProgressElsewhere => "inProgressElsewhere",
+            };
+            Ok(json!({
+                "file": path,
+                "sessionId": r.session_id,
+                "outcome": outcome,
+                "entries": r.entries,
+                "bytes": r.bytes_read,
+                "tornTailLine": r.torn_tail.map(|t| t.line),
+            })
+            .to_string())
+        })
+    }
+
+    /// Exports a session as a pi JSONL file in pi's layout below `dir`, never
+    /// destroying a differing file unless `force` (then kept as `NAME.bak`).
+    #[napi]
+    pub fn export_session(
+        &self,
+        id: String,
+        dir: String,
+        force: Option<bool>,
+    ) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        job(move || {
+            let storage = archive.open_session(&id)?;
+            let path = sessiontree::layout::export_path(Path::new(&dir), &storage.metadata()?)?;
+            let outcome = convert::export_to_file(&storage, &path, force.unwrap_or(false))?;
+            let (name, backup) = match outcome {
+                ExportOutcome::Created => ("created", None),
+                ExportOutcome::Unchanged => ("unchanged", None),
+                ExportOutcome::Appended { .. } => ("appended", None),
+                ExportOutcome::Replaced { backup } => ("replaced", Some(backup)),
+            };
+            Ok(json!({
+                "sessionId": id,
+                "path": path.display().to_string(),
+                "outcome": name,
+                "backup": backup.map(|b| b.display().to_string()),
+            })
+            .to_string())
+        })
+    }
+}
