@@ -82,7 +82,10 @@ pub fn find_node24(
             package.display()
         ));
     }
-    eprintln!("bench: installing pi's SQLite store and Node 24 (npm ci in {})", dir.display());
+    eprintln!(
+        "bench: installing pi's SQLite store and Node 24 (npm ci in {})",
+        dir.display()
+    );
     let out = Command::new("npm")
         .current_dir(dir)
         .args(["ci", "--no-audit", "--no-fund"])
@@ -94,9 +97,12 @@ pub fn find_node24(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    found()
-        .filter(|_| package.is_dir())
-        .ok_or_else(|| format!("npm ci ran but no Node ≥ {}.{} is usable", NODE_MIN.0, NODE_MIN.1))
+    found().filter(|_| package.is_dir()).ok_or_else(|| {
+        format!(
+            "npm ci ran but no Node ≥ {}.{} is usable",
+            NODE_MIN.0, NODE_MIN.1
+        )
+    })
 }
 
 /// The last line of a failed command's stderr worth quoting.
@@ -249,11 +255,18 @@ pub fn sessiontree_binary() -> std::result::Result<PathBuf, String> {
     ) {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut c = Command::new(cargo);
-        c.args(["build", "--quiet", "-p", "sessiontree", "--bin", "sessiontree"])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(target);
+        c.args([
+            "build",
+            "--quiet",
+            "-p",
+            "sessiontree",
+            "--bin",
+            "sessiontree",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target);
         if profile == "release" {
             c.arg("--release");
         }
@@ -261,7 +274,10 @@ pub fn sessiontree_binary() -> std::result::Result<PathBuf, String> {
         match c.status() {
             Ok(s) if s.success() => {}
             Ok(_) | Err(_) if bin.is_file() => {
-                eprintln!("bench: cargo build failed; timing the existing {}", bin.display())
+                eprintln!(
+                    "bench: cargo build failed; timing the existing {}",
+                    bin.display()
+                )
             }
             Ok(s) => return Err(format!("cargo build of sessiontree failed ({s})")),
             Err(e) => return Err(format!("running cargo: {e}")),
@@ -276,10 +292,12 @@ pub fn sessiontree_binary() -> std::result::Result<PathBuf, String> {
 
 /// Entry ids of a pi session file in file order, `leaf` records left out.
 pub fn entry_ids(file: &Path) -> std::result::Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let mut ids = Vec::new();
     for line in text.lines().skip(1) {
-        let v: Value = serde_json::from_str(line).map_err(|e| format!("{}: {e}", file.display()))?;
+        let v: Value =
+            serde_json::from_str(line).map_err(|e| format!("{}: {e}", file.display()))?;
         if v["type"] != "leaf" {
             if let Some(id) = v["id"].as_str() {
                 ids.push(id.to_owned());

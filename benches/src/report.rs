@@ -102,7 +102,7 @@ fn op_doc(op: &str) -> &'static str {
         "import" => "bulk import of the forked session's pi JSONL into a fresh store (sqlite maintains branch cache + FTS index; jsonl = open/parse only)",
         "list" => "first page (50) of sessions, newest first, in an archive of size/100 sessions",
         "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
-        "path_long" => "the active path of the linear session from its leaf (the whole session back to its last compaction: ~55,000 rows at 100,000 entries), whole read; floors = rowid range scan of as many rows",
+        "path_long" => "the active path of a linear session without compactions, from its leaf (every entry of the session), whole read; floors = rowid range scan of as many rows",
         "process" => "whole process, as a user runs one command (spawn to exit, stdout to /dev/null, median of alternating runs): see the whole-process table",
         "shapes" => "SQLite only, one session per tree shape (linear, regenerate: a fork at the tip every ~4 entries, caterpillar: a fork at every entry of the active path): import MB/s and archive bytes per entry, cold resume, path from a random entry, leaf move near the tip",
         _ => "",
@@ -284,6 +284,8 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     let mut forked_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
     let mut shape_rows: Vec<Row> = Vec::new();
     let mut linear_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
+    // Linear sessions without compactions: the active path is the whole session.
+    let mut long_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
 
     for &size in &sizes {
         let forked = ops::prepare(&work, Shape::Forked, size, args.seed, &mut |m| progress(m))?;
@@ -392,26 +394,54 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         }
 
         if needs("path_long") {
-            let linear = ops::prepare(&work, Shape::Linear, size, args.seed, &mut |m| progress(m))?;
+            let linear =
+                ops::prepare_uncompacted(&work, Shape::Linear, size, args.seed, &mut |m| {
+                    progress(m)
+                })?;
+            datasets.push(dataset_json(&linear));
             progress(&format!("path_long @ {size}"));
             let main = linear.main();
-            let st = sessiontree::backend::sqlite::Archive::open(&linear.archive, Durability::Full)?
-                .open_session(&main.id)?;
+            let st =
+                sessiontree::backend::sqlite::Archive::open(&linear.archive, Durability::Full)?
+                    .open_session(&main.id)?;
             let leaf = sessiontree::SessionStorage::leaf_id(&st)?;
-            let len = sessiontree::SessionStorage::path_to_root_or_compaction(&st, leaf.as_deref())?.len();
+            let len =
+                sessiontree::SessionStorage::path_to_root_or_compaction(&st, leaf.as_deref())?
+                    .len();
             let naive = crate::naive::Naive::open(&linear.naive, true)?;
             let (lo, _) = naive.rowid_range(naive.session_key(&main.id)?)?;
-            let long_budget = Budget { secs: budget.secs, min: budget.min, max: budget.max.min(15) };
-            let extra = json!({"mean_path_len": len, "from": "the leaf of the linear session"});
+            let long_budget = Budget {
+                secs: budget.secs,
+                min: budget.min,
+                max: budget.max.min(15),
+            };
+            let extra = json!({"mean_path_len": len, "from": "the leaf of the linear session without compactions"});
             let samples = measure(&long_budget, || {
-                sessiontree::SessionStorage::path_to_root_or_compaction(&st, leaf.as_deref()).map(drop)
+                sessiontree::SessionStorage::path_to_root_or_compaction(&st, leaf.as_deref())
+                    .map(drop)
             })?;
-            rows.push(Row { op: "path_long", backend: "sqlite".into(), size, samples, per_sample: 1.0, extra: extra.clone() });
+            rows.push(Row {
+                op: "path_long",
+                backend: "sqlite".into(),
+                size,
+                samples,
+                per_sample: 1.0,
+                extra: extra.clone(),
+            });
             for (name, parse) in [("floor-raw", false), ("floor-parsed", true)] {
-                let samples = measure(&long_budget, || naive.floor_scan(lo, len as i64, parse).map(drop))?;
-                rows.push(Row { op: "path_long", backend: name.into(), size, samples, per_sample: 1.0, extra: extra.clone() });
+                let samples = measure(&long_budget, || {
+                    naive.floor_scan(lo, len as i64, parse).map(drop)
+                })?;
+                rows.push(Row {
+                    op: "path_long",
+                    backend: name.into(),
+                    size,
+                    samples,
+                    per_sample: 1.0,
+                    extra: extra.clone(),
+                });
             }
-            linear_sets.insert(size, linear);
+            long_sets.insert(size, linear);
         }
 
         if needs("leaf_move") {
@@ -683,6 +713,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                         size,
                         ds,
                         linear_sets.get(&size),
+                        long_sets.get(&size),
                         &ops,
                         path_ids.get(&size).map(Vec::as_slice).unwrap_or(&[]),
                         repeat,
@@ -693,12 +724,11 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
             }
         }
         if pi_ready(&dir).is_ok() {
-            for (&size, linear) in &linear_sets {
-                if !ops.contains(&"path_long") {
-                    break;
-                }
+            for (&size, linear) in &long_sets {
                 progress(&format!("pi (node) path_long @ {size}"));
-                let Some(leaf) = linear.main().leaf_id.clone() else { continue };
+                let Some(leaf) = linear.main().leaf_id.clone() else {
+                    continue;
+                };
                 let out = Command::new("node")
                     .current_dir(&dir)
                     .arg("resume.mjs")
@@ -718,6 +748,61 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                     });
                 }
             }
+        }
+    }
+
+    // Every peer's resume must build the same context.
+    for &size in &sizes {
+        let count =
+            |b: &str| find(&rows, "resume", b, size).map(|r| r.extra["context_messages"].clone());
+        if let Some(reference) = count("sqlite") {
+            for peer in ["pi-node", "pi-sqlite"] {
+                if let Some(c) = count(peer) {
+                    checks.push(json!({"op": "resume", "size": size, "peer": peer,
+                        "context_messages": c, "sessiontree": reference, "equal": c == reference}));
+                }
+            }
+        }
+    }
+
+    // Import of the real pi files (`../shared/fixtures/pi-sessions` beside the repository).
+    let mut import_real = Value::Null;
+    if ops.contains(&"import") {
+        let fixtures =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pi-sessions");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            import_real = json!({"skipped": format!("no pi files in {}", fixtures.display())});
+        } else {
+            progress("import of the real pi files");
+            let dir = ops::scratch(&work, "import-real")?;
+            let mut per_file = Vec::new();
+            let (mut bytes, mut secs) = (0u64, 0.0);
+            for f in &files {
+                let b = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
+                let mut r = Row {
+                    op: "import",
+                    backend: "sqlite".into(),
+                    size: 0,
+                    per_sample: 1.0,
+                    extra: Value::Null,
+                    samples: measure(&budget, || ops::import(Backend::Sqlite, f, &dir).map(drop))?,
+                };
+                r.extra = json!({"file": f.file_name().map(|n| n.to_string_lossy().into_owned()), "bytes": b,
+                    "median_s": r.median(), "mb_per_s": b as f64 / 1e6 / r.median()});
+                bytes += b;
+                secs += r.median();
+                per_file.push(r.extra);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            import_real = json!({"files": per_file, "bytes": bytes, "secs": secs, "mb_per_s": bytes as f64 / 1e6 / secs});
         }
     }
 
@@ -745,15 +830,18 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                         11
                     };
                     let forked = forked_sets.get(&size).cloned();
-                    let linear = match linear_sets.get(&size) {
+                    let linear = match long_sets.get(&size) {
                         Some(d) => d.clone(),
-                        None => {
-                            ops::prepare(&work, Shape::Linear, size, args.seed, &mut |m| progress(m))?
-                        }
+                        None => ops::prepare_uncompacted(
+                            &work,
+                            Shape::Linear,
+                            size,
+                            args.seed,
+                            &mut |m| progress(m),
+                        )?,
                     };
-                    let archive = ops::prepare(&work, Shape::Archive, size, args.seed, &mut |m| {
-                        progress(m)
-                    })?;
+                    let archive =
+                        ops::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
                     let Some(forked) = forked else { continue };
                     progress(&format!("whole processes @ {size}"));
                     proc_rows.extend(measure_processes(
@@ -774,7 +862,14 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         }
     }
 
-    let targets = targets(&rows, &rss, &shape_rows, &proc_rows, &pi_sqlite);
+    let targets = targets(
+        &rows,
+        &rss,
+        &shape_rows,
+        &proc_rows,
+        &pi_sqlite,
+        &import_real,
+    );
     let elapsed = started.elapsed().as_secs_f64();
     let report = json!({
         "tool": "sessiontree-bench report",
@@ -797,6 +892,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         "rss": rss,
         "pi": pi,
         "pi_sqlite": pi_sqlite,
+        "import_real": import_real,
         "processes": proc_rows.iter().map(row_json).collect::<Vec<_>>(),
         "process_notes": proc_notes,
         "peers": peers_json(&rows, &proc_rows),
@@ -891,6 +987,7 @@ fn targets(
     shape_rows: &[Row],
     proc_rows: &[Row],
     pi_sqlite: &[Value],
+    import_real: &Value,
 ) -> Vec<Value> {
     let med = |op: &str, b: &str, size: usize| find(rows, op, b, size).map(Row::median);
     let ratio =
@@ -984,17 +1081,25 @@ fn targets(
         "MB; run with --rss-sizes 1000000 to measure".to_owned(),
     ));
     out.extend(shape_targets(shape_rows));
-    out.extend(issue12_targets(rows, proc_rows, pi_sqlite));
+    out.extend(issue12_targets(rows, proc_rows, pi_sqlite, import_real));
     out
 }
 
 /// Issue 12's targets: whole-process resume and context against their
 /// floors, the long path read against the rowid scan, and no peer faster.
-fn issue12_targets(rows: &[Row], proc_rows: &[Row], pi_sqlite: &[Value]) -> Vec<Value> {
+fn issue12_targets(
+    rows: &[Row],
+    proc_rows: &[Row],
+    pi_sqlite: &[Value],
+    import_real: &Value,
+) -> Vec<Value> {
     let mut out = Vec::new();
     let p = |name: &str, size: usize| find(proc_rows, "process", name, size).map(Row::median);
     let over = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
-    let (ctx, floor) = (p("context, forked", 100_000), p("sessiontree --version", 100_000));
+    let (ctx, floor) = (
+        p("context, forked", 100_000),
+        p("sessiontree --version", 100_000),
+    );
     out.push(target(
         "cold resume of the 100k forked session, whole process (`sessiontree context`) vs the process floor (`sessiontree --version`)",
         "≤ 2×",
@@ -1003,10 +1108,22 @@ fn issue12_targets(rows: &[Row], proc_rows: &[Row], pi_sqlite: &[Value]) -> Vec<
         format!("{} / {}; rpc buildContext: {}", ctx.map_or("-".into(), fmt_s), floor.map_or("-".into(), fmt_s),
             over(p("rpc buildContext, forked", 100_000), floor).map_or("-".into(), fmt_ratio)),
     ));
-    let (ctx, floor) = (p("context, linear", 10_000), p("floor: print the path's rows, linear", 10_000));
-    let rows_n = find(proc_rows, "process", "context, linear", 10_000).map(|r| r.extra["path_rows"].clone());
+    let (ctx, floor) = (
+        p("context, linear (no compactions)", 10_000),
+        p(
+            "floor: print the path's rows, linear (no compactions)",
+            10_000,
+        ),
+    );
+    let rows_n = find(
+        proc_rows,
+        "process",
+        "context, linear (no compactions)",
+        10_000,
+    )
+    .map(|r| r.extra["path_rows"].clone());
     out.push(target(
-        "context of the 10k linear session (~10,000 messages), whole process, vs reading the same number of rows' text and writing it to stdout (whole process)",
+        "context of the 10k linear session without compactions (~10,000 messages), whole process, vs reading the same number of rows' text and writing it to stdout (whole process)",
         "≤ 2×",
         over(ctx, floor),
         |x| x <= 2.0,
@@ -1015,7 +1132,7 @@ fn issue12_targets(rows: &[Row], proc_rows: &[Row], pi_sqlite: &[Value]) -> Vec<
     let m = |b: &str| find(rows, "path_long", b, 100_000).map(Row::median);
     let len = find(rows, "path_long", "sqlite", 100_000).map(|r| r.extra["mean_path_len"].clone());
     out.push(target(
-        "path read of the linear 100k session's active path (~55k rows), whole read, vs the rowid-scan floor (text)",
+        "path read of the active path of the 100k linear session without compactions (the issue's ~55k rows: here every entry), whole read, vs the rowid-scan floor (text)",
         "≤ 1.5×",
         over(m("sqlite"), m("floor-raw")),
         |x| x <= 1.5,
@@ -1025,16 +1142,33 @@ fn issue12_targets(rows: &[Row], proc_rows: &[Row], pi_sqlite: &[Value]) -> Vec<
     out.push(target(
         "import with search maintained on the real pi files",
         "≥ 60 MB/s",
-        None,
+        import_real["mb_per_s"].as_f64(),
         |x| x >= 60.0,
-        "not measured by the report (it imports generated sessions only)".to_owned(),
+        import_real["skipped"].as_str().map_or_else(
+            || {
+                format!(
+                    "{} files, {:.1} MB in {}",
+                    import_real["files"].as_array().map_or(0, Vec::len),
+                    import_real["bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                    import_real["secs"].as_f64().map_or("-".into(), fmt_s)
+                )
+            },
+            str::to_owned,
+        ),
     ));
     let peers = peers_json(rows, proc_rows);
     let compared = peers.iter().filter(|v| v["like_for_like"] == true).count();
     let wins: Vec<String> = peers
         .iter()
         .filter(|v| v["peer_wins"] == true)
-        .map(|v| format!("{} @ {} by {}", v["op"].as_str().unwrap_or(""), v["size"], v["peer"].as_str().unwrap_or("")))
+        .map(|v| {
+            format!(
+                "{} @ {} by {}",
+                v["op"].as_str().unwrap_or(""),
+                v["size"],
+                v["peer"].as_str().unwrap_or("")
+            )
+        })
         .collect();
     let skipped = pi_sqlite.iter().find_map(|v| v["skipped"].as_str());
     out.push(target(
@@ -1705,9 +1839,13 @@ fn svg(rows: &[Row]) -> String {
 // pi's SQLite store and whole processes.
 
 /// Where the pi SQLite store of a data set is loaded for the report.
-fn pi_sqlite_store(work: &Path, shape: Shape, size: usize) -> PathBuf {
+fn pi_sqlite_store(work: &Path, d: &Dataset, size: usize) -> PathBuf {
+    let kind = d.dir.file_name().map_or_else(
+        || d.shape.as_str().to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     work.join("scratch")
-        .join(format!("pi-sqlite-{}-{size}", shape.as_str()))
+        .join(format!("pi-sqlite-{kind}-{size}"))
 }
 
 /// Ops on which pi's SQLite model differs from sessiontree's, so its rows are
@@ -1726,6 +1864,7 @@ fn measure_pi_sqlite(
     size: usize,
     ds: &Dataset,
     linear: Option<&Dataset>,
+    long: Option<&Dataset>,
     ops: &[&str],
     path_ids: &[String],
     repeat: usize,
@@ -1749,7 +1888,7 @@ fn measure_pi_sqlite(
             .collect()
     };
     let load = |d: &Dataset, rows: &mut Vec<Row>, out: &mut Vec<Value>| -> Option<PathBuf> {
-        let store = pi_sqlite_store(work, d.shape, size);
+        let store = pi_sqlite_store(work, d, size);
         let _ = std::fs::remove_dir_all(&store);
         let main = d.main();
         progress(&format!("pi SQLite load {} @ {size}", d.shape.as_str()));
@@ -1771,7 +1910,14 @@ fn measure_pi_sqlite(
                     "note": "one load: v3 lines parsed and mapped to v4 entries, committed 1,000 per Session.mutate, then createBranch(main, leaf); no search index (the package has none)"}),
             ));
         }
-        out.push(json!({"size": size, "step": format!("load {}", d.shape.as_str()), "result": v}));
+        let kind = if d.dir.to_string_lossy().ends_with("-uncompacted") {
+            " (no compactions)"
+        } else {
+            ""
+        };
+        out.push(
+            json!({"size": size, "step": format!("load {}{kind}", d.shape.as_str()), "result": v}),
+        );
         ok.then_some(store)
     };
     let main = ds.main();
@@ -1813,9 +1959,11 @@ fn measure_pi_sqlite(
         let copy = store.with_extension("append");
         let _ = std::fs::remove_dir_all(&copy);
         let copied = std::fs::create_dir_all(&copy).is_ok()
-            && std::fs::read_dir(&store).into_iter().flatten().flatten().all(|e| {
-                std::fs::copy(e.path(), copy.join(e.file_name())).is_ok()
-            });
+            && std::fs::read_dir(&store)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .all(|e| std::fs::copy(e.path(), copy.join(e.file_name())).is_ok());
         let v = if copied {
             n.run(&[
                 "write",
@@ -1839,8 +1987,31 @@ fn measure_pi_sqlite(
         }
         out.push(json!({"size": size, "step": "append", "result": v}));
     }
-    let Some(linear) = linear.filter(|_| ops.contains(&"leaf_move") || ops.contains(&"path_long"))
-    else {
+    if let Some(long) = long.filter(|_| ops.contains(&"path_long")) {
+        if let Some(store) = load(long, rows, &mut out) {
+            progress(&format!("pi SQLite path_long @ {size}"));
+            let m = long.main();
+            let leaf = m.leaf_id.clone().unwrap_or_default();
+            let v = n.run(&[
+                "resume",
+                &store.to_string_lossy(),
+                &m.id,
+                "--repeat",
+                "1",
+                "--ids",
+                &leaf,
+            ]);
+            if v.get("error").is_none() {
+                rows.push(row(
+                    "path_long",
+                    secs(&v, "path_ms"),
+                    json!({"mean_path_len": v["mean_path_rows"], "like_for_like": false}),
+                ));
+            }
+            out.push(json!({"size": size, "step": "path_long", "result": v}));
+        }
+    }
+    let Some(linear) = linear.filter(|_| ops.contains(&"leaf_move")) else {
         return out;
     };
     let Some(lstore) = load(linear, rows, &mut out) else {
@@ -1848,20 +2019,7 @@ fn measure_pi_sqlite(
     };
     let lmain = linear.main();
     let lstore_s = lstore.to_string_lossy().into_owned();
-    if ops.contains(&"path_long") {
-        progress(&format!("pi SQLite path_long @ {size}"));
-        let leaf = lmain.leaf_id.clone().unwrap_or_default();
-        let v = n.run(&["resume", &lstore_s, &lmain.id, "--repeat", "1", "--ids", &leaf]);
-        if v.get("error").is_none() {
-            rows.push(row(
-                "path_long",
-                secs(&v, "path_ms"),
-                json!({"mean_path_len": v["mean_path_rows"], "like_for_like": false}),
-            ));
-        }
-        out.push(json!({"size": size, "step": "path_long", "result": v}));
-    }
-    if ops.contains(&"leaf_move") {
+    {
         progress(&format!("pi SQLite leaf_move @ {size}"));
         let v = match peers::entry_ids(&lmain.path) {
             Err(e) => json!({"error": e}),
@@ -1921,7 +2079,7 @@ fn measure_processes(
 ) -> Result<Vec<Row>> {
     let st = |a: &Path, rest: &[&str]| {
         Cmd::new(bin)
-            .with(&["--archive", &a.to_string_lossy()])
+            .with(&["--db", &a.to_string_lossy()])
             .with(rest)
     };
     let (fid, lid) = (forked.main().id.as_str(), linear.main().id.as_str());
@@ -1938,15 +2096,33 @@ fn measure_processes(
     let mut rpc = st(&forked.archive, &["rpc", fid]);
     rpc.stdin = Some(b"{\"id\":1,\"method\":\"buildContext\"}\n".to_vec());
     let mut cmds: Vec<(String, Cmd)> = vec![
-        ("sessiontree --version".into(), Cmd::new(bin).with(&["--version"])),
-        ("context, forked".into(), st(&forked.archive, &["context", fid])),
+        (
+            "sessiontree --version".into(),
+            Cmd::new(bin).with(&["--version"]),
+        ),
+        (
+            "context, forked".into(),
+            st(&forked.archive, &["--json", "context", fid]),
+        ),
         ("rpc buildContext, forked".into(), rpc),
         ("tree, forked".into(), st(&forked.archive, &["tree", fid])),
         ("ls".into(), st(&archive.archive, &["ls"])),
-        ("search".into(), st(&archive.archive, &["search", ops::SEARCH_TERM])),
-        ("context, linear".into(), st(&linear.archive, &["context", lid])),
-        ("floor: print the path's rows, forked".into(), floor(forked, frows)),
-        ("floor: print the path's rows, linear".into(), floor(linear, lrows)),
+        (
+            "search".into(),
+            st(&archive.archive, &["search", ops::SEARCH_TERM]),
+        ),
+        (
+            "context, linear (no compactions)".into(),
+            st(&linear.archive, &["--json", "context", lid]),
+        ),
+        (
+            "floor: print the path's rows, forked".into(),
+            floor(forked, frows),
+        ),
+        (
+            "floor: print the path's rows, linear (no compactions)".into(),
+            floor(linear, lrows),
+        ),
     ];
     if let Some(dir) = pi_dir {
         let mut c = Cmd::new(Path::new("node")).with(&[
@@ -1959,14 +2135,21 @@ fn measure_processes(
         cmds.push(("pi JSONL resume, forked".into(), c));
     }
     if let Some(n) = node24 {
-        let store = pi_sqlite_store(work, Shape::Forked, size);
+        let store = pi_sqlite_store(work, forked, size);
         if store.is_dir() {
-            cmds.push(("pi SQLite resume, forked".into(), n.resume_command(&store, fid)));
+            cmds.push((
+                "pi SQLite resume, forked".into(),
+                n.resume_command(&store, fid),
+            ));
         }
     }
     let mut out = Vec::new();
     for (name, result) in peers::time_commands(&cmds, rounds) {
-        let cmd = &cmds.iter().find(|(n, _)| *n == name).expect("timed command").1;
+        let cmd = &cmds
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("timed command")
+            .1;
         match result {
             Err(e) => notes.push(json!({"size": size, "command": name, "error": e})),
             Ok(samples) => out.push(Row {
@@ -1977,7 +2160,7 @@ fn measure_processes(
                 per_sample: 1.0,
                 extra: json!({
                     "argv": std::iter::once(cmd.program.to_string_lossy().into_owned()).chain(cmd.args.iter().cloned()).collect::<Vec<_>>(),
-                    "path_rows": if name.contains("linear") { lrows } else { frows },
+                    "path_rows": if name.contains("linear") { Some(lrows) } else if name.contains("forked") { Some(frows) } else { None },
                 }),
             }),
         }
@@ -2006,21 +2189,32 @@ fn peers_json(rows: &[Row], proc_rows: &[Row]) -> Vec<Value> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.backend == "sqlite") {
         for peer in ["pi-node", "pi-sqlite"] {
-            let Some(p) = find(rows, r.op, peer, r.size) else { continue };
+            let Some(p) = find(rows, r.op, peer, r.size) else {
+                continue;
+            };
             let ratio = p.median() / r.median();
             let like = !(peer == "pi-sqlite" && PI_SQLITE_DIFFERS.contains(&r.op));
-            out.push(json!({"op": r.op, "size": r.size, "peer": peer, "sessiontree_s": r.median(),
+            out.push(
+                json!({"op": r.op, "size": r.size, "peer": peer, "sessiontree_s": r.median(),
                 "peer_s": p.median(), "peer_over_sessiontree": ratio, "like_for_like": like,
-                "peer_wins": like && ratio < 1.0}));
+                "peer_wins": like && ratio < 1.0}),
+            );
         }
     }
     for r in proc_rows.iter().filter(|r| r.backend == "context, forked") {
-        for (peer, name) in [("pi-node", "pi JSONL resume, forked"), ("pi-sqlite", "pi SQLite resume, forked")] {
-            let Some(p) = find(proc_rows, "process", name, r.size) else { continue };
+        for (peer, name) in [
+            ("pi-node", "pi JSONL resume, forked"),
+            ("pi-sqlite", "pi SQLite resume, forked"),
+        ] {
+            let Some(p) = find(proc_rows, "process", name, r.size) else {
+                continue;
+            };
             let ratio = p.median() / r.median();
-            out.push(json!({"op": "resume, whole process", "size": r.size, "peer": peer,
+            out.push(
+                json!({"op": "resume, whole process", "size": r.size, "peer": peer,
                 "sessiontree_s": r.median(), "peer_s": p.median(), "peer_over_sessiontree": ratio,
-                "like_for_like": true, "peer_wins": ratio < 1.0}));
+                "like_for_like": true, "peer_wins": ratio < 1.0}),
+            );
         }
     }
     out
@@ -2036,11 +2230,19 @@ fn render_peers(report: &Value, proc_rows: &[Row]) -> String {
             let _ = writeln!(t, "- pi SQLite peer skipped: {why}\n");
         }
         if let Some(e) = v["result"]["error"].as_str() {
-            let _ = writeln!(t, "- pi SQLite {} @ {}: error: {e}", v["step"].as_str().unwrap_or(""), v["size"]);
+            let _ = writeln!(
+                t,
+                "- pi SQLite {} @ {}: error: {e}",
+                v["step"].as_str().unwrap_or(""),
+                v["size"]
+            );
         }
     }
     if !peers.is_empty() {
-        let _ = writeln!(t, "| op | entries | peer | sessiontree | peer | peer / sessiontree | |");
+        let _ = writeln!(
+            t,
+            "| op | entries | peer | sessiontree | peer | peer / sessiontree | |"
+        );
         let _ = writeln!(t, "|---|---:|---|---:|---:|---:|---|");
         for v in &peers {
             let flag = if !v["like_for_like"].as_bool().unwrap_or(true) {
@@ -2058,9 +2260,12 @@ fn render_peers(report: &Value, proc_rows: &[Row]) -> String {
                 v["peer"].as_str().unwrap_or(""),
                 v["sessiontree_s"].as_f64().map_or("-".into(), fmt_s),
                 v["peer_s"].as_f64().map_or("-".into(), fmt_s),
-                v["peer_over_sessiontree"].as_f64().map_or("-".into(), fmt_ratio),
+                v["peer_over_sessiontree"]
+                    .as_f64()
+                    .map_or("-".into(), fmt_ratio),
             );
         }
+        let _ = writeln!(t, "\npi's JSONL (`pi-node`) reads a path by walking its in-memory index: the whole file was read and indexed at open, which its resume row pays; its path rows are flagged as they are.");
         let _ = writeln!(t, "\nWhere pi's SQLite model differs (rows shown, kept out of the comparison): it has no `leaf` entries, so a leaf move is `createBranch` at the target plus one `appendMessage`; its branch scan (`scanBranch`, the cursor its `getEntries`/path reads use) stops at the compaction entry and carries the kept messages inside it, so a path read returns other rows than pi's `getPathToRootOrCompaction`. Its sessions are loaded through its own API (`Session.mutate` + entry commits, `createBranch`): pi's v3 records keep their ids and parents (settings, labels and session info as `custom` entries; `leaf` records dropped, the final leaf made the tip of branch `main`).");
         for v in report["pi_sqlite"].as_array().into_iter().flatten() {
             let r = &v["result"];
@@ -2072,7 +2277,8 @@ fn render_peers(report: &Value, proc_rows: &[Row]) -> String {
                     r["median_context_ms"].as_f64().map_or("-".into(), |x| fmt_s(x / 1e3)),
                     r["messages"], r["vmhwm_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0);
             }
-            if v["step"].as_str().is_some_and(|s| s.starts_with("load")) && r.get("error").is_none() {
+            if v["step"].as_str().is_some_and(|s| s.starts_with("load")) && r.get("error").is_none()
+            {
                 let _ = writeln!(t, "- pi SQLite {} @ {}: {} entries loaded in {} ({:.1} MB/s), store {:.1} MB (JSONL {:.1} MB)", v["step"].as_str().unwrap_or(""), v["size"], r["entries"],
                     r["load_ms"].as_f64().map_or("-".into(), |x| fmt_s(x / 1e3)), r["mb_per_s"].as_f64().unwrap_or(f64::NAN),
                     r["store_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6, r["jsonl_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6);
@@ -2081,13 +2287,28 @@ fn render_peers(report: &Value, proc_rows: &[Row]) -> String {
     }
     if !proc_rows.is_empty() {
         let _ = writeln!(t, "\nWhole processes (spawn to exit, stdout to /dev/null, median of alternating runs after one untimed round; `× floor` = over `sessiontree --version` at the same size):\n");
-        let _ = writeln!(t, "| entries | command | median | p90 | × floor | path rows |");
+        let _ = writeln!(
+            t,
+            "| entries | command | median | p90 | × floor | path rows |"
+        );
         let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|");
         for r in proc_rows {
-            let floor = find(proc_rows, "process", "sessiontree --version", r.size).map_or(f64::NAN, Row::median);
-            let _ = writeln!(t, "| {} | {} | {} | {} | {} | {} |", r.size, r.backend, fmt_s(r.median()), fmt_s(r.p90()), fmt_ratio(r.median() / floor), r.extra["path_rows"]);
+            let floor = find(proc_rows, "process", "sessiontree --version", r.size)
+                .map_or(f64::NAN, Row::median);
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {} | {} |",
+                r.size,
+                r.backend,
+                fmt_s(r.median()),
+                fmt_s(r.p90()),
+                fmt_ratio(r.median() / floor),
+                r.extra["path_rows"]
+                    .as_u64()
+                    .map_or(String::new(), |n| n.to_string())
+            );
         }
-        let _ = writeln!(t, "\n`floor: print the path's rows` = a process (this bench binary) that reads as many rows as the active path holds from the naive log in one rowid range scan and writes their text to stdout: the floor of printing a context.");
+        let _ = writeln!(t, "\n`context` is `sessiontree --json context` (the whole model context as JSON, what an agent reads); `rpc buildContext` is one request to `sessiontree rpc`; `tree` is the default view (the active path, folded). `floor: print the path's rows` = a process (this bench binary) that reads as many rows as the active path holds from the naive log in one rowid range scan and writes their text to stdout: the floor of printing a context.");
     }
     for v in report["process_notes"].as_array().into_iter().flatten() {
         let _ = writeln!(t, "- whole process: {v}");
