@@ -723,6 +723,16 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                     ));
                 }
                 node24 = Some(n);
+                for v in pi_sqlite.iter().filter(|v| v["step"] == "resume_rss") {
+                    let r = &v["result"];
+                    let child = match r["error"].as_str() {
+                        Some(e) => json!({"error": e}),
+                        None => json!({"secs": r["median_resume_ms"].as_f64().map(|m| m / 1e3),
+                            "vmhwm_kb": r["vmhwm_kb"], "context_messages": r["messages"],
+                            "note": "node process: module import not in secs, in the RSS"}),
+                    };
+                    rss.push(json!({"backend": "pi-sqlite", "size": v["size"], "child": child}));
+                }
             }
         }
         if pi_ready(&dir).is_ok() {
@@ -1893,7 +1903,15 @@ fn measure_pi_sqlite(
         let store = pi_sqlite_store(work, d, size);
         let _ = std::fs::remove_dir_all(&store);
         let main = d.main();
-        progress(&format!("pi SQLite load {} @ {size}", d.shape.as_str()));
+        let kind = if d.dir.to_string_lossy().ends_with("-uncompacted") {
+            " (no compactions)"
+        } else {
+            ""
+        };
+        progress(&format!(
+            "pi SQLite load {}{kind} @ {size}",
+            d.shape.as_str()
+        ));
         let v = n.run(&[
             "load",
             &main.path.to_string_lossy(),
@@ -1912,11 +1930,6 @@ fn measure_pi_sqlite(
                     "note": "one load: v3 lines parsed and mapped to v4 entries, committed 1,000 per Session.mutate, then createBranch(main, leaf); no search index (the package has none)"}),
             ));
         }
-        let kind = if d.dir.to_string_lossy().ends_with("-uncompacted") {
-            " (no compactions)"
-        } else {
-            ""
-        };
         out.push(
             json!({"size": size, "step": format!("load {}{kind}", d.shape.as_str()), "result": v}),
         );
@@ -1954,6 +1967,9 @@ fn measure_pi_sqlite(
             }
         }
         out.push(json!({"size": size, "step": "resume", "result": v}));
+        // Peak RSS of one resume in a fresh process, as the Rust children measure it.
+        let one = n.run(&["resume", &store_s, &main.id, "--repeat", "1"]);
+        out.push(json!({"size": size, "step": "resume_rss", "result": one}));
     }
     if ops.contains(&"append") {
         // On a copy: the whole-process resume later reads the store as loaded.

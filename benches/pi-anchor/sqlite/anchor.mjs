@@ -129,14 +129,16 @@ async function load(file, dir, leaf) {
 }
 
 /// A resume as pi v4 does it: open the session, read branch main's tip, scan its
-/// path back to the nearest compaction, build the model context.
+/// path back to the nearest compaction, build the model context. The scan goes
+/// newest first (its default): with `order: "oldestFirst"` pi's scan starts from
+/// the root and stops at the first compaction there, another cursor entirely.
 async function resumeOnce(dir, id) {
   const t0 = performance.now();
   const repo = openRepo(dir);
   const session = await repo.open(await metadataOf(repo, id), C);
   const t1 = performance.now();
   const tip = await (await session.branch("main", C)).getTipId(C);
-  const path = await session.scanBranch({ start: tip, stopAtType: "compaction", order: "oldestFirst" }, C);
+  const path = (await session.scanBranch({ start: tip, stopAtType: "compaction" }, C)).reverse();
   const t2 = performance.now();
   const messages = await ctxModule.buildSessionContext(path, undefined, C);
   const t3 = performance.now();
@@ -163,7 +165,7 @@ async function resume(dir, id) {
   let pathRows = 0;
   for (const start of ids) {
     const t0 = performance.now();
-    const p = await last.session.scanBranch({ start, stopAtType: "compaction", order: "oldestFirst" }, C);
+    const p = (await last.session.scanBranch({ start, stopAtType: "compaction" }, C)).reverse();
     pathMs.push(performance.now() - t0);
     pathRows += p.length;
   }
