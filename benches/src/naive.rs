@@ -513,6 +513,38 @@ impl Naive {
     }
 }
 
+impl Naive {
+    /// The floor of printing a context: a rowid range scan of `rows` rows from
+    /// `start`, each row's text written to `out` as one line.
+    pub fn floor_write(
+        &self,
+        start: i64,
+        rows: i64,
+        out: &mut dyn std::io::Write,
+    ) -> Result<usize> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT json FROM log WHERE rowid BETWEEN ?1 AND ?2")
+            .map_err(sql("scanning"))?;
+        let mut q = st
+            .query(params![start, start + rows - 1])
+            .map_err(sql("scanning"))?;
+        let mut n = 0;
+        let write = |e| Error::io("writing the floor's output", e);
+        while let Some(row) = q.next().map_err(sql("scanning"))? {
+            let text = row
+                .get_ref(0)
+                .and_then(|v| v.as_bytes().map_err(Into::into))
+                .map_err(sql("scanning"))?;
+            out.write_all(text).map_err(write)?;
+            out.write_all(b"\n").map_err(write)?;
+            n += 1;
+        }
+        out.flush().map_err(write)?;
+        Ok(n)
+    }
+}
+
 fn parse(text: &str) -> Result<Entry> {
     Entry::from_stored_line(text)
         .map_err(|p| Error::InvalidSession(format!("stored entry is corrupt: {}", p.reason())))

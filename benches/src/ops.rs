@@ -168,7 +168,20 @@ pub fn prepare(
     seed: u64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Dataset> {
-    prepare_stores(work, shape, entries, seed, true, progress)
+    prepare_stores(work, shape, entries, seed, true, 500, progress)
+}
+
+/// Generates (or reuses) a data set without compactions, loaded into every
+/// store: its active path is the whole session (the long path reads and the
+/// 10,000-message contexts of the report).
+pub fn prepare_uncompacted(
+    work: &Path,
+    shape: Shape,
+    entries: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Dataset> {
+    prepare_stores(work, shape, entries, seed, true, 0, progress)
 }
 
 /// Generates (or reuses) a data set with the SQLite archive only: for shapes
@@ -181,7 +194,7 @@ pub fn prepare_archive_only(
     seed: u64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Dataset> {
-    prepare_stores(work, shape, entries, seed, false, progress)
+    prepare_stores(work, shape, entries, seed, false, 500, progress)
 }
 
 fn prepare_stores(
@@ -190,11 +203,15 @@ fn prepare_stores(
     entries: usize,
     seed: u64,
     with_naive: bool,
+    compaction_every: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Dataset> {
     let mut name = dataset_name(shape, entries, seed);
     if !with_naive {
         name.push_str("-archive-only");
+    }
+    if compaction_every == 0 {
+        name.push_str("-uncompacted");
     }
     let dir = work.join(name);
     let manifest = dir.join("manifest.json");
@@ -220,6 +237,7 @@ fn prepare_stores(
             shape,
             entries,
             seed,
+            compaction_every,
             ..GenOptions::default()
         },
     )?;
