@@ -9,6 +9,7 @@ pub mod gen_command;
 pub mod naive;
 pub mod ops;
 pub mod report;
+pub mod team;
 
 use serde_json::Value;
 
