@@ -303,26 +303,31 @@ fn many_copies_of_one_image_cost_one_copy() -> R {
     Ok(())
 }
 
-fn search_answers(archive: &Archive) -> Vec<(String, String, String, i64)> {
-    let mut all = Vec::new();
-    for q in [
-        "cargo test",
-        "screenshot",
-        "session",
-        "compaction",
-        "error",
-        "lone",
-    ] {
-        for h in archive.search(q, None, None, None, 50).expect("search") {
-            all.push((
-                h.session_id,
-                h.entry_id,
-                h.role,
-                (h.rank * 1e6).round() as i64,
-            ));
-        }
-    }
-    all
+/// The queries migration tests ask before and after.
+const ANSWERED: [&str; 6] = [
+    "cargo test",
+    "screenshot",
+    "session",
+    "compaction",
+    "error",
+    "lone",
+];
+
+/// Every hit of each of [`ANSWERED`], as a set of (session, entry, role).
+/// Sets, not ranked lists: since schema version 8 ranking no longer counts
+/// repeats of a word (search::Ranking).
+fn search_answers(archive: &Archive) -> Vec<std::collections::BTreeSet<(String, String, String)>> {
+    ANSWERED
+        .iter()
+        .map(|q| {
+            archive
+                .search(q, None, None, None, 1_000)
+                .expect("search")
+                .into_iter()
+                .map(|h| (h.session_id, h.entry_id, h.role))
+                .collect()
+        })
+        .collect()
 }
 
 #[test]
@@ -345,34 +350,22 @@ fn migration_6_keeps_every_text_and_every_search_answer() -> R {
         assert!(plain > 1_000, "a version-5 archive stores plain text");
         // The version-5 answers, from SQL: the index then kept its own text.
         let mut st = conn.prepare(
-            "SELECT s.id, e.id, m.role, bm25(message_text) FROM message_text m JOIN entries e ON e.entry_key = m.rowid
-             JOIN sessions s ON s.session_key = e.session_key WHERE message_text MATCH ?1 ORDER BY bm25(message_text) LIMIT 50",
+            "SELECT s.id, e.id, m.role FROM message_text m JOIN entries e ON e.entry_key = m.rowid
+             JOIN sessions s ON s.session_key = e.session_key WHERE message_text MATCH ?1",
         )?;
-        let mut all = Vec::new();
-        for q in [
-            "cargo test",
-            "screenshot",
-            "session",
-            "compaction",
-            "error",
-            "lone",
-        ] {
-            let words = q
-                .split(' ')
-                .map(|w| format!("\"{w}\""))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let rows = st.query_map([words], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    (r.get::<_, f64>(3)? * 1e6).round() as i64,
-                ))
-            })?;
-            all.extend(rows.collect::<Result<Vec<_>, _>>()?);
-        }
-        all
+        ANSWERED
+            .iter()
+            .map(|q| {
+                let words = q
+                    .split(' ')
+                    .map(|w| format!("\"{w}\""))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                st.query_map([words], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .and_then(Iterator::collect)
+                    .expect("a version-5 search")
+            })
+            .collect::<Vec<_>>()
     };
     let archive = Archive::open(&db, Durability::Relaxed)?;
     assert_eq!(
@@ -383,6 +376,93 @@ fn migration_6_keeps_every_text_and_every_search_answer() -> R {
     assert_exports_identical(&archive, &sessions);
     assert_checks_out(&archive);
     assert_mostly_encoded(&archive);
+    Ok(())
+}
+
+/// Queries of every kind the grammar has: words, phrases, prefixes, words
+/// FTS5 splits into several tokens, folded accents, no token at all.
+const MIGRATION_8_QUERIES: &[&str] = &[
+    "session",
+    "cargo test",
+    "\"cargo test\"",
+    "\"test cargo\"",
+    "compact*",
+    "sess* \"the file\"",
+    "foo-bar",
+    "packages/coding-agent",
+    "Café",
+    "error \"at line\"",
+    "---",
+];
+
+/// Every hit of `query` as a set of (session, entry), via the archive.
+fn hit_set(archive: &Archive, query: &str) -> std::collections::BTreeSet<(String, String)> {
+    archive
+        .search(query, None, None, None, 1_000)
+        .expect("search")
+        .into_iter()
+        .map(|h| (h.session_id, h.entry_id))
+        .collect()
+}
+
+#[test]
+fn migration_8_finds_what_the_positional_index_found() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("a.db");
+    let files = corpus(dir.path());
+    let sessions = {
+        let archive = Archive::open(&db, Durability::Relaxed)?;
+        import_all(&archive, &files)
+    };
+    downgrade_to_version_7(&db)?;
+    // The version-7 answers, from SQL on the positional index.
+    let old: Vec<_> = {
+        let conn = rusqlite::Connection::open(&db)?;
+        let mut st = conn.prepare(
+            "SELECT s.id, e.id FROM message_text m JOIN entries e ON e.entry_key = m.rowid
+             JOIN sessions s ON s.session_key = e.session_key WHERE message_text MATCH ?1",
+        )?;
+        MIGRATION_8_QUERIES
+            .iter()
+            .map(|q| {
+                let fts = sessiontree::backend::sqlite::search::fts_query(q);
+                st.query_map([fts], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .and_then(Iterator::collect)
+                    .expect("a version-7 search")
+            })
+            .collect::<Vec<std::collections::BTreeSet<(String, String)>>>()
+    };
+    let found: Vec<usize> = old.iter().map(|hits| hits.len()).collect();
+    assert!(
+        found.iter().filter(|&&n| n > 0).count() >= 7,
+        "the queries find something: {found:?}"
+    );
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    for (q, old) in MIGRATION_8_QUERIES.iter().zip(&old) {
+        let new = hit_set(&archive, q);
+        assert!(
+            &new == old,
+            "{q}: {} hits after the migration, {} before; only after: {:?}, only before: {:?}",
+            new.len(),
+            old.len(),
+            new.difference(old).take(5).collect::<Vec<_>>(),
+            old.difference(&new).take(5).collect::<Vec<_>>()
+        );
+    }
+    // Pages of a confirmed query are the pages of its whole answer.
+    let all = archive.search_page("\"the file\"", &Default::default(), 1_000, 0)?;
+    let paged: Vec<_> = (0..4)
+        .flat_map(|page| {
+            archive
+                .search_page("\"the file\"", &Default::default(), 3, page * 3)
+                .expect("a page")
+        })
+        .map(|h| h.entry_id)
+        .collect();
+    let first: Vec<_> = all.iter().take(12).map(|h| h.entry_id.clone()).collect();
+    assert_eq!(paged, first);
+    assert_exports_identical(&archive, &sessions);
+    assert_checks_out(&archive);
     Ok(())
 }
 

@@ -504,6 +504,35 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// Turns an archive of the latest schema back into what a version-7 build
+/// wrote: a search index that keeps token positions (`detail = full`).
+pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let texts = Archive::open(db, Durability::Relaxed)?
+        .query_read_only("SELECT entry_key, entry_text(entry_key), session_key FROM entries")?;
+    let conn = rusqlite::Connection::open(db)?;
+    conn.execute_batch(
+        "DROP TABLE message_text;
+         DROP TABLE IF EXISTS message_text_content;
+         CREATE VIRTUAL TABLE message_text USING fts5 (text, role UNINDEXED, session_key UNINDEXED,
+             content = '', contentless_delete = 1, contentless_unindexed = 1,
+             tokenize = 'unicode61 remove_diacritics 2');",
+    )?;
+    for row in &texts.rows {
+        let [key, rusqlite::types::Value::Text(text), session] = &row[..] else {
+            panic!("an entry without text: {row:?}");
+        };
+        let entry = Entry::from_json(text)?;
+        if let Some((role, text)) = sessiontree::backend::sqlite::search::searchable_text(&entry) {
+            conn.execute(
+                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![key, text, role, session],
+            )?;
+        }
+    }
+    conn.execute_batch("PRAGMA user_version = 7;")?;
+    Ok(())
+}
+
 /// Turns an archive of the latest schema back into what a version-5 build
 /// wrote: no staged imports (version 7), every entry's text stored plain (with `parent_id` and `timestamp`
 /// columns), the search index holding its own copy of the text, no

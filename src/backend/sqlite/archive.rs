@@ -3,7 +3,7 @@
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, Appender, SessionWriter};
-use super::{branch_cache, search, sql, stored_js_string, Archive};
+use super::{branch_cache, fts, search, sql, stored_js_string, Archive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
@@ -285,65 +285,83 @@ impl Archive {
         offset: usize,
     ) -> Result<Vec<SearchHit>> {
         let SearchFilter { session, cwd, role } = *filter;
-        let words = search::fts_query(query);
-        if words.is_empty() {
-            // No words, no hits (FTS5 would call an empty query a syntax error).
+        let plan = fts::IndexQuery::new(query)?;
+        if plan.terms.is_empty() {
+            // No tokens, no hits (FTS5 would call an empty query a syntax error).
             return Ok(Vec::new());
         }
         let conn = self.conn()?;
-        let mut st = conn
+        let ranking = fts::Ranking::new(&conn, &plan)?;
+        // Candidates as (length, key): sorted, the best first. The index
+        // ranks nothing itself (it keeps no counts): see fts::Ranking.
+        let mut candidates: Vec<(u64, i64)> = conn
             .prepare_cached(
-                "SELECT s.id, e.id, m.role, bm25(message_text), m.rowid, s.name, s.created_at
+                "SELECT m.rowid, d.sz
                  FROM message_text m
+                 JOIN message_text_docsize d ON d.id = m.rowid
                  JOIN entries e ON e.entry_key = m.rowid
                  JOIN sessions s ON s.session_key = e.session_key
                  WHERE message_text MATCH ?1 AND s.staged_from IS NULL
-                   AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)
-                 ORDER BY bm25(message_text) LIMIT ?5 OFFSET ?6",
+                   AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)",
             )
+            .and_then(|mut st| {
+                st.query_map(params![plan.terms, session, cwd, role], |r| {
+                    let sz = r.get_ref(1)?.as_blob()?;
+                    Ok((fts::indexed_length(sz), r.get(0)?))
+                })?
+                .collect()
+            })
             .map_err(sql("searching"))?;
-        let ranked: Vec<(SearchHit, i64)> = st
-            .query_map(
-                params![
-                    words,
-                    session,
-                    cwd,
-                    role,
-                    i64::try_from(limit).unwrap_or(i64::MAX),
-                    i64::try_from(offset).unwrap_or(i64::MAX)
-                ],
-                |r| {
-                    let hit = SearchHit {
-                        session_id: r.get(0)?,
-                        entry_id: r.get(1)?,
-                        role: r.get(2)?,
-                        session_name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
-                        session_created_at: r.get(6)?,
-                        snippet: String::new(),
-                        rank: r.get(3)?,
-                    };
-                    Ok((hit, r.get(4)?))
-                },
-            )
-            .and_then(Iterator::collect)
-            .map_err(sql("searching"))?;
-        // The index keeps no text: each hit's snippet is cut from its entry,
-        // read only for the hits returned.
+        candidates.sort_unstable();
+        // Unconfirmed candidates are hits: the page starts at `offset`.
+        // Otherwise hits are counted as they are confirmed.
+        let (start, mut skip) = match plan.confirm {
+            None => (offset, 0),
+            Some(_) => (0, offset),
+        };
+        // The index keeps no text: each hit's snippet is cut from its entry.
         let terms = search::query_terms(query);
         let mut read = conn
-            .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
+            .prepare_cached(
+                "SELECT s.id, e.id, e.json, s.name, s.created_at
+                 FROM entries e JOIN sessions s ON s.session_key = e.session_key
+                 WHERE e.entry_key = ?1",
+            )
             .map_err(sql("searching"))?;
-        let mut hits = Vec::with_capacity(ranked.len());
-        for (mut hit, key) in ranked {
-            let stored: rusqlite::types::Value = read
-                .query_row([key], |r| r.get(0))
+        let mut hits = Vec::with_capacity(limit.min(1024));
+        for (length, key) in candidates.into_iter().skip(start) {
+            if hits.len() >= limit {
+                break;
+            }
+            let (session_id, entry_id, stored, name, created_at) = read
+                .query_row([key], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, rusqlite::types::Value>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, String>(4)?,
+                    ))
+                })
                 .map_err(sql("searching"))?;
             let entry = Entry::from_checked_text(self.codec().decode(&conn, (&stored).into())?);
-            let text = search::searchable_text(&entry)
-                .map(|(_, text)| text)
-                .unwrap_or_default();
-            hit.snippet = search::snippet(&text, &terms, search::SNIPPET_TOKENS);
-            hits.push(hit);
+            let (role, text) = search::searchable_text(&entry).unwrap_or_default();
+            if !plan.confirms(&text)? {
+                continue;
+            }
+            if skip > 0 {
+                skip -= 1;
+                continue;
+            }
+            hits.push(SearchHit {
+                session_id,
+                entry_id,
+                role,
+                session_name: name.map(stored_js_string),
+                session_created_at: created_at,
+                snippet: search::snippet(&text, &terms, search::SNIPPET_TOKENS),
+                rank: ranking.score(length),
+            });
         }
         Ok(hits)
     }

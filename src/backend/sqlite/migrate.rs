@@ -60,6 +60,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0007_staged_imports.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../schema/0008_search_without_positions.sql"),
+        rewrite: Some(super::fts::reindex_all_entries),
+    },
 ];
 
 /// The schema version this build writes.

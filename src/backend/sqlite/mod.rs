@@ -32,6 +32,7 @@ mod check;
 pub mod claim;
 pub mod codec;
 mod compact;
+pub mod fts;
 pub mod migrate;
 mod query;
 mod rows;

@@ -1,0 +1,343 @@
+//! How the archive's search index (`message_text`) answers a query.
+//!
+//! # Invariants
+//! 1. **No positions.** The index (schema version 8, `detail = none`) records
+//!    which entries hold each token, not where: 0.30–0.45× the size of a
+//!    positional index. A query is cut into single tokens by FTS5's own
+//!    tokenizer ([`IndexQuery`]); entries holding all of them are the
+//!    candidates.
+//! 2. **Same answers as with positions.** Where token order matters (a
+//!    `"phrase"`, a word FTS5 splits, `foo-bar`) each candidate is confirmed
+//!    by running the query as written on its text in a scratch positional
+//!    index with the same [`TOKENIZER`] as the archive's.
+//! 3. **bm25 without counts.** FTS5's `bm25()` answers 0 without positions;
+//!    [`Ranking`] computes it from FTS5's own totals and token counts with
+//!    each query token counted once per text.
+
+use super::search::{fts_query, query_parts, searchable_text, QueryPart};
+use super::sql;
+use crate::entry::Entry;
+use crate::error::Result;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use std::cell::RefCell;
+
+/// The tokenizer of the search index (schema/0008), and of the scratch index
+/// that tokenizes queries and confirms candidates: they must agree.
+pub const TOKENIZER: &str = "unicode61 remove_diacritics 2";
+
+/// A search query as the position-less index can run it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexQuery {
+    /// Every token of the query, each quoted (a prefix token followed by
+    /// `*`); a candidate holds them all.
+    pub tokens: Vec<String>,
+    /// The FTS5 query that finds the candidates: `tokens`, all required.
+    /// Empty when the query has no token (it matches nothing).
+    pub terms: String,
+    /// The query as written ([`fts_query`]), to confirm each candidate with,
+    /// when token order matters; `None` when every candidate is a hit.
+    pub confirm: Option<String>,
+}
+
+impl IndexQuery {
+    /// Cuts `query` into tokens as the index's tokenizer does.
+    pub fn new(query: &str) -> Result<IndexQuery> {
+        let quote = |w: &str| format!("\"{}\"", w.replace('"', "\"\""));
+        let mut terms = Vec::new();
+        let mut ordered = false;
+        with_scratch(|scratch| {
+            for part in query_parts(query) {
+                let (text, prefix) = match part {
+                    QueryPart::Word { text, prefix } => (text, prefix),
+                    QueryPart::Phrase(text) => (text, false),
+                };
+                let tokens = scratch.tokens(&text)?;
+                ordered |= tokens.len() > 1;
+                let last = tokens.len().saturating_sub(1);
+                for (i, token) in tokens.iter().enumerate() {
+                    let star = if prefix && i == last { "*" } else { "" };
+                    terms.push(format!("{}{star}", quote(token)));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(IndexQuery {
+            terms: terms.join(" "),
+            tokens: terms,
+            confirm: ordered.then(|| fts_query(query)),
+        })
+    }
+
+    /// Whether a candidate whose searchable text is `text` is a hit.
+    pub fn confirms(&self, text: &str) -> Result<bool> {
+        match &self.confirm {
+            None => Ok(true),
+            Some(query) => with_scratch(|scratch| scratch.matches(text, query)),
+        }
+    }
+}
+
+/// BM25's constants, as FTS5's `bm25()` has them.
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// BM25 as FTS5's `bm25()` computes it (lower is better), for an index that
+/// keeps no counts: each query token is taken to occur once in each
+/// candidate. Every candidate holds every token, so the order is shortest
+/// text first; the value stays comparable with FTS5's.
+pub struct Ranking {
+    /// The sum of the tokens' inverse document frequencies.
+    idf_sum: f64,
+    /// Tokens per indexed text, on average.
+    average_length: f64,
+}
+
+impl Ranking {
+    /// Reads the index's totals and how many texts hold each token.
+    pub(super) fn new(conn: &Connection, query: &IndexQuery) -> Result<Ranking> {
+        let context = "ranking search hits";
+        let totals: Option<Vec<u8>> = conn
+            .prepare_cached("SELECT block FROM message_text_data WHERE id = 1")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .optional()
+            .map_err(sql(context))?;
+        // FTS5's averages record: rows, then tokens per column.
+        let (rows, tokens) = totals
+            .and_then(|block| {
+                let mut at = 0;
+                Some((fts5_varint(&block, &mut at)?, fts5_varint(&block, &mut at)?))
+            })
+            .unwrap_or((0, 0));
+        let rows = rows.max(1) as f64;
+        let mut idf_sum = 0.0;
+        let mut count = conn
+            .prepare_cached("SELECT count(*) FROM message_text WHERE message_text MATCH ?1")
+            .map_err(sql(context))?;
+        for token in &query.tokens {
+            let holding: i64 = count
+                .query_row([token], |r| r.get(0))
+                .map_err(sql(context))?;
+            let holding = holding as f64;
+            let idf = ((rows - holding + 0.5) / (holding + 0.5)).ln();
+            idf_sum += if idf <= 0.0 { 1e-6 } else { idf };
+        }
+        Ok(Ranking {
+            idf_sum,
+            average_length: (tokens as f64 / rows).max(1.0),
+        })
+    }
+
+    /// The rank of a candidate of `length` tokens.
+    pub fn score(&self, length: u64) -> f64 {
+        let norm = 1.0 - B + B * length as f64 / self.average_length;
+        -self.idf_sum * (K1 + 1.0) / (1.0 + K1 * norm)
+    }
+}
+
+/// A text's token count from its `message_text_docsize.sz` value.
+pub(super) fn indexed_length(sz: &[u8]) -> u64 {
+    fts5_varint(sz, &mut 0).unwrap_or(0)
+}
+
+/// SQLite's varint (big-endian groups of 7 bits, a 9th byte of 8), as FTS5
+/// writes its totals and sizes.
+fn fts5_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..8 {
+        let b = *bytes.get(*at + i)?;
+        v = (v << 7) | u64::from(b & 0x7f);
+        if b < 0x80 {
+            *at += i + 1;
+            return Some(v);
+        }
+    }
+    let b = *bytes.get(*at + 8)?;
+    *at += 9;
+    Some((v << 8) | u64::from(b))
+}
+
+/// An in-memory positional FTS5 index of one row at a time, with the
+/// archive index's tokenizer: FTS5's own answer to "which tokens does this
+/// text hold, in order" and "does this text match this query".
+struct Scratch(Connection);
+
+impl Scratch {
+    fn open() -> rusqlite::Result<Scratch> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE scratch USING fts5 (text, tokenize = '{TOKENIZER}');
+             CREATE VIRTUAL TABLE scratch_tokens USING fts5vocab (scratch, instance);"
+        ))?;
+        Ok(Scratch(conn))
+    }
+
+    fn holding<T>(
+        &self,
+        text: &str,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.0
+            .prepare_cached("INSERT INTO scratch (rowid, text) VALUES (1, ?1)")?
+            .execute([text])?;
+        let found = read(&self.0);
+        self.0.prepare_cached("DELETE FROM scratch")?.execute([])?;
+        found
+    }
+
+    fn tokens(&self, text: &str) -> rusqlite::Result<Vec<String>> {
+        self.holding(text, |conn| {
+            conn.prepare_cached("SELECT term FROM scratch_tokens ORDER BY offset")?
+                .query_map([], |r| r.get(0))?
+                .collect()
+        })
+    }
+
+    fn matches(&self, text: &str, query: &str) -> rusqlite::Result<bool> {
+        self.holding(text, |conn| {
+            conn.prepare_cached("SELECT count(*) FROM scratch WHERE scratch MATCH ?1")?
+                .query_row([query], |r| r.get::<_, i64>(0))
+                .map(|n| n > 0)
+        })
+    }
+}
+
+thread_local! {
+    /// One scratch index per thread, opened on first use.
+    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
+}
+
+fn with_scratch<T>(f: impl FnOnce(&Scratch) -> rusqlite::Result<T>) -> Result<T> {
+    SCRATCH
+        .with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if cell.is_none() {
+                *cell = Some(Scratch::open()?);
+            }
+            f(cell.as_ref().expect("opened above"))
+        })
+        .map_err(sql("tokenizing a search query"))
+}
+
+/// Schema version 8: indexes every entry's searchable text again (the
+/// position-less index replaces the positional one), in the migration's
+/// transaction.
+pub(super) fn reindex_all_entries(
+    tx: &Transaction,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    let codec = super::codec::Codec::default();
+    let context = "indexing message text for search";
+    let total: i64 = tx
+        .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+        .map_err(sql(context))?;
+    let total = u64::try_from(total).unwrap_or(0);
+    progress(0, total);
+    let mut insert = tx
+        .prepare(
+            "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .map_err(sql(context))?;
+    let mut st = tx
+        .prepare("SELECT entry_key, session_key, json FROM entries ORDER BY entry_key")
+        .map_err(sql(context))?;
+    let mut rows = st.query([]).map_err(sql(context))?;
+    let mut done = 0u64;
+    while let Some(row) = rows.next().map_err(sql(context))? {
+        let key: i64 = row.get(0).map_err(sql(context))?;
+        let session: i64 = row.get(1).map_err(sql(context))?;
+        let text = codec.decode(tx, row.get_ref(2).map_err(sql(context))?)?;
+        if let Some((role, text)) = searchable_text(&Entry::from_checked_text(text)) {
+            insert
+                .execute(params![key, text, role, session])
+                .map_err(sql(context))?;
+        }
+        done += 1;
+        if done.is_multiple_of(4096) {
+            progress(done, total);
+        }
+    }
+    progress(done, total);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ranking gives FTS5's own bm25() wherever FTS5 could compute it
+    /// without counts (each query token once per text), best first.
+    #[test]
+    fn ranking_is_fts5_bm25_for_texts_that_hold_each_token_once() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE message_text USING fts5 (text, content = '', detail = none, tokenize = '{TOKENIZER}');
+             CREATE VIRTUAL TABLE positional USING fts5 (text, tokenize = '{TOKENIZER}');"
+        ))
+        .unwrap();
+        let texts = [
+            "alpha beta",
+            "alpha gamma delta epsilon",
+            "beta gamma",
+            "alpha beta gamma delta epsilon zeta eta theta",
+            "iota kappa",
+            "Alpha, one two three four five six seven eight nine ten",
+        ];
+        for (i, t) in texts.iter().enumerate() {
+            for table in ["message_text", "positional"] {
+                conn.execute(
+                    &format!("INSERT INTO {table} (rowid, text) VALUES (?1, ?2)"),
+                    params![i as i64 + 1, t],
+                )
+                .unwrap();
+            }
+        }
+        for query in ["alpha", "alpha beta", "gamma", "alp*"] {
+            let expected: Vec<(i64, f64)> = conn
+                .prepare("SELECT rowid, bm25(positional) FROM positional WHERE positional MATCH ?1 ORDER BY 2, 1")
+                .unwrap()
+                .query_map([query], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            let plan = IndexQuery::new(query).unwrap();
+            let ranking = Ranking::new(&conn, &plan).unwrap();
+            let mut ours: Vec<(u64, i64)> = conn
+                .prepare("SELECT m.rowid, d.sz FROM message_text m JOIN message_text_docsize d ON d.id = m.rowid WHERE message_text MATCH ?1")
+                .unwrap()
+                .query_map([&plan.terms], |r| {
+                    Ok((indexed_length(r.get_ref(1)?.as_blob()?), r.get(0)?))
+                })
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            ours.sort_unstable();
+            assert_eq!(ours.len(), expected.len(), "{query}");
+            for ((len, key), (want_key, want)) in ours.iter().zip(&expected) {
+                assert_eq!(key, want_key, "{query}: order");
+                assert!(
+                    (ranking.score(*len) - want).abs() < 1e-9,
+                    "{query}: {} vs {want}",
+                    ranking.score(*len)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn index_queries_are_single_tokens_confirmed_where_order_matters() {
+        let q = IndexQuery::new("foo-bar baz* \"Two Words\"").unwrap();
+        assert_eq!(q.terms, "\"foo\" \"bar\" \"baz\"* \"two\" \"words\"");
+        assert!(q.confirms("a foo bar, bazaar: two words").unwrap());
+        assert!(
+            !q.confirms("bar foo bazaar two words").unwrap(),
+            "foo-bar is foo then bar"
+        );
+        assert!(
+            !q.confirms("foo bar bazaar words two").unwrap(),
+            "a phrase keeps its order"
+        );
+        let plain = IndexQuery::new("alpha beta*").unwrap();
+        assert_eq!(plain.confirm, None, "words in any order need no confirming");
+        assert!(IndexQuery::new("--- \"\"").unwrap().terms.is_empty());
+    }
+}
