@@ -11,6 +11,7 @@ pub mod naive;
 pub mod ops;
 pub mod peers;
 pub mod report;
+pub mod team;
 
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! this file prints or exits.
 
 use clap::{Parser, Subcommand};
-use sessiontree_bench::{gen_command, report};
+use sessiontree_bench::{gen_command, report, team};
 
 /// sessiontree's benchmarks and generated workloads.
 #[derive(Debug, Parser)]
@@ -23,6 +23,8 @@ enum Command {
     Report(report::BenchArgs),
     /// Generate deterministic pi-realistic session files (benchmarks, tests).
     Gen(gen_command::GenArgs),
+    /// The team archive on PostgreSQL beside SQLite: load, resume, path, leaf move, append, concurrency.
+    Team(team::TeamArgs),
 }
 
 fn main() {
@@ -30,6 +32,7 @@ fn main() {
     let result = match &cli.command {
         Command::Report(args) => report::run(args),
         Command::Gen(args) => gen_command::run(args),
+        Command::Team(args) => team::run(args),
     };
     match result {
         Ok(report) => {

@@ -318,9 +318,7 @@ impl PgArchive {
             return Ok(false);
         }
         refuse_if_held(&mut tx, key, id)?;
-        for e in entries {
-            appender.push(&mut tx, e)?;
-        }
+        appender.push_all(&mut tx, entries)?;
         appender.finish(&mut tx)?;
         tx.commit().map_err(pg(ctx))?;
         Ok(true)

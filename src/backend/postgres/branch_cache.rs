@@ -59,6 +59,23 @@ pub fn key_of<C: GenericClient>(c: &mut C, session: i64, id: &str) -> Result<Opt
     .transpose()
 }
 
+/// Entries a write has placed but not yet inserted (the writer inserts them
+/// in batches): id to key.
+pub type Pending = std::collections::HashMap<String, i64>;
+
+/// [`key_of`], looking first among the write's pending entries.
+fn key_of_placed<C: GenericClient>(
+    c: &mut C,
+    session: i64,
+    id: &str,
+    pending: &Pending,
+) -> Result<Option<i64>> {
+    match pending.get(id) {
+        Some(&key) => Ok(Some(key)),
+        None => key_of(c, session, id),
+    }
+}
+
 /// The nearest compaction at or above `depth` in `seg` on its path (invariant 7).
 fn nearest_compaction<C: GenericClient>(
     c: &mut C,
@@ -178,12 +195,14 @@ impl OpenTail {
 
 /// Places a new entry: extends its parent's segment or starts a new one, and
 /// maintains the segment, jump, compaction and root facts (invariants 1–8).
-/// Returns its entry key. Must run inside the append's transaction.
+/// Returns its entry key. Must run inside the append's transaction, where
+/// `pending` holds the entries this write placed and has not inserted yet.
 pub fn place<C: GenericClient>(
     c: &mut C,
     session: i64,
     entry: &Entry,
     tail: &mut OpenTail,
+    pending: &Pending,
 ) -> Result<i64> {
     let f = entry.facts();
     if has_dangling_roots(c, session, tail)? {
@@ -191,7 +210,7 @@ pub fn place<C: GenericClient>(
     }
     let parent_key = match (f.parent(), &tail.last) {
         (Some(p), Some((last_id, last_key))) if last_id == p => Some(*last_key),
-        (Some(p), _) => key_of(c, session, p)?,
+        (Some(p), _) => key_of_placed(c, session, p, pending)?,
         (None, _) => None,
     };
     let key = match parent_key {
@@ -238,7 +257,7 @@ pub fn place<C: GenericClient>(
     };
     tail.last = Some((f.id.clone(), key));
     if f.entry_type == EntryType::Compaction {
-        let stop = compaction_stop(c, session, entry, key)?;
+        let stop = compaction_stop(c, session, entry, key, pending)?;
         c.execute(
             "INSERT INTO compactions (session_key, entry_key, stop_key) VALUES ($1, $2, $3)",
             &[&session, &key, &stop],
@@ -365,6 +384,7 @@ fn compaction_stop<C: GenericClient>(
     session: i64,
     entry: &Entry,
     key: i64,
+    pending: &Pending,
 ) -> Result<Option<i64>> {
     let f = entry.facts();
     if f.has_retained_tail {
@@ -378,7 +398,7 @@ fn compaction_stop<C: GenericClient>(
         seg.inherited_compaction
     };
     if let Some(kept) = &f.first_kept_entry_id {
-        if let Some(kept_key) = key_of(c, session, kept)? {
+        if let Some(kept_key) = key_of_placed(c, session, kept, pending)? {
             let below_next = above.is_none_or(|a| split_key(kept_key).1 >= split_key(a).1);
             if below_next && is_ancestor(c, session, kept_key, &seg, depth)? {
                 return Ok(Some(kept_key));

@@ -80,9 +80,7 @@ impl PgStorage {
         if let Some(claim) = &self.claim {
             claim.check(&mut tx, &self.id)?;
         }
-        for e in entries {
-            appender.push(&mut tx, e)?;
-        }
+        appender.push_all(&mut tx, entries)?;
         appender.finish(&mut tx)?;
         tx.commit().map_err(pg("committing an append"))
     }

@@ -13,6 +13,7 @@ use crate::search::{index_words, searchable_text};
 const INDEXED_WORD_BYTES: usize = 400_000;
 use crate::storage::SessionMetadata;
 use ::postgres::{GenericClient, Row};
+use std::collections::HashSet;
 
 /// The columns [`metadata_at`] reads, in its order.
 pub(super) const METADATA_COLUMNS: &str = "id, created_at, cwd, parent_session, metadata";
@@ -100,12 +101,42 @@ fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) ->
 }
 
 /// Appends entries to one session inside a transaction, maintaining every
-/// derived fact; [`Appender::finish`] writes the session row back.
+/// derived fact; [`Appender::finish`] writes the session row back. Entry and
+/// search rows are inserted in batches (one statement per table per
+/// [`INSERT_BATCH`] entries, through `unnest`), so a bulk write costs a few
+/// round trips per thousand entries rather than several per entry.
 pub(super) struct Appender {
     key: i64,
     facts: Replay,
     tail: branch_cache::OpenTail,
+    /// Placed, not yet inserted: id to key, and the rows.
+    pending: branch_cache::Pending,
+    rows: EntryRows,
+    words: WordRows,
+    /// Ids of this write's entries the session already holds (read once per write).
+    stored: HashSet<String>,
 }
+
+/// Entry rows waiting to be inserted, a column each.
+#[derive(Default)]
+struct EntryRows {
+    keys: Vec<i64>,
+    seqs: Vec<i64>,
+    ids: Vec<String>,
+    types: Vec<String>,
+    texts: Vec<String>,
+}
+
+/// Search rows waiting to be inserted, a column each.
+#[derive(Default)]
+struct WordRows {
+    keys: Vec<i64>,
+    roles: Vec<String>,
+    words: Vec<String>,
+}
+
+/// Entries inserted per statement.
+const INSERT_BATCH: usize = 1000;
 
 impl Appender {
     /// Starts appending to session `key`, locking its row until the
@@ -115,6 +146,10 @@ impl Appender {
             key,
             facts: session_facts(c, key, true)?,
             tail: branch_cache::OpenTail::default(),
+            pending: branch_cache::Pending::new(),
+            rows: EntryRows::default(),
+            words: WordRows::default(),
+            stored: HashSet::new(),
         })
     }
 
@@ -123,24 +158,44 @@ impl Appender {
         self.facts.entry_count
     }
 
+    /// Appends `entries` in order: which of their ids the session already
+    /// holds is asked once, so a duplicate is refused at its own entry (one
+    /// entry needs no asking: its insert's unique index says so).
+    pub(super) fn push_all<C: GenericClient>(
+        &mut self,
+        c: &mut C,
+        entries: &[Entry],
+    ) -> Result<()> {
+        if let [one] = entries {
+            return self.push(c, one);
+        }
+        let ids: Vec<&str> = entries.iter().map(|e| e.id()).collect();
+        let rows = c
+            .query(
+                "SELECT id FROM entries WHERE session_key = $1 AND id = ANY($2)",
+                &[&self.key, &ids],
+            )
+            .map_err(pg("checking entry ids"))?;
+        for r in &rows {
+            self.stored.insert(col(r, 0)?);
+        }
+        entries.iter().try_for_each(|e| self.push(c, e))
+    }
+
     /// Appends one entry.
     pub(super) fn push<C: GenericClient>(&mut self, c: &mut C, entry: &Entry) -> Result<()> {
         let f = entry.facts();
-        let key = branch_cache::place(c, self.key, entry, &mut self.tail)?;
+        if self.pending.contains_key(&f.id) || self.stored.contains(&f.id) {
+            return Err(duplicate(&f.id));
+        }
+        let key = branch_cache::place(c, self.key, entry, &mut self.tail, &self.pending)?;
         let seq = i64::try_from(self.facts.entry_count).unwrap_or(i64::MAX);
-        c.execute(
-            "INSERT INTO entries (session_key, entry_key, seq, id, type, json)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                &self.key,
-                &key,
-                &seq,
-                &f.id,
-                &f.entry_type.as_str(),
-                &entry.json(),
-            ],
-        )
-        .map_err(|e| duplicate_id_or(e, &f.id))?;
+        self.pending.insert(f.id.clone(), key);
+        self.rows.keys.push(key);
+        self.rows.seqs.push(seq);
+        self.rows.ids.push(f.id.clone());
+        self.rows.types.push(f.entry_type.as_str().to_owned());
+        self.rows.texts.push(entry.json().to_owned());
         if f.entry_type == EntryType::Leaf {
             c.execute(
                 "INSERT INTO leaf_events (session_key, seq, entry_key, target_id)
@@ -164,36 +219,75 @@ impl Appender {
             .map_err(pg("updating a label"))?;
         }
         if let Some((role, text)) = searchable_text(entry) {
-            let words = index_words(&text, INDEXED_WORD_BYTES);
-            c.execute(
-                "INSERT INTO message_text (session_key, entry_key, role, words) VALUES ($1, $2, $3, $4)",
-                &[&self.key, &key, &role, &words],
-            )
-            .map_err(pg("indexing message text"))?;
+            self.words.keys.push(key);
+            self.words.roles.push(role);
+            self.words
+                .words
+                .push(index_words(&text, INDEXED_WORD_BYTES));
         }
         let _ = self.facts.push(entry);
+        if self.rows.keys.len() >= INSERT_BATCH {
+            self.insert_pending(c)?;
+        }
         Ok(())
     }
 
-    /// Writes back the open segment and the session row.
+    /// Inserts the entry and search rows placed so far.
+    fn insert_pending<C: GenericClient>(&mut self, c: &mut C) -> Result<()> {
+        let rows = std::mem::take(&mut self.rows);
+        if !rows.keys.is_empty() {
+            c.execute(
+                "INSERT INTO entries (session_key, entry_key, seq, id, type, json)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[])",
+                &[&self.key, &rows.keys, &rows.seqs, &rows.ids, &rows.types, &rows.texts],
+            )
+            .map_err(|e| duplicate_id_or(e, &rows.ids))?;
+        }
+        let words = std::mem::take(&mut self.words);
+        if !words.keys.is_empty() {
+            c.execute(
+                "INSERT INTO message_text (session_key, entry_key, role, words)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::TEXT[], $4::TEXT[])",
+                &[&self.key, &words.keys, &words.roles, &words.words],
+            )
+            .map_err(pg("indexing message text"))?;
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Inserts what is pending, writes back the open segment and the session row.
     pub(super) fn finish<C: GenericClient>(mut self, c: &mut C) -> Result<()> {
+        self.insert_pending(c)?;
         self.tail.flush(c, self.key)?;
         write_session_facts(c, self.key, &self.facts)
     }
 }
 
-/// A failed entry insert: `invalid_entry` when it broke the one-id-per-session
-/// index, else the server's error.
-fn duplicate_id_or(e: ::postgres::Error, id: &str) -> Error {
-    let duplicate = e
+/// The refusal of an entry whose id the session holds already.
+fn duplicate(id: &str) -> Error {
+    Error::InvalidEntry(format!(
+        "Entry {id} already exists in this session: ids must be unique"
+    ))
+}
+
+/// A failed batch insert: `invalid_entry` when it broke the one-id-per-session
+/// index (another writer's entry arrived since the ids were checked), else the
+/// server's error.
+fn duplicate_id_or(e: ::postgres::Error, ids: &[String]) -> Error {
+    let duplicate_id = e
         .as_db_error()
-        .and_then(|d| d.constraint())
-        .is_some_and(|c| c == "entries_by_id");
-    if duplicate {
-        Error::InvalidEntry(format!(
-            "Entry {id} already exists in this session: ids must be unique"
-        ))
-    } else {
-        Error::postgres("appending an entry", e)
+        .filter(|d| d.constraint() == Some("entries_by_id"))
+        .map(|d| {
+            // The detail names the key: `Key (session_key, id)=(1, abc) already exists.`
+            let detail = d.detail().unwrap_or_default();
+            ids.iter()
+                .find(|id| detail.contains(&format!(", {id})")))
+                .cloned()
+                .unwrap_or_default()
+        });
+    match duplicate_id {
+        Some(id) => duplicate(&id),
+        None => Error::postgres("appending entries", e),
     }
 }
