@@ -123,6 +123,16 @@ pub enum Error {
         /// How it changed.
         how: &'static str,
     },
+    /// pi appended to a file whose archive session was written since its
+    /// last import (`invalid_session`): the archive is that session's source
+    /// of truth, and pi's later lines are not mixed into it.
+    #[error("{} grew since it was imported as session {session}, and that session was written in the archive since (through the Node binding, rpc or the CLI): the archive is its source of truth, so pi's new lines are not mixed into it; `sessiontree export` the session to see the difference, or delete it from the archive to import the file afresh", path.display())]
+    ArchiveSessionDiverged {
+        /// The file.
+        path: PathBuf,
+        /// The session it was imported as.
+        session: String,
+    },
     /// A fork target does not exist (`invalid_fork_target`).
     #[error("Entry {0} not found")]
     ForkTargetNotFound(String),
@@ -220,6 +230,7 @@ impl Error {
             | Error::UnsafeSessionId { .. }
             | Error::ReadOnlyVersion { .. }
             | Error::ImportedFileChanged { .. }
+            | Error::ArchiveSessionDiverged { .. }
             | Error::InvalidSession(_) => ErrorCode::InvalidSession,
             Error::InvalidLine { .. } | Error::InvalidEntry(_) => ErrorCode::InvalidEntry,
             Error::ForkTargetNotFound(_) | Error::ForkTargetNotUserMessage(_) => {

@@ -487,3 +487,87 @@ fn export_and_check_report_progress() -> Result<(), Box<dyn std::error::Error>> 
     assert_eq!(heard, [(0, 1), (1, 1)]);
     Ok(())
 }
+
+/// A session written in the archive since its import has the archive as its
+/// source of truth: lines pi appends to the old file are refused, never
+/// mixed in; once export has caught the file up, it imports as unchanged.
+#[test]
+fn import_never_mixes_lines_into_a_session_written_since() -> Result<(), Box<dyn std::error::Error>>
+{
+    use sessiontree::convert::{export_to_file, ExportOutcome};
+    use sessiontree::JsonText;
+    use std::io::Write;
+    let dir = tempfile::tempdir()?;
+    let (generated, id) = generated_session(&dir.path().join("gen"), 1);
+    let file = dir.path().join("pi.jsonl");
+    std::fs::copy(&generated, &file)?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    import_jsonl(&archive, &file)?;
+    let user = |text: &str| {
+        JsonText::parse(&format!(
+            r#"{{"role":"user","content":"{text}","timestamp":1}}"#
+        ))
+    };
+
+    // Written in the archive; export appends the new entry to pi's file
+    // (a prefix of the session), and import then has nothing to do.
+    let mut session = Session::new(archive.open_session(&id)?);
+    session.append_message(&user("in the archive")?)?;
+    assert!(matches!(
+        export_to_file(session.storage(), &file, false)?,
+        ExportOutcome::Appended { .. }
+    ));
+    drop(session);
+    assert_eq!(
+        import_jsonl(&archive, &file)?.outcome,
+        ImportOutcome::Unchanged
+    );
+    assert_eq!(
+        import_jsonl(&archive, &file)?.outcome,
+        ImportOutcome::Unchanged
+    );
+
+    // pi appends to the file, the archive moves on too: refused, nothing mixed in.
+    let mut session = Session::new(archive.open_session(&id)?);
+    let leaf = session.storage().leaf_id()?;
+    session.append_message(&user("archive again")?)?;
+    drop(session);
+    let line = format!(
+        "{{\"type\":\"message\",\"id\":\"pi-later\",\"parentId\":{},\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{}}}\n",
+        leaf.map_or("null".to_owned(), |l| format!("\"{l}\"")),
+        user("from pi")?.as_str()
+    );
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)?
+        .write_all(line.as_bytes())?;
+    let before = archive.open_session(&id)?.entry_count()?;
+    let err = import_jsonl(&archive, &file).expect_err("a diverged session is refused");
+    assert_eq!(err.code(), ErrorCode::InvalidSession);
+    assert!(err.to_string().contains("source of truth"), "{err}");
+    let storage = archive.open_session(&id)?;
+    assert_eq!(storage.entry_count()?, before);
+    assert!(!storage.contains_entry("pi-later")?);
+
+    // A session pi alone writes keeps importing its appends.
+    let other = dir.path().join("other.jsonl");
+    std::fs::copy(&generated, &other)?;
+    let archive2 = Archive::open(dir.path().join("b.db"), Durability::Relaxed)?;
+    import_jsonl(&archive2, &other)?;
+    let root = format!(
+        "{{\"type\":\"message\",\"id\":\"pi-alone\",\"parentId\":null,\"timestamp\":\"2026-01-01T00:00:00.000Z\",\"message\":{}}}\n",
+        user("from pi")?.as_str()
+    );
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&other)?
+        .write_all(root.as_bytes())?;
+    let r = import_jsonl(&archive2, &other);
+    assert!(
+        matches!(&r, Ok(f) if f.outcome == ImportOutcome::Appended),
+        "{:?}",
+        r.map(|f| f.outcome)
+    );
+    assert!(archive2.open_session(&id)?.contains_entry("pi-alone")?);
+    Ok(())
+}

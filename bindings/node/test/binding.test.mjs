@@ -2,10 +2,10 @@
 // SessionRepo and SessionStorage semantics, exact entry JSON, error codes,
 // the writer claim within one process, and the extras.
 import assert from "node:assert/strict";
-import { copyFileSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { copyFileSync, readFileSync, readdirSync, renameSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
-import { JsonlSessionStorage, Session, SessionError as PiSessionError } from "@earendil-works/pi-agent-core";
+import { JsonlSessionRepo, JsonlSessionStorage, Session, SessionError as PiSessionError } from "@earendil-works/pi-agent-core";
 import { NodeExecutionEnv } from "@earendil-works/pi-agent-core/node";
 import { Archive, ArchiveStorage, JsonlStorage, SessionError } from "../index.js";
 import { fixturesDir, tempDir } from "./helpers.mjs";
@@ -279,4 +279,63 @@ test("extras: importPiSessions with progress, search, stats, exportSession", asy
   const forced = await archive.exportSession(listed[0].id, out, { force: true });
   assert.equal(forced.outcome, "replaced");
   assert.equal(readFileSync(forced.backup, "utf8"), "something else\n");
+});
+
+test("pi's files and the archive stay consistent: one source of truth per session", async (t) => {
+  const dir = tempDir(t);
+  const root = join(dir, "sessions");
+  const fs = new NodeExecutionEnv({ cwd: dir });
+  const archive = await Archive.open(join(dir, "a.db"), { durability: "relaxed" });
+  const piRepo = new JsonlSessionRepo({ fs, sessionsRoot: root });
+  const created = await piRepo.create({ cwd: "/w", id: "s1" });
+  // pi names the file from a clock read just before the header's: export
+  // names it from the header. Renamed to that name, pi's file is the one
+  // export writes to (otherwise export writes a file beside it).
+  const meta = await created.getMetadata();
+  const file = join(dirname(meta.path), `${meta.createdAt.replace(/[:.]/g, "-")}_s1.jsonl`);
+  renameSync(meta.path, file);
+  const piSession = new Session(await JsonlSessionStorage.open(fs, file));
+  await piSession.appendMessage(user("pi 1"));
+
+  // pi writes the file: import brings the archive up to date, appending what pi added.
+  assert.equal((await archive.importPiSessions(root)).imported, 1);
+  await piSession.appendMessage(user("pi 2"));
+  assert.equal((await archive.importPiSessions(root)).appended, 1);
+
+  // Written through the binding, the archive is the session's source of
+  // truth: export (into pi's directory) appends the new entries to pi's own
+  // file, and import then finds nothing to do.
+  let ours = new Session(await archive.storage("s1"));
+  await ours.appendMessage(user("binding 1"));
+  const exported = await archive.exportSession("s1", root);
+  assert.equal(exported.path, file);
+  assert.equal(exported.outcome, "appended");
+  // (Import writes too: it waits for the binding's writer to close.)
+  const blocked = await archive.importPiSessions(root);
+  assert.match(blocked.failed[0]?.message ?? "", /already open for writing/);
+  await ours.getStorage().close();
+  ours = new Session(await archive.storage("s1"));
+  const again = await archive.importPiSessions(root);
+  assert.equal(again.unchanged, 1, JSON.stringify(again));
+  const piView = new Session(await JsonlSessionStorage.open(fs, file));
+  assert.deepEqual(
+    (await piView.getEntries()).map((e) => e.id),
+    (await ours.getEntries()).map((e) => e.id),
+  );
+
+  // The archive moves on and pi appends to its (now older) file as well:
+  // import refuses to mix pi's lines into the archive's session.
+  await ours.appendMessage(user("binding 2"));
+  await ours.getStorage().close();
+  await piView.appendMessage(user("pi 3"));
+  const refused = await archive.importPiSessions(root);
+  assert.equal(refused.failed.length, 1);
+  assert.equal(refused.failed[0].code, "invalid_session");
+  assert.match(refused.failed[0].message, /source of truth/);
+  const reader = await archive.storage("s1");
+  const texts = (await reader.getEntries()).filter((e) => e.type === "message").map((e) => e.message.content);
+  assert.deepEqual(texts, ["pi 1", "pi 2", "binding 1", "binding 2"]);
+  // Nor does export overwrite pi's file, which the archive's copy no longer extends.
+  await assert.rejects(archive.exportSession("s1", root), (e) => e.code === "storage");
+  await reader.close();
 });
