@@ -1695,6 +1695,7 @@ fn svg(rows: &[Row]) -> String {
         ("floor-raw", "#7f7f7f"),
         ("floor-parsed", "#bcbd22"),
         ("pi-node", "#e377c2"),
+        ("pi-sqlite", "#8c564b"),
     ];
     let (pw, ph) = (330.0, 250.0);
     let (ml, mr, mt, mb) = (62.0, 12.0, 28.0, 38.0);
