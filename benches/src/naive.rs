@@ -514,17 +514,22 @@ impl Naive {
 }
 
 impl Naive {
-    /// The floor of printing a context: a rowid range scan of `rows` rows from
-    /// `start`, each row's text written to `out` as one line.
+    /// The floor of printing a context: opens the naive database read-only
+    /// with no settings, scans `rows` rows from rowid `start` in one range
+    /// query and writes each row's text to `out` as one line.
     pub fn floor_write(
-        &self,
+        path: &Path,
         start: i64,
         rows: i64,
         out: &mut dyn std::io::Write,
     ) -> Result<usize> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT json FROM log WHERE rowid BETWEEN ?1 AND ?2")
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql("opening the naive database"))?;
+        let mut st = conn
+            .prepare("SELECT json FROM log WHERE rowid BETWEEN ?1 AND ?2")
             .map_err(sql("scanning"))?;
         let mut q = st
             .query(params![start, start + rows - 1])

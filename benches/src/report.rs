@@ -65,6 +65,9 @@ pub struct BenchArgs {
     /// session (a rowid range scan), the floor of printing a context.
     #[arg(long, hide = true)]
     pub child_floor_rows: Option<usize>,
+    /// Internal: the first rowid of `--child-floor-rows` in the naive log.
+    #[arg(long, hide = true)]
+    pub child_floor_start: Option<i64>,
     /// Internal: run one resume in this process and print its time and peak RSS.
     #[arg(long, hide = true)]
     pub child_resume: Option<String>,
@@ -236,7 +239,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         return child_resume(backend, args.child_dataset.as_deref());
     }
     if let Some(rows) = args.child_floor_rows {
-        return child_floor(rows, args.child_dataset.as_deref());
+        return child_floor(rows, args.child_floor_start, args.child_dataset.as_deref());
     }
     let started = Instant::now();
     let load_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -1692,6 +1695,7 @@ fn svg(rows: &[Row]) -> String {
         ("floor-raw", "#7f7f7f"),
         ("floor-parsed", "#bcbd22"),
         ("pi-node", "#e377c2"),
+        ("pi-sqlite", "#8c564b"),
     ];
     let (pw, ph) = (330.0, 250.0);
     let (ml, mr, mt, mb) = (62.0, 12.0, 28.0, 38.0);
@@ -2102,11 +2106,19 @@ fn measure_processes(
     };
     let (fid, lid) = (forked.main().id.as_str(), linear.main().id.as_str());
     let (frows, lrows) = (active_path_rows(forked)?, active_path_rows(linear)?);
-    let floor = |d: &Dataset, n: usize| {
+    // The first rowid is found here, so the floor process does nothing but the scan.
+    let first_rowid = |d: &Dataset| -> Result<i64> {
+        let naive = crate::naive::Naive::open(&d.naive, true)?;
+        Ok(naive.rowid_range(naive.session_key(&d.main().id)?)?.0)
+    };
+    let (fstart, lstart) = (first_rowid(forked)?, first_rowid(linear)?);
+    let floor = |d: &Dataset, n: usize, start: i64| {
         Cmd::new(exe).with(&[
             "report",
             "--child-floor-rows",
             &n.to_string(),
+            "--child-floor-start",
+            &start.to_string(),
             "--child-dataset",
             &d.dir.to_string_lossy(),
         ])
@@ -2135,11 +2147,11 @@ fn measure_processes(
         ),
         (
             "floor: print the path's rows, forked".into(),
-            floor(forked, frows),
+            floor(forked, frows, fstart),
         ),
         (
             "floor: print the path's rows, linear (no compactions)".into(),
-            floor(linear, lrows),
+            floor(linear, lrows, lstart),
         ),
     ];
     if let Some(dir) = pi_dir {
@@ -2188,15 +2200,15 @@ fn measure_processes(
 
 /// The hidden child: the text of `rows` rows of the main session, one rowid
 /// range scan, written to stdout (the floor of printing a context).
-fn child_floor(rows: usize, dataset: Option<&Path>) -> Result<Report> {
-    let dir =
-        dataset.ok_or_else(|| Error::Unknown("--child-floor-rows needs --child-dataset".into()))?;
-    let ds = ops::load(dir)?;
-    let naive = crate::naive::Naive::open(&ds.naive, true)?;
-    let (lo, _) = naive.rowid_range(naive.session_key(&ds.main().id)?)?;
+fn child_floor(rows: usize, start: Option<i64>, dataset: Option<&Path>) -> Result<Report> {
+    let (Some(dir), Some(start)) = (dataset, start) else {
+        return Err(Error::Unknown(
+            "--child-floor-rows needs --child-floor-start and --child-dataset".into(),
+        ));
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    naive.floor_write(lo, rows as i64, &mut out)?;
+    crate::naive::Naive::floor_write(&dir.join("naive.db"), start, rows as i64, &mut out)?;
     drop(out);
     std::process::exit(0);
 }
@@ -2326,7 +2338,7 @@ fn render_peers(report: &Value, proc_rows: &[Row]) -> String {
                     .map_or(String::new(), |n| n.to_string())
             );
         }
-        let _ = writeln!(t, "\n`context` is `sessiontree --json context` (the whole model context as JSON, what an agent reads); `rpc buildContext` is one request to `sessiontree rpc`; `tree` is the default view (the active path, folded). `floor: print the path's rows` = a process (this bench binary) that reads as many rows as the active path holds from the naive log in one rowid range scan and writes their text to stdout: the floor of printing a context.");
+        let _ = writeln!(t, "\n`context` is `sessiontree --json context` (the whole model context as JSON, what an agent reads); `rpc buildContext` is one request to `sessiontree rpc`; `tree` is the default view (the active path, folded). `floor: print the path's rows` = a process (this bench binary) that opens the naive log read-only, reads as many rows as the active path holds in one rowid range scan and writes their text to stdout: the floor of printing a context.");
     }
     for v in report["process_notes"].as_array().into_iter().flatten() {
         let _ = writeln!(t, "- whole process: {v}");

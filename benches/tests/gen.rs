@@ -600,15 +600,47 @@ fn bench_quick_smoke_run_writes_a_report() {
     for check in v["checks"].as_array().expect("checks") {
         let ok = check
             .get("all_equal")
-            .or(check.get("same_entries_everywhere"));
+            .or(check.get("same_entries_everywhere"))
+            .or(check.get("equal"));
         assert_eq!(ok, Some(&serde_json::Value::Bool(true)), "{check}");
     }
     let rss = v["rss"].as_array().expect("rss");
     assert!(rss
         .iter()
         .any(|r| r["backend"] == "sqlite" && r["child"]["vmhwm_kb"].is_number()));
-    // Six targets of the backends, six of the regenerate shape against the linear one.
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(12));
+    // Six targets of the backends, six of the regenerate shape against the
+    // linear one, five of issue 12 (floors, import of real files, peers).
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(17));
+    // The long path read beside its floors.
+    for backend in ["sqlite", "floor-raw", "floor-parsed"] {
+        assert!(
+            results.iter().any(|r| r["op"] == "path_long"
+                && r["backend"] == backend
+                && r["median_s"].is_number()),
+            "no path_long/{backend} result"
+        );
+    }
+    // Whole processes: the floor and the commands a user runs, each timed.
+    let processes = v["processes"].as_array().expect("processes");
+    for name in [
+        "sessiontree --version",
+        "context, forked",
+        "rpc buildContext, forked",
+        "tree, forked",
+        "ls",
+        "search",
+        "context, linear (no compactions)",
+        "floor: print the path's rows, linear (no compactions)",
+    ] {
+        assert!(
+            processes
+                .iter()
+                .any(|r| r["backend"] == name && r["median_s"].as_f64().is_some_and(|s| s > 0.0)),
+            "no whole-process row {name}: {}",
+            v["process_notes"]
+        );
+    }
+    assert!(v["peers"].is_array());
     let shapes = v["shapes"].as_array().expect("shape rows");
     for shape in ["linear", "regenerate", "caterpillar"] {
         for op in ["import", "resume", "path", "leaf_move"] {
