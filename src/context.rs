@@ -109,6 +109,37 @@ fn member(object: &json::OrderedObject, key: &str) -> Option<Box<RawValue>> {
     object.get(key).map(|r| json::raw_value(r.get()))
 }
 
+/// The `message` member of a message entry as stored: cut from the text
+/// where the entry's facts located it, else found by a parse.
+fn message_of(entry: &Entry) -> Result<Option<Box<RawValue>>> {
+    if let Some(text) = entry
+        .facts()
+        .message_span
+        .clone()
+        .and_then(|span| entry.json().get(span))
+    {
+        return Ok(Some(json::raw_value(text)));
+    }
+    let [message] = members_of(entry, entry.json(), ["message"])?;
+    Ok(message)
+}
+
+/// The members `keys` of `text` (an entry, or an object inside one), found
+/// in one pass without building the object where the text allows.
+fn members_of<const N: usize>(
+    entry: &Entry,
+    text: &str,
+    keys: [&str; N],
+) -> Result<[Option<Box<RawValue>>; N]> {
+    Ok(match json::object_members(text, keys) {
+        Ok(found) => found.map(|r| r.map(|r| json::raw_value(r.get()))),
+        Err(_) => {
+            let object = members(entry, text)?;
+            keys.map(|k| member(&object, k))
+        }
+    })
+}
+
 /// The state pi derives from the whole path: thinking level, model, active tools.
 #[allow(clippy::type_complexity)]
 fn derive_state(
@@ -121,31 +152,38 @@ fn derive_state(
     let mut thinking = Some(json::raw_value("\"off\""));
     let mut model = None;
     let mut tools = None;
-    for entry in path {
+    // Only the last thinking level and the last model count: the entries
+    // that set them are found from their facts, and only they are parsed
+    // (a long context has thousands of assistant messages).
+    let is_assistant = |e: &Entry| {
+        *e.entry_type() == EntryType::Message && e.facts().role.as_deref() == Some("assistant")
+    };
+    let last_thinking = path
+        .iter()
+        .rposition(|e| *e.entry_type() == EntryType::ThinkingLevelChange);
+    let last_model = path
+        .iter()
+        .rposition(|e| *e.entry_type() == EntryType::ModelChange || is_assistant(e));
+    for (i, entry) in path.iter().enumerate() {
         match entry.entry_type() {
-            EntryType::ThinkingLevelChange => {
-                thinking = member(&members(entry, entry.json())?, "thinkingLevel");
+            EntryType::ThinkingLevelChange if Some(i) == last_thinking => {
+                let [level] = members_of(entry, entry.json(), ["thinkingLevel"])?;
+                thinking = level;
             }
-            EntryType::ModelChange => {
-                let m = members(entry, entry.json())?;
-                model = Some(ModelRef {
-                    provider: member(&m, "provider"),
-                    model_id: member(&m, "modelId"),
-                });
+            EntryType::ModelChange if Some(i) == last_model => {
+                let [provider, model_id] =
+                    members_of(entry, entry.json(), ["provider", "modelId"])?;
+                model = Some(ModelRef { provider, model_id });
             }
             EntryType::Message if entry.facts().message_missing => {
                 return Err(message_missing(entry.id()))
             }
-            EntryType::Message if entry.facts().role.as_deref() == Some("assistant") => {
-                let m = members(entry, entry.json())?;
-                let msg = match m.get("message") {
-                    Some(raw) => Some(members(entry, raw.get())?),
-                    None => None,
+            EntryType::Message if Some(i) == last_model => {
+                let [provider, model_id] = match message_of(entry)? {
+                    Some(raw) => members_of(entry, raw.get(), ["provider", "model"])?,
+                    None => [None, None],
                 };
-                model = Some(ModelRef {
-                    provider: msg.as_ref().and_then(|x| member(x, "provider")),
-                    model_id: msg.as_ref().and_then(|x| member(x, "model")),
-                });
+                model = Some(ModelRef { provider, model_id });
             }
             EntryType::ActiveToolsChange => {
                 let m = members(entry, entry.json())?;
@@ -235,13 +273,10 @@ fn entry_messages(
             .map_err(|_| Error::InvalidEntry(format!("Entry {} is not an object", entry.id())))
     };
     Ok(match entry.entry_type() {
-        EntryType::Message => {
-            let o = obj()?;
-            match o.get("message") {
-                Some(m) if m.get() != "null" => vec![raw_value(m.get())],
-                _ => return Err(message_missing(entry.id())),
-            }
-        }
+        EntryType::Message => match message_of(entry)? {
+            Some(m) if m.get() != "null" => vec![m],
+            _ => return Err(message_missing(entry.id())),
+        },
         EntryType::CustomMessage => {
             let o = obj()?;
             let mut w = ObjectWriter::new();

@@ -122,6 +122,10 @@ pub struct EntryFacts {
     pub message_missing: bool,
     /// The usage this entry counts towards statistics, if it counts.
     pub usage: Option<Usage>,
+    /// Where the value of the `message` member sits in the entry's text, when
+    /// the facts were read from that text in one pass (context building then
+    /// hands it out without parsing the entry again).
+    pub message_span: Option<std::ops::Range<usize>>,
 }
 
 impl EntryFacts {
@@ -155,6 +159,7 @@ impl EntryFacts {
             role: None,
             message_missing: false,
             usage: None,
+            message_span: None,
         }
     }
 
@@ -473,7 +478,14 @@ fn parse_facts(text: &str) -> Result<EntryFacts, EntryProblem> {
         };
     }
     if let Some(probe) = probe_object::<Probe>(text)? {
-        return facts_from_probe(&probe);
+        let mut facts = facts_from_probe(&probe)?;
+        facts.message_span = probe.message.raw().and_then(|raw| {
+            // The probe borrows from `text`: the member's offset in it.
+            let start = (raw.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+            let span = start..start + raw.len();
+            (text.get(span.clone()) == Some(raw)).then_some(span)
+        });
+        return Ok(facts);
     }
     let obj = json::OrderedObject::parse(text).map_err(|_| EntryProblem::NotJson)?;
     let mut dedup = json::OrderedObject::default();

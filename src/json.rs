@@ -133,6 +133,60 @@ pub fn replace_lone_surrogates(text: &str) -> Option<String> {
     Some(out)
 }
 
+/// The raw values of the last members named `keys` (JSON's last-wins rule)
+/// of the object `text`, found in one pass that builds nothing: what
+/// [`OrderedObject::get`] answers, without a key or value allocated (but
+/// for keys written with escapes). Fails where [`OrderedObject::parse`]
+/// may still succeed (lone surrogates): callers fall back to it.
+pub fn object_members<'a, const N: usize>(
+    text: &'a str,
+    keys: [&str; N],
+) -> serde_json::Result<[Option<&'a RawValue>; N]> {
+    struct Finder<'k, const N: usize>([&'k str; N]);
+    impl<'de, const N: usize> Visitor<'de> for Finder<'_, N> {
+        type Value = [Option<&'de RawValue>; N];
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = [None; N];
+            while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                match self.0.iter().position(|k| *k == key) {
+                    Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
+                    None => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(found)
+        }
+    }
+    /// A key, borrowed from the text unless it has escapes.
+    struct Key<'a>(std::borrow::Cow<'a, str>);
+    impl<'de> Deserialize<'de> for Key<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct KeyVisitor;
+            impl<'de> Visitor<'de> for KeyVisitor {
+                type Value = Key<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a key")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                    Ok(Key(std::borrow::Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                    Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+                }
+            }
+            d.deserialize_str(KeyVisitor)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = de.deserialize_map(Finder(keys))?;
+    de.end()?;
+    Ok(found)
+}
+
 /// A JSON object as an ordered list of keys and raw values, for editing an
 /// object without reordering its keys or respelling its values.
 #[derive(Debug, Default)]
@@ -509,6 +563,32 @@ pub fn raw_value(text: &str) -> Box<RawValue> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn object_members_answer_as_the_ordered_object_does() {
+        for text in [
+            r#"{"a":1,"message":{"role":"user"},"b":[1,{"message":2}]}"#,
+            r#"{"message":1,"message":{"x":"\\u00e9"}}"#,
+            r#"{"mess\u0061ge":"escaped key","other":null}"#,
+            r#"{"b":true}"#,
+            r#"{}"#,
+        ] {
+            let ordered = super::OrderedObject::parse(text).unwrap();
+            let [message, b] = super::object_members(text, ["message", "b"]).unwrap();
+            assert_eq!(
+                message.map(|r| r.get()),
+                ordered.get("message").map(|r| r.get()),
+                "{text}"
+            );
+            assert_eq!(
+                b.map(|r| r.get()),
+                ordered.get("b").map(|r| r.get()),
+                "{text}"
+            );
+        }
+        assert!(super::object_members("[1]", ["a"]).is_err());
+        assert!(super::object_members("{\"a\":1} x", ["a"]).is_err());
+    }
+
     use super::*;
 
     #[test]

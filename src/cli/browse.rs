@@ -215,6 +215,12 @@ pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
 pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let session = Session::new(target::open_for_reading(cli, &args.session)?);
     let ctx = session.build_context(args.from.as_deref())?;
+    if cli.json {
+        // The JSON is the stored text passed through, never re-parsed: a
+        // message nested deeper than a parser's recursion limit comes out
+        // exactly as stored; the readable form is not made at all.
+        return Ok(Report::raw(ctx.to_json_text(), String::new()));
+    }
     let cwd = session.storage().metadata()?.cwd;
     // Readable forms of the stored JSON (strings unquoted).
     let show =
@@ -250,8 +256,6 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
         let (role, body) = context_line(raw, cwd.as_deref());
         text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
-    // The JSON is the stored text passed through, never re-parsed: a message
-    // nested deeper than a parser's recursion limit comes out exactly as stored.
     Ok(Report::raw(ctx.to_json_text(), text))
 }
 

@@ -14,10 +14,10 @@
 //!    [`Ranking`] computes it from FTS5's own totals and token counts with
 //!    each query token counted once per text.
 
-use crate::search::{fts_query, query_parts, searchable_text, QueryPart};
 use super::sql;
 use crate::entry::Entry;
 use crate::error::Result;
+use crate::search::{fts_query, query_parts, searchable_text, QueryPart};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::cell::RefCell;
 
