@@ -51,7 +51,7 @@ const nMoves = Number(opt("--moves", "200"));
 
 /** A Node able to run pi's SQLite store (node:sqlite needs >= 22.19), or why there is none. */
 function piSqlite() {
-  if (args.includes("--no-pi-sqlite")) return { skipped: "--no-pi-sqlite" };
+  if (args.includes("--no-pi-sqlite")) return { skipped: "left out (--no-pi-sqlite)" };
   const dir = resolve(repoRoot, "benches", "pi-anchor", "sqlite");
   if (!existsSync(join(dir, "node_modules", "@earendil-works", "pi-session-backend-sqlite-node"))) {
     return { skipped: `pi's SQLite store is not installed (npm ci in ${dir})` };
@@ -145,6 +145,7 @@ for (const size of sizes) {
     const moveIds = pick(ids.slice(Math.floor(ids.length / 2)), nMoves);
 
     for (const [name, side] of Object.entries(sides)) {
+      console.error(`bench: ${name} @ ${size}`);
       // Cold resume.
       const resume = [];
       let messages = 0;
@@ -186,6 +187,7 @@ for (const size of sizes) {
 
     // pi's own SQLite store, same file, same entries.
     if (sqlite.node) {
+      console.error(`bench: pi-sqlite @ ${size}`);
       const piJsonl = await sides["pi-jsonl"].open();
       const leaf = await piJsonl.getLeafId();
       await piJsonl.close?.();
