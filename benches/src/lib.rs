@@ -1,13 +1,15 @@
 //! sessiontree's benchmark harness, outside the product: the workload
 //! generator ([`gen`]), the measured operations over every backend ([`ops`]),
 //! the naive SQL designs they are compared with ([`naive`]), and the bench
-//! report ([`report`]) with its peers and whole-process figures ([`peers`]).
+//! report ([`report`]) with its peers and whole-process figures ([`peers`],
+//! the Node binding's bench run from [`node_binding`]).
 //! The `sessiontree-bench` binary runs the report and
 //! the generator; `cargo bench` runs the criterion benches over [`ops`].
 
 pub mod gen;
 pub mod gen_command;
 pub mod naive;
+pub mod node_binding;
 pub mod ops;
 pub mod peers;
 pub mod report;

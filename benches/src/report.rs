@@ -51,7 +51,9 @@ pub struct BenchArgs {
     /// Seed of the generated data.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Also time pi itself (node + `@earendil-works/pi-agent-core`) on the same files.
+    /// Also time pi itself (node + `@earendil-works/pi-agent-core`) on the same
+    /// files, pi's SQLite store, and the Node binding (`bindings/node`, its
+    /// `npm run bench` beside pi's JSONL and SQLite storages).
     #[arg(long)]
     pub pi: bool,
     /// The pi anchor's directory (default: this crate's `benches/pi-anchor`).
@@ -780,6 +782,19 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         }
     }
 
+    // The Node binding from Node, beside pi's storages, in its own run.
+    let node_binding = if args.pi {
+        crate::node_binding::run(node24.as_ref(), &sizes, args.quick)
+    } else {
+        json!({"skipped": "no --pi"})
+    };
+    if let Some(why) = node_binding["skipped"]
+        .as_str()
+        .or(node_binding["error"].as_str())
+    {
+        progress(&format!("Node binding: {why}"));
+    }
+
     // Import of the real pi files (`../shared/fixtures/pi-sessions` beside the repository).
     let mut import_real = Value::Null;
     if ops.contains(&"import") {
@@ -907,6 +922,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         "rss": rss,
         "pi": pi,
         "pi_sqlite": pi_sqlite,
+        "node_binding": node_binding,
         "import_real": import_real,
         "processes": proc_rows.iter().map(row_json).collect::<Vec<_>>(),
         "process_notes": proc_notes,
@@ -917,6 +933,9 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     let mut text = render_text(&report, &rows);
     text.push_str(&render_shapes(&shape_rows));
     text.push_str(&render_peers(&report, &proc_rows));
+    if args.pi {
+        text.push_str(&crate::node_binding::render(&report["node_binding"]));
+    }
     let write = |name: &str, body: &str| -> Result<()> {
         let p = args.out.join(name);
         std::fs::write(&p, body).map_err(|e| Error::io(format!("writing {}", p.display()), e))

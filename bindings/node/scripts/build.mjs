@@ -2,7 +2,7 @@
 // it beside index.js as `sessiontree.node`. SESSIONTREE_NODE_PROFILE=debug
 // builds the debug profile instead; CARGO_TARGET_DIR is honoured.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, existsSync } from "node:fs";
+import { copyFileSync, existsSync, renameSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -24,4 +24,8 @@ if (!existsSync(from)) {
   console.error(`the built addon is not at ${from}`);
   process.exit(1);
 }
-copyFileSync(from, join(pkg, "sessiontree.node"));
+// A copy then a rename: copying onto the file in place would rewrite pages a
+// running Node process has mapped (a bench or test using the addon crashes).
+const tmp = join(pkg, `.sessiontree.node.${process.pid}`);
+copyFileSync(from, tmp);
+renameSync(tmp, join(pkg, "sessiontree.node"));
