@@ -8,12 +8,22 @@ use super::Cli;
 use sessiontree::backend::postgres::{is_postgres_url, PgArchive};
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::convert::{export_storage_to_file, ExportOutcome};
-use sessiontree::listing::{ListQuery, SearchFilter, SearchHit, SessionSummary};
+use sessiontree::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 use sessiontree::{Error, Result, SessionStorage};
 use std::path::{Path, PathBuf};
 
 /// The commands that work on a team archive (the others need an SQLite file).
-pub const ON_POSTGRES: &[&str] = &["ls", "search", "rpc", "export", "completions"];
+pub const ON_POSTGRES: &[&str] = &[
+    "ls",
+    "search",
+    "rpc",
+    "export",
+    "completions",
+    "branch",
+    "context",
+    "history",
+    "stats",
+];
 
 /// `--db` (else `SESSIONTREE_DB`) when it is a PostgreSQL URL.
 pub fn postgres_url(cli: &Cli) -> Option<String> {
@@ -51,7 +61,25 @@ pub fn open_for_reading(cli: &Cli) -> Result<Db> {
     }
 }
 
+/// Opens the archive `--db` names to write to it (an SQLite file is created
+/// if needed, as the SQLite-only commands always did).
+pub fn open_for_writing(cli: &Cli) -> Result<Db> {
+    match postgres_url(cli) {
+        Some(url) => open_postgres(cli, &url).map(Db::Postgres),
+        None => super::open_archive(cli).map(Db::Sqlite),
+    }
+}
+
 impl Db {
+    /// Deletes a session and everything derived from it, in one transaction;
+    /// refuses a session a live writer holds.
+    pub fn delete_session(&self, id: &str) -> Result<()> {
+        match self {
+            Db::Sqlite(a) => a.delete_session(id),
+            Db::Postgres(a) => a.delete_session(id),
+        }
+    }
+
     /// Sessions newest first, filtered and paged.
     pub fn list(&self, q: &ListQuery) -> Result<Vec<SessionSummary>> {
         match self {
@@ -87,6 +115,14 @@ impl Db {
         match self {
             Db::Sqlite(a) => a.search_page(query, filter, limit, offset),
             Db::Postgres(a) => a.search_page(query, filter, limit, offset),
+        }
+    }
+
+    /// Totals over every session, for `stats`.
+    pub fn totals(&self) -> Result<ArchiveTotals> {
+        match self {
+            Db::Sqlite(a) => a.totals(),
+            Db::Postgres(a) => a.totals(),
         }
     }
 

@@ -326,7 +326,17 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Search(_)
         | Command::Rpc(_)
         | Command::Export(_)
-        | Command::Completions(_) => return None,
+        | Command::Completions(_)
+        | Command::Branch(_)
+        | Command::Context(_)
+        | Command::History(_)
+        | Command::Stats(_)
+        | Command::Label(_)
+        | Command::Name(_)
+        | Command::Move(_)
+        | Command::Fork(_)
+        | Command::Delete(_)
+        | Command::Tree(_) => return None,
         Command::Sync(_) => {
             let explicit = cli.db.as_ref().map(|p| p.to_string_lossy().into_owned());
             return explicit
@@ -334,17 +344,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
                 .map(|_| Error::Usage("sync reads a local archive: --db names an SQLite file here, --to the team archive".into()));
         }
         Command::Import(_) => "import",
-        Command::Tree(_) => "tree",
-        Command::Branch(_) => "branch",
-        Command::Context(_) => "context",
-        Command::History(_) => "history",
-        Command::Stats(_) => "stats",
-        Command::Fork(_) => "fork",
-        Command::Label(_) => "label",
-        Command::Name(_) => "name",
-        Command::Move(_) => "move",
         Command::Check(_) => "check",
-        Command::Delete(_) => "delete",
         Command::Compact(_) => "compact",
         Command::Sql(_) => "sql",
     };

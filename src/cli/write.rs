@@ -7,6 +7,7 @@ use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{export_path, session_file_name};
+use sessiontree::repo::postgres::PgRepo;
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
@@ -236,20 +237,32 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
     if let SessionRef::File(_) = SessionRef::parse(&args.session) {
         return fork_file(cli, args);
     }
-    let archive = super::open_archive(cli)?;
-    let id = archive.resolve_session(&args.session)?;
-    let mut repo = SqliteRepo::new(archive);
+    let db = super::db::open_for_writing(cli)?;
     let source = SessionMetadata {
-        id,
+        id: db.resolve_session(&args.session)?,
         ..SessionMetadata::default()
     };
-    let forked = repo.fork(&source, &fork_options(args, None))?;
-    let new_id = forked.storage().id().to_owned();
-    let count = sessiontree::SessionStorage::entry_count(forked.storage())?;
+    let options = fork_options(args, None);
+    let (new_id, count) = match db {
+        super::db::Db::Sqlite(a) => forked(&mut SqliteRepo::new(a), &source, &options)?,
+        super::db::Db::Postgres(a) => forked(&mut PgRepo::new(a), &source, &options)?,
+    };
     Ok(Report::new(
         json!({"session": new_id, "entries": count, "path": null}),
         format!("forked into {new_id} ({count} entries)\n"),
     ))
+}
+
+/// Forks `source` in `repo`: the new session's id and entry count.
+fn forked<R: SessionRepo>(
+    repo: &mut R,
+    source: &SessionMetadata,
+    options: &ForkOptions,
+) -> Result<(String, usize)> {
+    use sessiontree::SessionStorage;
+    let forked = repo.fork(source, options)?;
+    let storage = forked.storage();
+    Ok((storage.metadata()?.id, storage.entry_count()?))
 }
 
 /// Arguments of `label`.
@@ -452,7 +465,7 @@ pub struct DeleteArgs {
 /// `delete`: each session in its own transaction; one that cannot be deleted
 /// (unknown, held by a writer) is reported and the others go on (exit 2).
 pub fn delete(cli: &Cli, args: &DeleteArgs) -> Result<Report> {
-    let archive = super::open_archive(cli)?;
+    let archive = super::db::open_for_writing(cli)?;
     let mut deleted = Vec::new();
     let mut failed = Vec::new();
     let mut text = String::new();
