@@ -336,7 +336,8 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Move(_)
         | Command::Fork(_)
         | Command::Delete(_)
-        | Command::Tree(_) => return None,
+        | Command::Tree(_)
+        | Command::Check(_) => return None,
         Command::Sync(_) => {
             let explicit = cli.db.as_ref().map(|p| p.to_string_lossy().into_owned());
             return explicit
@@ -344,7 +345,6 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
                 .map(|_| Error::Usage("sync reads a local archive: --db names an SQLite file here, --to the team archive".into()));
         }
         Command::Import(_) => "import",
-        Command::Check(_) => "check",
         Command::Compact(_) => "compact",
         Command::Sql(_) => "sql",
     };

@@ -3,6 +3,7 @@
 use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
@@ -356,6 +357,9 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     if let Some(SessionRef::File(path)) = args.session.as_deref().map(SessionRef::parse) {
         return check_file(&path);
     }
+    if let Some(url) = super::db::postgres_url(cli) {
+        return check_team(cli, &super::db::open_postgres(cli, &url)?, args);
+    }
     let archive = super::open_existing_archive(cli)?;
     let id = args
         .session
@@ -378,6 +382,36 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     text.push_str(&cache_text);
     let mut report = Report::new(
         json!({"ok": problems.is_empty(), "problems": problems, "cache": cache_json}),
+        text,
+    );
+    if !problems.is_empty() {
+        report.status = super::exit::CHECK_PROBLEMS;
+    }
+    Ok(report)
+}
+
+/// `check` of a team archive: each session's branch reads and maintained
+/// facts against a rebuild from its log (PostgreSQL checks its own pages).
+fn check_team(cli: &Cli, archive: &PgArchive, args: &CheckArgs) -> Result<Report> {
+    let id = args
+        .session
+        .as_deref()
+        .map(|s| archive.resolve_session(s))
+        .transpose()?;
+    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
+    let problems = archive.check_with_progress(id.as_deref(), &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let problems = problems?;
+    let text = if problems.is_empty() {
+        "ok: every path read from the branch cache equals the walk of the log, and every session's leaf, name, statistics and labels equal a replay\n".to_owned()
+    } else {
+        problems.iter().map(|p| format!("problem: {p}\n")).collect()
+    };
+    let mut report = Report::new(
+        json!({"ok": problems.is_empty(), "problems": problems}),
         text,
     );
     if !problems.is_empty() {
