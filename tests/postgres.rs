@@ -1,7 +1,10 @@
 //! The team archive on PostgreSQL beyond the shared suites: `sync --to`
 //! (exact copies, idempotence, resumption after kill -9, concurrent syncs),
 //! the writer claim held across processes (two machines simulated by two
-//! processes), search through the GIN index, and the CLI on a team archive.
+//! processes), search through the GIN index, and the CLI on a team archive:
+//! every command's output compared with its output on the SQLite archive the
+//! team archive was synced from, writes refused under another writer's claim,
+//! and `check` finding damage planted in the cache and the session rows.
 //! Everything runs against the test server (`SESSIONTREE_TEST_PG`, started by
 //! `.ci/pg-cluster`); without one each test says it is skipped.
 
@@ -401,6 +404,9 @@ fn commands_that_need_an_sqlite_archive_refuse_a_url_and_create_nothing() {
         assert_eq!(status, 2, "{args:?}: {v}");
         assert_eq!(v["error"]["code"], json!("usage"));
     }
+    let (v, _) = cli_json(&["--db", &url, "import"]);
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("sync --to"), "{message}");
     assert!(!Path::new("postgres:").exists());
 }
 
@@ -616,8 +622,20 @@ fn a_write_command_refuses_a_session_another_process_writes() {
         &["delete", "ffae836b"],
     ] {
         let (out, status) = on(&url, args, true);
-        assert_ne!(status, 0, "{args:?}: {out}");
-        assert!(out.contains("\"code\""), "{args:?}: {out}");
+        let v: Value = serde_json::from_str(out.trim()).expect("JSON");
+        // `delete` reports each session it could not delete and exits 2.
+        let (error, expected) = match args[0] {
+            "delete" => (&v["failed"][0], 2),
+            _ => (&v["error"], 7),
+        };
+        assert_eq!(status, expected, "{args:?}: {out}");
+        assert_eq!(error["code"], json!("storage"), "{args:?}: {out}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("already open for writing")),
+            "{args:?}: {out}"
+        );
     }
     assert_eq!(path_ids(&url, "ffae836b").0, path, "nothing was written");
     drop(held);

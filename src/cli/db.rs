@@ -12,19 +12,6 @@ use sessiontree::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, Se
 use sessiontree::{Error, Result, SessionStorage};
 use std::path::{Path, PathBuf};
 
-/// The commands that work on a team archive (the others need an SQLite file).
-pub const ON_POSTGRES: &[&str] = &[
-    "ls",
-    "search",
-    "rpc",
-    "export",
-    "completions",
-    "branch",
-    "context",
-    "history",
-    "stats",
-];
-
 /// `--db` (else `SESSIONTREE_DB`) when it is a PostgreSQL URL.
 pub fn postgres_url(cli: &Cli) -> Option<String> {
     let given = cli
@@ -161,10 +148,15 @@ impl Db {
     }
 }
 
-/// The refusal of a command that needs an SQLite archive, given a URL.
+/// The refusal of a command about the local SQLite file itself, given a
+/// URL: what to use on a team archive instead.
 pub fn sqlite_only(command: &str) -> Error {
+    let instead = match command {
+        "import" => "to fill a team archive, use `sessiontree sync --to URL [PATH…]`",
+        "sql" => "on a team archive, use `psql` (the tables are in schema/postgres/)",
+        _ => "a team archive is maintained by its server (VACUUM, autovacuum)",
+    };
     Error::Usage(format!(
-        "`{command}` works on an SQLite archive only; on a PostgreSQL archive: {} (and `sync --to` fills one)",
-        ON_POSTGRES.join(", ")
+        "`{command}` works on a local SQLite archive only; {instead}"
     ))
 }

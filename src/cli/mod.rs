@@ -24,8 +24,8 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(name = "sessiontree", version, about, long_about = None)]
 pub struct Cli {
-    /// The archive: an SQLite file, or a team archive `postgres://…` (ls,
-    /// search, rpc, export); default `$SESSIONTREE_DB`, else
+    /// The archive: an SQLite file, or a team archive `postgres://…` (every
+    /// command but import, compact and sql); default `$SESSIONTREE_DB`, else
     /// `$XDG_DATA_HOME/sessiontree/archive.db` (`~/.local/share/sessiontree/archive.db`).
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
@@ -318,8 +318,9 @@ pub fn run() -> i32 {
     }
 }
 
-/// The refusal of a command that needs an SQLite archive when `--db` (or
-/// `SESSIONTREE_DB`) names a team archive; `sync` reads only an explicit `--db`.
+/// The refusal of a command about the local SQLite file (import, compact,
+/// sql) when `--db` (or `SESSIONTREE_DB`) names a team archive; `sync`
+/// reads only an explicit `--db`.
 fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
     let name = match &cli.command {
         Command::Ls(_)
