@@ -1,7 +1,10 @@
 //! The team archive on PostgreSQL beyond the shared suites: `sync --to`
 //! (exact copies, idempotence, resumption after kill -9, concurrent syncs),
 //! the writer claim held across processes (two machines simulated by two
-//! processes), search through the GIN index, and the CLI on a team archive.
+//! processes), search through the GIN index, and the CLI on a team archive:
+//! every command's output compared with its output on the SQLite archive the
+//! team archive was synced from, writes refused under another writer's claim,
+//! and `check` finding damage planted in the cache and the session rows.
 //! Everything runs against the test server (`SESSIONTREE_TEST_PG`, started by
 //! `.ci/pg-cluster`); without one each test says it is skipped.
 
@@ -394,12 +397,303 @@ fn commands_that_need_an_sqlite_archive_refuse_a_url_and_create_nothing() {
         return;
     };
     let url = team.schema_url();
-    for args in [&["tree", "x"][..], &["import"], &["stats"], &["check"]] {
+    for args in [&["import"][..], &["compact"], &["sql", "SELECT 1"]] {
         let mut all = vec!["--db", url.as_str()];
         all.extend_from_slice(args);
         let (v, status) = cli_json(&all);
         assert_eq!(status, 2, "{args:?}: {v}");
         assert_eq!(v["error"]["code"], json!("usage"));
     }
+    let (v, _) = cli_json(&["--db", &url, "import"]);
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("sync --to"), "{message}");
     assert!(!Path::new("postgres:").exists());
+}
+
+/// Runs the binary on `db` (text output, or `--json`): stdout and exit status.
+fn on(db: &str, args: &[&str], json: bool) -> (String, i32) {
+    let mut all = vec!["--db", db];
+    all.extend_from_slice(args);
+    if json {
+        all.push("--json");
+    }
+    let out = run_cli(all);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// Asserts that `args` prints the same text and the same JSON on both archives.
+fn same_on_both(local: &str, team: &str, args: &[&str]) {
+    for json in [false, true] {
+        let (ours, status) = on(local, args, json);
+        assert_eq!(status, 0, "{args:?} on SQLite: {ours}");
+        assert_eq!(
+            (ours, status),
+            on(team, args, json),
+            "{args:?} (json {json}): SQLite vs PostgreSQL"
+        );
+    }
+}
+
+/// The local archive and a team copy of it (by `sync`), or `None` when skipped.
+fn synced_pair(dir: &Path) -> Option<(pg::TempArchive, PathBuf)> {
+    let team = pg::TempArchive::new()?;
+    let Some(db) = fixture_archive(dir) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return None;
+    };
+    let (v, status) = cli_json(&["--db", s(&db), "sync", "--to", &team.schema_url()]);
+    assert_eq!(status, 0, "{v}");
+    Some((team, db))
+}
+
+/// The ids of the active path's entries, and of its user messages.
+fn path_ids(db: &str, session: &str) -> (Vec<String>, Vec<String>) {
+    let (v, status) = cli_json(&["--db", db, "branch", session]);
+    assert_eq!(status, 0, "{v}");
+    let entries = v["entries"].as_array().expect("entries").clone();
+    let id = |e: &Value| e["id"].as_str().expect("id").to_owned();
+    let users = entries
+        .iter()
+        .filter(|e| e["type"] == "message" && e["message"]["role"] == "user")
+        .map(id)
+        .collect();
+    (entries.iter().map(id).collect(), users)
+}
+
+#[test]
+fn read_commands_print_the_same_on_postgres_as_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, db)) = synced_pair(dir.path()) else {
+        return;
+    };
+    let (local, url) = (s(&db), team.schema_url());
+    same_on_both(local, &url, &["stats"]);
+    for summary in Archive::open(&db, Durability::Relaxed)
+        .expect("local")
+        .list(&Default::default())
+        .expect("list")
+    {
+        let id = summary.metadata.id;
+        let prefix = &id[..8];
+        let (path, _) = path_ids(local, &id);
+        let middle = &path[path.len() / 2];
+        for args in [
+            &["branch", prefix][..],
+            &["branch", &id, "--from", middle],
+            &["context", prefix],
+            &["context", &id, "--from", middle],
+            &["history", prefix],
+            &["stats", prefix],
+            &["tree", prefix],
+            &["tree", prefix, "--all"],
+        ] {
+            same_on_both(local, &url, args);
+        }
+    }
+    for missing in [&["branch", "zzzz"][..], &["tree", "zzzz"]] {
+        let (v, status) = cli_json(&[&["--db", url.as_str()][..], missing].concat());
+        assert_eq!(
+            (status, &v["error"]["code"]),
+            (3, &json!("not_found")),
+            "{v}"
+        );
+    }
+}
+
+/// `history --json`: where each move went (the leaf entries' own ids and
+/// times, and a summary entry moved from, are each archive's own).
+fn moves(db: &str, session: &str) -> Vec<Value> {
+    let (v, status) = cli_json(&["--db", db, "history", session]);
+    assert_eq!(status, 0, "{v}");
+    v["moves"]
+        .as_array()
+        .expect("moves")
+        .iter()
+        .map(|m| m["to"].clone())
+        .collect()
+}
+
+#[test]
+fn write_commands_do_on_postgres_what_they_do_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, db)) = synced_pair(dir.path()) else {
+        return;
+    };
+    let (local, url) = (s(&db), team.schema_url());
+    let id = "ffae836b";
+    let (path, users) = path_ids(local, id);
+    let (earlier, user) = (&path[path.len() / 3], &users[users.len() / 2]);
+    for args in [
+        &["label", id, earlier, "an idea"][..],
+        &["name", id, "team refactor"],
+        &["move", id, earlier, "--summary", "left for later"],
+        &["move", id, "root"],
+        &["move", id, user],
+    ] {
+        let (ours, status) = on(local, args, false);
+        assert_eq!(status, 0, "{args:?}: {ours}");
+        // Compare the text where it names no new entry (a label entry's id,
+        // a summary entry as the leaf): each archive makes its own ids.
+        if args[0] != "label" && !args.contains(&"--summary") {
+            assert_eq!((ours, 0), on(&url, args, false), "{args:?}");
+        } else {
+            assert_eq!(on(&url, args, false).1, 0, "{args:?}");
+        }
+    }
+    assert_eq!(moves(local, id), moves(&url, id));
+    let texts_of = |db: &str| {
+        let (v, _) = cli_json(&["--db", db, "branch", id]);
+        v["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| json!([e["type"], e["label"], e["name"], e["summary"]]))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(texts_of(local), texts_of(&url));
+    for args in [&["stats", id][..], &["ls"], &["context", id]] {
+        same_on_both(local, &url, args);
+    }
+    // The tree, with the ids of the entries each archive wrote itself masked.
+    let tree = |db: &str| {
+        let (text, status) = on(db, &["tree", id, "--all"], false);
+        assert_eq!(status, 0, "{text}");
+        text.split_inclusive(' ')
+            .map(|w| {
+                let new_id =
+                    w.trim_end().len() == 8 && w.trim_end().bytes().all(|b| b.is_ascii_hexdigit());
+                if new_id {
+                    "ID "
+                } else {
+                    w
+                }
+            })
+            .collect::<String>()
+    };
+    assert_eq!(tree(local), tree(&url));
+
+    // fork: a new session with the same entries in both archives.
+    let fork = |db: &str| {
+        let (v, status) = cli_json(&["--db", db, "fork", id, "--entry", user]);
+        assert_eq!(status, 0, "{v}");
+        let new = v["session"].as_str().expect("new id").to_owned();
+        (v["entries"].clone(), path_ids(db, &new).0, new)
+    };
+    let (ours, theirs) = (fork(local), fork(&url));
+    assert_eq!((&ours.0, &ours.1), (&theirs.0, &theirs.1));
+    let (v, status) = cli_json(&["--db", &url, "fork", id, "--entry", earlier]);
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (6, &json!("invalid_fork_target")),
+        "{v}"
+    );
+
+    // delete: the fork goes, an unknown session is reported (exit 2).
+    let (v, status) = cli_json(&["--db", &url, "delete", &theirs.2, "zzzz"]);
+    assert_eq!(status, 2, "{v}");
+    assert_eq!(v["deleted"], json!([theirs.2]));
+    assert_eq!(v["failed"][0]["code"], json!("not_found"));
+    assert!(!team.archive.has_session(&theirs.2).expect("has"));
+    let (_, status) = on(local, &["delete", &ours.2], true);
+    assert_eq!(status, 0);
+    same_on_both(local, &url, &["ls"]);
+}
+
+#[test]
+fn a_write_command_refuses_a_session_another_process_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, _db)) = synced_pair(dir.path()) else {
+        return;
+    };
+    let url = team.schema_url();
+    let mut held = team
+        .archive
+        .open_session(&team.archive.resolve_session("ffae836b").expect("resolve"))
+        .expect("open");
+    held.claim_writer().expect("claim");
+    let (path, _) = path_ids(&url, "ffae836b");
+    for args in [
+        &["name", "ffae836b", "mine"][..],
+        &["label", "ffae836b", &path[0], "x"],
+        &["move", "ffae836b", &path[0]],
+        &["delete", "ffae836b"],
+    ] {
+        let (out, status) = on(&url, args, true);
+        let v: Value = serde_json::from_str(out.trim()).expect("JSON");
+        // `delete` reports each session it could not delete and exits 2.
+        let (error, expected) = match args[0] {
+            "delete" => (&v["failed"][0], 2),
+            _ => (&v["error"], 7),
+        };
+        assert_eq!(status, expected, "{args:?}: {out}");
+        assert_eq!(error["code"], json!("storage"), "{args:?}: {out}");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("already open for writing")),
+            "{args:?}: {out}"
+        );
+    }
+    assert_eq!(path_ids(&url, "ffae836b").0, path, "nothing was written");
+    drop(held);
+    let (out, status) = on(&url, &["name", "ffae836b", "mine"], true);
+    assert_eq!(status, 0, "{out}");
+}
+
+#[test]
+fn check_finds_a_team_archive_whole_and_reports_a_damaged_cache_or_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, _db)) = synced_pair(dir.path()) else {
+        return;
+    };
+    let url = team.schema_url();
+    for args in [&["check"][..], &["check", "ffae836b"]] {
+        let (v, status) = cli_json(&[&["--db", url.as_str()][..], args].concat());
+        assert_eq!((status, &v["ok"]), (0, &json!(true)), "{args:?}: {v}");
+    }
+    let mut conn = team.archive.conn().expect("conn");
+    // The branch cache loses its compaction stops: path reads run past them.
+    let cut = conn
+        .execute(
+            "DELETE FROM compactions
+             WHERE session_key = (SELECT session_key FROM sessions WHERE id LIKE 'ffae836b%')",
+            &[],
+        )
+        .expect("damage the cache");
+    assert!(cut > 0);
+    // A maintained fact out of step with the log in the other session.
+    conn.execute(
+        "UPDATE sessions SET message_count = message_count + 1 WHERE id LIKE 'd703a1a9%'",
+        &[],
+    )
+    .expect("damage a row");
+    drop(conn);
+    let (v, status) = cli_json(&["--db", &url, "check"]);
+    assert_eq!(status, 8, "{v}");
+    let problems: Vec<&str> = v["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("session ffae836b") && p.contains("branch cache")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("session d703a1a9") && p.contains("statistics")),
+        "{problems:?}"
+    );
+    let (v, status) = cli_json(&["--db", &url, "check", "d703a1a9"]);
+    assert_eq!(status, 8, "{v}");
+    assert!(v["problems"].as_array().expect("problems").iter().all(|p| p
+        .as_str()
+        .is_some_and(|p| p.starts_with("session d703a1a9"))));
 }

@@ -499,8 +499,7 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
         j["entries"] = json!(storage.entry_count()?);
         return Ok(Report::new(j, text));
     }
-    let archive = super::open_archive_for_reading(cli)?;
-    let totals = archive.totals()?;
+    let totals = super::db::open_for_reading(cli)?.totals()?;
     let mut text = format!(
         "{} sessions, {} entries, {} messages, {} tokens, ${:.4}\n",
         totals.sessions,

@@ -8,12 +8,9 @@ use super::Cli;
 use sessiontree::backend::postgres::{is_postgres_url, PgArchive};
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::convert::{export_storage_to_file, ExportOutcome};
-use sessiontree::listing::{ListQuery, SearchFilter, SearchHit, SessionSummary};
+use sessiontree::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 use sessiontree::{Error, Result, SessionStorage};
 use std::path::{Path, PathBuf};
-
-/// The commands that work on a team archive (the others need an SQLite file).
-pub const ON_POSTGRES: &[&str] = &["ls", "search", "rpc", "export", "completions"];
 
 /// `--db` (else `SESSIONTREE_DB`) when it is a PostgreSQL URL.
 pub fn postgres_url(cli: &Cli) -> Option<String> {
@@ -51,7 +48,25 @@ pub fn open_for_reading(cli: &Cli) -> Result<Db> {
     }
 }
 
+/// Opens the archive `--db` names to write to it (an SQLite file is created
+/// if needed, as the SQLite-only commands always did).
+pub fn open_for_writing(cli: &Cli) -> Result<Db> {
+    match postgres_url(cli) {
+        Some(url) => open_postgres(cli, &url).map(Db::Postgres),
+        None => super::open_archive(cli).map(Db::Sqlite),
+    }
+}
+
 impl Db {
+    /// Deletes a session and everything derived from it, in one transaction;
+    /// refuses a session a live writer holds.
+    pub fn delete_session(&self, id: &str) -> Result<()> {
+        match self {
+            Db::Sqlite(a) => a.delete_session(id),
+            Db::Postgres(a) => a.delete_session(id),
+        }
+    }
+
     /// Sessions newest first, filtered and paged.
     pub fn list(&self, q: &ListQuery) -> Result<Vec<SessionSummary>> {
         match self {
@@ -90,6 +105,14 @@ impl Db {
         }
     }
 
+    /// Totals over every session, for `stats`.
+    pub fn totals(&self) -> Result<ArchiveTotals> {
+        match self {
+            Db::Sqlite(a) => a.totals(),
+            Db::Postgres(a) => a.totals(),
+        }
+    }
+
     /// Entries in session `id`.
     pub fn entry_count(&self, id: &str) -> Result<usize> {
         match self {
@@ -125,10 +148,15 @@ impl Db {
     }
 }
 
-/// The refusal of a command that needs an SQLite archive, given a URL.
+/// The refusal of a command about the local SQLite file itself, given a
+/// URL: what to use on a team archive instead.
 pub fn sqlite_only(command: &str) -> Error {
+    let instead = match command {
+        "import" => "to fill a team archive, use `sessiontree sync --to URL [PATH…]`",
+        "sql" => "on a team archive, use `psql` (the tables are in schema/postgres/)",
+        _ => "a team archive is maintained by its server (VACUUM, autovacuum)",
+    };
     Error::Usage(format!(
-        "`{command}` works on an SQLite archive only; on a PostgreSQL archive: {} (and `sync --to` fills one)",
-        ON_POSTGRES.join(", ")
+        "`{command}` works on a local SQLite archive only; {instead}"
     ))
 }

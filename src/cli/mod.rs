@@ -24,8 +24,8 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(name = "sessiontree", version, about, long_about = None)]
 pub struct Cli {
-    /// The archive: an SQLite file, or a team archive `postgres://…` (ls,
-    /// search, rpc, export); default `$SESSIONTREE_DB`, else
+    /// The archive: an SQLite file, or a team archive `postgres://…` (every
+    /// command but import, compact and sql); default `$SESSIONTREE_DB`, else
     /// `$XDG_DATA_HOME/sessiontree/archive.db` (`~/.local/share/sessiontree/archive.db`).
     #[arg(long, global = true)]
     pub db: Option<PathBuf>,
@@ -318,15 +318,27 @@ pub fn run() -> i32 {
     }
 }
 
-/// The refusal of a command that needs an SQLite archive when `--db` (or
-/// `SESSIONTREE_DB`) names a team archive; `sync` reads only an explicit `--db`.
+/// The refusal of a command about the local SQLite file (import, compact,
+/// sql) when `--db` (or `SESSIONTREE_DB`) names a team archive; `sync`
+/// reads only an explicit `--db`.
 fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
     let name = match &cli.command {
         Command::Ls(_)
         | Command::Search(_)
         | Command::Rpc(_)
         | Command::Export(_)
-        | Command::Completions(_) => return None,
+        | Command::Completions(_)
+        | Command::Branch(_)
+        | Command::Context(_)
+        | Command::History(_)
+        | Command::Stats(_)
+        | Command::Label(_)
+        | Command::Name(_)
+        | Command::Move(_)
+        | Command::Fork(_)
+        | Command::Delete(_)
+        | Command::Tree(_)
+        | Command::Check(_) => return None,
         Command::Sync(_) => {
             let explicit = cli.db.as_ref().map(|p| p.to_string_lossy().into_owned());
             return explicit
@@ -334,17 +346,6 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
                 .map(|_| Error::Usage("sync reads a local archive: --db names an SQLite file here, --to the team archive".into()));
         }
         Command::Import(_) => "import",
-        Command::Tree(_) => "tree",
-        Command::Branch(_) => "branch",
-        Command::Context(_) => "context",
-        Command::History(_) => "history",
-        Command::Stats(_) => "stats",
-        Command::Fork(_) => "fork",
-        Command::Label(_) => "label",
-        Command::Name(_) => "name",
-        Command::Move(_) => "move",
-        Command::Check(_) => "check",
-        Command::Delete(_) => "delete",
         Command::Compact(_) => "compact",
         Command::Sql(_) => "sql",
     };

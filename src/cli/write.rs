@@ -3,10 +3,12 @@
 use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{export_path, session_file_name};
+use sessiontree::repo::postgres::PgRepo;
 use sessiontree::repo::sqlite::SqliteRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
@@ -236,20 +238,32 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
     if let SessionRef::File(_) = SessionRef::parse(&args.session) {
         return fork_file(cli, args);
     }
-    let archive = super::open_archive(cli)?;
-    let id = archive.resolve_session(&args.session)?;
-    let mut repo = SqliteRepo::new(archive);
+    let db = super::db::open_for_writing(cli)?;
     let source = SessionMetadata {
-        id,
+        id: db.resolve_session(&args.session)?,
         ..SessionMetadata::default()
     };
-    let forked = repo.fork(&source, &fork_options(args, None))?;
-    let new_id = forked.storage().id().to_owned();
-    let count = sessiontree::SessionStorage::entry_count(forked.storage())?;
+    let options = fork_options(args, None);
+    let (new_id, count) = match db {
+        super::db::Db::Sqlite(a) => forked(&mut SqliteRepo::new(a), &source, &options)?,
+        super::db::Db::Postgres(a) => forked(&mut PgRepo::new(a), &source, &options)?,
+    };
     Ok(Report::new(
         json!({"session": new_id, "entries": count, "path": null}),
         format!("forked into {new_id} ({count} entries)\n"),
     ))
+}
+
+/// Forks `source` in `repo`: the new session's id and entry count.
+fn forked<R: SessionRepo>(
+    repo: &mut R,
+    source: &SessionMetadata,
+    options: &ForkOptions,
+) -> Result<(String, usize)> {
+    use sessiontree::SessionStorage;
+    let forked = repo.fork(source, options)?;
+    let storage = forked.storage();
+    Ok((storage.metadata()?.id, storage.entry_count()?))
 }
 
 /// Arguments of `label`.
@@ -343,6 +357,9 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     if let Some(SessionRef::File(path)) = args.session.as_deref().map(SessionRef::parse) {
         return check_file(&path);
     }
+    if let Some(url) = super::db::postgres_url(cli) {
+        return check_team(cli, &super::db::open_postgres(cli, &url)?, args);
+    }
     let archive = super::open_existing_archive(cli)?;
     let id = args
         .session
@@ -365,6 +382,36 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     text.push_str(&cache_text);
     let mut report = Report::new(
         json!({"ok": problems.is_empty(), "problems": problems, "cache": cache_json}),
+        text,
+    );
+    if !problems.is_empty() {
+        report.status = super::exit::CHECK_PROBLEMS;
+    }
+    Ok(report)
+}
+
+/// `check` of a team archive: each session's branch reads and maintained
+/// facts against a rebuild from its log (PostgreSQL checks its own pages).
+fn check_team(cli: &Cli, archive: &PgArchive, args: &CheckArgs) -> Result<Report> {
+    let id = args
+        .session
+        .as_deref()
+        .map(|s| archive.resolve_session(s))
+        .transpose()?;
+    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
+    let problems = archive.check_with_progress(id.as_deref(), &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let problems = problems?;
+    let text = if problems.is_empty() {
+        "ok: every path read from the branch cache equals the walk of the log, and every session's leaf, name, statistics and labels equal a replay\n".to_owned()
+    } else {
+        problems.iter().map(|p| format!("problem: {p}\n")).collect()
+    };
+    let mut report = Report::new(
+        json!({"ok": problems.is_empty(), "problems": problems}),
         text,
     );
     if !problems.is_empty() {
@@ -452,7 +499,7 @@ pub struct DeleteArgs {
 /// `delete`: each session in its own transaction; one that cannot be deleted
 /// (unknown, held by a writer) is reported and the others go on (exit 2).
 pub fn delete(cli: &Cli, args: &DeleteArgs) -> Result<Report> {
-    let archive = super::open_archive(cli)?;
+    let archive = super::db::open_for_writing(cli)?;
     let mut deleted = Vec::new();
     let mut failed = Vec::new();
     let mut text = String::new();

@@ -6,7 +6,9 @@ use super::writer::{metadata_at, stats_at, Appender, METADATA_COLUMNS, STATS_COL
 use super::{col, pg, stored_js_string, PgArchive};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::listing::{ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary};
+use crate::listing::{
+    ArchiveTotals, ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary,
+};
 use crate::search::{self, QueryPart};
 use ::postgres::{GenericClient, Transaction};
 
@@ -149,6 +151,41 @@ impl PgArchive {
             )
             .map_err(pg("counting sessions"))?;
         Ok(u64::try_from(col::<i64>(&r, 0)?).unwrap_or(0))
+    }
+
+    /// Totals over every session, from the maintained session rows only (as
+    /// the SQLite archive sums them; cwds ordered bytewise, as SQLite does).
+    pub fn totals(&self) -> Result<ArchiveTotals> {
+        let ctx = "summing sessions";
+        let mut conn = self.conn()?;
+        let r = conn
+            .query_one(
+                "SELECT count(*), coalesce(sum(entry_count), 0)::BIGINT,
+                        coalesce(sum(message_count), 0)::BIGINT,
+                        coalesce(sum(cached_tokens), 0), coalesce(sum(uncached_tokens), 0),
+                        coalesce(sum(total_tokens), 0), coalesce(sum(cost_total), 0)
+                 FROM sessions",
+                &[],
+            )
+            .map_err(pg(ctx))?;
+        let mut t = ArchiveTotals {
+            sessions: col(&r, 0)?,
+            entries: col(&r, 1)?,
+            stats: stats_at(&r, 2)?,
+            per_cwd: Vec::new(),
+        };
+        let rows = conn
+            .query(
+                "SELECT cwd, count(*), sum(message_count)::BIGINT, sum(cost_total) FROM sessions
+                 GROUP BY cwd ORDER BY count(*) DESC, cwd COLLATE \"C\"",
+                &[],
+            )
+            .map_err(pg(ctx))?;
+        t.per_cwd = rows
+            .iter()
+            .map(|r| Ok((col(r, 0)?, col(r, 1)?, col(r, 2)?, col(r, 3)?)))
+            .collect::<Result<_>>()?;
+        Ok(t)
     }
 
     /// Deletes a session and everything derived from it, in one transaction;

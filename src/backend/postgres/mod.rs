@@ -26,6 +26,7 @@
 
 mod archive;
 pub mod branch_cache;
+mod check;
 pub mod claim;
 mod storage;
 mod writer;
