@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::json;
 use sessiontree::backend::postgres::is_postgres_url;
 use sessiontree::{Error, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Arguments of `sync`.
 #[derive(Debug, Args)]
@@ -18,32 +18,6 @@ pub struct SyncArgs {
     /// pi session files or directories of them (recursively); without any,
     /// the sessions of the local archive (`--db`).
     pub sources: Vec<PathBuf>,
-}
-
-/// The `.jsonl` files of `path` (itself, or below it; symlinked directories not followed).
-fn jsonl_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    if meta.is_file() {
-        out.push(path.to_owned());
-        return Ok(());
-    }
-    let mut items: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| Error::io(format!("listing {}", path.display()), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    items.sort();
-    for item in items {
-        let linked = std::fs::symlink_metadata(&item).is_ok_and(|m| m.file_type().is_symlink());
-        if item.is_dir() {
-            if !linked {
-                jsonl_files(&item, out)?;
-            }
-        } else if item.extension().is_some_and(|e| e == "jsonl") {
-            out.push(item);
-        }
-    }
-    Ok(())
 }
 
 /// Runs `sync`: every session is tried; one that fails is reported and the
@@ -73,7 +47,7 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> Result<Report> {
     } else {
         let mut files = Vec::new();
         for source in &args.sources {
-            jsonl_files(source, &mut files)?;
+            sessiontree::layout::collect_jsonl_files(source, &mut files)?;
         }
         for file in files {
             match sessiontree::sync::sync_jsonl_file(&file, &target) {
