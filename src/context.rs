@@ -48,7 +48,35 @@ pub struct SessionContext {
     /// The active tools as stored, if ever set.
     pub active_tool_names: Option<Box<RawValue>>,
     /// The messages, each as exact JSON text.
-    pub messages: Vec<Box<RawValue>>,
+    pub messages: Vec<ContextMessage>,
+}
+
+/// One context message as exact JSON text: an entry's stored `message`
+/// member, shared with the entry rather than copied (a long context is
+/// megabytes of it), or a message built from an entry.
+#[derive(Debug, Clone)]
+pub struct ContextMessage(MessageText);
+
+#[derive(Debug, Clone)]
+enum MessageText {
+    Cut(Entry, std::ops::Range<usize>),
+    Built(Box<RawValue>),
+}
+
+impl ContextMessage {
+    /// The message's JSON text.
+    pub fn get(&self) -> &str {
+        match &self.0 {
+            MessageText::Cut(entry, span) => &entry.json()[span.clone()],
+            MessageText::Built(raw) => raw.get(),
+        }
+    }
+}
+
+impl From<Box<RawValue>> for ContextMessage {
+    fn from(raw: Box<RawValue>) -> Self {
+        ContextMessage(MessageText::Built(raw))
+    }
 }
 
 /// The model a context names: each member's stored JSON text, absent if the
@@ -83,8 +111,22 @@ impl SessionContext {
             "activeToolNames",
             self.active_tool_names.as_ref().map_or("null", |t| t.get()),
         );
-        let messages: Vec<&str> = self.messages.iter().map(|m| m.get()).collect();
-        w.raw("messages", &format!("[{}]", messages.join(",")));
+        let mut messages = String::with_capacity(
+            self.messages
+                .iter()
+                .map(|m| m.get().len() + 1)
+                .sum::<usize>()
+                + 2,
+        );
+        messages.push('[');
+        for (i, m) in self.messages.iter().enumerate() {
+            if i > 0 {
+                messages.push(',');
+            }
+            messages.push_str(m.get());
+        }
+        messages.push(']');
+        w.raw("messages", &messages);
         w.finish()
     }
 }
@@ -111,17 +153,14 @@ fn member(object: &json::OrderedObject, key: &str) -> Option<Box<RawValue>> {
 
 /// The `message` member of a message entry as stored: cut from the text
 /// where the entry's facts located it, else found by a parse.
-fn message_of(entry: &Entry) -> Result<Option<Box<RawValue>>> {
-    if let Some(text) = entry
-        .facts()
-        .message_span
-        .clone()
-        .and_then(|span| entry.json().get(span))
-    {
-        return Ok(Some(json::raw_value(text)));
+fn message_of(entry: &Entry) -> Result<Option<ContextMessage>> {
+    if let Some(span) = entry.facts().message_span.clone() {
+        if entry.json().get(span.clone()).is_some() {
+            return Ok(Some(ContextMessage(MessageText::Cut(entry.clone(), span))));
+        }
     }
     let [message] = members_of(entry, entry.json(), ["message"])?;
-    Ok(message)
+    Ok(message.map(ContextMessage::from))
 }
 
 /// The members `keys` of `text` (an entry, or an object inside one), found
@@ -267,7 +306,7 @@ fn entry_messages(
     index: usize,
     entries: &[Entry],
     options: &ContextOptions,
-) -> Result<Vec<Box<RawValue>>> {
+) -> Result<Vec<ContextMessage>> {
     let obj = || {
         crate::json::OrderedObject::parse(entry.json())
             .map_err(|_| Error::InvalidEntry(format!("Entry {} is not an object", entry.id())))
@@ -285,7 +324,7 @@ fn entry_messages(
                 w.opt_raw(key, o.get(key).map(RawValue::get));
             }
             w.raw("timestamp", &millis(entry));
-            vec![raw_value(&w.finish())]
+            vec![raw_value(&w.finish()).into()]
         }
         EntryType::Compaction => {
             let o = obj()?;
@@ -294,12 +333,12 @@ fn entry_messages(
             w.opt_raw("summary", o.get("summary").map(RawValue::get));
             w.opt_raw("tokensBefore", o.get("tokensBefore").map(RawValue::get));
             w.raw("timestamp", &millis(entry));
-            let mut out = vec![raw_value(&w.finish())];
+            let mut out = vec![raw_value(&w.finish()).into()];
             if let Some(tail) = o.get("retainedTail") {
                 if let Ok(items) = serde_json::from_str::<Vec<Box<RawValue>>>(tail.get()) {
-                    out.extend(items);
+                    out.extend(items.into_iter().map(ContextMessage::from));
                 } else if let Ok(Value::Array(items)) = crate::json::parse_value_lossy(tail.get()) {
-                    out.extend(items.iter().map(|v| raw_value(&v.to_string())));
+                    out.extend(items.iter().map(|v| raw_value(&v.to_string()).into()));
                 }
             }
             out
@@ -322,7 +361,7 @@ fn entry_messages(
             w.opt_raw("summary", o.get("summary").map(RawValue::get));
             w.opt_raw("fromId", o.get("fromId").map(RawValue::get));
             w.raw("timestamp", &millis(entry));
-            vec![raw_value(&w.finish())]
+            vec![raw_value(&w.finish()).into()]
         }
         EntryType::Custom => {
             let o = object(entry)?;
@@ -333,7 +372,7 @@ fn entry_messages(
             match options.entry_projectors.get(custom_type) {
                 Some(project) => project(entry, index, entries)
                     .iter()
-                    .map(|v| raw_value(&v.to_string()))
+                    .map(|v| raw_value(&v.to_string()).into())
                     .collect(),
                 None => Vec::new(),
             }

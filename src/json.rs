@@ -187,6 +187,192 @@ pub fn object_members<'a, const N: usize>(
     Ok(found)
 }
 
+/// The raw values of the top-level members named `keys` of an object whose
+/// text a store checked when it was appended, found by a structural scan
+/// that validates nothing and skips strings with memchr (reading a long
+/// context scans megabytes of message text).
+///
+/// `None` wherever the answer could differ from [`object_members`] on the
+/// same text, so callers fall back to it: a key written with an escape, a
+/// wanted key given twice (JSON's last-wins rule goes through the full
+/// parser), a `\u` escape of a surrogate anywhere (lone surrogates), or
+/// anything that is not an object. Text that was never checked must go
+/// through [`object_members`]: this scan accepts malformed scalars.
+pub fn checked_object_members<'a, const N: usize>(
+    text: &'a str,
+    keys: [&str; N],
+) -> Option<[Option<&'a str>; N]> {
+    checked_members_and_nested(text, keys, "", []).map(|(found, _)| found)
+}
+
+/// [`checked_object_members`], plus the members `inner` of the member named
+/// `nested` when that is an object, found in the same pass (an entry and
+/// its `message`: one scan of the message text, not two). The nested
+/// answer is `None` where the nested object defers to the full parser.
+#[allow(clippy::type_complexity)]
+pub fn checked_members_and_nested<'a, const N: usize, const M: usize>(
+    text: &'a str,
+    keys: [&str; N],
+    nested: &str,
+    inner: [&str; M],
+) -> Option<([Option<&'a str>; N], Option<[Option<&'a str>; M]>)> {
+    let b = text.as_bytes();
+    let mut found = [None; N];
+    let mut inner_found = [None; M];
+    let mut inner_ok = None;
+    let start = skip_json_ws(b, 0);
+    let end = scan_object(b, start, &keys, &mut found, &mut |key, at| {
+        if key != nested.as_bytes() || b.get(at) != Some(&b'{') {
+            return None;
+        }
+        let end = scan_object(b, at, &inner, &mut inner_found, &mut |_, _| None);
+        inner_ok = Some(end.is_some());
+        Some(end.unwrap_or_else(|| value_end(b, at).unwrap_or(b.len() + 1)))
+    })?;
+    if skip_json_ws(b, end) != b.len() {
+        return None;
+    }
+    let cut = |span: Option<(usize, usize)>| span.map(|(s, e)| &text[s..e]);
+    let nested_found = match inner_ok {
+        Some(true) => Some(inner_found.map(cut)),
+        _ => None,
+    };
+    Some((found.map(cut), nested_found))
+}
+
+/// Scans the object opening at `at`, recording the value spans of `keys` in
+/// `found`; returns the end of the object. `descend` may scan a member's
+/// value itself (given its key and where it starts) and return its end.
+fn scan_object(
+    b: &[u8],
+    at: usize,
+    keys: &[&str],
+    found: &mut [Option<(usize, usize)>],
+    descend: &mut dyn FnMut(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
+    if b.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_json_ws(b, at + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let (key_end, escaped) = string_end(b, i)?;
+        if escaped {
+            return None;
+        }
+        let key = &b[i + 1..key_end - 1];
+        i = skip_json_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = skip_json_ws(b, i + 1);
+        i = match descend(key, start) {
+            Some(end) if end <= b.len() => end,
+            Some(_) => return None,
+            None => value_end(b, start)?,
+        };
+        if let Some(k) = keys.iter().position(|k| k.as_bytes() == key) {
+            if found[k].is_some() {
+                return None;
+            }
+            found[k] = Some((start, i));
+        }
+        i = skip_json_ws(b, i);
+        match b.get(i) {
+            Some(b',') => i = skip_json_ws(b, i + 1),
+            Some(b'}') => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The number a JSON number literal from checked text reads as, as
+/// `serde_json::Value::as_f64` gives it (integers read as integers first, so
+/// `-0` is `0`); `None` for anything else.
+pub fn checked_number(raw: &str) -> Option<f64> {
+    if !raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return None;
+    }
+    if !raw.contains(['.', 'e', 'E']) {
+        if let Ok(i) = raw.parse::<i64>() {
+            return Some(i as f64);
+        }
+        if let Ok(u) = raw.parse::<u64>() {
+            return Some(u as f64);
+        }
+    }
+    raw.parse::<f64>().ok()
+}
+
+fn skip_json_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// The end (past the closing quote) of the string opening at `open`, and
+/// whether it holds an escape; `None` at a surrogate `\u` escape or no end.
+fn string_end(b: &[u8], open: usize) -> Option<(usize, bool)> {
+    let mut i = open + 1;
+    let mut escaped = false;
+    loop {
+        let j = i + memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[j] == b'"' {
+            return Some((j + 1, escaped));
+        }
+        escaped = true;
+        if b.get(j + 1) == Some(&b'u') {
+            let hex = b.get(j + 2..j + 4)?;
+            if hex[0] | 0x20 == b'd' && matches!(hex[1] | 0x20, b'8'..=b'9' | b'a'..=b'f') {
+                return None;
+            }
+        }
+        i = j + 2;
+    }
+}
+
+/// The end of the value starting at `start` (a string, a nested object or
+/// array, or a scalar).
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    match *b.get(start)? {
+        b'"' => string_end(b, start).map(|(end, _)| end),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            loop {
+                match *b.get(i)? {
+                    b'"' => {
+                        i = string_end(b, i)?.0;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let len = b[start..]
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(b.len() - start);
+            (len > 0).then_some(start + len)
+        }
+    }
+}
+
 /// A JSON object as an ordered list of keys and raw values, for editing an
 /// object without reordering its keys or respelling its values.
 #[derive(Debug, Default)]

@@ -253,7 +253,7 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
             .map_or_else(|| "-".into(), |t| show(Some(t))),
     );
     for raw in &ctx.messages {
-        let (role, body) = context_line(raw, cwd.as_deref());
+        let (role, body) = context_line(raw.get(), cwd.as_deref());
         text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
     Ok(Report::raw(ctx.to_json_text(), text))
@@ -261,8 +261,8 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
 
 /// The role and one-line text of a context message. Parsed for display
 /// only; a message too deeply nested to parse whole still shows its role.
-fn context_line(raw: &RawValue, cwd: Option<&str>) -> (String, String) {
-    match sessiontree::json::parse_value_lossy(raw.get()) {
+fn context_line(raw: &str, cwd: Option<&str>) -> (String, String) {
+    match sessiontree::json::parse_value_lossy(raw) {
         Ok(m) => match m["summary"].as_str() {
             Some(summary) => (
                 m["role"].as_str().unwrap_or("?").to_owned(),
@@ -271,7 +271,7 @@ fn context_line(raw: &RawValue, cwd: Option<&str>) -> (String, String) {
             None => message_parts(&m, cwd),
         },
         Err(_) => {
-            let role = sessiontree::json::OrderedObject::parse(raw.get())
+            let role = sessiontree::json::OrderedObject::parse(raw)
                 .ok()
                 .and_then(|o| {
                     o.get("role")
