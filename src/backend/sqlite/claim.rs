@@ -8,7 +8,7 @@
 //! token inside its transaction, so a writer whose claim was taken over can
 //! never interleave with the new one.
 
-use super::Pool;
+use super::Archive;
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +33,7 @@ pub struct WriterClaim {
     session_key: i64,
     token: String,
     stop: Arc<AtomicBool>,
-    pool: Pool,
+    archive: Archive,
     heartbeat: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -88,9 +88,9 @@ pub fn renew_claim(conn: &Connection, session_key: i64, token: &str) -> Result<(
 
 impl WriterClaim {
     /// Takes the claim on a session, or fails naming the holder.
-    pub fn acquire(pool: &Pool, session_key: i64, session_id: &str) -> Result<Self> {
+    pub fn acquire(archive: &Archive, session_key: i64, session_id: &str) -> Result<Self> {
         let token = uuid::Uuid::now_v7().to_string();
-        let mut conn = pool.get()?;
+        let mut conn = archive.conn()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite("taking the writer claim", e))?;
@@ -101,17 +101,17 @@ impl WriterClaim {
         drop(conn);
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = {
-            let (pool, stop, token) = (pool.clone(), stop.clone(), token.clone());
+            let (archive, stop, token) = (archive.clone(), stop.clone(), token.clone());
             std::thread::Builder::new()
                 .name("sessiontree-claim".into())
-                .spawn(move || renew_until_stopped(&pool, session_key, &token, &stop))
+                .spawn(move || renew_until_stopped(&archive, session_key, &token, &stop))
                 .ok()
         };
         Ok(WriterClaim {
             session_key,
             token,
             stop,
-            pool: pool.clone(),
+            archive: archive.clone(),
             heartbeat,
         })
     }
@@ -145,7 +145,7 @@ fn lease_ms() -> i64 {
     i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn renew_until_stopped(pool: &Pool, session_key: i64, token: &str, stop: &AtomicBool) {
+fn renew_until_stopped(archive: &Archive, session_key: i64, token: &str, stop: &AtomicBool) {
     let step = Duration::from_millis(100);
     let mut waited = Duration::ZERO;
     while !stop.load(Ordering::Relaxed) {
@@ -155,7 +155,7 @@ fn renew_until_stopped(pool: &Pool, session_key: i64, token: &str, stop: &Atomic
             continue;
         }
         waited = Duration::ZERO;
-        if let Ok(conn) = pool.get() {
+        if let Ok(conn) = archive.conn() {
             // A failed renewal is retried next beat; the lease outlives several beats.
             let _ = conn.execute(
                 "UPDATE writer_claims SET expires_ms = ?3 WHERE session_key = ?1 AND token = ?2",
@@ -171,7 +171,7 @@ impl Drop for WriterClaim {
         if let Some(h) = self.heartbeat.take() {
             let _ = h.join();
         }
-        if let Ok(conn) = self.pool.get() {
+        if let Ok(conn) = self.archive.conn() {
             let _ = conn.execute(
                 "DELETE FROM writer_claims WHERE session_key = ?1 AND token = ?2",
                 params![self.session_key, self.token],

@@ -46,7 +46,7 @@ use crate::json::JsString;
 use crate::storage::Durability;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
@@ -141,11 +141,61 @@ impl r2d2::ManageConnection for ConnectionManager {
     }
 }
 
-#[derive(Debug)]
 struct ArchiveInner {
-    pool: Pool,
+    manager: ConnectionManager,
+    /// Built on first need: a one-shot command never needs more than the
+    /// connection its open made, and then starts no pool threads.
+    pool: OnceLock<Pool>,
+    /// The connection the open checked the schema on, lent out again while
+    /// nobody holds it (so its parsed schema is not parsed a second time).
+    spare: Mutex<Option<Connection>>,
     path: PathBuf,
     codec: codec::Codec,
+}
+
+impl std::fmt::Debug for ArchiveInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive").field("path", &self.path).finish()
+    }
+}
+
+/// A connection of the archive: its spare one, or one from the pool.
+/// Returned where it came from when dropped.
+pub struct ArchiveConn {
+    conn: Option<Connection>,
+    pooled: Option<r2d2::PooledConnection<ConnectionManager>>,
+    home: Arc<ArchiveInner>,
+}
+
+impl std::ops::Deref for ArchiveConn {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        match (&self.conn, &self.pooled) {
+            (Some(c), _) => c,
+            (None, Some(p)) => p,
+            (None, None) => unreachable!("an ArchiveConn holds a connection until dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for ArchiveConn {
+    fn deref_mut(&mut self) -> &mut Connection {
+        match (&mut self.conn, &mut self.pooled) {
+            (Some(c), _) => c,
+            (None, Some(p)) => p,
+            (None, None) => unreachable!("an ArchiveConn holds a connection until dropped"),
+        }
+    }
+}
+
+impl Drop for ArchiveConn {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if let Ok(mut spare) = self.home.spare.lock() {
+                spare.get_or_insert(conn);
+            }
+        }
+    }
 }
 
 /// An archive: one SQLite file holding many sessions.
@@ -231,8 +281,7 @@ impl Archive {
             return Err(Error::JournalMode { path, mode });
         }
         migrate::migrate(&mut conn, &path, progress)?;
-        drop(conn);
-        Archive::pooled(manager, path)
+        Ok(Archive::with_connection(manager, path, conn))
     }
 
     /// Opens an existing archive for reading only: nothing is created (a
@@ -255,11 +304,11 @@ impl Archive {
             read_only: true,
             immutable: false,
         };
-        let probe = |m: &ConnectionManager| -> Result<i64> {
+        let probe = |m: &ConnectionManager| -> Result<(i64, Connection)> {
             let conn = m.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
-            migrate::current_version(&conn)
+            Ok((migrate::current_version(&conn)?, conn))
         };
-        let found = match probe(&manager) {
+        let (found, conn) = match probe(&manager) {
             Ok(found) => found,
             Err(_) => {
                 manager.immutable = true;
@@ -283,22 +332,18 @@ impl Archive {
                 supported: migrate::latest_version(),
             });
         }
-        Archive::pooled(manager, path)
+        Ok(Archive::with_connection(manager, path, conn))
     }
 
-    /// The archive over a pool of `manager`'s connections, made as needed.
-    fn pooled(manager: ConnectionManager, path: PathBuf) -> Result<Self> {
-        let pool = r2d2::Pool::builder()
-            .max_size(8)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(Duration::from_secs(30))
-            .build(manager)?;
-        Ok(Archive(Arc::new(ArchiveInner {
-            pool,
+    /// The archive, lending `conn` (opened by `manager`) before any other.
+    fn with_connection(manager: ConnectionManager, path: PathBuf, conn: Connection) -> Self {
+        Archive(Arc::new(ArchiveInner {
+            manager,
+            pool: OnceLock::new(),
+            spare: Mutex::new(Some(conn)),
             path,
             codec: codec::Codec::default(),
-        })))
+        }))
     }
 
     /// The database file.
@@ -319,9 +364,16 @@ impl Archive {
             .map_err(sql(what))
     }
 
-    /// The connection pool.
-    pub fn pool(&self) -> &Pool {
-        &self.0.pool
+    /// The connection pool, built on first need (connections made as needed).
+    fn pool(&self) -> &Pool {
+        self.0.pool.get_or_init(|| {
+            r2d2::Pool::builder()
+                .max_size(8)
+                .min_idle(Some(0))
+                .test_on_check_out(false)
+                .connection_timeout(Duration::from_secs(30))
+                .build_unchecked(self.0.manager.clone())
+        })
     }
 
     /// The archive's dictionaries: what decodes stored entry text.
@@ -329,8 +381,17 @@ impl Archive {
         &self.0.codec
     }
 
-    /// A pooled connection.
-    pub fn conn(&self) -> Result<r2d2::PooledConnection<ConnectionManager>> {
-        Ok(self.0.pool.get()?)
+    /// A connection: the spare one when nobody holds it, else a pooled one.
+    pub fn conn(&self) -> Result<ArchiveConn> {
+        let spare = self.0.spare.lock().ok().and_then(|mut s| s.take());
+        let pooled = match spare {
+            Some(_) => None,
+            None => Some(self.pool().get()?),
+        };
+        Ok(ArchiveConn {
+            conn: spare,
+            pooled,
+            home: self.0.clone(),
+        })
     }
 }

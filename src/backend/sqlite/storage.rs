@@ -49,7 +49,7 @@ impl SqliteStorage {
     pub fn claim_writer(&mut self) -> Result<()> {
         if self.claim.is_none() {
             self.claim = Some(WriterClaim::acquire(
-                self.archive.pool(),
+                &self.archive,
                 self.session_key,
                 &self.id,
             )?);
