@@ -877,3 +877,48 @@ impl ArchiveFixture {
         })
     }
 }
+
+/// The first `entries` key of `session` in `archive`: where a single-segment
+/// session's rows start.
+pub fn archive_first_key(archive: &Archive, session: &str) -> Result<i64> {
+    archive
+        .conn()?
+        .query_row(
+            "SELECT min(entry_key) FROM entries WHERE session_key = \
+             (SELECT session_key FROM sessions WHERE id = ?1)",
+            [session],
+            |r| r.get(0),
+        )
+        .map_err(|e| Error::sqlite("scanning the archive", e))
+}
+
+/// The floor of reading `rows` entries from the archive itself: one rowid
+/// range scan of the `entries` rows from `start`, each row's stored value
+/// decoded to its text (decompressed, blobs spliced back) and handed to
+/// `sink`. What a path read of a single-segment path cannot go below, given
+/// compressed storage. Returns the rows read.
+pub fn archive_floor_scan(
+    archive: &Archive,
+    start: i64,
+    rows: i64,
+    sink: &mut dyn FnMut(String) -> Result<()>,
+) -> Result<usize> {
+    let conn = archive.conn()?;
+    let sql = |e| Error::sqlite("scanning the archive", e);
+    let mut st = conn
+        .prepare_cached(
+            "SELECT json FROM entries WHERE entry_key >= ?1 ORDER BY entry_key LIMIT ?2",
+        )
+        .map_err(sql)?;
+    let mut q = st.query(rusqlite::params![start, rows]).map_err(sql)?;
+    let mut n = 0;
+    while let Some(row) = q.next().map_err(sql)? {
+        sink(
+            archive
+                .codec()
+                .decode(&conn, row.get_ref(0).map_err(sql)?)?,
+        )?;
+        n += 1;
+    }
+    Ok(n)
+}

@@ -67,9 +67,13 @@ pub struct BenchArgs {
     /// session (a rowid range scan), the floor of printing a context.
     #[arg(long, hide = true)]
     pub child_floor_rows: Option<usize>,
-    /// Internal: the first rowid of `--child-floor-rows` in the naive log.
+    /// Internal: the first rowid of `--child-floor-rows` in the naive log
+    /// (with `--child-floor-decoded`: the first entry key in the archive).
     #[arg(long, hide = true)]
     pub child_floor_start: Option<i64>,
+    /// Internal: `--child-floor-rows` reads the archive's own rows, decoded.
+    #[arg(long, hide = true)]
+    pub child_floor_decoded: bool,
     /// Internal: run one resume in this process and print its time and peak RSS.
     #[arg(long, hide = true)]
     pub child_resume: Option<String>,
@@ -241,7 +245,12 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         return child_resume(backend, args.child_dataset.as_deref());
     }
     if let Some(rows) = args.child_floor_rows {
-        return child_floor(rows, args.child_floor_start, args.child_dataset.as_deref());
+        return child_floor(
+            rows,
+            args.child_floor_start,
+            args.child_dataset.as_deref(),
+            args.child_floor_decoded,
+        );
     }
     let started = Instant::now();
     let load_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -446,6 +455,24 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                     extra: extra.clone(),
                 });
             }
+            // The same scan over the archive's own compressed rows.
+            let first = ops::archive_first_key(st.archive(), &main.id)?;
+            let samples = measure(&long_budget, || {
+                let mut kept = Vec::with_capacity(len);
+                ops::archive_floor_scan(st.archive(), first, len as i64, &mut |t| {
+                    kept.push(t);
+                    Ok(())
+                })
+                .map(drop)
+            })?;
+            rows.push(Row {
+                op: "path_long",
+                backend: "floor-decoded".into(),
+                size,
+                samples,
+                per_sample: 1.0,
+                extra: extra.clone(),
+            });
             long_sets.insert(size, linear);
         }
 
@@ -1149,6 +1176,10 @@ fn issue12_targets(
             10_000,
         ),
     );
+    let decoded_floor = p(
+        "floor: print the path's rows decoded from the archive, linear (no compactions)",
+        10_000,
+    );
     let rows_n = find(
         proc_rows,
         "process",
@@ -1161,7 +1192,8 @@ fn issue12_targets(
         "≤ 2×",
         over(ctx, floor),
         |x| x <= 2.0,
-        format!("{} / {} ({} path rows)", ctx.map_or("-".into(), fmt_s), floor.map_or("-".into(), fmt_s), rows_n.unwrap_or(Value::Null)),
+        format!("{} / {} ({} path rows); against printing the same rows decoded from the archive's compressed storage ({}): {}", ctx.map_or("-".into(), fmt_s), floor.map_or("-".into(), fmt_s), rows_n.unwrap_or(Value::Null),
+            decoded_floor.map_or("-".into(), fmt_s), over(ctx, decoded_floor).map_or("-".into(), fmt_ratio)),
     ));
     let m = |b: &str| find(rows, "path_long", b, 100_000).map(Row::median);
     let len = find(rows, "path_long", "sqlite", 100_000).map(|r| r.extra["mean_path_len"].clone());
@@ -1170,8 +1202,8 @@ fn issue12_targets(
         "≤ 1.5×",
         over(m("sqlite"), m("floor-raw")),
         |x| x <= 1.5,
-        format!("{} / {} for {} rows; against the scan that also parses each row (floor-parsed): {}", m("sqlite").map_or("-".into(), fmt_s), m("floor-raw").map_or("-".into(), fmt_s),
-            len.unwrap_or(Value::Null), over(m("sqlite"), m("floor-parsed")).map_or("-".into(), fmt_ratio)),
+        format!("{} / {} for {} rows; against the same scan of the archive's own rows, decompressed (floor-decoded, {}): {}; against the scan that also parses each row (floor-parsed): {}", m("sqlite").map_or("-".into(), fmt_s), m("floor-raw").map_or("-".into(), fmt_s),
+            len.unwrap_or(Value::Null), m("floor-decoded").map_or("-".into(), fmt_s), over(m("sqlite"), m("floor-decoded")).map_or("-".into(), fmt_ratio), over(m("sqlite"), m("floor-parsed")).map_or("-".into(), fmt_ratio)),
     ));
     out.push(target(
         "import with search maintained on the real pi files",
@@ -1462,6 +1494,7 @@ fn render_text(report: &Value, rows: &[Row]) -> String {
         "sql-cte",
         "sql-pathcopy",
         "floor-raw",
+        "floor-decoded",
         "floor-parsed",
         "pi-node",
     ];
@@ -2131,6 +2164,10 @@ fn measure_processes(
         Ok(naive.rowid_range(naive.session_key(&d.main().id)?)?.0)
     };
     let (fstart, lstart) = (first_rowid(forked)?, first_rowid(linear)?);
+    let lkey = ops::archive_first_key(
+        &sessiontree::backend::sqlite::Archive::open_read_only(&linear.archive)?,
+        lid,
+    )?;
     let floor = |d: &Dataset, n: usize, start: i64| {
         Cmd::new(exe).with(&[
             "report",
@@ -2171,6 +2208,10 @@ fn measure_processes(
         (
             "floor: print the path's rows, linear (no compactions)".into(),
             floor(linear, lrows, lstart),
+        ),
+        (
+            "floor: print the path's rows decoded from the archive, linear (no compactions)".into(),
+            floor(linear, lrows, lkey).with(&["--child-floor-decoded"]),
         ),
     ];
     if let Some(dir) = pi_dir {
@@ -2219,7 +2260,12 @@ fn measure_processes(
 
 /// The hidden child: the text of `rows` rows of the main session, one rowid
 /// range scan, written to stdout (the floor of printing a context).
-fn child_floor(rows: usize, start: Option<i64>, dataset: Option<&Path>) -> Result<Report> {
+fn child_floor(
+    rows: usize,
+    start: Option<i64>,
+    dataset: Option<&Path>,
+    decoded: bool,
+) -> Result<Report> {
     let (Some(dir), Some(start)) = (dataset, start) else {
         return Err(Error::Unknown(
             "--child-floor-rows needs --child-floor-start and --child-dataset".into(),
@@ -2227,7 +2273,19 @@ fn child_floor(rows: usize, start: Option<i64>, dataset: Option<&Path>) -> Resul
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    crate::naive::Naive::floor_write(&dir.join("naive.db"), start, rows as i64, &mut out)?;
+    if decoded {
+        use std::io::Write;
+        let archive =
+            sessiontree::backend::sqlite::Archive::open_read_only(dir.join("archive.db"))?;
+        let write = |e| Error::io("writing the floor's output", e);
+        ops::archive_floor_scan(&archive, start, rows as i64, &mut |text| {
+            out.write_all(text.as_bytes()).map_err(write)?;
+            out.write_all(b"\n").map_err(write)
+        })?;
+        out.flush().map_err(write)?;
+    } else {
+        crate::naive::Naive::floor_write(&dir.join("naive.db"), start, rows as i64, &mut out)?;
+    }
     drop(out);
     std::process::exit(0);
 }
