@@ -154,10 +154,12 @@ fn member(object: &json::OrderedObject, key: &str) -> Option<Box<RawValue>> {
 /// The `message` member of a message entry as stored: cut from the text
 /// where the entry's facts located it, else found by a parse.
 fn message_of(entry: &Entry) -> Result<Option<ContextMessage>> {
-    if let Some(span) = entry.facts().message_span.clone() {
-        if entry.json().get(span.clone()).is_some() {
-            return Ok(Some(ContextMessage(MessageText::Cut(entry.clone(), span))));
+    match entry.message_span() {
+        Some(Some(span)) if entry.json().get(span.clone()).is_some() => {
+            return Ok(Some(ContextMessage(MessageText::Cut(entry.clone(), span))))
         }
+        Some(None) => return Ok(None),
+        _ => {}
     }
     let [message] = members_of(entry, entry.json(), ["message"])?;
     Ok(message.map(ContextMessage::from))
@@ -177,6 +179,16 @@ fn members_of<const N: usize>(
             keys.map(|k| member(&object, k))
         }
     })
+}
+
+/// Whether a message entry lacks its `message` (or it is `null`), read
+/// without the entry's other facts where the text allows.
+fn lacks_message(entry: &Entry) -> bool {
+    match entry.message_span() {
+        Some(None) => true,
+        Some(Some(span)) => entry.json().get(span) == Some("null"),
+        None => entry.facts().message_missing,
+    }
 }
 
 /// The state pi derives from the whole path: thinking level, model, active tools.
@@ -214,9 +226,7 @@ fn derive_state(
                     members_of(entry, entry.json(), ["provider", "modelId"])?;
                 model = Some(ModelRef { provider, model_id });
             }
-            EntryType::Message if entry.facts().message_missing => {
-                return Err(message_missing(entry.id()))
-            }
+            EntryType::Message if lacks_message(entry) => return Err(message_missing(entry.id())),
             EntryType::Message if Some(i) == last_model => {
                 let [provider, model_id] = match message_of(entry)? {
                     Some(raw) => members_of(entry, raw.get(), ["provider", "model"])?,

@@ -212,6 +212,11 @@ struct EntryInner {
     /// Parsed when the entry is checked, or on first use for text a store
     /// already checked when it was appended (reading a path never needs them).
     facts: OnceLock<EntryFacts>,
+    /// The type a store kept beside the text: asking for it parses nothing.
+    stored_type: Option<EntryType>,
+    /// Where the `message` member's value sits (`None`: absent), found
+    /// without the other facts; unset where that scan defers.
+    message: OnceLock<Option<Option<std::ops::Range<usize>>>>,
 }
 
 /// One entry of a session log: its exact JSON text and its parsed facts.
@@ -231,19 +236,13 @@ impl Entry {
     pub fn parse(text: &str) -> Result<Self, EntryProblem> {
         let compact = json::minify(json::trim_json_whitespace(text));
         let facts = parse_facts(&compact)?;
-        Ok(Entry(Arc::new(EntryInner {
-            json: compact.into_boxed_str(),
-            facts: OnceLock::from(facts),
-        })))
+        Ok(Entry::with_facts(compact.into_boxed_str(), facts))
     }
 
     /// Parses a line exactly as stored in a file (no re-spacing), with pi's checks.
     pub fn from_stored_line(line: &str) -> Result<Self, EntryProblem> {
         let facts = parse_facts(line)?;
-        Ok(Entry(Arc::new(EntryInner {
-            json: line.into(),
-            facts: OnceLock::from(facts),
-        })))
+        Ok(Entry::with_facts(line.into(), facts))
     }
 
     /// Wraps text that a store checked when it was appended; its facts are
@@ -253,7 +252,51 @@ impl Entry {
         Entry(Arc::new(EntryInner {
             json: json.into_boxed_str(),
             facts: OnceLock::new(),
+            stored_type: None,
+            message: OnceLock::new(),
         }))
+    }
+
+    /// [`Entry::from_checked_text`] for text a store keeps with its type
+    /// (the `type` it recorded from the text's facts when it was appended).
+    pub fn from_checked_text_of_type(json: String, stored_type: EntryType) -> Self {
+        Entry(Arc::new(EntryInner {
+            json: json.into_boxed_str(),
+            facts: OnceLock::new(),
+            stored_type: Some(stored_type),
+            message: OnceLock::new(),
+        }))
+    }
+
+    fn with_facts(json: Box<str>, facts: EntryFacts) -> Self {
+        Entry(Arc::new(EntryInner {
+            json,
+            facts: OnceLock::from(facts),
+            stored_type: None,
+            message: OnceLock::new(),
+        }))
+    }
+
+    /// Where the `message` member's value sits in [`Entry::json`]
+    /// (`Some(None)`: no such member), found by the fast scan without
+    /// reading the other facts; `None` where only the full parser can say.
+    pub fn message_span(&self) -> Option<Option<std::ops::Range<usize>>> {
+        match self.0.facts.get() {
+            // Without a span the facts came from the full parser's fallback.
+            Some(f) => f.message_span.clone().map(Some),
+            None => self
+                .0
+                .message
+                .get_or_init(|| {
+                    json::checked_object_members(&self.0.json, ["message"]).map(|[m]| {
+                        m.map(|raw| {
+                            let start = raw.as_ptr() as usize - self.0.json.as_ptr() as usize;
+                            start..start + raw.len()
+                        })
+                    })
+                })
+                .clone(),
+        }
     }
 
     /// Parses JSON given through the API; problems become `invalid_entry` errors.
@@ -298,7 +341,10 @@ impl Entry {
 
     /// `type`.
     pub fn entry_type(&self) -> &EntryType {
-        &self.facts().entry_type
+        match &self.0.stored_type {
+            Some(t) => t,
+            None => &self.facts().entry_type,
+        }
     }
 
     /// `timestamp`.

@@ -536,7 +536,7 @@ pub const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
      JOIN segments s ON s.segment_id = a.ancestor_segment
      WHERE a.from_depth > ?2 AND s.parent_segment IS NOT NULL
  )
- SELECT a.ancestor_segment, e.json FROM walk
+ SELECT a.ancestor_segment, e.json, e.type FROM walk
  JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2
  JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
                                  AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))";
@@ -549,7 +549,7 @@ fn scan_path(
     conn: &Connection,
     plan: &PathPlan,
     cost: &mut ReadCost,
-    mut visit: impl FnMut(i64, rusqlite::types::ValueRef<'_>) -> Result<()>,
+    mut visit: impl FnMut(i64, rusqlite::types::ValueRef<'_>, &str) -> Result<()>,
 ) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(PATH_QUERY)
@@ -561,7 +561,11 @@ fn scan_path(
     let mut returned = 0;
     while let Some(row) = rows.next().map_err(sql("reading a path"))? {
         let seg: i64 = row.get(0).map_err(sql("reading a path"))?;
-        visit(seg, row.get_ref(1).map_err(sql("reading a path"))?)?;
+        let kind = row
+            .get_ref(2)
+            .and_then(|v| v.as_str().map_err(Into::into))
+            .map_err(sql("reading a path"))?;
+        visit(seg, row.get_ref(1).map_err(sql("reading a path"))?, kind)?;
         returned += 1;
     }
     drop(rows);
@@ -582,8 +586,12 @@ pub fn path(
 ) -> Result<Vec<Entry>> {
     let plan = plan_path(conn, session_key, start, cost)?;
     let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
-    scan_path(conn, &plan, cost, |seg, stored| {
-        rows.push((seg, Entry::from_checked_text(codec.decode(conn, stored)?)));
+    scan_path(conn, &plan, cost, |seg, stored, kind| {
+        let text = codec.decode(conn, stored)?;
+        rows.push((
+            seg,
+            Entry::from_checked_text_of_type(text, EntryType::from_name(kind)),
+        ));
         Ok(())
     })?;
     // Root-first is ascending segment id (invariant 3); each segment's rows
@@ -604,7 +612,7 @@ pub fn path_rows_sql_only(
 ) -> Result<usize> {
     let plan = plan_path(conn, session_key, start, cost)?;
     let mut n = 0;
-    scan_path(conn, &plan, cost, |_, stored| {
+    scan_path(conn, &plan, cost, |_, stored, _| {
         n += usize::from(stored.as_bytes().is_ok_and(|b| !b.is_empty()));
         Ok(())
     })?;
