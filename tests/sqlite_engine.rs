@@ -763,3 +763,28 @@ fn check_finds_every_kind_of_cache_damage() -> R {
     }
     Ok(())
 }
+
+/// A handle decodes a row once: reading the active path again decodes only
+/// the rows appended since, and every answer is the same text.
+#[test]
+fn a_handle_decodes_each_row_of_its_path_once() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut s = deep_session(&archive, "cached", 2_000, 20)?;
+    let tip = "m1999";
+    let first = s.path_to_root_or_compaction(Some(tip))?;
+    assert_eq!(s.last_read_cost().decoded, first.len() as u64);
+    let again = s.path_to_root_or_compaction(Some(tip))?;
+    assert_eq!(s.last_read_cost().decoded, 0);
+    assert_eq!(again, first);
+    s.append_entry(msg("next", Some(tip)))?;
+    let grown = s.path_to_root_or_compaction(Some("next"))?;
+    assert_eq!(s.last_read_cost().decoded, 1);
+    assert_eq!(grown[..first.len()], first[..]);
+    // A fresh handle starts with nothing decoded, and reads the same text.
+    let fresh = archive.open_session("cached")?;
+    let cold = fresh.path_to_root_or_compaction(Some("next"))?;
+    assert_eq!(fresh.last_read_cost().decoded, cold.len() as u64);
+    assert_eq!(cold, grown);
+    Ok(())
+}

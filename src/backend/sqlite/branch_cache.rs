@@ -469,6 +469,8 @@ pub struct ReadCost {
     pub rows: u64,
     /// Virtual-machine steps SQLite took (grows with rows touched, not returned).
     pub vm_steps: u64,
+    /// Rows whose stored value was decoded (the rest came from the handle's cache).
+    pub decoded: u64,
 }
 
 /// Where a path read starts and where it stops: the start's segment and
@@ -536,7 +538,7 @@ pub const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
      JOIN segments s ON s.segment_id = a.ancestor_segment
      WHERE a.from_depth > ?2 AND s.parent_segment IS NOT NULL
  )
- SELECT a.ancestor_segment, e.json, e.type FROM walk
+ SELECT a.ancestor_segment, e.json, e.type, e.entry_key FROM walk
  JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2
  JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
                                  AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))";
@@ -549,7 +551,7 @@ fn scan_path(
     conn: &Connection,
     plan: &PathPlan,
     cost: &mut ReadCost,
-    mut visit: impl FnMut(i64, rusqlite::types::ValueRef<'_>, &str) -> Result<()>,
+    mut visit: impl FnMut(i64, i64, rusqlite::types::ValueRef<'_>, &str) -> Result<()>,
 ) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(PATH_QUERY)
@@ -565,7 +567,13 @@ fn scan_path(
             .get_ref(2)
             .and_then(|v| v.as_str().map_err(Into::into))
             .map_err(sql("reading a path"))?;
-        visit(seg, row.get_ref(1).map_err(sql("reading a path"))?, kind)?;
+        let key: i64 = row.get(3).map_err(sql("reading a path"))?;
+        visit(
+            seg,
+            key,
+            row.get_ref(1).map_err(sql("reading a path"))?,
+            kind,
+        )?;
         returned += 1;
     }
     drop(rows);
@@ -576,24 +584,86 @@ fn scan_path(
     Ok(())
 }
 
-/// The path from `start` to the root or the compaction stop (spec §5), root-side first.
+/// Entries a session handle has decoded, by entry key, with the stored
+/// value each was decoded from, kept while they fit in
+/// [`EntryCache::BUDGET`] bytes. A hit needs the row's stored value to be
+/// byte-identical to the one cached, so it is exact even if the session
+/// were deleted and its keys reused behind the handle's back (`compact`
+/// re-encodes rows: those are decoded again). A handle that reads its
+/// active path again (an agent, every turn) decodes the new rows only.
+#[derive(Debug, Default)]
+pub struct EntryCache {
+    entries: std::collections::HashMap<i64, (Box<[u8]>, Entry)>,
+    bytes: usize,
+}
+
+impl EntryCache {
+    /// Bytes (stored values and their text) held at most; past it the cache
+    /// starts over (a path longer than that is decoded whole each time).
+    pub const BUDGET: usize = 24 << 20;
+
+    fn get(&self, key: i64, stored: &[u8]) -> Option<Entry> {
+        match self.entries.get(&key) {
+            Some((was, entry)) if **was == *stored => Some(entry.clone()),
+            _ => None,
+        }
+    }
+
+    fn insert(&mut self, key: i64, stored: &[u8], entry: &Entry) {
+        let len = stored.len() + entry.json().len();
+        if self.bytes + len > Self::BUDGET {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        if len <= Self::BUDGET {
+            if let Some((was, old)) = self.entries.insert(key, (stored.into(), entry.clone())) {
+                self.bytes -= was.len() + old.json().len();
+            }
+            self.bytes += len;
+        }
+    }
+}
+
+/// A stored `entries.json` value's bytes (TEXT or BLOB).
+fn stored_bytes<'v>(stored: &rusqlite::types::ValueRef<'v>) -> &'v [u8] {
+    match *stored {
+        rusqlite::types::ValueRef::Text(b) | rusqlite::types::ValueRef::Blob(b) => b,
+        _ => &[],
+    }
+}
+
+/// The path from `start` to the root or the compaction stop (spec §5),
+/// root-side first; rows found in `cache` are not decoded again.
 pub fn path(
     conn: &Connection,
     codec: &Codec,
     session_key: i64,
     start: &str,
     cost: &mut ReadCost,
+    cache: &mut EntryCache,
 ) -> Result<Vec<Entry>> {
     let plan = plan_path(conn, session_key, start, cost)?;
     let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
-    scan_path(conn, &plan, cost, |seg, stored, kind| {
-        let text = codec.decode(conn, stored)?;
-        rows.push((
-            seg,
-            Entry::from_checked_text_of_type(text, EntryType::from_name(kind)),
-        ));
+    let mut decoded = 0;
+    scan_path(conn, &plan, cost, |seg, key, stored, kind| {
+        let bytes = stored_bytes(&stored);
+        let entry = match cache.get(key, bytes) {
+            Some(entry) => entry,
+            None => {
+                let text = codec.decode(conn, stored)?;
+                decoded += 1;
+                let entry = Entry::from_checked_text_of_type(text, EntryType::from_name(kind));
+                // Text spliced from blobs depends on more than the row's bytes.
+                if super::codec::body_refs(stored)?.blobs.is_empty() {
+                    cache.insert(key, bytes, &entry);
+                }
+                entry
+            }
+        };
+        rows.push((seg, entry));
         Ok(())
     })?;
+    cost.decoded += decoded;
     // Root-first is ascending segment id (invariant 3); each segment's rows
     // already come root-first, so a stable sort only reorders whole runs
     // (and finds the runs in one pass).
@@ -612,7 +682,7 @@ pub fn path_rows_sql_only(
 ) -> Result<usize> {
     let plan = plan_path(conn, session_key, start, cost)?;
     let mut n = 0;
-    scan_path(conn, &plan, cost, |_, stored, _| {
+    scan_path(conn, &plan, cost, |_, _, stored, _| {
         n += usize::from(stored.as_bytes().is_ok_and(|b| !b.is_empty()));
         Ok(())
     })?;

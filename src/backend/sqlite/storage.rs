@@ -8,10 +8,10 @@ use crate::error::Result;
 use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
-use branch_cache::ReadCost;
+use branch_cache::{EntryCache, ReadCost};
 use claim::WriterClaim;
 use rusqlite::{params, OptionalExtension};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 /// One session of an archive.
 #[derive(Debug)]
@@ -21,6 +21,7 @@ pub struct SqliteStorage {
     id: String,
     claim: Option<WriterClaim>,
     last_read: Cell<ReadCost>,
+    decoded: RefCell<EntryCache>,
 }
 
 impl SqliteStorage {
@@ -32,6 +33,7 @@ impl SqliteStorage {
             id: id.to_owned(),
             claim: None,
             last_read: Cell::new(ReadCost::default()),
+            decoded: RefCell::new(EntryCache::default()),
         }
     }
 
@@ -285,7 +287,14 @@ impl SessionStorage for SqliteStorage {
         };
         let conn = self.archive.conn()?;
         let mut cost = ReadCost::default();
-        let path = branch_cache::path(&conn, self.archive.codec(), self.session_key, id, &mut cost);
+        let path = branch_cache::path(
+            &conn,
+            self.archive.codec(),
+            self.session_key,
+            id,
+            &mut cost,
+            &mut self.decoded.borrow_mut(),
+        );
         self.last_read.set(cost);
         path
     }
