@@ -105,13 +105,13 @@ const SHAPES: [Shape; 3] = [Shape::Linear, Shape::Regenerate, Shape::Caterpillar
 fn op_doc(op: &str) -> &'static str {
     match op {
         "resume" => "cold resume: open the store, read the current leaf's path, build the context (forked session; memory = store already loaded)",
-        "path" => "path from a random entry to the root or compaction stop (forked session, mean per read over fixed samples); floors = rowid range scan of as many rows",
+        "path" => "path from a random entry to the root or compaction stop (forked session, mean per read over fixed samples, read again and again through one open handle: sqlite's decoded-entry cache is warm, as JSONL's and memory's whole log is); floors = rowid range scan of as many rows",
         "leaf_move" => "move the leaf to an entry deep in a linear session (depth ≈ 0.9–1.0 × size), no fsync (relaxed) so the algorithm shows",
         "append" => "durable append of a ~900 B message at the leaf (fsync / synchronous=FULL; memory has no durability)",
         "import" => "bulk import of the forked session's pi JSONL into a fresh store (sqlite maintains branch cache + FTS index; jsonl = open/parse only)",
         "list" => "first page (50) of sessions, newest first, in an archive of size/100 sessions",
         "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
-        "path_long" => "the active path of a linear session without compactions, from its leaf (every entry of the session), whole read; floors = rowid range scan of as many rows",
+        "path_long" => "the active path of a linear session without compactions, from its leaf (every entry of the session), whole read through one open handle (its decoded-entry cache holds 24 MB: the 10k path fits and is served from it, the 100k path does not and is decoded each time); floors = rowid range scan of as many rows (floor-decoded: of the archive's own rows, each decompressed)",
         "process" => "whole process, as a user runs one command (spawn to exit, stdout to /dev/null, median of alternating runs): see the whole-process table",
         "shapes" => "SQLite only, one session per tree shape (linear, regenerate: a fork at the tip every ~4 entries, caterpillar: a fork at every entry of the active path): import MB/s and archive bytes per entry, cold resume, path from a random entry, leaf move near the tip",
         _ => "",
