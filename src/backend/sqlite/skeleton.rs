@@ -171,8 +171,11 @@ pub(super) fn visit_by_id(
     let fail = sql("reading entries by id");
     let mut st = conn
         .prepare_cached(
+            // CROSS JOIN keeps the list outermost: left to the planner, it
+            // scanned the whole session once per id asked.
             "SELECT j.key, e.json FROM json_each(?2) j
-             JOIN entries e ON e.session_key = ?1 AND e.id = j.value",
+             CROSS JOIN entries e INDEXED BY entries_by_id
+             WHERE e.session_key = ?1 AND e.id = j.value",
         )
         .map_err(&fail)?;
     for (b, batch) in ids.chunks(BY_ID_BATCH).enumerate() {
