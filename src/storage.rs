@@ -180,6 +180,17 @@ pub trait SessionStorage {
         skeleton::from_entries(self, sink)
     }
 
+    /// Whether each of `ids` that answers to an entry is a user message
+    /// (a `message` with role `user`), handed to `sink` with its index in
+    /// `ids`. Backends that index roles answer without reading the texts.
+    fn visit_user_messages(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_entries_by_id(ids, &mut |i, e| sink(i, e.facts().is_user_message()))
+    }
+
     /// Hands `sink` the entry answering to each of `ids` that exists, one at
     /// a time with its index in `ids` (in any order), so that memory holds one
     /// entry. Backends with an index read a batch in one statement.
@@ -307,6 +318,13 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
         sink: &mut dyn FnMut(usize, Entry) -> Result<()>,
     ) -> Result<()> {
         (**self).visit_entries_by_id(ids, sink)
+    }
+    fn visit_user_messages(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_user_messages(ids, sink)
     }
     fn leaf_id(&self) -> Result<Option<String>> {
         (**self).leaf_id()

@@ -680,12 +680,14 @@ impl Writer<'_, '_> {
             for &n in batch {
                 users.insert(n, false);
             }
-            self.view.storage.visit_entries_by_id(&ids, &mut |i, e| {
-                if let Some(&n) = batch.get(i) {
-                    users.insert(n, e.facts().is_user_message());
-                }
-                Ok(())
-            })?;
+            self.view
+                .storage
+                .visit_user_messages(&ids, &mut |i, user| {
+                    if let Some(&n) = batch.get(i) {
+                        users.insert(n, user);
+                    }
+                    Ok(())
+                })?;
         }
         Ok(())
     }

@@ -191,3 +191,48 @@ pub(super) fn visit_by_id(
     }
     Ok(())
 }
+
+/// Whether each of `ids` is a user message, from the role the search index
+/// keeps beside each message's text (`message_text.role`, the message's
+/// `role` as [`crate::search::searchable_text`] reads it); a message with no
+/// search row (no text to search) has its own text read.
+pub(super) fn visit_user_messages(
+    conn: &Connection,
+    codec: &Codec,
+    session_key: i64,
+    ids: &[&str],
+    sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+) -> Result<()> {
+    let fail = sql("reading message roles");
+    let mut st = conn
+        .prepare_cached(
+            "SELECT j.key, m.role FROM json_each(?2) j
+             CROSS JOIN entries e INDEXED BY entries_by_id
+             LEFT JOIN message_text m ON m.rowid = e.entry_key
+             WHERE e.session_key = ?1 AND e.id = j.value",
+        )
+        .map_err(&fail)?;
+    for (b, batch) in ids.chunks(BY_ID_BATCH).enumerate() {
+        let list = serde_json::to_string(batch)
+            .map_err(|e| Error::Corrupt(format!("listing entry ids: {e}")))?;
+        let mut unindexed = Vec::new();
+        let mut rows = st.query(params![session_key, list]).map_err(&fail)?;
+        while let Some(r) = rows.next().map_err(&fail)? {
+            let i = usize::try_from(r.get::<_, i64>(0).map_err(&fail)?).unwrap_or(usize::MAX);
+            match r.get_ref(1).map_err(&fail)? {
+                rusqlite::types::ValueRef::Text(role) => {
+                    sink(b * BY_ID_BATCH + i, role == b"user")?
+                }
+                _ => unindexed.push(i),
+            }
+        }
+        let rest: Vec<&str> = unindexed
+            .iter()
+            .filter_map(|&i| batch.get(i).copied())
+            .collect();
+        visit_by_id(conn, codec, session_key, &rest, &mut |k, e| {
+            sink(b * BY_ID_BATCH + unindexed[k], e.facts().is_user_message())
+        })?;
+    }
+    Ok(())
+}

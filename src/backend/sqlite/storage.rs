@@ -287,6 +287,22 @@ impl SessionStorage for SqliteStorage {
         super::skeleton::visit(&*self.archive.conn()?, self.session_key, sink)
     }
 
+    /// Roles from the search index, texts read only for messages it lacks.
+    fn visit_user_messages(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+    ) -> Result<()> {
+        let conn = self.archive.conn()?;
+        super::skeleton::visit_user_messages(
+            &conn,
+            self.archive.codec(),
+            self.session_key,
+            ids,
+            sink,
+        )
+    }
+
     fn visit_entries_by_id(
         &self,
         ids: &[&str],
