@@ -777,6 +777,10 @@ fn typed(kind: &str, id: &str, parent: Option<&str>, extra: serde_json::Value) -
     Entry::from_value(&v).expect("entry")
 }
 
+/// Where a skeleton's items go.
+type SkeletonSink<'a> =
+    dyn FnMut(sessiontree::skeleton::SkeletonItem<'_>) -> sessiontree::Result<()> + 'a;
+
 /// A skeleton reduced to what it says: per entry in log order (position, id,
 /// parent id, type, user message), and the labelled ids.
 type Said = (
@@ -788,9 +792,7 @@ type Said = (
 /// and open roles read through `visit_entries_by_id`.
 fn said(
     s: &SqliteStorage,
-    visit: &dyn Fn(
-        &mut dyn FnMut(sessiontree::skeleton::SkeletonItem<'_>) -> sessiontree::Result<()>,
-    ) -> sessiontree::Result<()>,
+    visit: &dyn Fn(&mut SkeletonSink<'_>) -> sessiontree::Result<()>,
 ) -> Result<Said, Box<dyn std::error::Error>> {
     use sessiontree::skeleton::{SkeletonItem, SkeletonParent};
     let mut rows = Vec::new();
