@@ -669,6 +669,9 @@ fn tricky_session(sb: &Sandbox) -> PathBuf {
                 "tokensBefore":10,"firstKeptEntryId":"m035"}),
             55 => json!({"type":"branch_summary","id":id,"parentId":tip,"fromId":"m050",
                 "summary":"tried"}),
+            // User turns with no text: no search row, so their role comes from their text.
+            66 | 67 => json!({"type":"message","id":id,"parentId":tip,
+                "message":{"role":"user","content":[]}}),
             _ => json!({"type":"message","id":id,"parentId":tip,
                 "message":{"role":role,"content":[{"type":"text","text":format!("turn {i}")}]}}),
         };
