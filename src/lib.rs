@@ -61,6 +61,7 @@ pub mod rules;
 pub mod search;
 pub mod session;
 pub mod session_ref;
+pub mod skeleton;
 pub mod storage;
 pub mod sync;
 

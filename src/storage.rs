@@ -8,6 +8,7 @@ use crate::entry::{new_entry_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::{walk_joining, walk_to_root_or_compaction, SessionStats, Walk, WalkEnd};
+use crate::skeleton::{self, SkeletonItem};
 use serde_json::{Map, Value};
 
 /// How hard an append works to survive a crash.
@@ -171,6 +172,41 @@ pub trait SessionStorage {
         walk_to_root_or_compaction(id, |id| self.entry(id))
     }
 
+    /// The tree's skeleton (ids, parents, types, user messages, label
+    /// changes; see [`crate::skeleton`]) handed to `sink`. The default reads
+    /// the log in pages; backends with an index of the tree answer from it
+    /// without reading entry text.
+    fn visit_skeleton(&self, sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>) -> Result<()> {
+        skeleton::from_entries(self, sink)
+    }
+
+    /// Whether each of `ids` that answers to an entry is a user message
+    /// (a `message` with role `user`), handed to `sink` with its index in
+    /// `ids`. Backends that index roles answer without reading the texts.
+    fn visit_user_messages(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_entries_by_id(ids, &mut |i, e| sink(i, e.facts().is_user_message()))
+    }
+
+    /// Hands `sink` the entry answering to each of `ids` that exists, one at
+    /// a time with its index in `ids` (in any order), so that memory holds one
+    /// entry. Backends with an index read a batch in one statement.
+    fn visit_entries_by_id(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, Entry) -> Result<()>,
+    ) -> Result<()> {
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(e) = self.entry(id)? {
+                sink(i, e)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The navigation history: the latest `limit` leaf moves, newest first
     /// ("where was I before"). Backends with an index of moves override this.
     fn leaf_moves(&self, limit: usize) -> Result<Vec<LeafMove>> {
@@ -272,6 +308,23 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         (**self).path_to_root_or_compaction(id)
+    }
+    fn visit_skeleton(&self, sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>) -> Result<()> {
+        (**self).visit_skeleton(sink)
+    }
+    fn visit_entries_by_id(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, Entry) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_entries_by_id(ids, sink)
+    }
+    fn visit_user_messages(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_user_messages(ids, sink)
     }
     fn leaf_id(&self) -> Result<Option<String>> {
         (**self).leaf_id()

@@ -788,3 +788,159 @@ fn a_handle_decodes_each_row_of_its_path_once() -> R {
     assert_eq!(cold, grown);
     Ok(())
 }
+
+fn message_as(id: &str, parent: Option<&str>, role: &str) -> Entry {
+    Entry::from_value(&json!({"type":"message","id":id,"parentId":parent,"timestamp":"t","message":{"role":role,"content":"x"}}))
+        .expect("message")
+}
+
+fn typed(kind: &str, id: &str, parent: Option<&str>, extra: serde_json::Value) -> Entry {
+    let mut v = json!({"type":kind,"id":id,"parentId":parent,"timestamp":"t"});
+    for (k, x) in extra.as_object().expect("object") {
+        v[k] = x.clone();
+    }
+    Entry::from_value(&v).expect("entry")
+}
+
+/// Where a skeleton's items go.
+type SkeletonSink<'a> =
+    dyn FnMut(sessiontree::skeleton::SkeletonItem<'_>) -> sessiontree::Result<()> + 'a;
+
+/// A skeleton reduced to what it says: per entry in log order (position, id,
+/// parent id, type, user message), and the labelled ids.
+type Said = (
+    Vec<(usize, String, Option<String>, String, bool)>,
+    Vec<String>,
+);
+
+/// What `visit` hands out, with parents given by position turned into ids
+/// and open roles read through `visit_entries_by_id`.
+fn said(
+    s: &SqliteStorage,
+    visit: &dyn Fn(&mut SkeletonSink<'_>) -> sessiontree::Result<()>,
+) -> Result<Said, Box<dyn std::error::Error>> {
+    use sessiontree::skeleton::{SkeletonItem, SkeletonParent};
+    let mut rows = Vec::new();
+    let mut labels = std::collections::BTreeMap::new();
+    visit(&mut |item| {
+        match item {
+            SkeletonItem::Entry(e) => rows.push((
+                e.pos,
+                e.id.to_owned(),
+                match e.parent {
+                    SkeletonParent::None => Err(None),
+                    SkeletonParent::Id(p) => Err(Some(p.to_owned())),
+                    SkeletonParent::At(p) => Ok(p),
+                },
+                e.entry_type.to_owned(),
+                e.user,
+            )),
+            SkeletonItem::Label { target, set } => {
+                labels.insert(target.to_owned(), set);
+            }
+        }
+        Ok(())
+    })?;
+    rows.sort();
+    let at: std::collections::HashMap<usize, String> =
+        rows.iter().map(|r| (r.0, r.1.clone())).collect();
+    let open: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.4.is_none())
+        .map(|r| r.1.as_str())
+        .collect();
+    let mut users = std::collections::HashMap::new();
+    s.visit_entries_by_id(&open, &mut |i, e| {
+        users.insert(open[i].to_owned(), e.facts().is_user_message());
+        Ok(())
+    })?;
+    assert_eq!(users.len(), open.len(), "every open role read");
+    let entries = rows
+        .iter()
+        .map(|(pos, id, parent, ty, user)| {
+            let parent = match parent {
+                Ok(p) => Some(at[p].clone()),
+                Err(p) => p.clone(),
+            };
+            let user = user.unwrap_or_else(|| users[id]);
+            (*pos, id.clone(), parent, ty.clone(), user)
+        })
+        .collect();
+    let labelled = labels
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(t, _)| t)
+        .collect();
+    Ok((entries, labelled))
+}
+
+/// The archive hands out a session's skeleton from its indexes (no text
+/// decoded); it says exactly what the skeleton built from the log says, on
+/// every adversarial shape, with dangling roots, several roots, labels set,
+/// cleared, set before their target exists and on missing entries.
+#[test]
+fn the_archive_skeleton_matches_the_one_read_from_the_log() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut cases: Vec<(String, Vec<Entry>)> = Vec::new();
+    for shape in [
+        Adversary::Regenerate,
+        Adversary::Caterpillar,
+        Adversary::Broom,
+    ] {
+        cases.push((format!("{shape:?}"), adversarial_entries(shape, 40).0));
+    }
+    let label = |id: &str, parent: &str, target: &str, text: &str| {
+        typed(
+            "label",
+            id,
+            Some(parent),
+            json!({"targetId": target, "label": text}),
+        )
+    };
+    cases.push((
+        "mixed".into(),
+        vec![
+            message_as("r", Some("gone"), "user"),
+            label("l1", "r", "a", "later"),
+            message_as("a", Some("l1"), "assistant"),
+            message_as("b", Some("a"), "toolResult"),
+            typed(
+                "compaction",
+                "c",
+                Some("b"),
+                json!({"summary":"s","tokensBefore":1,"firstKeptEntryId":"b"}),
+            ),
+            typed(
+                "branch_summary",
+                "bs",
+                Some("a"),
+                json!({"fromId":"a","summary":"s"}),
+            ),
+            label("l2", "bs", "b", "kept"),
+            label("l3", "l2", "a", "  "),
+            label("l4", "l3", "nobody", "ghost"),
+            message_as("r2", None, "user"),
+            typed("custom", "cu", Some("r2"), json!({"customType":"x"})),
+            message_as("u", Some("cu"), "user"),
+            leaf("lf", "u", "c"),
+            typed(
+                "model_change",
+                "m",
+                Some("c"),
+                json!({"provider":"p","modelId":"m"}),
+            ),
+            label("l5", "m", "c", "x"),
+            label("l6", "l5", "c", ""),
+        ],
+    ));
+    for (name, entries) in &cases {
+        let mut s = archive.create_session(&new_session(name))?;
+        s.append_entries(entries)?;
+        let own = said(&s, &|sink| s.visit_skeleton(sink))?;
+        let from_log = said(&s, &|sink| sessiontree::skeleton::from_entries(&s, sink))?;
+        assert_eq!(own.0.len(), entries.len(), "{name}: every entry once");
+        assert_eq!(own, from_log, "{name}");
+    }
+    Ok(())
+}

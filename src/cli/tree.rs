@@ -7,9 +7,13 @@
 //! `--all` unfold side branches as blocks at one fixed indentation, however
 //! deep they fork (see [`TreeArgs`]).
 //!
-//! Memory stays bounded: the log is read in pages into a compact index (ids
-//! interned to `u32`, parents, flag bits, subtree sizes), and only entries
-//! that get a line are read again, one at a time, as their line is written.
+//! Memory stays bounded: the session's skeleton ([`sessiontree::skeleton`]:
+//! ids, parents, types, labels; from the SQLite archive's indexes without
+//! any text, from other backends the log read in pages) goes into a compact
+//! index (ids interned to `u32`, parents, flag bits, subtree sizes), and
+//! only entries that get a line are read, one at a time, as their line is
+//! written — plus, where the skeleton does not say, the messages a fold may
+//! hide, to learn which are the user's (in batches, only on folded paths).
 //! Nothing here recurses over the tree: every walk is a loop or an explicit
 //! stack, so a deep or caterpillar-shaped tree cannot overflow the stack.
 
@@ -19,7 +23,9 @@ use super::{target, Cli};
 use clap::Args;
 use serde_json::{json, Value};
 use sessiontree::preview::preview_in;
+use sessiontree::skeleton::{SkeletonEntry, SkeletonItem, SkeletonParent};
 use sessiontree::{Entry, EntryType, Error, Result, SessionStorage};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 /// Arguments of `tree`.
@@ -88,31 +94,35 @@ const WIDTH: usize = 120;
 const PREVIEW: usize = 72;
 /// Entries shown whole on each side of `--around`'s entry.
 const AROUND: usize = 10;
-/// Entries read per page while indexing (fewer when entries are large).
-const PAGE: usize = 4096;
-/// About how many bytes of entry text one page may hold.
-const PAGE_BYTES: usize = 16 << 20;
+/// Messages whose role is looked up per request, when the skeleton leaves it open.
+const ROLE_BATCH: usize = 256;
 
 /// No node (a root's parent, no leaf).
 const NONE: u32 = u32::MAX;
 
 // Flag bits of a node.
 /// An entry answers to this id (not only named as a parent or label target).
-const PRESENT: u8 = 1;
+const PRESENT: u16 = 1;
 /// A user message (kept when a run is folded).
-const USER: u8 = 1 << 1;
+const USER: u16 = 1 << 1;
 /// A compaction or branch summary (kept when a run is folded).
-const MILESTONE: u8 = 1 << 2;
+const MILESTONE: u16 = 1 << 2;
 /// Has a label (per the log's label entries, latest wins).
-const LABELLED: u8 = 1 << 3;
+const LABELLED: u16 = 1 << 3;
 /// On the active path.
-const ACTIVE: u8 = 1 << 4;
+const ACTIVE: u16 = 1 << 4;
 /// The leaf.
-const LEAF: u8 = 1 << 5;
+const LEAF: u16 = 1 << 5;
 /// Reachable from a root: in the forest, not in or under a parent cycle.
-const REACHED: u8 = 1 << 6;
+const REACHED: u16 = 1 << 6;
 /// On the spine being built (guards the upward walk against cycles).
-const SPINE: u8 = 1 << 7;
+const SPINE: u16 = 1 << 7;
+/// A message whose role the skeleton left open (its text says whether it is
+/// [`USER`]); looked up only where a fold asks.
+const ROLE_OPEN: u16 = 1 << 8;
+/// `parent` holds a log position (a [`SkeletonParent::At`]) until the
+/// skeleton is read, then the node at it.
+const PARENT_AT: u16 = 1 << 9;
 
 /// Entry ids interned to dense `u32` numbers: one string arena and an
 /// open-addressing table of numbers (about 20 bytes per id beyond its text,
@@ -196,7 +206,7 @@ struct Index {
     ids: Ids,
     parent: Vec<u32>,
     pos: Vec<u32>,
-    flags: Vec<u8>,
+    flags: Vec<u16>,
     /// Entries in the subtree (0 for nodes not [`REACHED`]).
     size: Vec<u32>,
     /// `children[child_start[n]..child_start[n + 1]]` are `n`'s children.
@@ -209,9 +219,8 @@ struct Index {
 }
 
 impl Index {
-    /// Reads the log page by page and builds the index.
+    /// Reads the session's skeleton and builds the index.
     fn build(storage: &dyn SessionStorage) -> Result<Index> {
-        // The leaf first: the log only grows, so the pages read next hold it.
         let leaf_id = storage.leaf_id()?;
         let mut idx = Index {
             ids: Ids::new(),
@@ -225,26 +234,27 @@ impl Index {
             leaf: NONE,
             entries: 0,
         };
-        let mut limit = PAGE;
-        loop {
-            let page = storage.entries(idx.entries, Some(limit))?;
-            let bytes: usize = page.iter().map(|e| e.json().len()).sum();
-            for e in &page {
-                idx.add(e)?;
+        // The node at each log position, for parents given by position.
+        let mut at: Vec<u32> = Vec::new();
+        storage.visit_skeleton(&mut |item| match item {
+            SkeletonItem::Entry(e) => idx.add(&e, &mut at),
+            SkeletonItem::Label { target, set } => {
+                let t = idx.node(target)? as usize;
+                if set {
+                    idx.flags[t] |= LABELLED;
+                } else {
+                    idx.flags[t] &= !LABELLED;
+                }
+                Ok(())
             }
-            if page.len() < limit {
-                break;
+        })?;
+        for n in 0..idx.ids.len() {
+            if idx.flags[n] & PARENT_AT != 0 {
+                idx.flags[n] &= !PARENT_AT;
+                idx.parent[n] = at.get(idx.parent[n] as usize).copied().unwrap_or(NONE);
             }
-            // Large entries (pasted images) make smaller pages, so a page's
-            // text stays about PAGE_BYTES.
-            limit = if bytes > PAGE_BYTES {
-                (limit / 2).max(16)
-            } else if bytes < PAGE_BYTES / 4 {
-                (limit * 2).min(PAGE)
-            } else {
-                limit
-            };
         }
+        drop(at);
         if let Some(id) = leaf_id {
             idx.leaf = idx
                 .ids
@@ -264,36 +274,41 @@ impl Index {
         Ok(idx)
     }
 
-    /// Folds one entry in; a later entry with the same id replaces an earlier
-    /// one (it is the one `entry(id)` answers with).
-    fn add(&mut self, e: &Entry) -> Result<()> {
-        let f = e.facts();
-        let n = self.node(&f.id)? as usize;
-        let mut flags = PRESENT | (self.flags[n] & LABELLED);
-        if f.is_user_message() {
-            flags |= USER;
+    /// Folds one entry in; where an id repeats, the entry later in the log
+    /// replaces the other (it is the one `entry(id)` answers with).
+    fn add(&mut self, e: &SkeletonEntry<'_>, at: &mut Vec<u32>) -> Result<()> {
+        let n = self.node(e.id)?;
+        let pos = u32::try_from(e.pos).unwrap_or(NONE - 1);
+        if at.len() <= e.pos {
+            at.resize(e.pos + 1, NONE);
         }
-        if matches!(
-            f.entry_type,
-            EntryType::Compaction | EntryType::BranchSummary
-        ) {
+        at[e.pos] = n;
+        self.entries += 1;
+        let n = n as usize;
+        if self.flags[n] & PRESENT != 0 && self.pos[n] > pos {
+            return Ok(());
+        }
+        let mut flags = PRESENT | (self.flags[n] & LABELLED);
+        match e.user {
+            Some(true) => flags |= USER,
+            Some(false) => {}
+            None => flags |= ROLE_OPEN,
+        }
+        if e.entry_type == EntryType::Compaction.as_str()
+            || e.entry_type == EntryType::BranchSummary.as_str()
+        {
             flags |= MILESTONE;
         }
-        self.flags[n] = flags;
-        self.pos[n] = u32::try_from(self.entries).unwrap_or(NONE - 1);
-        self.parent[n] = match f.parent() {
-            Some(p) => self.node(p)?,
-            None => NONE,
-        };
-        if let Some((target, label)) = f.label_update() {
-            let t = self.node(target)? as usize;
-            if label.is_some() {
-                self.flags[t] |= LABELLED;
-            } else {
-                self.flags[t] &= !LABELLED;
+        self.pos[n] = pos;
+        self.parent[n] = match e.parent {
+            SkeletonParent::None => NONE,
+            SkeletonParent::Id(p) => self.node(p)?,
+            SkeletonParent::At(p) => {
+                flags |= PARENT_AT;
+                u32::try_from(p).unwrap_or(NONE)
             }
-        }
-        self.entries += 1;
+        };
+        self.flags[n] = flags;
         Ok(())
     }
 
@@ -308,7 +323,7 @@ impl Index {
         Ok(n)
     }
 
-    fn has(&self, n: u32, flag: u8) -> bool {
+    fn has(&self, n: u32, flag: u16) -> bool {
         self.flags[n as usize] & flag != 0
     }
 
@@ -427,6 +442,7 @@ impl Index {
     /// Whether a folded run still shows `n`: user messages (the turns, and
     /// the only `fork --position before` targets), compactions, branch
     /// summaries, labelled entries and the leaf.
+    /// (A message with [`ROLE_OPEN`] is decided by [`Writer::learn_roles`].)
     fn keeps(&self, n: u32) -> bool {
         self.has(n, USER | MILESTONE | LABELLED | LEAF)
     }
@@ -525,6 +541,7 @@ impl View {
             view: &self,
             out,
             first_json: true,
+            users: HashMap::new(),
         };
         let written = w.spine(&spine);
         if w.out.json() {
@@ -550,6 +567,8 @@ struct Writer<'v, 'o> {
     view: &'v View,
     out: &'o mut Printer,
     first_json: bool,
+    /// Whether each [`ROLE_OPEN`] message looked up so far is the user's.
+    users: HashMap<u32, bool>,
 }
 
 /// One line's geometry: what stands before its content.
@@ -598,7 +617,7 @@ impl Writer<'_, '_> {
                     .map(|(i, _)| i == 0 || i == last || i.abs_diff(at) <= AROUND)
                     .collect()
             }
-            _ => self.folded(spine, false),
+            _ => self.folded(spine, false)?,
         };
         self.path(spine, &shown, "", "", Place::Spine, None)
     }
@@ -606,31 +625,71 @@ impl Writer<'_, '_> {
     /// Which entries of `path` a fold shows: runs end at forks (an entry with
     /// side branches, always shown) and at the end; a run longer than `fold`
     /// shows its first and last `fold / 2` entries and what [`Index::keeps`].
-    fn folded(&self, path: &[u32], block: bool) -> Vec<bool> {
-        let idx = self.idx();
+    fn folded(&mut self, path: &[u32], block: bool) -> Result<Vec<bool>> {
         let fold = self.view.fold;
         let keep = fold / 2;
-        let mut shown = vec![true; path.len()];
+        // Per entry: shown whatever it is (`Some(true)`), or only if a fold keeps it.
+        let mut fixed = vec![Some(true); path.len()];
         let mut start = 0;
         for i in 0..path.len() {
             let fork = self.side(path, i).next().is_some();
             if !(fork || i + 1 == path.len()) {
                 continue;
             }
-            let run = &path[start..=i];
-            if fold > 0 && run.len() > fold {
-                for (k, &n) in run.iter().enumerate() {
-                    shown[start + k] =
-                        k < keep || k + keep >= run.len() || idx.keeps(n) || start + k == i;
+            let len = i + 1 - start;
+            if fold > 0 && len > fold {
+                for k in 0..len {
+                    if !(k < keep || k + keep >= len || start + k == i) {
+                        fixed[start + k] = None;
+                    }
                 }
             }
             start = i + 1;
         }
+        let open: Vec<u32> = path
+            .iter()
+            .zip(&fixed)
+            .filter(|&(&n, f)| {
+                f.is_none() && self.idx().has(n, ROLE_OPEN) && !self.users.contains_key(&n)
+            })
+            .map(|(&n, _)| n)
+            .collect();
+        self.learn_roles(&open)?;
+        let idx = self.idx();
+        let mut shown: Vec<bool> = path
+            .iter()
+            .zip(&fixed)
+            .map(|(&n, f)| {
+                f.unwrap_or_else(|| idx.keeps(n) || self.users.get(&n).copied().unwrap_or(false))
+            })
+            .collect();
         // A block's first entry carries its header.
         if block && !shown.is_empty() {
             shown[0] = true;
         }
-        shown
+        Ok(shown)
+    }
+
+    /// Reads the messages `nodes` (whose role the skeleton left open), in
+    /// batches, to learn which are the user's.
+    fn learn_roles(&mut self, nodes: &[u32]) -> Result<()> {
+        for batch in nodes.chunks(ROLE_BATCH) {
+            let idx = &self.view.idx;
+            let ids: Vec<&str> = batch.iter().map(|&n| idx.ids.get(n)).collect();
+            let users = &mut self.users;
+            for &n in batch {
+                users.insert(n, false);
+            }
+            self.view
+                .storage
+                .visit_user_messages(&ids, &mut |i, user| {
+                    if let Some(&n) = batch.get(i) {
+                        users.insert(n, user);
+                    }
+                    Ok(())
+                })?;
+        }
+        Ok(())
     }
 
     /// The side branches at `path[i]`: its children except the next entry.
@@ -726,7 +785,7 @@ impl Writer<'_, '_> {
             } else {
                 (format!("{gutter}├─ "), format!("{gutter}│  "))
             };
-            let shown = self.folded(&path, true);
+            let shown = self.folded(&path, true)?;
             let mut deferred = Vec::new();
             self.path(
                 &path,

@@ -632,3 +632,182 @@ fn on_a_terminal(sb: &Sandbox, id: &str, plain: &str) {
     assert!(json.contains("\"lines\""), "{json:?}");
     assert!(!pager_out.exists());
 }
+
+/// A session built to trip a skeleton up: long runs whose hidden middles
+/// hold user messages, labelled, unlabelled and early-labelled entries, a
+/// compaction and a branch summary mid-run, forks at the tip again and
+/// again, a leaf move, a second root whose parent is missing.
+fn tricky_session(sb: &Sandbox) -> PathBuf {
+    let mut lines = vec![json!({
+        "type": "session", "version": 3, "id": "01950000-bbbb-7000-8000-00000000717c",
+        "timestamp": "2025-03-01T10:00:00.000Z", "cwd": "/home/ada/known",
+    })
+    .to_string()];
+    let mut k = 0;
+    let mut add = |v: Value, lines: &mut Vec<String>| {
+        k += 1;
+        let mut v = v;
+        v["timestamp"] = json!(format!("2025-03-01T11:{:02}:{:02}.000Z", k / 60, k % 60));
+        lines.push(v.to_string());
+    };
+    let mut tip = "m000".to_owned();
+    add(
+        json!({"type":"message","id":"m000","parentId":null,
+        "message":{"role":"user","content":"start"}}),
+        &mut lines,
+    );
+    for i in 1..120 {
+        let id = format!("m{i:03}");
+        // Mostly assistant replies and tool results; a user turn every 7th.
+        let role = match i % 7 {
+            0 => "user",
+            3 => "toolResult",
+            _ => "assistant",
+        };
+        let v = match i {
+            40 => json!({"type":"compaction","id":id,"parentId":tip,"summary":"so far",
+                "tokensBefore":10,"firstKeptEntryId":"m035"}),
+            55 => json!({"type":"branch_summary","id":id,"parentId":tip,"fromId":"m050",
+                "summary":"tried"}),
+            // User turns with no text: no search row, so their role comes from their text.
+            66 | 67 => json!({"type":"message","id":id,"parentId":tip,
+                "message":{"role":"user","content":[]}}),
+            _ => json!({"type":"message","id":id,"parentId":tip,
+                "message":{"role":role,"content":[{"type":"text","text":format!("turn {i}")}]}}),
+        };
+        add(v, &mut lines);
+        // Forks at the tip: a dead end every 30 entries.
+        if i % 30 == 0 {
+            add(
+                json!({"type":"message","id":format!("x{i:03}"),"parentId":id,
+                "message":{"role":"assistant","content":"dead end"}}),
+                &mut lines,
+            );
+        }
+        tip = id;
+        if i == 20 {
+            // Label a hidden entry before it exists, one that exists, then clear one.
+            for (lid, target, label) in [
+                ("l1", "m100", "ahead"),
+                ("l2", "m012", "mid"),
+                ("l3", "m013", "gone"),
+                ("l4", "m013", " "),
+            ] {
+                add(
+                    json!({"type":"label","id":lid,"parentId":tip,"targetId":target,
+                    "label":label}),
+                    &mut lines,
+                );
+                tip = lid.to_owned();
+            }
+        }
+    }
+    // Move back and regenerate at the tip twice.
+    add(
+        json!({"type":"leaf","id":"lf1","parentId":tip,"targetId":"m118"}),
+        &mut lines,
+    );
+    add(
+        json!({"type":"message","id":"m200","parentId":"m118",
+        "message":{"role":"assistant","content":"again"}}),
+        &mut lines,
+    );
+    add(
+        json!({"type":"message","id":"m201","parentId":"m118",
+        "message":{"role":"assistant","content":"and again"}}),
+        &mut lines,
+    );
+    // A second root whose parent was cut off, then back to the main branch.
+    add(
+        json!({"type":"message","id":"d000","parentId":"cut-off",
+        "message":{"role":"user","content":"orphan"}}),
+        &mut lines,
+    );
+    add(
+        json!({"type":"message","id":"d001","parentId":"d000",
+        "message":{"role":"assistant","content":"orphan reply"}}),
+        &mut lines,
+    );
+    add(
+        json!({"type":"leaf","id":"lf2","parentId":"d001","targetId":"m201"}),
+        &mut lines,
+    );
+    sb.write("tricky.jsonl", &(lines.join("\n") + "\n"))
+}
+
+/// `tree` of a session in the archive (its skeleton read from the indexes,
+/// roles read only where a fold asks) prints byte for byte what `tree` of
+/// the same session as a pi file prints (the skeleton read from the log),
+/// in every view, on adversarial shapes.
+#[test]
+fn archive_and_file_trees_are_byte_identical_in_every_view() {
+    let sb = Sandbox::new();
+    let mut files = vec![tricky_session(&sb)];
+    for (shape, entries, every, seed) in [
+        (Shape::Caterpillar, 600, Some(1), 21),
+        (Shape::Broom, 400, None, 22),
+        (Shape::Regenerate, 600, None, 23),
+        (Shape::DanglingRoot, 1_500, None, 24),
+        (Shape::Forked, 3_000, None, 25),
+    ] {
+        files.push(generated(&sb, shape, entries, every, seed).path);
+    }
+    let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    sb.import(&paths);
+    for file in &files {
+        let id = sb.json(&["tree", s(file), "--json"]);
+        let session = read(file)
+            .lines()
+            .next()
+            .map(|h| serde_json::from_str::<Value>(h).expect("header")["id"].clone())
+            .expect("header");
+        let session = session.as_str().expect("id");
+        let entries: Vec<&Value> = id["lines"]
+            .as_array()
+            .expect("lines")
+            .iter()
+            .filter(|l| l["kind"] == "entry")
+            .collect();
+        let mut views: Vec<Vec<String>> = [
+            &[][..],
+            &["--all"],
+            &["--depth", "1"],
+            &["--depth", "2", "--fold", "3"],
+            &["--all", "--fold", "0"],
+            &["--fold", "2"],
+            &["--json"],
+            &["--all", "--json"],
+        ]
+        .iter()
+        .map(|v| v.iter().map(|a| a.to_string()).collect())
+        .collect();
+        if let Some(mid) = entries.get(entries.len() / 2) {
+            let mid = mid["id"].as_str().expect("id").to_owned();
+            views.push(vec!["--around".into(), mid.clone()]);
+            views.push(vec!["--around".into(), mid, "--json".into()]);
+        }
+        let heads = sb.json(&["tree", s(file), "--json", "--depth", "1"]);
+        if let Some(head) = heads["lines"]
+            .as_array()
+            .expect("lines")
+            .iter()
+            .find(|l| l["kind"] == "branches")
+        {
+            let head = head["heads"][0].as_str().expect("head").to_owned();
+            views.push(vec!["--from".into(), head.clone(), "--all".into()]);
+            views.push(vec!["--from".into(), head]);
+        }
+        for view in &views {
+            let mut args = vec!["tree", "--no-pager"];
+            args.extend(view.iter().map(String::as_str));
+            let mut from_file = args.clone();
+            from_file.insert(1, s(file));
+            let mut from_archive = args;
+            from_archive.insert(1, session);
+            let a = sb.run(&from_file).ok().to_owned();
+            let b = sb.run(&from_archive).ok().to_owned();
+            assert!(!a.trim().is_empty(), "{session} {view:?}");
+            assert_eq!(a, b, "{session} {view:?}");
+        }
+    }
+}

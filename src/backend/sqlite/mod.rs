@@ -36,6 +36,7 @@ pub mod fts;
 pub mod migrate;
 mod query;
 mod rows;
+mod skeleton;
 /// The search text rules, shared by every indexed backend.
 pub use crate::search;
 mod storage;

@@ -281,6 +281,39 @@ impl SessionStorage for SqliteStorage {
         Ok(moves)
     }
 
+    /// From the indexes alone, no text decoded (`skeleton.rs`).
+    fn visit_skeleton(
+        &self,
+        sink: &mut dyn FnMut(crate::skeleton::SkeletonItem<'_>) -> Result<()>,
+    ) -> Result<()> {
+        super::skeleton::visit(&*self.archive.conn()?, self.session_key, sink)
+    }
+
+    /// Roles from the search index, texts read only for messages it lacks.
+    fn visit_user_messages(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, bool) -> Result<()>,
+    ) -> Result<()> {
+        let conn = self.archive.conn()?;
+        super::skeleton::visit_user_messages(
+            &conn,
+            self.archive.codec(),
+            self.session_key,
+            ids,
+            sink,
+        )
+    }
+
+    fn visit_entries_by_id(
+        &self,
+        ids: &[&str],
+        sink: &mut dyn FnMut(usize, Entry) -> Result<()>,
+    ) -> Result<()> {
+        let conn = self.archive.conn()?;
+        super::skeleton::visit_by_id(&conn, self.archive.codec(), self.session_key, ids, sink)
+    }
+
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         let Some(id) = id else {
             return Ok(Vec::new());
