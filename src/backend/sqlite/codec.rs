@@ -69,7 +69,7 @@ pub const TRAINING_BUDGET: usize = 8 << 20;
 /// Sample text read from the files of an import to train an archive's first
 /// dictionary: a quarter of [`TRAINING_BUDGET`] compresses within 1 % as
 /// well, and an import should not wait.
-pub const IMPORT_TRAINING_BUDGET: usize = 2 << 20;
+pub const IMPORT_TRAINING_BUDGET: usize = 1 << 20;
 /// A single sample is cut to this length (many short samples teach more
 /// than a few long ones).
 pub const SAMPLE_LIMIT: usize = 16 << 10;
