@@ -435,7 +435,9 @@ fn pipelined<R: BufRead + Send, T>(
                 consumed: &consumed,
             };
             let mut encoder: Option<Encoder> = None;
-            let mut ahead: std::collections::VecDeque<Parsed> = std::collections::VecDeque::new();
+            // Parsed entries waiting for the encoder, each with the offset its line ended at.
+            let mut ahead: std::collections::VecDeque<(Parsed, u64)> =
+                std::collections::VecDeque::new();
             let mut ahead_bytes = 0;
             let mut batch: Vec<Parsed> = Vec::with_capacity(PIPELINE_BATCH);
             let mut bytes = 0;
@@ -461,7 +463,7 @@ fn pipelined<R: BufRead + Send, T>(
                             if ahead_bytes < TRAINING_READ_AHEAD =>
                         {
                             ahead_bytes += entry.json().len();
-                            ahead.push_back((entry, text, None));
+                            ahead.push_back(((entry, text, None), consumed.get()));
                             return Ok(());
                         }
                         Err(std::sync::mpsc::TryRecvError::Empty) => {
@@ -473,14 +475,15 @@ fn pipelined<R: BufRead + Send, T>(
                 let Some(encoder) = encoder.as_ref() else {
                     return Err(stopped());
                 };
-                for (entry, text, prepared) in ahead.drain(..).chain([(entry, text, None)]) {
+                let now = [((entry, text, None), consumed.get())];
+                for ((entry, text, prepared), at) in ahead.drain(..).chain(now) {
                     bytes += entry.json().len();
                     batch.push((entry, text, prepared));
                     if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
                         bytes = 0;
                         let full =
                             std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                        hand_over(full, encoder, consumed.get())?;
+                        hand_over(full, encoder, at)?;
                     }
                 }
                 Ok(())
@@ -492,11 +495,11 @@ fn pipelined<R: BufRead + Send, T>(
             let Some(encoder) = encoder.as_ref() else {
                 return Ok(summary);
             };
-            for parsed in ahead.drain(..) {
+            for (parsed, at) in ahead.drain(..) {
                 batch.push(parsed);
                 if batch.len() == PIPELINE_BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                    hand_over(full, encoder, consumed.get())?;
+                    hand_over(full, encoder, at)?;
                 }
             }
             if !batch.is_empty() {
