@@ -10,7 +10,7 @@
 use crate::backend::jsonl::{
     read_open_header, read_session_from, JsonlStorage, ReadStart, ReadSummary, TornTail,
 };
-use crate::backend::sqlite::codec::Prepared;
+use crate::backend::sqlite::codec::{Encoder, Prepared};
 use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
@@ -21,6 +21,7 @@ use crate::storage::SessionStorage;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What importing one file did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,46 +258,58 @@ fn import_new(
     }
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let file = File::open(path).map_err(io)?;
-    let mut hashing = HashingReader {
+    let hash = std::sync::Mutex::new(Fnv::new());
+    let hashing = HashingReader {
         inner: file,
-        hash: Fnv::new(),
+        hash: &hash,
     };
     let canon_for_race = canon.clone();
-    let imported = archive.write_session(|w| {
-        // Written in short transactions (other writers get the lock between
-        // them), invisible until published: the file is imported whole or not
-        // at all as far as any reader can tell.
-        w.begin_staged(&new_session_from_header(&header), &canon)?;
-        let summary = pipelined(
-            BufReader::with_capacity(1 << 16, &mut hashing),
-            path,
-            ReadStart::Beginning,
-            w,
-            progress,
-        )?;
-        let prefix_hash = if summary.torn_tail.is_none() {
-            hashing.hash.hex()
-        } else {
-            hash_prefix(path, summary.complete_bytes)?
-        };
-        w.record_import(&ImportRecord {
-            source_path: canon,
-            session_id: summary.header.id.clone(),
-            bytes: summary.complete_bytes,
-            prefix_hash,
-            lines: summary.lines,
-            file_size: size,
-            file_mtime: mtime,
-        })?;
-        w.publish()?;
-        Ok(FileImport {
-            session_id: summary.header.id.clone(),
-            outcome: ImportOutcome::Imported,
-            entries: summary.entries,
-            bytes_read: summary.bytes,
-            torn_tail: summary.torn_tail,
-        })
-    });
+    // An archive without a dictionary gets its first one from this file,
+    // trained while the reader parses ahead.
+    let train = || {
+        if !archive.has_dictionary()? {
+            train_dictionary_for(archive, &[path.to_owned()])?;
+        }
+        Ok(())
+    };
+    let imported = pipelined(
+        BufReader::with_capacity(1 << 16, hashing),
+        path,
+        ReadStart::Beginning,
+        progress,
+        train,
+        |feed| {
+            archive.write_session(|w| {
+                // Written in short transactions (other writers get the lock between
+                // them), invisible until published: the file is imported whole or not
+                // at all as far as any reader can tell.
+                w.begin_staged(&new_session_from_header(&header), &canon)?;
+                let summary = feed.write(w)?;
+                let prefix_hash = if summary.torn_tail.is_none() {
+                    hash.lock().unwrap_or_else(|p| p.into_inner()).hex()
+                } else {
+                    hash_prefix(path, summary.complete_bytes)?
+                };
+                w.record_import(&ImportRecord {
+                    source_path: canon,
+                    session_id: summary.header.id.clone(),
+                    bytes: summary.complete_bytes,
+                    prefix_hash,
+                    lines: summary.lines,
+                    file_size: size,
+                    file_mtime: mtime,
+                })?;
+                w.publish()?;
+                Ok(FileImport {
+                    session_id: summary.header.id.clone(),
+                    outcome: ImportOutcome::Imported,
+                    entries: summary.entries,
+                    bytes_read: summary.bytes,
+                    torn_tail: summary.torn_tail,
+                })
+            })
+        },
+    );
     match imported {
         // Another import (another process) created the session between our
         // look and our write: what it did stands, as if it had come first.
@@ -318,60 +331,56 @@ fn import_new(
 /// batch, not per entry: a hand-over wakes the other thread).
 const PIPELINE_BATCH: usize = 64;
 /// Bytes of entry text after which a batch is handed over early (huge lines).
-const PIPELINE_BATCH_BYTES: usize = 1 << 20;
-/// Batches the reading thread may run ahead of the writing one.
-const PIPELINE_DEPTH: usize = 4;
+const PIPELINE_BATCH_BYTES: usize = 256 << 10;
+/// Batches the reading thread may run ahead of the writing one: enough
+/// (about 4 MB of typical entries, at most 16 MB) for the reader to keep
+/// parsing while the writer indexes a transaction's search text and commits.
+const PIPELINE_DEPTH: usize = 64;
+/// Bytes of entry text the reading thread parses ahead while the archive's
+/// first dictionary is being trained (entries cannot be encoded before it
+/// exists): enough to keep it busy through most of a training, a bound on
+/// the memory that costs.
+const TRAINING_READ_AHEAD: usize = 8 << 20;
 
-/// Reads and parses entries (and extracts their search text and compresses
-/// them) on a second thread while this one writes them, so an import keeps both cores busy.
-/// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
-/// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead. Each batch
-/// carries the file offset its last line ended at; `progress` hears it once
-/// the batch is written, on this thread.
-fn pipelined<R: BufRead + Send>(
-    reader: R,
-    path: &Path,
-    start: ReadStart,
-    w: &mut SessionWriter<'_>,
-    progress: &mut ByteProgress<'_>,
-) -> Result<ReadSummary> {
-    type Batch = Vec<(crate::entry::Entry, Option<(String, String)>, Prepared)>;
-    let encoder = w.encoder()?;
-    let offset = match &start {
-        ReadStart::Beginning => 0,
-        ReadStart::After { offset, .. } => *offset,
-    };
-    std::thread::scope(|scope| {
-        let (send, receive) = std::sync::mpsc::sync_channel::<(Batch, u64)>(PIPELINE_DEPTH);
-        let reading = scope.spawn(move || {
-            let stopped = || Error::Unknown("the import's writer stopped".into());
-            let consumed = std::cell::Cell::new(offset);
-            let reader = Counting {
-                inner: reader,
-                consumed: &consumed,
-            };
-            let mut batch: Batch = Vec::with_capacity(PIPELINE_BATCH);
-            let mut bytes = 0;
-            let summary = read_session_from(reader, path, start, |_, entry| {
-                let text = searchable_text(&entry);
-                let prepared = encoder.prepare(entry.json());
-                bytes += entry.json().len();
-                batch.push((entry, text, prepared));
-                if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
-                    bytes = 0;
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                    send.send((full, consumed.get())).map_err(|_| stopped())?;
-                }
-                Ok(())
-            })?;
-            if !batch.is_empty() {
-                send.send((batch, consumed.get())).map_err(|_| stopped())?;
-            }
-            Ok(summary)
-        });
+/// One parsed entry on its way to the writer: its search text (role, text)
+/// and its stored encoding, unless the reader left that to the writer.
+type Parsed = (
+    crate::entry::Entry,
+    Option<(String, String)>,
+    Option<Prepared>,
+);
+
+/// The writing side of [`pipelined`]: hands the reader its encoder, then
+/// writes what it sends.
+struct Feed<'s, 'p, 'q> {
+    encoder: std::sync::mpsc::Sender<Encoder>,
+    batches: std::sync::mpsc::Receiver<(Vec<Parsed>, u64)>,
+    /// Batches sent and not yet taken: the reader encodes a batch itself
+    /// only while the writer has work queued (else the writer, idle, does).
+    queued: &'s AtomicUsize,
+    reading: std::thread::ScopedJoinHandle<'s, Result<ReadSummary>>,
+    progress: &'p mut ByteProgress<'q>,
+}
+
+impl Feed<'_, '_, '_> {
+    /// Writes every entry the reader parses into `w`'s session; returns what
+    /// the reader read.
+    fn write(self, w: &mut SessionWriter<'_>) -> Result<ReadSummary> {
+        let Feed {
+            encoder,
+            batches,
+            queued,
+            reading,
+            progress,
+        } = self;
+        let mine = w.encoder()?;
+        // A reader that stopped on an error says so when joined below.
+        let _ = encoder.send(mine.clone());
         let mut written = Ok(());
-        'batches: for (batch, reached) in receive.iter() {
+        'batches: for (batch, reached) in batches.iter() {
+            queued.fetch_sub(1, Ordering::AcqRel);
             for (entry, text, prepared) in batch {
+                let prepared = prepared.unwrap_or_else(|| mine.prepare(entry.json()));
                 if let Err(e) = w.push_prepared(&entry, text, &prepared) {
                     written = Err(e);
                     break 'batches;
@@ -380,7 +389,7 @@ fn pipelined<R: BufRead + Send>(
             progress.step(reached);
         }
         // Dropping the receiver stops a reader still sending.
-        drop(receive);
+        drop(batches);
         let read: Result<ReadSummary> = reading
             .join()
             .map_err(|_| Error::Unknown("the import's reader panicked".into()))?;
@@ -388,6 +397,126 @@ fn pipelined<R: BufRead + Send>(
         let summary = read?;
         progress.reached(summary.bytes);
         Ok(summary)
+    }
+}
+
+/// Reads and parses entries (and extracts their search text and compresses
+/// them) on a second thread while this one writes them, so an import keeps
+/// both cores busy. Meanwhile, before any write, `before` runs on this
+/// thread (training the archive's first dictionary: the reader parses ahead,
+/// up to [`TRAINING_READ_AHEAD`], and encodes once `write` hands it the
+/// encoder). `write` opens the session write and calls [`Feed::write`].
+/// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
+/// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead, plus the
+/// read-ahead. Each batch carries the file offset its last line ended at;
+/// `progress` hears it once the batch is written, on this thread.
+fn pipelined<R: BufRead + Send, T>(
+    reader: R,
+    path: &Path,
+    start: ReadStart,
+    progress: &mut ByteProgress<'_>,
+    before: impl FnOnce() -> Result<()>,
+    write: impl FnOnce(Feed<'_, '_, '_>) -> Result<T>,
+) -> Result<T> {
+    let offset = match &start {
+        ReadStart::Beginning => 0,
+        ReadStart::After { offset, .. } => *offset,
+    };
+    let queued = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let (send, batches) = std::sync::mpsc::sync_channel::<(Vec<Parsed>, u64)>(PIPELINE_DEPTH);
+        let (encoder_send, encoder_receive) = std::sync::mpsc::channel::<Encoder>();
+        let queued = &queued;
+        let reading = scope.spawn(move || {
+            let stopped = || Error::Unknown("the import's writer stopped".into());
+            let consumed = std::cell::Cell::new(offset);
+            let reader = Counting {
+                inner: reader,
+                consumed: &consumed,
+            };
+            let mut encoder: Option<Encoder> = None;
+            // Parsed entries waiting for the encoder, each with the offset its line ended at.
+            let mut ahead: std::collections::VecDeque<(Parsed, u64)> =
+                std::collections::VecDeque::new();
+            let mut ahead_bytes = 0;
+            let mut batch: Vec<Parsed> = Vec::with_capacity(PIPELINE_BATCH);
+            let mut bytes = 0;
+            // Encodes a full batch unless the writer is waiting for one
+            // (then it encodes the batch itself), and sends it.
+            let hand_over = |mut full: Vec<Parsed>, encoder: &Encoder, at: u64| {
+                if queued.load(Ordering::Acquire) > 0 {
+                    for (entry, _, prepared) in &mut full {
+                        if prepared.is_none() {
+                            *prepared = Some(encoder.prepare(entry.json()));
+                        }
+                    }
+                }
+                queued.fetch_add(1, Ordering::AcqRel);
+                send.send((full, at)).map_err(|_| stopped())
+            };
+            let summary = read_session_from(reader, path, start, |_, entry| {
+                let text = searchable_text(&entry);
+                if encoder.is_none() {
+                    match encoder_receive.try_recv() {
+                        Ok(e) => encoder = Some(e),
+                        Err(std::sync::mpsc::TryRecvError::Empty)
+                            if ahead_bytes < TRAINING_READ_AHEAD =>
+                        {
+                            ahead_bytes += entry.json().len();
+                            ahead.push_back(((entry, text, None), consumed.get()));
+                            return Ok(());
+                        }
+                        Err(std::sync::mpsc::TryRecvError::Empty) => {
+                            encoder = Some(encoder_receive.recv().map_err(|_| stopped())?);
+                        }
+                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err(stopped()),
+                    }
+                }
+                let Some(encoder) = encoder.as_ref() else {
+                    return Err(stopped());
+                };
+                let now = [((entry, text, None), consumed.get())];
+                for ((entry, text, prepared), at) in ahead.drain(..).chain(now) {
+                    bytes += entry.json().len();
+                    batch.push((entry, text, prepared));
+                    if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
+                        bytes = 0;
+                        let full =
+                            std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
+                        hand_over(full, encoder, at)?;
+                    }
+                }
+                Ok(())
+            })?;
+            // A file shorter than the read-ahead: everything waits for the encoder.
+            if encoder.is_none() && !ahead.is_empty() {
+                encoder = Some(encoder_receive.recv().map_err(|_| stopped())?);
+            }
+            let Some(encoder) = encoder.as_ref() else {
+                return Ok(summary);
+            };
+            for (parsed, at) in ahead.drain(..) {
+                batch.push(parsed);
+                if batch.len() == PIPELINE_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
+                    hand_over(full, encoder, at)?;
+                }
+            }
+            if !batch.is_empty() {
+                hand_over(batch, encoder, consumed.get())?;
+            }
+            Ok(summary)
+        });
+        let feed = Feed {
+            encoder: encoder_send,
+            batches,
+            queued,
+            reading,
+            progress,
+        };
+        // A failure here drops the feed, which stops the reader; the scope joins it.
+        before()?;
+        write(feed)
     })
 }
 
@@ -485,37 +614,40 @@ fn append_new_lines(
         });
     }
     file.seek(SeekFrom::Start(r.bytes)).map_err(io)?;
-    archive.write_session(|w| {
-        w.resume(&r.session_id)?;
-        let start = ReadStart::After {
-            header,
-            offset: r.bytes,
-            lines: r.lines,
-        };
-        let summary = pipelined(
-            BufReader::with_capacity(1 << 16, file),
-            path,
-            start,
-            w,
-            progress,
-        )?;
-        w.record_import(&ImportRecord {
-            source_path: r.source_path.clone(),
-            session_id: r.session_id.clone(),
-            bytes: summary.complete_bytes,
-            prefix_hash: hash_prefix(path, summary.complete_bytes)?,
-            lines: summary.lines,
-            file_size: size,
-            file_mtime: mtime,
-        })?;
-        Ok(FileImport {
-            session_id: r.session_id.clone(),
-            outcome: ImportOutcome::Appended,
-            entries: summary.entries,
-            bytes_read: summary.bytes - r.bytes,
-            torn_tail: summary.torn_tail,
-        })
-    })
+    let start = ReadStart::After {
+        header,
+        offset: r.bytes,
+        lines: r.lines,
+    };
+    pipelined(
+        BufReader::with_capacity(1 << 16, file),
+        path,
+        start,
+        progress,
+        || Ok(()),
+        |feed| {
+            archive.write_session(|w| {
+                w.resume(&r.session_id)?;
+                let summary = feed.write(w)?;
+                w.record_import(&ImportRecord {
+                    source_path: r.source_path.clone(),
+                    session_id: r.session_id.clone(),
+                    bytes: summary.complete_bytes,
+                    prefix_hash: hash_prefix(path, summary.complete_bytes)?,
+                    lines: summary.lines,
+                    file_size: size,
+                    file_mtime: mtime,
+                })?;
+                Ok(FileImport {
+                    session_id: r.session_id.clone(),
+                    outcome: ImportOutcome::Appended,
+                    entries: summary.entries,
+                    bytes_read: summary.bytes - r.bytes,
+                    torn_tail: summary.torn_tail,
+                })
+            })
+        },
+    )
 }
 
 /// The last line holding more than blanks among the first `end` bytes of
@@ -615,15 +747,20 @@ fn last_entry_id(line: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
-struct HashingReader<R> {
+/// Hashes what is read through it into a hash the writing thread reads once
+/// the reading thread is done.
+struct HashingReader<'a, R> {
     inner: R,
-    hash: Fnv,
+    hash: &'a std::sync::Mutex<Fnv>,
 }
 
-impl<R: Read> Read for HashingReader<R> {
+impl<R: Read> Read for HashingReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hash.update(&buf[..n]);
+        self.hash
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .update(&buf[..n]);
         Ok(n)
     }
 }

@@ -3,20 +3,28 @@
 
 use crate::entry::{Entry, EntryType};
 use crate::preview::content_text;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// The few members search reads; everything else is skipped unparsed.
+/// The few members search reads, in one pass over the entry's text;
+/// everything else is skipped unparsed. A member of an unexpected shape (or
+/// a duplicate key) fails the probe, and the full parse decides.
 #[derive(serde::Deserialize)]
-struct TextProbe<'a> {
-    #[serde(borrow, default)]
-    message: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+struct TextProbe {
+    #[serde(default)]
+    message: Option<MessageProbe>,
+    #[serde(default)]
+    content: Option<ContentProbe>,
     #[serde(default)]
     summary: Option<String>,
+}
+
+/// A message entry's `message`: its role and content.
+#[derive(serde::Deserialize)]
+struct MessageProbe {
     #[serde(default)]
     role: Option<String>,
+    #[serde(default)]
+    content: Option<ContentProbe>,
 }
 
 #[derive(serde::Deserialize)]
@@ -25,39 +33,90 @@ struct Part {
     text: Option<String>,
 }
 
-fn probe_content(raw: &RawValue) -> Option<String> {
-    let text = raw.get();
-    if text.starts_with('"') {
-        return serde_json::from_str(text).ok();
+/// A `content` member as search reads it: a string, or the texts of an
+/// array's parts joined by newlines; anything else holds no text.
+struct ContentProbe(String);
+
+impl<'de> serde::Deserialize<'de> for ContentProbe {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ContentVisitor)
     }
-    if text.starts_with('[') {
-        let parts: Vec<Part> = serde_json::from_str(text).ok()?;
-        return Some(
-            parts
-                .into_iter()
-                .filter_map(|p| p.text)
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
-    }
-    Some(String::new())
 }
 
-/// The fast path: borrowed probes; `None` when the text needs the full parse
+struct ContentVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ContentVisitor {
+    type Value = ContentProbe;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("message content")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(v.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(v))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ContentProbe, A::Error> {
+        let mut out = String::new();
+        let mut first = true;
+        while let Some(part) = seq.next_element::<Part>()? {
+            if let Some(text) = part.text {
+                if !first {
+                    out.push('\n');
+                }
+                out.push_str(&text);
+                first = false;
+            }
+        }
+        Ok(ContentProbe(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ContentProbe, A::Error> {
+        use serde::de::IgnoredAny;
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(ContentProbe(String::new()))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(String::new()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(String::new()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(String::new()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(String::new()))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<ContentProbe, E> {
+        Ok(ContentProbe(String::new()))
+    }
+}
+
+/// The fast path: one typed pass; `None` when the text needs the full parse
 /// (duplicate keys, lone surrogates, odd shapes).
 fn probe(entry: &Entry) -> Option<Option<(String, String)>> {
     let p: TextProbe = serde_json::from_str(entry.json()).ok()?;
     let (role, text) = match entry.entry_type() {
         EntryType::Message => {
-            let m: TextProbe = serde_json::from_str(p.message?.get()).ok()?;
+            let m = p.message?;
             let role = m.role.unwrap_or_else(|| "message".to_owned());
             match m.content {
-                Some(c) => (role, probe_content(c)?),
+                Some(c) => (role, c.0),
                 None => return Some(None),
             }
         }
         EntryType::CustomMessage => match p.content {
-            Some(c) => ("custom".to_owned(), probe_content(c)?),
+            Some(c) => ("custom".to_owned(), c.0),
             None => return Some(None),
         },
         EntryType::Compaction => ("compactionSummary".to_owned(), p.summary?),
@@ -405,6 +464,62 @@ mod tests {
     }
 
     use super::*;
+
+    /// The one-pass probe finds what the full parse finds, or leaves the
+    /// entry to it: on every entry of pi's real files and on odd shapes.
+    #[test]
+    fn the_fast_probe_agrees_with_the_full_parse() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions");
+        let mut entries: Vec<Entry> = Vec::new();
+        for file in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let storage = crate::backend::jsonl::JsonlStorage::open(
+                file.path(),
+                crate::storage::Durability::Relaxed,
+            )
+            .expect("a pi file");
+            entries.extend(storage.all_entries().iter().cloned());
+        }
+        let real = entries.len();
+        let mut lines: Vec<String> = Vec::new();
+        for odd in [
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":"plain \"quoted\" text"}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"assistant","content":[{"type":"text","text":"one"},{"type":"image","data":"AAAA"},{"type":"text","text":"two"}]}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"content":"no role"}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":{"odd":"object"}}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":42}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":null}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":[null]}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":"lone \ud800 surrogate"}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","role":"assistant","content":"duplicate key"}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"user","content":[{"text":7}]}}"#,
+            r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":"not an object"}"#,
+            r#"{"type":"custom_message","id":"a","parentId":null,"timestamp":"t","customType":"x","content":[{"type":"text","text":"custom"}],"display":true}"#,
+            r#"{"type":"compaction","id":"a","parentId":null,"timestamp":"t","summary":"the summary","firstKeptEntryId":"b","tokensBefore":1}"#,
+            r#"{"type":"branch_summary","id":"a","parentId":null,"timestamp":"t","summary":7,"fromId":"b"}"#,
+            r#"{"type":"label","id":"a","parentId":null,"timestamp":"t","targetId":"b","label":"x","content":"not searched"}"#,
+        ] {
+            lines.push(odd.to_owned());
+        }
+        entries.extend(
+            lines
+                .iter()
+                .map(|l| Entry::from_stored_line(l).expect("an entry")),
+        );
+        let mut probed = 0;
+        for entry in &entries {
+            let line = entry.json();
+            if let Some(found) = probe(entry) {
+                probed += 1;
+                assert_eq!(found, full_parse(entry), "{line}");
+            }
+            assert_eq!(searchable_text(entry), full_parse(entry), "{line}");
+        }
+        assert!(
+            probed * 10 >= real * 9,
+            "the fast path takes most real entries ({probed} of {real})"
+        );
+    }
 
     fn snip(text: &str, query: &str) -> String {
         snippet(text, &query_terms(query), 12)

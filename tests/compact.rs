@@ -575,3 +575,54 @@ fn sql_reads_compressed_text_and_never_writes() -> R {
     );
     Ok(())
 }
+
+/// One file imported into an archive without a dictionary trains the first
+/// one itself (while its reader parses ahead): its entries are compressed
+/// with it, export gives back the very bytes, and a second import reuses it.
+#[test]
+fn an_import_trains_the_first_dictionary_while_it_reads() -> R {
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("forked");
+    let report = generate(
+        &out,
+        &GenOptions {
+            shape: Shape::Forked,
+            entries: 3_000,
+            seed: 5,
+            ..GenOptions::default()
+        },
+    )?;
+    let file = report.sessions[0].path.clone();
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    assert!(!archive.has_dictionary()?);
+    let id = import_jsonl(&archive, &file)?.session_id;
+    assert!(archive.has_dictionary()?, "the import trained a dictionary");
+    assert_eq!(count(&archive, "SELECT count(*) FROM dictionaries"), 1);
+    let with_dictionary = count(
+        &archive,
+        // The body's tag: compressed (bit 0) with a dictionary (bit 1), perhaps with blobs (bit 2).
+        "SELECT count(*) FROM entries WHERE typeof(json) = 'blob' AND substr(hex(json), 1, 2) IN ('03', '07')",
+    );
+    assert!(
+        with_dictionary > 2_500,
+        "{with_dictionary} of 3000 entries compressed with the dictionary"
+    );
+    assert!(
+        export(&archive, &id) == std::fs::read(&file)?,
+        "byte for byte"
+    );
+    assert_checks_out(&archive);
+    // Another file: the archive's dictionary is kept, not trained again.
+    let other = generate(
+        &dir.path().join("linear"),
+        &GenOptions {
+            entries: 2_000,
+            seed: 6,
+            ..GenOptions::default()
+        },
+    )?;
+    import_jsonl(&archive, &other.sessions[0].path)?;
+    assert_eq!(count(&archive, "SELECT count(*) FROM dictionaries"), 1);
+    assert_checks_out(&archive);
+    Ok(())
+}

@@ -703,3 +703,67 @@ fn a_killed_import_is_invisible_and_the_next_import_starts_afresh() {
     );
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
+
+/// Every connection of the archive's pool: its `synchronous` level and its
+/// WAL checkpoint interval (all held at once, so none is handed out twice).
+fn pool_sync_levels(archive: &Archive) -> Vec<(i64, i64)> {
+    let conns: Vec<_> = (0..8)
+        .map(|_| archive.conn().expect("a connection"))
+        .collect();
+    conns
+        .iter()
+        .map(|c| {
+            let sync = c
+                .pragma_query_value(None, "synchronous", |r| r.get(0))
+                .expect("synchronous");
+            let checkpoint = c
+                .pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
+                .expect("wal_autocheckpoint");
+            (sync, checkpoint)
+        })
+        .collect()
+}
+
+/// A staged import commits its batches without waiting for the disk and
+/// its publishing commit at the archive's level: afterwards, and after an
+/// import that fails part-way, every connection is back at `FULL` (2) with
+/// SQLite's checkpoint interval, and the import's entries are all there.
+#[test]
+fn a_staged_import_leaves_every_connection_at_the_archives_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), 8);
+    let db = dir.path().join("a.db");
+    let archive = Archive::open(&db, Durability::Full).unwrap();
+    let started = Instant::now();
+    let imported = sessiontree::convert::import_jsonl(&archive, &file).unwrap();
+    assert!(
+        started.elapsed() > Duration::from_millis(300),
+        "the import spans several batches (of 100 ms)"
+    );
+    assert_eq!(pool_sync_levels(&archive), vec![(2, 1000); 8]);
+    let storage = archive.open_session(&imported.session_id).unwrap();
+    assert_eq!(storage.entry_count().unwrap() as u64, imported.entries);
+    // The same file with a bad line near its end, under another id: the
+    // import fails after several batches and leaves nothing, and no
+    // connection relaxed.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[0] = lines[0].replacen(
+        &imported.session_id,
+        "0197aaaa-bbbb-7ccc-8ddd-eeeeeeeeeeee",
+        1,
+    );
+    let n = lines.len();
+    lines[n - 2] = "{not json".to_owned();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
+    let failed = sessiontree::convert::import_jsonl(&archive, &bad);
+    assert!(failed.is_err(), "the bad line fails the import");
+    assert_eq!(
+        staged_sessions(&db),
+        0,
+        "a failed import leaves nothing staged"
+    );
+    assert_eq!(pool_sync_levels(&archive), vec![(2, 1000); 8]);
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}

@@ -765,7 +765,7 @@ pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
             let db = dir.join("import.db");
             remove_db(&db);
             let archive = Archive::open(&db, Durability::Full)?;
-            sessiontree::convert::train_dictionary_for(&archive, &[file.to_owned()])?;
+            // The import trains the archive's first dictionary itself.
             Ok(import_jsonl(&archive, file)?.entries)
         }
         Backend::Jsonl | Backend::Memory => {

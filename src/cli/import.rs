@@ -94,7 +94,11 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
         .collect();
     let started = Instant::now();
-    sessiontree::convert::train_dictionary_for(&archive, &files)?;
+    // Many files: a first dictionary learns from all of them (one file's
+    // import trains it itself, while its reader parses ahead).
+    if files.len() > 1 {
+        sessiontree::convert::train_dictionary_for(&archive, &files)?;
+    }
     let bar = super::progress_bar(
         cli,
         "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}",

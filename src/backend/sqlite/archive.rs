@@ -69,9 +69,19 @@ impl Archive {
             staged,
             ..
         } = writer;
+        // A staged write that failed between relaxing and restoring the
+        // connection's sync level must not hand it back to the pool relaxed.
+        let relaxed_from = staged.as_ref().and_then(|s| s.relaxed_from());
         let out = match filled {
             Ok(out) => out,
             Err(e) => {
+                if let Some(level) = relaxed_from {
+                    // Rolled back by hand: the level can only change outside
+                    // a transaction (dropping `tx` then does nothing more).
+                    tx.execute_batch("ROLLBACK")
+                        .map_err(sql("rolling back a session write"))?;
+                    super::writer::restore_sync(&tx, level)?;
+                }
                 drop(tx);
                 // Batches a staged write already committed are removed, so a
                 // failed import leaves nothing behind, as a one-transaction
@@ -82,6 +92,17 @@ impl Archive {
                 return Err(e);
             }
         };
+        if let Some(level) = relaxed_from {
+            // Not published (a caller's choice): the last batch commits
+            // relaxed, and the connection gets its level back after it.
+            if let Some(a) = appender {
+                a.finish(&tx)?;
+            }
+            tx.execute_batch("COMMIT")
+                .map_err(sql("committing a session write"))?;
+            super::writer::restore_sync(&tx, level)?;
+            return Ok(out);
+        }
         if let Some(a) = appender {
             a.finish(&tx)?;
         }

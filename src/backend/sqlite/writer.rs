@@ -317,6 +317,10 @@ pub(super) struct Staged {
     token: String,
     batch_started: Instant,
     published: bool,
+    /// The connection's `synchronous` level while the batches before the
+    /// publishing one commit without waiting for the disk (set back before
+    /// the publishing commit, and on any failure).
+    relaxed_from: Option<i64>,
 }
 
 impl Staged {
@@ -324,6 +328,31 @@ impl Staged {
     pub(super) fn key(&self) -> i64 {
         self.key
     }
+
+    /// The `synchronous` level to set back on the connection, if relaxed.
+    pub(super) fn relaxed_from(&self) -> Option<i64> {
+        self.relaxed_from
+    }
+}
+
+/// `PRAGMA synchronous = NORMAL`: in WAL mode a commit does not wait for the
+/// disk (the database stays consistent if the machine fails; the last
+/// commits may be lost). A staged import's batches are invisible until its
+/// publishing commit, which runs at the connection's own level and, by
+/// syncing the log, makes every earlier batch durable with it.
+const RELAXED_SYNC: i64 = 1;
+
+/// WAL pages after which a relaxed batch's commit checkpoints (SQLite's
+/// default is 1,000): each checkpoint waits for the disk twice, and pages
+/// written again and again (indexes, search segments) are copied once.
+const RELAXED_CHECKPOINT_PAGES: i64 = 8_000;
+
+/// Sets a connection relaxed by a staged write back to the archive's
+/// `synchronous` level and SQLite's checkpoint interval (outside a transaction).
+pub(super) fn restore_sync(conn: &Connection, level: i64) -> Result<()> {
+    conn.pragma_update(None, "synchronous", level)
+        .and_then(|()| conn.pragma_update(None, "wal_autocheckpoint", 1_000))
+        .map_err(sql("restoring the archive's sync"))
 }
 
 /// How long one transaction of a staged import may hold the write lock.
@@ -357,6 +386,7 @@ impl SessionWriter<'_> {
             token,
             batch_started: Instant::now(),
             published: false,
+            relaxed_from: None,
         });
         Ok(())
     }
@@ -364,6 +394,14 @@ impl SessionWriter<'_> {
     /// Makes a staged session visible, with everything written so far, in
     /// the transaction that commits last; releases the import's claim.
     pub fn publish(&mut self) -> Result<()> {
+        if self
+            .staged
+            .as_ref()
+            .is_some_and(|s| s.relaxed_from.is_some() && !s.published)
+        {
+            // The publishing commit waits for the disk as the archive is set to.
+            self.next_batch(false)?;
+        }
         let Some(staged) = self.staged.as_mut() else {
             return Ok(());
         };
@@ -393,6 +431,17 @@ impl SessionWriter<'_> {
         if staged.published || staged.batch_started.elapsed() < STAGED_BATCH {
             return Ok(());
         }
+        self.next_batch(true)
+    }
+
+    /// Commits a staged write's batch and goes on in a new transaction
+    /// (renewing the import's claim). Batches but the first and the
+    /// publishing one commit `relaxed` ([`RELAXED_SYNC`]); `relaxed` false
+    /// sets the connection's own level back for the commits that follow.
+    fn next_batch(&mut self, relaxed: bool) -> Result<()> {
+        let Some(staged) = self.staged.as_ref() else {
+            return Ok(());
+        };
         let (key, token) = (staged.key, staged.token.clone());
         if let Some(appender) = self.appender.take() {
             appender.finish(&self.tx)?;
@@ -404,6 +453,34 @@ impl SessionWriter<'_> {
         self.tx
             .execute_batch("COMMIT")
             .map_err(sql("committing an import batch"))?;
+        // `synchronous` cannot change inside a transaction: only here.
+        let relaxed_from = self.staged.as_ref().and_then(|s| s.relaxed_from);
+        match (relaxed, relaxed_from) {
+            (true, None) => {
+                let level: i64 = self
+                    .tx
+                    .pragma_query_value(None, "synchronous", |r| r.get(0))
+                    .map_err(sql("relaxing an import batch's sync"))?;
+                if level > RELAXED_SYNC {
+                    self.tx
+                        .pragma_update(None, "synchronous", RELAXED_SYNC)
+                        .map_err(sql("relaxing an import batch's sync"))?;
+                    self.tx
+                        .pragma_update(None, "wal_autocheckpoint", RELAXED_CHECKPOINT_PAGES)
+                        .map_err(sql("relaxing an import batch's sync"))?;
+                    if let Some(s) = self.staged.as_mut() {
+                        s.relaxed_from = Some(level);
+                    }
+                }
+            }
+            (false, Some(level)) => {
+                restore_sync(&self.tx, level)?;
+                if let Some(s) = self.staged.as_mut() {
+                    s.relaxed_from = None;
+                }
+            }
+            _ => {}
+        }
         std::thread::sleep(STAGED_GAP);
         self.tx
             .execute_batch("BEGIN IMMEDIATE")
