@@ -855,7 +855,7 @@ pub fn export_to_file_with_progress(
     force: bool,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ExportOutcome> {
-    write_export(&storage.header_json()?, storage, path, force, progress)
+    export_storage_to_file(&storage.header_json()?, storage, path, force, progress)
 }
 
 /// [`export_to_file`] for a session file: a pi file of any version written
@@ -866,24 +866,13 @@ pub fn export_file_to_file(
     path: &Path,
     force: bool,
 ) -> Result<ExportOutcome> {
-    write_export(&source.header().json, source, path, force, &mut |_| {})
+    export_storage_to_file(&source.header().json, source, path, force, &mut |_| {})
 }
 
-/// [`export_to_file_with_progress`] for any storage whose session header
-/// line is `header` (a session of a team archive, say).
+/// Writes `header` (the session header line) and `storage`'s entries at
+/// `path` by the rules of [`export_to_file`]: any storage, a session of a
+/// team archive say.
 pub fn export_storage_to_file(
-    header: &str,
-    storage: &dyn SessionStorage,
-    path: &Path,
-    force: bool,
-    progress: &mut dyn FnMut(u64),
-) -> Result<ExportOutcome> {
-    write_export(header, storage, path, force, progress)
-}
-
-/// Writes `header` and `storage`'s entries at `path` by the rules of
-/// [`export_to_file`].
-fn write_export(
     header: &str,
     storage: &dyn SessionStorage,
     path: &Path,

@@ -366,13 +366,7 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
-    let problems = archive.check_with_progress(id.as_deref(), &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    let problems = problems?;
+    let problems = with_check_progress(cli, |p| archive.check_with_progress(id.as_deref(), p))?;
     let mut text = if problems.is_empty() {
         "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
     } else {
@@ -390,6 +384,20 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     Ok(report)
 }
 
+/// Runs a check with a progress bar over the sessions it checks.
+fn with_check_progress(
+    cli: &Cli,
+    check: impl FnOnce(&mut dyn FnMut(u64, u64)) -> Result<Vec<String>>,
+) -> Result<Vec<String>> {
+    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
+    let problems = check(&mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    problems
+}
+
 /// `check` of a team archive: each session's branch reads and maintained
 /// facts against a rebuild from its log (PostgreSQL checks its own pages).
 fn check_team(cli: &Cli, archive: &PgArchive, args: &CheckArgs) -> Result<Report> {
@@ -398,13 +406,7 @@ fn check_team(cli: &Cli, archive: &PgArchive, args: &CheckArgs) -> Result<Report
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
-    let problems = archive.check_with_progress(id.as_deref(), &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    let problems = problems?;
+    let problems = with_check_progress(cli, |p| archive.check_with_progress(id.as_deref(), p))?;
     let text = if problems.is_empty() {
         "ok: every path read from the branch cache equals the walk of the log, and every session's leaf, name, statistics and labels equal a replay\n".to_owned()
     } else {

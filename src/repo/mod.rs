@@ -76,6 +76,21 @@ impl SessionFields {
         })
     }
 
+    /// The row an archive writes for this session, created now, with a pi
+    /// header (so export writes what pi would have).
+    pub fn new_session(self) -> crate::listing::NewSession {
+        let created_at = crate::entry::now_timestamp();
+        let header = self.header(&created_at).json;
+        crate::listing::NewSession {
+            id: self.id,
+            created_at,
+            cwd: self.cwd,
+            parent_session: self.parent_session,
+            metadata: self.metadata,
+            header,
+        }
+    }
+
     /// The pi header of the new session, created at `created_at`.
     pub fn header(&self, created_at: &str) -> Header {
         Header::new(

@@ -1,10 +1,9 @@
 //! The repository over a team archive on PostgreSQL.
 
-use super::{visit_entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
+use super::{visit_entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
 use crate::backend::postgres::{PgArchive, PgStorage};
-use crate::entry::now_timestamp;
 use crate::error::Result;
-use crate::listing::{ListQuery, NewSession};
+use crate::listing::ListQuery;
 use crate::session::Session;
 use crate::storage::{SessionMetadata, SessionStorage};
 
@@ -26,25 +25,11 @@ impl PgRepo {
     }
 }
 
-/// A new session row with a pi header (so export writes what pi would have).
-fn new_session(fields: SessionFields) -> NewSession {
-    let created_at = now_timestamp();
-    let header = fields.header(&created_at).json;
-    NewSession {
-        id: fields.id,
-        created_at,
-        cwd: fields.cwd,
-        parent_session: fields.parent_session,
-        metadata: fields.metadata,
-        header,
-    }
-}
-
 impl SessionRepo for PgRepo {
     type Storage = PgStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<PgStorage>> {
-        let new = new_session(options.fields()?);
+        let new = options.fields()?.new_session();
         self.archive.create_session(&new).map(Session::new)
     }
 
@@ -76,7 +61,7 @@ impl SessionRepo for PgRepo {
         options: &ForkOptions,
     ) -> Result<Session<PgStorage>> {
         let storage = self.archive.open_session(&source.id)?;
-        let new = new_session(options.inherit(&storage.metadata()?)?);
+        let new = options.inherit(&storage.metadata()?)?.new_session();
         self.archive.write_session(|w| {
             w.begin(&new)?;
             visit_entries_to_fork(

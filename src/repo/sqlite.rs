@@ -1,8 +1,7 @@
 //! The repository over an SQLite archive: many sessions in one file.
 
-use super::{visit_entries_to_fork, CreateOptions, ForkOptions, SessionFields, SessionRepo};
-use crate::backend::sqlite::{Archive, ListQuery, NewSession, SqliteStorage};
-use crate::entry::now_timestamp;
+use super::{visit_entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use crate::backend::sqlite::{Archive, ListQuery, SqliteStorage};
 use crate::error::Result;
 use crate::session::Session;
 use crate::storage::{SessionMetadata, SessionStorage};
@@ -25,25 +24,11 @@ impl SqliteRepo {
     }
 }
 
-/// A new session row with a pi header (so export writes what pi would have).
-fn new_session(fields: SessionFields) -> NewSession {
-    let created_at = now_timestamp();
-    let header = fields.header(&created_at).json;
-    NewSession {
-        id: fields.id,
-        created_at,
-        cwd: fields.cwd,
-        parent_session: fields.parent_session,
-        metadata: fields.metadata,
-        header,
-    }
-}
-
 impl SessionRepo for SqliteRepo {
     type Storage = SqliteStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<SqliteStorage>> {
-        let new = new_session(options.fields()?);
+        let new = options.fields()?.new_session();
         self.archive.create_session(&new).map(Session::new)
     }
 
@@ -75,7 +60,7 @@ impl SessionRepo for SqliteRepo {
         options: &ForkOptions,
     ) -> Result<Session<SqliteStorage>> {
         let storage = self.archive.open_session(&source.id)?;
-        let new = new_session(options.inherit(&storage.metadata()?)?);
+        let new = options.inherit(&storage.metadata()?)?.new_session();
         // The fork is read as it is written: a whole-session fork takes
         // bounded memory however long the session.
         self.archive.write_session(|w| {
