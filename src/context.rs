@@ -93,7 +93,10 @@ impl SessionContext {
     /// The context as pi returns it: `{thinkingLevel, model, activeToolNames, messages}`.
     pub fn to_json_text(&self) -> String {
         let raw = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_owned());
-        let mut w = ObjectWriter::new();
+        // One buffer, sized up front: a long context is megabytes, and every
+        // regrowth copies it into freshly faulted pages. (+1: the CLI's newline.)
+        let messages_len: usize = self.messages.iter().map(|m| m.get().len() + 1).sum();
+        let mut w = ObjectWriter::with_capacity(messages_len + 256);
         w.opt_raw("thinkingLevel", raw(&self.thinking_level).as_deref());
         match &self.model {
             // pi builds `{provider, modelId}` in that order.
@@ -111,22 +114,7 @@ impl SessionContext {
             "activeToolNames",
             self.active_tool_names.as_ref().map_or("null", |t| t.get()),
         );
-        let mut messages = String::with_capacity(
-            self.messages
-                .iter()
-                .map(|m| m.get().len() + 1)
-                .sum::<usize>()
-                + 2,
-        );
-        messages.push('[');
-        for (i, m) in self.messages.iter().enumerate() {
-            if i > 0 {
-                messages.push(',');
-            }
-            messages.push_str(m.get());
-        }
-        messages.push(']');
-        w.raw("messages", &messages);
+        w.raw_array("messages", self.messages.iter().map(|m| m.get()));
         w.finish()
     }
 }

@@ -211,7 +211,9 @@ struct EntryInner {
     json: Box<str>,
     /// Parsed when the entry is checked, or on first use for text a store
     /// already checked when it was appended (reading a path never needs them).
-    facts: OnceLock<EntryFacts>,
+    /// Boxed: most entries read from a store never need them, and a long
+    /// path is hundreds of thousands of entries.
+    facts: OnceLock<Box<EntryFacts>>,
     /// The type a store kept beside the text: asking for it parses nothing.
     stored_type: Option<EntryType>,
     /// Where the `message` member's value sits (`None`: absent), found
@@ -271,7 +273,7 @@ impl Entry {
     fn with_facts(json: Box<str>, facts: EntryFacts) -> Self {
         Entry(Arc::new(EntryInner {
             json,
-            facts: OnceLock::from(facts),
+            facts: OnceLock::from(Box::new(facts)),
             stored_type: None,
             message: OnceLock::new(),
         }))
@@ -323,9 +325,11 @@ impl Entry {
     /// The parsed facts.
     pub fn facts(&self) -> &EntryFacts {
         self.0.facts.get_or_init(|| {
-            checked_facts(&self.0.json)
-                .or_else(|| parse_facts(&self.0.json).ok())
-                .unwrap_or_else(EntryFacts::unreadable)
+            Box::new(
+                checked_facts(&self.0.json)
+                    .or_else(|| parse_facts(&self.0.json).ok())
+                    .unwrap_or_else(EntryFacts::unreadable),
+            )
         })
     }
 

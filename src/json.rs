@@ -480,6 +480,13 @@ impl ObjectWriter {
         }
     }
 
+    /// An empty object whose text will need about `bytes` bytes.
+    pub fn with_capacity(bytes: usize) -> Self {
+        let mut out = String::with_capacity(bytes.max(2));
+        out.push('{');
+        ObjectWriter { out, empty: true }
+    }
+
     fn key(&mut self, key: &str) {
         if !self.empty {
             self.out.push(',');
@@ -493,6 +500,24 @@ impl ObjectWriter {
     pub fn raw(&mut self, key: &str, json: &str) -> &mut Self {
         self.key(key);
         self.out.push_str(json);
+        self
+    }
+
+    /// Adds an array member whose items are already JSON text.
+    pub fn raw_array<'i>(
+        &mut self,
+        key: &str,
+        items: impl IntoIterator<Item = &'i str>,
+    ) -> &mut Self {
+        self.key(key);
+        self.out.push('[');
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            self.out.push_str(item);
+        }
+        self.out.push(']');
         self
     }
 

@@ -103,14 +103,19 @@ impl std::fmt::Debug for Dictionary {
 }
 
 impl Dictionary {
-    fn new(id: i64, bytes: Vec<u8>) -> Self {
+    fn new(id: i64, bytes: Vec<u8>) -> Result<Self> {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
-        Dictionary {
+        let ddict = zstd_safe::DDict::try_create(&bytes).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "compression dictionary {id} is damaged: zstd cannot load it"
+            ))
+        })?;
+        Ok(Dictionary {
             id,
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-            ddict: zstd_safe::DDict::create(&bytes),
+            ddict,
             bytes,
-        }
+        })
     }
 
     /// The dictionary's size in bytes.
@@ -136,16 +141,7 @@ impl Codec {
         if let Some(d) = self.cached(id) {
             return Ok(d);
         }
-        let bytes: Vec<u8> = conn
-            .prepare_cached("SELECT bytes FROM dictionaries WHERE dict_id = ?1")
-            .and_then(|mut st| st.query_row([id], |r| r.get(0)).optional())
-            .map_err(sql("reading a compression dictionary"))?
-            .ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "compression dictionary {id} is missing from the archive"
-                ))
-            })?;
-        let d = Arc::new(Dictionary::new(id, bytes));
+        let d = Arc::new(Dictionary::new(id, read_dictionary(conn, id)?)?);
         self.dictionaries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -762,7 +758,31 @@ pub fn insert_dictionary(
         ],
     )
     .map_err(sql("storing a compression dictionary"))?;
-    Ok(Arc::new(Dictionary::new(conn.last_insert_rowid(), bytes)))
+    Ok(Arc::new(Dictionary::new(conn.last_insert_rowid(), bytes)?))
+}
+
+/// Dictionary `id`'s bytes, read straight from its pages into one buffer
+/// (a column read would assemble the 112 KB in SQLite's memory first, then
+/// copy it out: a cold start pays for every page it touches).
+fn read_dictionary(conn: &Connection, id: i64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let missing = || {
+        Error::Corrupt(format!(
+            "compression dictionary {id} is missing from the archive"
+        ))
+    };
+    let mut blob = match conn.blob_open(rusqlite::MAIN_DB, c"dictionaries", c"bytes", id, true) {
+        Ok(blob) => blob,
+        Err(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::Unknown => {
+            // SQLite answers a missing row with a plain SQLITE_ERROR.
+            return Err(missing());
+        }
+        Err(e) => return Err(Error::sqlite("reading a compression dictionary", e)),
+    };
+    let mut bytes = vec![0; blob.len()];
+    blob.read_exact(&mut bytes)
+        .map_err(|e| Error::io(format!("reading compression dictionary {id}"), e))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]
