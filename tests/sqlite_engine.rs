@@ -944,3 +944,64 @@ fn the_archive_skeleton_matches_the_one_read_from_the_log() -> R {
     }
     Ok(())
 }
+
+/// A handle keeps the paths it read (`path_memo.rs`): reading one again runs
+/// no path query, the path of an entry appended below a kept one is that path
+/// plus the new row, a compaction appended there is read by the query (its
+/// stop differs), every answer equals a fresh handle's, and once the session
+/// is deleted a kept path is never handed out again.
+#[test]
+fn a_handle_keeps_the_paths_it_read_exactly() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut s = deep_session(&archive, "kept", 2_000, 20)?;
+    let tip = "m1999";
+    let first = s.path_to_root_or_compaction(Some(tip))?;
+    let queried = s.last_read_cost();
+    assert!(queried.statements >= 4 && queried.rows == first.len() as u64);
+    let again = s.path_to_root_or_compaction(Some(tip))?;
+    assert_eq!(again, first);
+    assert_eq!(
+        (s.last_read_cost().statements, s.last_read_cost().rows),
+        (1, 0)
+    );
+
+    s.append_entry(msg("next", Some(tip)))?;
+    let grown = s.path_to_root_or_compaction(Some("next"))?;
+    let cost = s.last_read_cost();
+    assert_eq!((cost.statements, cost.rows, cost.decoded), (2, 0, 1));
+    assert_eq!(grown[..first.len()], first[..]);
+    assert_eq!(grown.last().map(Entry::id), Some("next"));
+    let fresh = archive.open_session("kept")?;
+    assert_eq!(fresh.path_to_root_or_compaction(Some("next"))?, grown);
+
+    let cut = Entry::from_value(&json!({"type":"compaction","id":"cut","parentId":"next",
+        "timestamp":"t","summary":"s","tokensBefore":1,"firstKeptEntryId":"m1990"}))?;
+    s.append_entry(cut)?;
+    let from_cut = s.path_to_root_or_compaction(Some("cut"))?;
+    assert!(
+        s.last_read_cost().rows > 0,
+        "a compaction's path is read by the query"
+    );
+    assert_eq!(from_cut, fresh.path_to_root_or_compaction(Some("cut"))?);
+    assert_eq!(from_cut.last().map(Entry::id), Some("cut"));
+    s.append_entry(msg("after", Some("cut")))?;
+    assert_eq!(
+        s.path_to_root_or_compaction(Some("after"))?,
+        fresh.path_to_root_or_compaction(Some("after"))?
+    );
+    drop(fresh);
+
+    // Deleted, and its key taken by a session holding an entry of the same id.
+    drop(s.path_to_root_or_compaction(Some(tip))?);
+    let reader = archive.open_session("kept")?;
+    drop(reader.path_to_root_or_compaction(Some(tip))?);
+    drop(s);
+    archive.delete_session("kept")?;
+    archive.create_session_with(&new_session("other"), vec![Ok(msg(tip, None))])?;
+    let e = reader
+        .path_to_root_or_compaction(Some(tip))
+        .expect_err("a deleted session's kept path is not handed out");
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    Ok(())
+}

@@ -518,6 +518,13 @@ impl PathFixture {
         })
     }
 
+    /// The path from sample `i` through the SQLite handle with its kept paths
+    /// forgotten first: the path query itself, its decoded-entry cache warm.
+    pub fn read_query(&self, i: usize) -> Result<usize> {
+        self.sqlite.forget_paths();
+        self.read(Backend::Sqlite, i)
+    }
+
     /// Diagnostic: the path from sample `i` as text only (no entry parse):
     /// `sqlite` runs the library's path SQL, `sql-cte` the CTE. Returns rows.
     pub fn read_sql_only(&self, backend: Backend, i: usize) -> Result<usize> {

@@ -487,10 +487,14 @@ fn plan_path(
     conn: &Connection,
     session_key: i64,
     start: &str,
+    start_key: Option<i64>,
     cost: &mut ReadCost,
 ) -> Result<PathPlan> {
-    let key =
-        key_of(conn, session_key, start)?.ok_or_else(|| Error::EntryNotFound(start.to_owned()))?;
+    let key = match start_key {
+        Some(key) => key,
+        None => key_of(conn, session_key, start)?
+            .ok_or_else(|| Error::EntryNotFound(start.to_owned()))?,
+    };
     let (seg_id, depth) = split_key(key);
     let seg = segment(conn, seg_id)?;
     let nearest = nearest_compaction(conn, &seg, depth)?;
@@ -633,33 +637,22 @@ fn stored_bytes<'v>(stored: &rusqlite::types::ValueRef<'v>) -> &'v [u8] {
 }
 
 /// The path from `start` to the root or the compaction stop (spec §5),
-/// root-side first; rows found in `cache` are not decoded again.
+/// root-side first; rows found in `cache` are not decoded again. `start_key`
+/// is the start's entry key where the caller already read it.
 pub fn path(
     conn: &Connection,
     codec: &Codec,
     session_key: i64,
     start: &str,
+    start_key: Option<i64>,
     cost: &mut ReadCost,
     cache: &mut EntryCache,
 ) -> Result<Vec<Entry>> {
-    let plan = plan_path(conn, session_key, start, cost)?;
+    let plan = plan_path(conn, session_key, start, start_key, cost)?;
     let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
     let mut decoded = 0;
     scan_path(conn, &plan, cost, |seg, key, stored, kind| {
-        let bytes = stored_bytes(&stored);
-        let entry = match cache.get(key, bytes) {
-            Some(entry) => entry,
-            None => {
-                let text = codec.decode(conn, stored)?;
-                decoded += 1;
-                let entry = Entry::from_checked_text_of_type(text, EntryType::from_name(kind));
-                // Text spliced from blobs depends on more than the row's bytes.
-                if super::codec::body_refs(stored)?.blobs.is_empty() {
-                    cache.insert(key, bytes, &entry);
-                }
-                entry
-            }
-        };
+        let entry = cached_entry(conn, codec, cache, key, kind, stored, &mut decoded)?;
         rows.push((seg, entry));
         Ok(())
     })?;
@@ -671,6 +664,64 @@ pub fn path(
     Ok(rows.into_iter().map(|(_, entry)| entry).collect())
 }
 
+/// The entry of row `key` (of type `kind`, stored as `stored`): from `cache`
+/// when it holds exactly that stored value, else decoded (counted in
+/// `decoded`) and kept there.
+fn cached_entry(
+    conn: &Connection,
+    codec: &Codec,
+    cache: &mut EntryCache,
+    key: i64,
+    kind: &str,
+    stored: rusqlite::types::ValueRef<'_>,
+    decoded: &mut u64,
+) -> Result<Entry> {
+    let bytes = stored_bytes(&stored);
+    if let Some(entry) = cache.get(key, bytes) {
+        return Ok(entry);
+    }
+    let text = codec.decode(conn, stored)?;
+    *decoded += 1;
+    let entry = Entry::from_checked_text_of_type(text, EntryType::from_name(kind));
+    // Text spliced from blobs depends on more than the row's bytes.
+    if super::codec::body_refs(stored)?.blobs.is_empty() {
+        cache.insert(key, bytes, &entry);
+    }
+    Ok(entry)
+}
+
+/// Entry `id` of the session and its entry key, through the handle's
+/// `cache` as a path read goes ([`EntryCache`]); `None` if the session has
+/// no such entry.
+pub fn entry_by_id(
+    conn: &Connection,
+    codec: &Codec,
+    session_key: i64,
+    id: &str,
+    cache: &mut EntryCache,
+    cost: &mut ReadCost,
+) -> Result<Option<(i64, Entry)>> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT entry_key, type, json FROM entries WHERE session_key = ?1 AND id = ?2",
+        )
+        .map_err(sql("reading an entry"))?;
+    let mut rows = st
+        .query(params![session_key, id])
+        .map_err(sql("reading an entry"))?;
+    let Some(row) = rows.next().map_err(sql("reading an entry"))? else {
+        return Ok(None);
+    };
+    let key: i64 = row.get(0).map_err(sql("reading an entry"))?;
+    let kind = row
+        .get_ref(1)
+        .and_then(|v| v.as_str().map_err(Into::into))
+        .map_err(sql("reading an entry"))?;
+    let stored = row.get_ref(2).map_err(sql("reading an entry"))?;
+    let entry = cached_entry(conn, codec, cache, key, kind, stored, &mut cost.decoded)?;
+    Ok(Some((key, entry)))
+}
+
 /// The path's rows as stored, neither decoded nor built into entries: what
 /// the bench's SQL-only diagnostic measures. Returns the rows read.
 #[doc(hidden)]
@@ -680,7 +731,7 @@ pub fn path_rows_sql_only(
     start: &str,
     cost: &mut ReadCost,
 ) -> Result<usize> {
-    let plan = plan_path(conn, session_key, start, cost)?;
+    let plan = plan_path(conn, session_key, start, None, cost)?;
     let mut n = 0;
     scan_path(conn, &plan, cost, |_, _, stored, _| {
         n += usize::from(stored.as_bytes().is_ok_and(|b| !b.is_empty()));

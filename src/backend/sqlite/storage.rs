@@ -1,5 +1,6 @@
 //! One session of an archive as a [`SessionStorage`].
 
+use super::path_memo::PathMemo;
 use super::rows::{self, METADATA_COLUMNS};
 use super::writer::{session_facts, Appender, SessionFacts};
 use super::{branch_cache, claim, sql, stored_js_string, Archive};
@@ -22,6 +23,7 @@ pub struct SqliteStorage {
     claim: Option<WriterClaim>,
     last_read: Cell<ReadCost>,
     decoded: RefCell<EntryCache>,
+    paths: RefCell<PathMemo>,
 }
 
 impl SqliteStorage {
@@ -34,6 +36,7 @@ impl SqliteStorage {
             claim: None,
             last_read: Cell::new(ReadCost::default()),
             decoded: RefCell::new(EntryCache::default()),
+            paths: RefCell::new(PathMemo::default()),
         }
     }
 
@@ -62,6 +65,21 @@ impl SqliteStorage {
     /// Whether this handle holds the writer claim.
     pub fn is_writer(&self) -> bool {
         self.claim.is_some()
+    }
+
+    /// Forgets the paths this handle keeps ([`PathMemo`]), so that the next
+    /// path read runs its query: what a benchmark of the read itself needs.
+    #[doc(hidden)]
+    pub fn forget_paths(&self) {
+        self.paths.borrow_mut().clear();
+    }
+
+    /// Whether the session row still holds this session (a kept path is
+    /// handed out only then, [`PathMemo`]; otherwise the read is `not_found`).
+    fn still_this_session(&self, conn: &rusqlite::Connection) -> Result<bool> {
+        conn.prepare_cached("SELECT 1 FROM sessions WHERE session_key = ?1 AND id = ?2")
+            .and_then(|mut st| st.exists(params![self.session_key, self.id]))
+            .map_err(sql("checking a kept path"))
     }
 
     /// What the last path read cost (statements, rows, VM steps).
@@ -314,21 +332,59 @@ impl SessionStorage for SqliteStorage {
         super::skeleton::visit_by_id(&conn, self.archive.codec(), self.session_key, ids, sink)
     }
 
+    /// A path this handle read before, or one that follows from it, comes
+    /// from its [`PathMemo`] without the path query.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         let Some(id) = id else {
             return Ok(Vec::new());
         };
         let conn = self.archive.conn()?;
         let mut cost = ReadCost::default();
+        let mut memo = self.paths.borrow_mut();
+        let mut start_key = None;
+        if !memo.is_empty() {
+            let kept = match memo.get(id) {
+                Some(path) => Some(path.to_vec()),
+                None => {
+                    // The start's row is read here instead of in the path
+                    // query's plan, so a miss costs no extra statement.
+                    cost.statements += 1;
+                    let start = branch_cache::entry_by_id(
+                        &conn,
+                        self.archive.codec(),
+                        self.session_key,
+                        id,
+                        &mut self.decoded.borrow_mut(),
+                        &mut cost,
+                    )?;
+                    start_key = start.as_ref().map(|(key, _)| *key);
+                    start.and_then(|(_, entry)| memo.extend(&entry))
+                }
+            };
+            if let Some(path) = kept {
+                cost.statements += 1;
+                self.last_read.set(cost);
+                if !self.still_this_session(&conn)? {
+                    // Deleted since (its key may now be another session's).
+                    memo.clear();
+                    return Err(crate::Error::SessionNotFound(self.id.clone()));
+                }
+                memo.keep(id, &path);
+                return Ok(path);
+            }
+        }
         let path = branch_cache::path(
             &conn,
             self.archive.codec(),
             self.session_key,
             id,
+            start_key,
             &mut cost,
             &mut self.decoded.borrow_mut(),
         );
         self.last_read.set(cost);
-        path
+        let path = path?;
+        memo.keep(id, &path);
+        Ok(path)
     }
 }

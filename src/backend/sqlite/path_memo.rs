@@ -1,0 +1,142 @@
+//! Paths a session handle has read, kept so that reading one again (or the
+//! path of an entry appended below one) runs no path query at all.
+//!
+//! # Why an answer can be kept
+//! 1. The log is append-only and an entry's parent never changes (the archive
+//!    refuses an entry that would re-parent stored ones, `branch_cache`
+//!    invariant 8), so the path from an entry is the same for as long as its
+//!    session exists.
+//! 2. The walk from an entry that is not a compaction is that entry after the
+//!    walk from its parent: no compaction stop is pending when the walk
+//!    leaves it ([`crate::rules::StopRule`]). So an agent's next context is
+//!    its previous path plus the entries it appended since, and is built
+//!    from the kept path and the new rows alone.
+//!
+//! # What is checked
+//! A kept path is handed out only while the session row still holds this
+//! session's id under its key (a deleted session's key may be reused by a
+//! new one): one indexed row per read. Once it does not, the memo is
+//! emptied and the read fails with `not_found`. Nothing else can change a path (a
+//! session deleted and imported again under its own id is the same pi file,
+//! which pi only ever appends to).
+//!
+//! # Bounds
+//! At most [`PathMemo::PATHS`] paths and [`PathMemo::ROWS`] rows in all are
+//! kept (a row is one shared [`Entry`] handle, whose text the handle's entry
+//! cache holds or shares); past either, the oldest paths go first.
+
+use crate::entry::{Entry, EntryType};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The paths a handle read most recently, by the id they start from.
+#[derive(Debug, Default)]
+pub struct PathMemo {
+    paths: VecDeque<(Box<str>, Arc<[Entry]>)>,
+    rows: usize,
+}
+
+impl PathMemo {
+    /// Paths kept at most.
+    pub const PATHS: usize = 64;
+    /// Rows kept at most, over all paths.
+    pub const ROWS: usize = 1 << 20;
+
+    /// Whether nothing is kept (then there is nothing to check either).
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// The kept path from `start`.
+    pub fn get(&self, start: &str) -> Option<&Arc<[Entry]>> {
+        self.paths
+            .iter()
+            .rev()
+            .find(|(id, _)| &**id == start)
+            .map(|(_, path)| path)
+    }
+
+    /// The path from `entry`, if it follows from a kept one (point 2 above):
+    /// `entry` is no compaction and the path from its parent is kept.
+    pub fn extend(&self, entry: &Entry) -> Option<Vec<Entry>> {
+        if *entry.entry_type() == EntryType::Compaction {
+            return None;
+        }
+        let above = self.get(entry.facts().parent()?)?;
+        let mut path = Vec::with_capacity(above.len() + 1);
+        path.extend_from_slice(above);
+        path.push(entry.clone());
+        Some(path)
+    }
+
+    /// Keeps the path from `start`, dropping the oldest paths past the bounds.
+    pub fn keep(&mut self, start: &str, path: &[Entry]) {
+        if path.len() > Self::ROWS || self.get(start).is_some() {
+            return;
+        }
+        while self.paths.len() >= Self::PATHS || self.rows + path.len() > Self::ROWS {
+            let Some((_, old)) = self.paths.pop_front() else {
+                break;
+            };
+            self.rows -= old.len();
+        }
+        self.rows += path.len();
+        self.paths.push_back((start.into(), path.into()));
+    }
+
+    /// Forgets every path (the session is not the one they were read from).
+    pub fn clear(&mut self) {
+        self.paths.clear();
+        self.rows = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, parent: Option<&str>, kind: &str) -> Entry {
+        let parent = parent.map_or("null".to_owned(), |p| format!("\"{p}\""));
+        let extra = if kind == "compaction" {
+            r#","summary":"s","firstKeptEntryId":"a","tokensBefore":1"#
+        } else {
+            r#","message":{"role":"user","content":"x"}"#
+        };
+        Entry::from_json(&format!(
+            r#"{{"type":"{kind}","id":"{id}","parentId":{parent},"timestamp":"2025-01-01T00:00:00.000Z"{extra}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_child_extends_its_parents_path_unless_it_is_a_compaction() {
+        let (a, b) = (
+            entry("a", None, "message"),
+            entry("b", Some("a"), "message"),
+        );
+        let mut memo = PathMemo::default();
+        memo.keep("b", &[a.clone(), b.clone()]);
+        let c = entry("c", Some("b"), "message");
+        assert_eq!(memo.extend(&c), Some(vec![a, b, c]));
+        assert_eq!(memo.extend(&entry("d", Some("b"), "compaction")), None);
+        assert_eq!(memo.extend(&entry("e", Some("zz"), "message")), None);
+        assert_eq!(memo.extend(&entry("f", None, "message")), None);
+    }
+
+    #[test]
+    fn the_oldest_paths_go_first_past_either_bound() {
+        let e = entry("a", None, "message");
+        let mut memo = PathMemo::default();
+        for i in 0..PathMemo::PATHS + 3 {
+            memo.keep(&format!("p{i}"), std::slice::from_ref(&e));
+        }
+        assert_eq!(memo.paths.len(), PathMemo::PATHS);
+        assert!(memo.get("p2").is_none() && memo.get("p3").is_some());
+        let long = vec![e.clone(); PathMemo::ROWS - 5];
+        memo.keep("long", &long);
+        assert!(memo.rows <= PathMemo::ROWS);
+        assert!(memo.get("long").is_some() && memo.get("p3").is_none());
+        memo.keep("too-long", &vec![e; PathMemo::ROWS + 1]);
+        assert!(memo.get("too-long").is_none());
+    }
+}
