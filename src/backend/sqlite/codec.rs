@@ -810,6 +810,25 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_or_missing_dictionary_is_a_storage_error() {
+        let conn = archive();
+        // zstd's dictionary magic, then a header zstd cannot load.
+        let mut damaged = vec![0x37, 0xA4, 0x30, 0xEC];
+        damaged.extend(std::iter::repeat_n(0xFF, 64));
+        conn.execute(
+            "INSERT INTO dictionaries (dict_id, created_at, samples, sample_bytes, bytes) VALUES (7, 't', 1, 1, ?1)",
+            [&damaged],
+        )
+        .unwrap();
+        let codec = Codec::default();
+        for id in [7, 8] {
+            let e = codec.dictionary(&conn, id).unwrap_err();
+            assert_eq!(e.code(), crate::ErrorCode::Storage, "{e}");
+            assert!(e.to_string().contains(&format!("dictionary {id}")), "{e}");
+        }
+    }
+
+    #[test]
     fn base64_round_trips_and_refuses_non_canonical_text() {
         for n in 0..40 {
             let bytes: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
