@@ -626,3 +626,60 @@ fn an_import_trains_the_first_dictionary_while_it_reads() -> R {
     assert_checks_out(&archive);
     Ok(())
 }
+
+/// An archive filled by appends alone (pi through `rpc` or the Node binding)
+/// has no import to train from: once a writer has appended
+/// `TRAIN_AFTER_APPENDING` bytes without a dictionary, it trains the first one
+/// from the archive's entries and re-encodes those already stored, and the
+/// session still exports byte for byte.
+#[test]
+fn an_archive_filled_by_appends_trains_its_first_dictionary() -> R {
+    use sessiontree::backend::sqlite::TRAIN_AFTER_APPENDING;
+    use sessiontree::SessionStorage;
+    let dir = tempfile::tempdir()?;
+    let report = generate(
+        &dir.path().join("gen"),
+        &GenOptions {
+            shape: Shape::Forked,
+            entries: 2_500,
+            seed: 9,
+            ..GenOptions::default()
+        },
+    )?;
+    let file = report.sessions[0].path.clone();
+    let text = std::fs::read_to_string(&file)?;
+    let mut lines = text.lines();
+    let head = sessiontree::header::Header::parse(lines.next().ok_or("empty")?, &file)?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut session =
+        archive.create_session(&sessiontree::convert::new_session_from_header(&head))?;
+    let mut appended = 0;
+    let mut trained_at = None;
+    for line in lines {
+        session.append_entry(sessiontree::Entry::from_json(line)?)?;
+        appended += line.len();
+        if trained_at.is_none() && archive.has_dictionary()? {
+            trained_at = Some(appended);
+        }
+    }
+    let trained_at = trained_at.ok_or("no dictionary was trained")?;
+    assert!(
+        (TRAIN_AFTER_APPENDING..TRAIN_AFTER_APPENDING + (64 << 10)).contains(&trained_at),
+        "trained after {trained_at} bytes"
+    );
+    let total = count(&archive, "SELECT count(*) FROM entries");
+    let with_dictionary = count(
+        &archive,
+        "SELECT count(*) FROM entries WHERE typeof(json) = 'blob' AND substr(hex(json), 1, 2) IN ('03', '07')",
+    );
+    assert!(
+        with_dictionary * 10 > total * 9,
+        "{with_dictionary} of {total} entries use the dictionary, the ones stored before it too"
+    );
+    assert!(
+        export(&archive, &head.id) == std::fs::read(&file)?,
+        "byte for byte"
+    );
+    assert_checks_out(&archive);
+    Ok(())
+}

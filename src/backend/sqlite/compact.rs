@@ -46,6 +46,10 @@ fn reencoding<T>(f: impl FnOnce() -> T) -> T {
 const BATCH_ROWS: i64 = 2_000;
 /// Bytes of text held per batch (bounds memory whatever the entry sizes).
 const BATCH_BYTES: usize = 16 << 20;
+/// Entries an archive may hold for its first dictionary, trained from
+/// appends, to re-encode them all at once (about a second); the rest wait
+/// for `compact`.
+pub const REENCODE_AFTER_TRAINING: u64 = 50_000;
 
 /// What [`Archive::compact`] did.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -263,6 +267,43 @@ impl Archive {
         tx.commit()
             .map_err(sql("storing a compression dictionary"))?;
         Ok(Some(size))
+    }
+
+    /// Trains the archive's first dictionary from its own entries and
+    /// re-encodes them with it, as `compact` does (short transactions), for an
+    /// archive filled by appends alone (pi through `rpc` or the Node binding:
+    /// no import to train from). Nothing happens if it has a dictionary or too
+    /// little text to train one; past [`REENCODE_AFTER_TRAINING`] entries the
+    /// old ones are left to `compact`. Returns whether it trained.
+    pub fn train_first_dictionary_from_entries(&self) -> Result<bool> {
+        let mut conn = self.conn()?;
+        let trained = {
+            let tx = self.begin_write(&mut conn, "training a dictionary")?;
+            if self.codec().newest(&tx)?.is_some() {
+                return Ok(false);
+            }
+            let trained = train_from_archive(&tx, self.codec())?;
+            tx.commit().map_err(sql("training a dictionary"))?;
+            trained
+        };
+        let Some(trained) = trained else {
+            return Ok(false);
+        };
+        if entry_total(&conn)? > REENCODE_AFTER_TRAINING {
+            return Ok(true);
+        }
+        let encoder = Encoder::new(Some(self.codec().dictionary(&conn, trained.id)?));
+        let mut pass = Pass::default();
+        let mut after = i64::MIN;
+        loop {
+            let tx = self.begin_write(&mut conn, "re-encoding entries")?;
+            let last = reencode_batch(&tx, self.codec(), &encoder, after, BATCH_ROWS, &mut pass)?;
+            tx.commit().map_err(sql("re-encoding entries"))?;
+            match last {
+                Some(l) => after = l,
+                None => return Ok(true),
+            }
+        }
     }
 
     /// Retrains the dictionary on the archive's entries, re-encodes every

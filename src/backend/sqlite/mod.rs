@@ -48,6 +48,7 @@ use crate::json::JsString;
 use crate::storage::Durability;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -68,6 +69,10 @@ fn wait_for_the_lock(attempt: i32) -> bool {
     std::thread::sleep(Duration::from_millis(1));
     u128::try_from(attempt).unwrap_or(0) < BUSY_TIMEOUT.as_millis()
 }
+
+/// Entry text appended without a dictionary after which a writer trains
+/// the archive's first one from its entries (what `import` trains on).
+pub const TRAIN_AFTER_APPENDING: usize = codec::IMPORT_TRAINING_BUDGET;
 
 /// The reader pool.
 pub type Pool = r2d2::Pool<ConnectionManager>;
@@ -153,6 +158,9 @@ struct ArchiveInner {
     spare: Mutex<Option<Connection>>,
     path: PathBuf,
     codec: codec::Codec,
+    /// Entry text this process appended while the archive had no dictionary
+    /// (see [`Archive::appended_untrained`]).
+    untrained_bytes: AtomicUsize,
 }
 
 impl std::fmt::Debug for ArchiveInner {
@@ -345,6 +353,7 @@ impl Archive {
             spare: Mutex::new(Some(conn)),
             path,
             codec: codec::Codec::default(),
+            untrained_bytes: AtomicUsize::new(0),
         }))
     }
 
@@ -376,6 +385,15 @@ impl Archive {
                 .connection_timeout(Duration::from_secs(30))
                 .build_unchecked(self.0.manager.clone())
         })
+    }
+
+    /// Counts `bytes` of entry text appended without a dictionary; `true`
+    /// once every [`TRAIN_AFTER_APPENDING`] bytes, when an archive filled by
+    /// appends alone should train its first one
+    /// ([`Archive::train_first_dictionary_from_entries`]).
+    pub(crate) fn appended_untrained(&self, bytes: usize) -> bool {
+        let before = self.0.untrained_bytes.fetch_add(bytes, Ordering::Relaxed);
+        before / TRAIN_AFTER_APPENDING != (before + bytes) / TRAIN_AFTER_APPENDING
     }
 
     /// The archive's dictionaries: what decodes stored entry text.

@@ -21,9 +21,10 @@
 //! which pi only ever appends to).
 //!
 //! # Bounds
-//! At most [`PathMemo::PATHS`] paths and [`PathMemo::ROWS`] rows in all are
-//! kept (a row is one shared [`Entry`] handle, whose text the handle's entry
-//! cache holds or shares); past either, the oldest paths go first.
+//! At most [`PathMemo::PATHS`] paths holding [`PathMemo::BYTES`] of entry
+//! text in all are kept (an entry on several kept paths counted each time;
+//! the texts are shared with the handle's entry cache, not copied); past
+//! either, the oldest paths go first, and a longer path is not kept at all.
 
 use crate::entry::{Entry, EntryType};
 use std::collections::VecDeque;
@@ -32,15 +33,16 @@ use std::sync::Arc;
 /// The paths a handle read most recently, by the id they start from.
 #[derive(Debug, Default)]
 pub struct PathMemo {
-    paths: VecDeque<(Box<str>, Arc<[Entry]>)>,
-    rows: usize,
+    /// Each path with the bytes of text it holds.
+    paths: VecDeque<(Box<str>, Arc<[Entry]>, usize)>,
+    bytes: usize,
 }
 
 impl PathMemo {
     /// Paths kept at most.
     pub const PATHS: usize = 64;
-    /// Rows kept at most, over all paths.
-    pub const ROWS: usize = 1 << 20;
+    /// Bytes of entry text kept at most, over all paths.
+    pub const BYTES: usize = 32 << 20;
 
     /// Whether nothing is kept (then there is nothing to check either).
     pub fn is_empty(&self) -> bool {
@@ -52,8 +54,8 @@ impl PathMemo {
         self.paths
             .iter()
             .rev()
-            .find(|(id, _)| &**id == start)
-            .map(|(_, path)| path)
+            .find(|(id, _, _)| &**id == start)
+            .map(|(_, path, _)| path)
     }
 
     /// The path from `entry`, if it follows from a kept one (point 2 above):
@@ -71,23 +73,24 @@ impl PathMemo {
 
     /// Keeps the path from `start`, dropping the oldest paths past the bounds.
     pub fn keep(&mut self, start: &str, path: &[Entry]) {
-        if path.len() > Self::ROWS || self.get(start).is_some() {
+        let bytes: usize = path.iter().map(|e| e.json().len()).sum();
+        if bytes > Self::BYTES || self.get(start).is_some() {
             return;
         }
-        while self.paths.len() >= Self::PATHS || self.rows + path.len() > Self::ROWS {
-            let Some((_, old)) = self.paths.pop_front() else {
+        while self.paths.len() >= Self::PATHS || self.bytes + bytes > Self::BYTES {
+            let Some((_, _, old)) = self.paths.pop_front() else {
                 break;
             };
-            self.rows -= old.len();
+            self.bytes -= old;
         }
-        self.rows += path.len();
-        self.paths.push_back((start.into(), path.into()));
+        self.bytes += bytes;
+        self.paths.push_back((start.into(), path.into(), bytes));
     }
 
     /// Forgets every path (the session is not the one they were read from).
     pub fn clear(&mut self) {
         self.paths.clear();
-        self.rows = 0;
+        self.bytes = 0;
     }
 }
 
@@ -132,11 +135,11 @@ mod tests {
         }
         assert_eq!(memo.paths.len(), PathMemo::PATHS);
         assert!(memo.get("p2").is_none() && memo.get("p3").is_some());
-        let long = vec![e.clone(); PathMemo::ROWS - 5];
-        memo.keep("long", &long);
-        assert!(memo.rows <= PathMemo::ROWS);
+        let many = PathMemo::BYTES / e.json().len() - 5;
+        memo.keep("long", &vec![e.clone(); many]);
+        assert!(memo.bytes <= PathMemo::BYTES);
         assert!(memo.get("long").is_some() && memo.get("p3").is_none());
-        memo.keep("too-long", &vec![e; PathMemo::ROWS + 1]);
+        memo.keep("too-long", &vec![e; PathMemo::BYTES / 10]);
         assert!(memo.get("too-long").is_none());
     }
 }

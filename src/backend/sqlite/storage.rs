@@ -105,17 +105,28 @@ impl SqliteStorage {
             super::refuse_if_damaged(self.archive.path())?;
         }
         self.claim_writer()?;
-        let mut conn = self.archive.conn()?;
-        let tx = self.archive.begin_write(&mut conn, "starting an append")?;
-        if let Some(claim) = &self.claim {
-            claim.check(&tx, &self.id)?;
+        let untrained = {
+            let mut conn = self.archive.conn()?;
+            let tx = self.archive.begin_write(&mut conn, "starting an append")?;
+            if let Some(claim) = &self.claim {
+                claim.check(&tx, &self.id)?;
+            }
+            let mut appender = Appender::start(&tx, self.archive.codec(), self.session_key)?;
+            for e in entries {
+                appender.push(&tx, e)?;
+            }
+            let untrained = appender.dictionary_id().is_none();
+            appender.finish(&tx)?;
+            tx.commit().map_err(sql("committing an append"))?;
+            untrained
+        };
+        let bytes = entries.iter().map(|e| e.json().len()).sum();
+        if untrained && self.archive.appended_untrained(bytes) {
+            // Best effort, after the append is committed: a training that
+            // fails is tried again once as much text has been appended again.
+            let _ = self.archive.train_first_dictionary_from_entries();
         }
-        let mut appender = Appender::start(&tx, self.archive.codec(), self.session_key)?;
-        for e in entries {
-            appender.push(&tx, e)?;
-        }
-        appender.finish(&tx)?;
-        tx.commit().map_err(sql("committing an append"))
+        Ok(())
     }
 
     fn query_entries(

@@ -203,6 +203,11 @@ impl Appender {
         })
     }
 
+    /// The dictionary this write encodes with, if the archive has one.
+    pub(super) fn dictionary_id(&self) -> Option<i64> {
+        self.encoder.dictionary_id()
+    }
+
     fn flush_text(&mut self, tx: &Transaction) -> Result<()> {
         let mut st = tx
             .prepare_cached(
