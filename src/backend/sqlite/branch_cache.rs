@@ -599,6 +599,10 @@ fn scan_path(
 pub struct EntryCache {
     entries: std::collections::HashMap<i64, (Box<[u8]>, Entry)>,
     bytes: usize,
+    /// Set when a read filled the cache and it started over: the rest of
+    /// that read is not kept (a path longer than the cache would only evict
+    /// its own rows, copying every stored value for nothing).
+    overflowed: bool,
 }
 
 impl EntryCache {
@@ -613,11 +617,21 @@ impl EntryCache {
         }
     }
 
+    /// A path read begins: what it decodes may be kept again.
+    fn begin_read(&mut self) {
+        self.overflowed = false;
+    }
+
     fn insert(&mut self, key: i64, stored: &[u8], entry: &Entry) {
+        if self.overflowed {
+            return;
+        }
         let len = stored.len() + entry.json().len();
         if self.bytes + len > Self::BUDGET {
             self.entries.clear();
             self.bytes = 0;
+            self.overflowed = true;
+            return;
         }
         if len <= Self::BUDGET {
             if let Some((was, old)) = self.entries.insert(key, (stored.into(), entry.clone())) {
@@ -649,6 +663,7 @@ pub fn path(
     cache: &mut EntryCache,
 ) -> Result<Vec<Entry>> {
     let plan = plan_path(conn, session_key, start, start_key, cost)?;
+    cache.begin_read();
     let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
     let mut decoded = 0;
     scan_path(conn, &plan, cost, |seg, key, stored, kind| {
