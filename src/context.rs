@@ -92,11 +92,31 @@ pub struct ModelRef {
 impl SessionContext {
     /// The context as pi returns it: `{thinkingLevel, model, activeToolNames, messages}`.
     pub fn to_json_text(&self) -> String {
-        let raw = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_owned());
         // One buffer, sized up front: a long context is megabytes, and every
         // regrowth copies it into freshly faulted pages. (+1: the CLI's newline.)
         let messages_len: usize = self.messages.iter().map(|m| m.get().len() + 1).sum();
-        let mut w = ObjectWriter::with_capacity(messages_len + 256);
+        let mut text = String::with_capacity(messages_len + 256);
+        self.json_pieces(&mut |piece| {
+            text.push_str(piece);
+            Ok(())
+        })
+        .unwrap_or(());
+        text
+    }
+
+    /// Writes [`SessionContext::to_json_text`] to `out` piece by piece,
+    /// without ever holding it whole (a long context is megabytes).
+    pub fn write_json(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        self.json_pieces(&mut |piece| out.write_all(piece.as_bytes()))
+    }
+
+    /// The context's JSON text, handed to `piece` in order.
+    fn json_pieces(
+        &self,
+        piece: &mut dyn FnMut(&str) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let raw = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_owned());
+        let mut w = ObjectWriter::new();
         w.opt_raw("thinkingLevel", raw(&self.thinking_level).as_deref());
         match &self.model {
             // pi builds `{provider, modelId}` in that order.
@@ -114,8 +134,16 @@ impl SessionContext {
             "activeToolNames",
             self.active_tool_names.as_ref().map_or("null", |t| t.get()),
         );
-        w.raw_array("messages", self.messages.iter().map(|m| m.get()));
-        w.finish()
+        // The members so far, then the messages array, written as it goes.
+        w.raw("messages", "[");
+        piece(&w.unclosed())?;
+        for (i, m) in self.messages.iter().enumerate() {
+            if i > 0 {
+                piece(",")?;
+            }
+            piece(m.get())?;
+        }
+        piece("]}")
     }
 }
 

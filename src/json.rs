@@ -480,13 +480,6 @@ impl ObjectWriter {
         }
     }
 
-    /// An empty object whose text will need about `bytes` bytes.
-    pub fn with_capacity(bytes: usize) -> Self {
-        let mut out = String::with_capacity(bytes.max(2));
-        out.push('{');
-        ObjectWriter { out, empty: true }
-    }
-
     fn key(&mut self, key: &str) {
         if !self.empty {
             self.out.push(',');
@@ -500,24 +493,6 @@ impl ObjectWriter {
     pub fn raw(&mut self, key: &str, json: &str) -> &mut Self {
         self.key(key);
         self.out.push_str(json);
-        self
-    }
-
-    /// Adds an array member whose items are already JSON text.
-    pub fn raw_array<'i>(
-        &mut self,
-        key: &str,
-        items: impl IntoIterator<Item = &'i str>,
-    ) -> &mut Self {
-        self.key(key);
-        self.out.push('[');
-        for (i, item) in items.into_iter().enumerate() {
-            if i > 0 {
-                self.out.push(',');
-            }
-            self.out.push_str(item);
-        }
-        self.out.push(']');
         self
     }
 
@@ -547,6 +522,12 @@ impl ObjectWriter {
     /// Adds a member from a `serde_json::Value`.
     pub fn value(&mut self, key: &str, value: &Value) -> &mut Self {
         self.raw(key, &value.to_string())
+    }
+
+    /// The object's text so far, left open: the caller writes the rest of
+    /// its last member (and the closing brace) after it.
+    pub fn unclosed(self) -> String {
+        self.out
     }
 
     /// The finished object text.

@@ -216,10 +216,14 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let session = Session::new(target::open_for_reading(cli, &args.session)?);
     let ctx = session.build_context(args.from.as_deref())?;
     if cli.json {
-        // The JSON is the stored text passed through, never re-parsed: a
+        // The JSON is the stored text passed through, never re-parsed (a
         // message nested deeper than a parser's recursion limit comes out
-        // exactly as stored; the readable form is not made at all.
-        return Ok(Report::raw(ctx.to_json_text(), String::new()));
+        // exactly as stored), and written as it goes, never held whole; the
+        // readable form is not made at all.
+        return Ok(Report::streamed(
+            Box::new(move |out| ctx.write_json(out)),
+            String::new(),
+        ));
     }
     let cwd = session.storage().metadata()?.cwd;
     // Readable forms of the stored JSON (strings unquoted).

@@ -201,16 +201,32 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// JSON written straight to standard output, piece by piece.
+pub type JsonStream = Box<dyn FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>>;
+
 /// What a command has to say: JSON for `--json`, text otherwise.
-#[derive(Debug)]
 pub struct Report {
     /// The stable JSON form, as text (entries inside it keep their exact stored text).
     pub json: String,
+    /// The JSON form written as it is made instead of `json` (output too
+    /// long to hold twice: a long context).
+    pub json_stream: Option<JsonStream>,
     /// The readable form.
     pub text: String,
     /// Exit status when the command succeeded only in part (e.g. some files
     /// failed): one of [`exit`].
     pub status: i32,
+}
+
+impl std::fmt::Debug for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Report")
+            .field("json", &self.json)
+            .field("json_stream", &self.json_stream.is_some())
+            .field("text", &self.text)
+            .field("status", &self.status)
+            .finish()
+    }
 }
 
 impl Report {
@@ -223,8 +239,17 @@ impl Report {
     pub fn raw(json: String, text: String) -> Self {
         Report {
             json,
+            json_stream: None,
             text,
             status: exit::OK,
+        }
+    }
+
+    /// A report whose JSON is written by `json` as it is made.
+    pub fn streamed(json: JsonStream, text: String) -> Self {
+        Report {
+            json_stream: Some(json),
+            ..Report::raw(String::new(), text)
         }
     }
 }
@@ -300,6 +325,17 @@ pub fn run() -> i32 {
     };
     match result {
         Ok(None) => exit::OK,
+        Ok(Some(Report {
+            json_stream: Some(stream),
+            status,
+            ..
+        })) if cli.json => match write_stdout_with(|out| {
+            stream(out)?;
+            out.write_all(b"\n")
+        }) {
+            exit::OK => status,
+            failed => failed,
+        },
         Ok(Some(report)) => {
             let mut out = if cli.json {
                 report.json
@@ -473,9 +509,15 @@ pub fn terminal_safe(text: &str) -> String {
 /// Writes to stdout. A closed pipe (`sessiontree tree … | head`) is not an
 /// error; any other write failure is reported and exits as `storage` (7).
 fn write_stdout(s: &str) -> i32 {
+    write_stdout_with(|out| out.write_all(s.as_bytes()))
+}
+
+/// Runs `write` on standard output (buffered) and flushes it; a closed pipe
+/// is success (`| head`), another failure a `storage` error.
+fn write_stdout_with(write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>) -> i32 {
     use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(s.as_bytes()).and_then(|()| stdout.flush()) {
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    match write(&mut stdout).and_then(|()| stdout.flush()) {
         Ok(()) => exit::OK,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
         Err(e) => {
