@@ -5,6 +5,7 @@ pub mod holder;
 pub mod jsonl;
 mod log_index;
 pub mod memory;
+pub mod path_memo;
 pub mod postgres;
 pub mod sqlite;
 

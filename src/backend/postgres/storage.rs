@@ -3,12 +3,14 @@
 use super::claim::WriterClaim;
 use super::writer::{metadata_at, session_facts, Appender, METADATA_COLUMNS};
 use super::{branch_cache, col, pg, stored_js_string, PgArchive};
+use crate::backend::path_memo::{PathMemo, PathSource};
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
 use crate::rules::{Replay, SessionStats};
 use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
 use ::postgres::types::ToSql;
+use std::cell::RefCell;
 
 /// One session of a team archive.
 #[derive(Debug)]
@@ -17,6 +19,8 @@ pub struct PgStorage {
     session_key: i64,
     id: String,
     claim: Option<WriterClaim>,
+    /// The paths this handle read ([`PathMemo`]).
+    paths: RefCell<PathMemo>,
 }
 
 impl PgStorage {
@@ -27,6 +31,7 @@ impl PgStorage {
             session_key,
             id: id.to_owned(),
             claim: None,
+            paths: RefCell::new(PathMemo::default()),
         }
     }
 
@@ -141,15 +146,9 @@ impl SessionStorage for PgStorage {
     }
 
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
-        self.archive
-            .conn()?
-            .query_opt(
-                "SELECT json FROM entries WHERE session_key = $1 AND id = $2",
-                &[&self.session_key, &id],
-            )
-            .map_err(pg("reading an entry"))?
-            .map(|r| col(&r, 0).map(Entry::from_checked_text))
-            .transpose()
+        Ok(self
+            .start(&mut *self.archive.conn()?, id)?
+            .map(|(_, entry)| entry))
     }
 
     fn contains_entry(&self, id: &str) -> Result<bool> {
@@ -250,10 +249,49 @@ impl SessionStorage for PgStorage {
             .collect()
     }
 
+    /// A path this handle read before, or one that follows from it, comes
+    /// from its [`PathMemo`] without the path query.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         let Some(id) = id else {
             return Ok(Vec::new());
         };
-        branch_cache::path(&mut *self.archive.conn()?, self.session_key, id)
+        let mut conn = self.archive.conn()?;
+        self.paths
+            .borrow_mut()
+            .read(self, &mut *conn, id)
+            .map(|(path, _)| path)
+    }
+}
+
+/// How the handle's [`PathMemo`] reads the team archive.
+impl PathSource<::postgres::Client> for PgStorage {
+    /// Nothing: the path query finds the start's key itself.
+    type Start = ();
+
+    fn session_id(&self) -> &str {
+        &self.id
+    }
+
+    fn start(&self, conn: &mut ::postgres::Client, id: &str) -> Result<Option<((), Entry)>> {
+        conn.query_opt(
+            "SELECT json FROM entries WHERE session_key = $1 AND id = $2",
+            &[&self.session_key, &id],
+        )
+        .map_err(pg("reading an entry"))?
+        .map(|r| col(&r, 0).map(|text| ((), Entry::from_checked_text(text))))
+        .transpose()
+    }
+
+    fn still_this_session(&self, conn: &mut ::postgres::Client) -> Result<bool> {
+        conn.query_opt(
+            "SELECT 1 FROM sessions WHERE session_key = $1 AND id = $2",
+            &[&self.session_key, &self.id],
+        )
+        .map(|row| row.is_some())
+        .map_err(pg("checking a kept path"))
+    }
+
+    fn query(&self, conn: &mut ::postgres::Client, id: &str, _: Option<()>) -> Result<Vec<Entry>> {
+        branch_cache::path(conn, self.session_key, id)
     }
 }

@@ -9,7 +9,7 @@
 //! of line (its invariants are stated there) and `compact.rs` re-encodes an
 //! archive; `archive.rs` is the many-session side (create, list,
 //! delete, search, check, import records); `storage.rs` is one session as a
-//! [`crate::SessionStorage`], keeping the paths it read in `path_memo.rs`; [`claim`] is the one-writer rule; [`migrate`]
+//! [`crate::SessionStorage`], keeping the paths it read (`backend::path_memo`); [`claim`] is the one-writer rule; [`migrate`]
 //! applies `schema/*.sql`.
 //!
 //! # Opening
@@ -34,7 +34,6 @@ pub mod codec;
 mod compact;
 pub mod fts;
 pub mod migrate;
-mod path_memo;
 mod query;
 mod rows;
 mod skeleton;

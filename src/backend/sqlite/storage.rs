@@ -1,9 +1,9 @@
 //! One session of an archive as a [`SessionStorage`].
 
-use super::path_memo::PathMemo;
 use super::rows::{self, METADATA_COLUMNS};
 use super::writer::{session_facts, Appender, SessionFacts};
 use super::{branch_cache, claim, sql, stored_js_string, Archive};
+use crate::backend::path_memo::{PathMemo, PathSource};
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
@@ -72,14 +72,6 @@ impl SqliteStorage {
     #[doc(hidden)]
     pub fn forget_paths(&self) {
         self.paths.borrow_mut().clear();
-    }
-
-    /// Whether the session row still holds this session (a kept path is
-    /// handed out only then, [`PathMemo`]; otherwise the read is `not_found`).
-    fn still_this_session(&self, conn: &rusqlite::Connection) -> Result<bool> {
-        conn.prepare_cached("SELECT 1 FROM sessions WHERE session_key = ?1 AND id = ?2")
-            .and_then(|mut st| st.exists(params![self.session_key, self.id]))
-            .map_err(sql("checking a kept path"))
     }
 
     /// What the last path read cost (statements, rows, VM steps).
@@ -349,53 +341,65 @@ impl SessionStorage for SqliteStorage {
         let Some(id) = id else {
             return Ok(Vec::new());
         };
-        let conn = self.archive.conn()?;
-        let mut cost = ReadCost::default();
-        let mut memo = self.paths.borrow_mut();
-        let mut start_key = None;
-        if !memo.is_empty() {
-            let kept = match memo.get(id) {
-                Some(path) => Some(path.to_vec()),
-                None => {
-                    // The start's row is read here instead of in the path
-                    // query's plan, so a miss costs no extra statement.
-                    cost.statements += 1;
-                    let start = branch_cache::entry_by_id(
-                        &conn,
-                        self.archive.codec(),
-                        self.session_key,
-                        id,
-                        &mut self.decoded.borrow_mut(),
-                        &mut cost,
-                    )?;
-                    start_key = start.as_ref().map(|(key, _)| *key);
-                    start.and_then(|(_, entry)| memo.extend(&entry))
-                }
-            };
-            if let Some(path) = kept {
-                cost.statements += 1;
-                self.last_read.set(cost);
-                if !self.still_this_session(&conn)? {
-                    // Deleted since (its key may now be another session's).
-                    memo.clear();
-                    return Err(crate::Error::SessionNotFound(self.id.clone()));
-                }
-                memo.keep(id, &path);
-                return Ok(path);
-            }
-        }
-        let path = branch_cache::path(
-            &conn,
-            self.archive.codec(),
-            self.session_key,
+        let mut conn = self.archive.conn()?;
+        let source = PathReads {
+            storage: self,
+            cost: RefCell::new(ReadCost::default()),
+        };
+        let read = self.paths.borrow_mut().read(&source, &mut *conn, id);
+        self.last_read.set(source.cost.into_inner());
+        read.map(|(path, _)| path)
+    }
+}
+
+/// How a handle's [`PathMemo`] reads this archive, counting the work.
+struct PathReads<'h> {
+    storage: &'h SqliteStorage,
+    cost: RefCell<ReadCost>,
+}
+
+impl PathSource<rusqlite::Connection> for PathReads<'_> {
+    /// The start's entry key.
+    type Start = i64;
+
+    fn session_id(&self) -> &str {
+        &self.storage.id
+    }
+
+    fn start(&self, conn: &mut rusqlite::Connection, id: &str) -> Result<Option<(i64, Entry)>> {
+        let mut cost = self.cost.borrow_mut();
+        cost.statements += 1;
+        branch_cache::entry_by_id(
+            conn,
+            self.storage.archive.codec(),
+            self.storage.session_key,
             id,
-            start_key,
+            &mut self.storage.decoded.borrow_mut(),
             &mut cost,
-            &mut self.decoded.borrow_mut(),
-        );
-        self.last_read.set(cost);
-        let path = path?;
-        memo.keep(id, &path);
-        Ok(path)
+        )
+    }
+
+    fn still_this_session(&self, conn: &mut rusqlite::Connection) -> Result<bool> {
+        self.cost.borrow_mut().statements += 1;
+        conn.prepare_cached("SELECT 1 FROM sessions WHERE session_key = ?1 AND id = ?2")
+            .and_then(|mut st| st.exists(params![self.storage.session_key, self.storage.id]))
+            .map_err(sql("checking a kept path"))
+    }
+
+    fn query(
+        &self,
+        conn: &mut rusqlite::Connection,
+        id: &str,
+        start: Option<i64>,
+    ) -> Result<Vec<Entry>> {
+        branch_cache::path(
+            conn,
+            self.storage.archive.codec(),
+            self.storage.session_key,
+            id,
+            start,
+            &mut self.cost.borrow_mut(),
+            &mut self.storage.decoded.borrow_mut(),
+        )
     }
 }

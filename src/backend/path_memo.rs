@@ -1,11 +1,12 @@
-//! Paths a session handle has read, kept so that reading one again (or the
-//! path of an entry appended below one) runs no path query at all.
+//! Paths an archive's session handle has read (SQLite or PostgreSQL), kept
+//! so that reading one again (or the path of an entry appended below one)
+//! runs no path query at all.
 //!
 //! # Why an answer can be kept
-//! 1. The log is append-only and an entry's parent never changes (the archive
-//!    refuses an entry that would re-parent stored ones, `branch_cache`
-//!    invariant 8), so the path from an entry is the same for as long as its
-//!    session exists.
+//! 1. The log is append-only and an entry's parent never changes (an archive
+//!    refuses an entry that would re-parent stored ones, invariant 8 of
+//!    either branch cache), so the path from an entry is the same for as
+//!    long as its session exists.
 //! 2. The walk from an entry that is not a compaction is that entry after the
 //!    walk from its parent: no compaction stop is pending when the walk
 //!    leaves it ([`crate::rules::StopRule`]). So an agent's next context is
@@ -27,8 +28,23 @@
 //! either, the oldest paths go first, and a longer path is not kept at all.
 
 use crate::entry::{Entry, EntryType};
+use crate::error::{Error, Result};
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// How a handle reads what [`PathMemo::read`] needs, on its connection `C`.
+pub trait PathSource<C> {
+    /// What the start's row tells the path query (SQLite: its entry key).
+    type Start;
+    /// The session's id (what its row must still hold).
+    fn session_id(&self) -> &str;
+    /// The start entry, if the session has it.
+    fn start(&self, conn: &mut C, id: &str) -> Result<Option<(Self::Start, Entry)>>;
+    /// Whether the session row still holds this session.
+    fn still_this_session(&self, conn: &mut C) -> Result<bool>;
+    /// The path query, given what [`PathSource::start`] read if it ran.
+    fn query(&self, conn: &mut C, id: &str, start: Option<Self::Start>) -> Result<Vec<Entry>>;
+}
 
 /// The paths a handle read most recently, by the id they start from.
 #[derive(Debug, Default)]
@@ -85,6 +101,44 @@ impl PathMemo {
         }
         self.bytes += bytes;
         self.paths.push_back((start.into(), path.into(), bytes));
+    }
+
+    /// The path from `id`: kept, following from a kept one, or read by
+    /// `source`'s query and then kept. Returns it and whether the query ran.
+    pub fn read<C, S: PathSource<C>>(
+        &mut self,
+        source: &S,
+        conn: &mut C,
+        id: &str,
+    ) -> Result<(Vec<Entry>, bool)> {
+        let mut start_key = None;
+        if !self.is_empty() {
+            let kept = match self.get(id) {
+                Some(path) => Some(path.to_vec()),
+                None => {
+                    // The start's row is read here instead of in the path
+                    // query, so a miss costs no extra statement.
+                    let start = source.start(conn, id)?;
+                    start.and_then(|(key, entry)| {
+                        let path = self.extend(&entry);
+                        start_key = Some(key);
+                        path
+                    })
+                }
+            };
+            if let Some(path) = kept {
+                if !source.still_this_session(conn)? {
+                    // Deleted since (its key may now be another session's).
+                    self.clear();
+                    return Err(Error::SessionNotFound(source.session_id().to_owned()));
+                }
+                self.keep(id, &path);
+                return Ok((path, false));
+            }
+        }
+        let path = source.query(conn, id, start_key)?;
+        self.keep(id, &path);
+        Ok((path, true))
     }
 
     /// Forgets every path (the session is not the one they were read from).
