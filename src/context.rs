@@ -93,14 +93,13 @@ impl SessionContext {
     /// The context as pi returns it: `{thinkingLevel, model, activeToolNames, messages}`.
     pub fn to_json_text(&self) -> String {
         // One buffer, sized up front: a long context is megabytes, and every
-        // regrowth copies it into freshly faulted pages. (+1: the CLI's newline.)
+        // regrowth copies it into freshly faulted pages.
         let messages_len: usize = self.messages.iter().map(|m| m.get().len() + 1).sum();
         let mut text = String::with_capacity(messages_len + 256);
-        self.json_pieces(&mut |piece| {
+        let Ok(()) = self.json_pieces::<std::convert::Infallible>(&mut |piece| {
             text.push_str(piece);
             Ok(())
-        })
-        .unwrap_or(());
+        });
         text
     }
 
@@ -111,10 +110,7 @@ impl SessionContext {
     }
 
     /// The context's JSON text, handed to `piece` in order.
-    fn json_pieces(
-        &self,
-        piece: &mut dyn FnMut(&str) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
+    fn json_pieces<E>(&self, piece: &mut dyn FnMut(&str) -> Result<(), E>) -> Result<(), E> {
         let raw = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_owned());
         let mut w = ObjectWriter::new();
         w.opt_raw("thinkingLevel", raw(&self.thinking_level).as_deref());

@@ -61,12 +61,12 @@ impl PathMemo {
     pub const BYTES: usize = 32 << 20;
 
     /// Whether nothing is kept (then there is nothing to check either).
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.paths.is_empty()
     }
 
     /// The kept path from `start`.
-    pub fn get(&self, start: &str) -> Option<&Arc<[Entry]>> {
+    fn get(&self, start: &str) -> Option<&Arc<[Entry]>> {
         self.paths
             .iter()
             .rev()
@@ -76,7 +76,7 @@ impl PathMemo {
 
     /// The path from `entry`, if it follows from a kept one (point 2 above):
     /// `entry` is no compaction and the path from its parent is kept.
-    pub fn extend(&self, entry: &Entry) -> Option<Vec<Entry>> {
+    fn extend(&self, entry: &Entry) -> Option<Vec<Entry>> {
         if *entry.entry_type() == EntryType::Compaction {
             return None;
         }
@@ -88,7 +88,7 @@ impl PathMemo {
     }
 
     /// Keeps the path from `start`, dropping the oldest paths past the bounds.
-    pub fn keep(&mut self, start: &str, path: &[Entry]) {
+    fn keep(&mut self, start: &str, path: &[Entry]) {
         let bytes: usize = path.iter().map(|e| e.json().len()).sum();
         if bytes > Self::BYTES || self.get(start).is_some() {
             return;
@@ -104,13 +104,13 @@ impl PathMemo {
     }
 
     /// The path from `id`: kept, following from a kept one, or read by
-    /// `source`'s query and then kept. Returns it and whether the query ran.
+    /// `source`'s query and then kept.
     pub fn read<C, S: PathSource<C>>(
         &mut self,
         source: &S,
         conn: &mut C,
         id: &str,
-    ) -> Result<(Vec<Entry>, bool)> {
+    ) -> Result<Vec<Entry>> {
         let mut start_key = None;
         if !self.is_empty() {
             let kept = match self.get(id) {
@@ -133,12 +133,12 @@ impl PathMemo {
                     return Err(Error::SessionNotFound(source.session_id().to_owned()));
                 }
                 self.keep(id, &path);
-                return Ok((path, false));
+                return Ok(path);
             }
         }
         let path = source.query(conn, id, start_key)?;
         self.keep(id, &path);
-        Ok((path, true))
+        Ok(path)
     }
 
     /// Forgets every path (the session is not the one they were read from).

@@ -260,7 +260,8 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
         let (role, body) = context_line(raw.get(), cwd.as_deref());
         text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
-    Ok(Report::raw(ctx.to_json_text(), text))
+    // `--json` returned above: no JSON is made for the readable form.
+    Ok(Report::raw(String::new(), text))
 }
 
 /// The role and one-line text of a context message. Parsed for display

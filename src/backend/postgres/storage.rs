@@ -256,10 +256,7 @@ impl SessionStorage for PgStorage {
             return Ok(Vec::new());
         };
         let mut conn = self.archive.conn()?;
-        self.paths
-            .borrow_mut()
-            .read(self, &mut *conn, id)
-            .map(|(path, _)| path)
+        self.paths.borrow_mut().read(self, &mut *conn, id)
     }
 }
 

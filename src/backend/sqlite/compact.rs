@@ -293,15 +293,29 @@ impl Archive {
             return Ok(true);
         }
         let encoder = Encoder::new(Some(self.codec().dictionary(&conn, trained.id)?));
+        self.reencode_all(&mut conn, &encoder, &mut |_| {})?;
+        Ok(true)
+    }
+
+    /// Re-encodes every entry with `encoder` in transactions of
+    /// [`BATCH_ROWS`] (a writer waits at most one batch); `progress` hears the
+    /// entries done after each.
+    fn reencode_all(
+        &self,
+        conn: &mut Connection,
+        encoder: &Encoder,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Pass> {
         let mut pass = Pass::default();
         let mut after = i64::MIN;
         loop {
-            let tx = self.begin_write(&mut conn, "re-encoding entries")?;
-            let last = reencode_batch(&tx, self.codec(), &encoder, after, BATCH_ROWS, &mut pass)?;
+            let tx = self.begin_write(conn, "re-encoding entries")?;
+            let last = reencode_batch(&tx, self.codec(), encoder, after, BATCH_ROWS, &mut pass)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
+            progress(pass.entries);
             match last {
                 Some(l) => after = l,
-                None => return Ok(true),
+                None => return Ok(pass),
             }
         }
     }
@@ -329,19 +343,10 @@ impl Archive {
             .with_level(codec::COMPACT_LEVEL)
         };
         let total = entry_total(&conn)?;
-        let mut pass = Pass::default();
-        let mut after = i64::MIN;
         progress(0, total);
-        loop {
-            let tx = self.begin_write(&mut conn, "re-encoding entries")?;
-            let last = reencode_batch(&tx, self.codec(), &encoder, after, BATCH_ROWS, &mut pass)?;
-            tx.commit().map_err(sql("re-encoding entries"))?;
-            progress(pass.entries.min(total), total);
-            match last {
-                Some(l) => after = l,
-                None => break,
-            }
-        }
+        let pass = self.reencode_all(&mut conn, &encoder, &mut |done| {
+            progress(done.min(total), total);
+        })?;
         report.entries = pass.entries;
         report.reencoded = pass.reencoded;
         let (dictionaries, blobs) = remove_unused(self, &mut conn)?;

@@ -112,26 +112,16 @@ impl SqliteStorage {
             tx.commit().map_err(sql("committing an append"))?;
             untrained
         };
-        let bytes = entries.iter().map(|e| e.json().len()).sum();
-        if untrained && self.archive.appended_untrained(bytes) {
+        if untrained
+            && self
+                .archive
+                .appended_untrained(entries.iter().map(|e| e.json().len()).sum())
+        {
             // Best effort, after the append is committed: a training that
             // fails is tried again once as much text has been appended again.
             let _ = self.archive.train_first_dictionary_from_entries();
         }
         Ok(())
-    }
-
-    fn query_entries(
-        &self,
-        sql_text: &'static str,
-        params: impl rusqlite::Params,
-    ) -> Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        self.query_texts(sql_text, params, &mut |text| {
-            out.push(Entry::from_checked_text(text));
-            Ok(())
-        })?;
-        Ok(out)
     }
 
     /// Runs a query whose one column is an entry's stored text, handing each
@@ -182,13 +172,17 @@ impl SessionStorage for SqliteStorage {
         self.write(entries)
     }
 
+    /// Through the handle's decoded-entry cache, as a path read goes.
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
-        Ok(self
-            .query_entries(
-                "SELECT json FROM entries WHERE session_key = ?1 AND id = ?2",
-                params![self.session_key, id],
-            )?
-            .pop())
+        let entry = branch_cache::entry_by_id(
+            &*self.archive.conn()?,
+            self.archive.codec(),
+            self.session_key,
+            id,
+            &mut self.decoded.borrow_mut(),
+            &mut ReadCost::default(),
+        )?;
+        Ok(entry.map(|(_, entry)| entry))
     }
 
     fn contains_entry(&self, id: &str) -> Result<bool> {
@@ -348,7 +342,7 @@ impl SessionStorage for SqliteStorage {
         };
         let read = self.paths.borrow_mut().read(&source, &mut *conn, id);
         self.last_read.set(source.cost.into_inner());
-        read.map(|(path, _)| path)
+        read
     }
 }
 
