@@ -96,6 +96,11 @@ const PREVIEW: usize = 72;
 const AROUND: usize = 10;
 /// Messages whose role is looked up per request, when the skeleton leaves it open.
 const ROLE_BATCH: usize = 256;
+/// Lines whose entries are read in one batch.
+const READ_AHEAD: usize = 256;
+/// Entry text kept from one batch at most; an entry past it is read again
+/// when its line comes (a batch of screenshots must not fill memory).
+const READ_AHEAD_BYTES: usize = 8 << 20;
 
 /// No node (a root's parent, no leaf).
 const NONE: u32 = u32::MAX;
@@ -542,6 +547,7 @@ impl View {
             out,
             first_json: true,
             users: HashMap::new(),
+            ahead: HashMap::new(),
         };
         let written = w.spine(&spine);
         if w.out.json() {
@@ -569,6 +575,9 @@ struct Writer<'v, 'o> {
     first_json: bool,
     /// Whether each [`ROLE_OPEN`] message looked up so far is the user's.
     users: HashMap<u32, bool>,
+    /// Entries read ahead in one batch for the lines about to be written,
+    /// rather than one statement per line.
+    ahead: HashMap<u32, Entry>,
 }
 
 /// One line's geometry: what stands before its content.
@@ -692,6 +701,39 @@ impl Writer<'_, '_> {
         Ok(())
     }
 
+    /// Reads in one batch the entries the next [`READ_AHEAD`] lines of `path`
+    /// from `i` show: each shown entry, and a fork's only side branch head
+    /// (its fork line names it).
+    fn read_ahead(&mut self, path: &[u32], shown: &[bool], i: usize) -> Result<()> {
+        let mut nodes = Vec::with_capacity(READ_AHEAD);
+        let mut k = i;
+        while k < path.len() && nodes.len() < READ_AHEAD {
+            let hidden = shown[k..].iter().take_while(|s| !**s).count();
+            if hidden >= 2 {
+                k += hidden;
+                continue;
+            }
+            nodes.push(path[k]);
+            let mut side = self.side(path, k);
+            if let (Some(only), None) = (side.next(), side.next()) {
+                nodes.push(only);
+            }
+            k += 1;
+        }
+        self.ahead.clear();
+        let idx = &self.view.idx;
+        let ids: Vec<&str> = nodes.iter().map(|&n| idx.ids.get(n)).collect();
+        let ahead = &mut self.ahead;
+        let mut kept = 0;
+        self.view.storage.visit_entries_by_id(&ids, &mut |at, e| {
+            kept += e.json().len();
+            if kept <= READ_AHEAD_BYTES {
+                ahead.insert(nodes[at], e);
+            }
+            Ok(())
+        })
+    }
+
     /// The side branches at `path[i]`: its children except the next entry.
     fn side<'p>(&'p self, path: &'p [u32], i: usize) -> impl Iterator<Item = u32> + 'p {
         let next = path.get(i + 1).copied();
@@ -724,6 +766,9 @@ impl Writer<'_, '_> {
                 level,
             };
             let hidden = shown[i..].iter().take_while(|s| !**s).count();
+            if hidden < 2 && !self.ahead.contains_key(&path[i]) {
+                self.read_ahead(path, shown, i)?;
+            }
             if hidden >= 2 {
                 let branches: usize = (i..i + hidden).map(|k| self.side(path, k).count()).sum();
                 let active = self.idx().has(path[i], ACTIVE);
@@ -807,7 +852,10 @@ impl Writer<'_, '_> {
         Ok(())
     }
 
-    fn entry_of(&self, n: u32) -> Result<Entry> {
+    fn entry_of(&mut self, n: u32) -> Result<Entry> {
+        if let Some(e) = self.ahead.remove(&n) {
+            return Ok(e);
+        }
         let id = self.idx().ids.get(n);
         self.view
             .storage
