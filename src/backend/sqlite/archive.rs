@@ -315,16 +315,35 @@ impl Archive {
         let ranking = fts::Ranking::new(&conn, &plan)?;
         // Candidates as (length, key): sorted, the best first. The index
         // ranks nothing itself (it keeps no counts): see fts::Ranking.
+        // Which session a candidate is in matters only to a session or cwd
+        // filter, or while an import is staged (its rows are not published);
+        // otherwise no candidate looks its entry and session up (most of a
+        // search's work on a large archive). Both statements number their
+        // parameters alike (SQLite counts up to the highest, ?4).
+        let whole_archive = session.is_none()
+            && cwd.is_none()
+            && !conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM sessions WHERE staged_from IS NOT NULL)",
+                )
+                .and_then(|mut st| st.query_row([], |r| r.get::<_, bool>(0)))
+                .map_err(sql("searching"))?;
+        let candidates_query = if whole_archive {
+            "SELECT m.rowid, d.sz
+             FROM message_text m
+             JOIN message_text_docsize d ON d.id = m.rowid
+             WHERE message_text MATCH ?1 AND (?4 IS NULL OR m.role = ?4)"
+        } else {
+            "SELECT m.rowid, d.sz
+             FROM message_text m
+             JOIN message_text_docsize d ON d.id = m.rowid
+             JOIN entries e ON e.entry_key = m.rowid
+             JOIN sessions s ON s.session_key = e.session_key
+             WHERE message_text MATCH ?1 AND s.staged_from IS NULL
+               AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)"
+        };
         let mut candidates: Vec<(u64, i64)> = conn
-            .prepare_cached(
-                "SELECT m.rowid, d.sz
-                 FROM message_text m
-                 JOIN message_text_docsize d ON d.id = m.rowid
-                 JOIN entries e ON e.entry_key = m.rowid
-                 JOIN sessions s ON s.session_key = e.session_key
-                 WHERE message_text MATCH ?1 AND s.staged_from IS NULL
-                   AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)",
-            )
+            .prepare_cached(candidates_query)
             .and_then(|mut st| {
                 st.query_map(params![plan.terms, session, cwd, role], |r| {
                     let sz = r.get_ref(1)?.as_blob()?;
@@ -333,6 +352,13 @@ impl Archive {
                 .collect()
             })
             .map_err(sql("searching"))?;
+        // Unconfirmed candidates are hits: only the best `offset + limit`
+        // need an order (candidates are distinct, so the page is the same).
+        let wanted = offset.saturating_add(limit);
+        if plan.confirm.is_none() && wanted < candidates.len() {
+            candidates.select_nth_unstable(wanted);
+            candidates.truncate(wanted);
+        }
         candidates.sort_unstable();
         // Unconfirmed candidates are hits: the page starts at `offset`.
         // Otherwise hits are counted as they are confirmed.
