@@ -270,6 +270,27 @@ impl Entry {
         }))
     }
 
+    /// [`Entry::from_checked_text`] for text whose store recorded that its
+    /// `message` member is an object and its last and only one (see
+    /// [`json::trailing_object_member`]): the message's span is found
+    /// without scanning the message, and `stored_type` is the type the store
+    /// recorded, if it did.
+    pub fn from_checked_text_with_trailing_message(
+        json: String,
+        stored_type: Option<EntryType>,
+    ) -> Self {
+        let message = match json::trailing_object_member(&json, "message") {
+            Some(span) => OnceLock::from(Some(Some(span))),
+            None => OnceLock::new(),
+        };
+        Entry(Arc::new(EntryInner {
+            json: json.into_boxed_str(),
+            facts: OnceLock::new(),
+            stored_type,
+            message,
+        }))
+    }
+
     fn with_facts(json: Box<str>, facts: EntryFacts) -> Self {
         Entry(Arc::new(EntryInner {
             json,

@@ -240,6 +240,64 @@ pub fn checked_members_and_nested<'a, const N: usize, const M: usize>(
     Some((found.map(cut), nested_found))
 }
 
+/// The span of the value of `key` in the object `text` when that member is
+/// an object and is the object's last member and the first of its name
+/// (so its only one): found by scanning only the members before it, the
+/// value running to the text's closing brace. For stored text whose writer
+/// recorded that this holds (the archive's `message`, see
+/// `backend::sqlite::codec`); it proves nothing about other text.
+pub fn trailing_object_member(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    let start = first_member_value_start(text, key)?;
+    let b = text.as_bytes();
+    let close = text
+        .trim_end_matches([' ', '\t', '\n', '\r'])
+        .len()
+        .checked_sub(1)?;
+    let end = text[..close]
+        .trim_end_matches([' ', '\t', '\n', '\r'])
+        .len();
+    (b.get(close) == Some(&b'}')
+        && b.get(start) == Some(&b'{')
+        && end > start
+        && b[end - 1] == b'}')
+        .then_some(start..end)
+}
+
+/// Where the value of the first member of the object `text` named `key`
+/// starts, scanning only the members before it; `None` when there is none
+/// or the scan defers (as [`checked_object_members`]).
+fn first_member_value_start(text: &str, key: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut i = skip_json_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_json_ws(b, i + 1);
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let (key_end, escaped) = string_end(b, i)?;
+        if escaped {
+            return None;
+        }
+        let name = &b[i + 1..key_end - 1];
+        i = skip_json_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let start = skip_json_ws(b, i + 1);
+        if name == key.as_bytes() {
+            return Some(start);
+        }
+        i = skip_json_ws(b, value_end(b, start)?);
+        if b.get(i) != Some(&b',') {
+            return None;
+        }
+        i = skip_json_ws(b, i + 1);
+    }
+}
+
 /// Scans the object opening at `at`, recording the value spans of `keys` in
 /// `found`; returns the end of the object. `descend` may scan a member's
 /// value itself (given its key and where it starts) and return its end.

@@ -600,8 +600,9 @@ fn an_import_trains_the_first_dictionary_while_it_reads() -> R {
     assert_eq!(count(&archive, "SELECT count(*) FROM dictionaries"), 1);
     let with_dictionary = count(
         &archive,
-        // The body's tag: compressed (bit 0) with a dictionary (bit 1), perhaps with blobs (bit 2).
-        "SELECT count(*) FROM entries WHERE typeof(json) = 'blob' AND substr(hex(json), 1, 2) IN ('03', '07')",
+        // The body's tag: compressed (bit 0) with a dictionary (bit 1), perhaps with blobs (bit 2)
+        // and a trailing message (bit 3).
+        "SELECT count(*) FROM entries WHERE typeof(json) = 'blob' AND substr(hex(json), 1, 2) IN ('03', '07', '0B', '0F')",
     );
     assert!(
         with_dictionary > 2_500,
@@ -670,7 +671,7 @@ fn an_archive_filled_by_appends_trains_its_first_dictionary() -> R {
     let total = count(&archive, "SELECT count(*) FROM entries");
     let with_dictionary = count(
         &archive,
-        "SELECT count(*) FROM entries WHERE typeof(json) = 'blob' AND substr(hex(json), 1, 2) IN ('03', '07')",
+        "SELECT count(*) FROM entries WHERE typeof(json) = 'blob' AND substr(hex(json), 1, 2) IN ('03', '07', '0B', '0F')",
     );
     assert!(
         with_dictionary * 10 > total * 9,

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Bumped when a prepared data set would differ (besides the generator's own version).
-pub const CACHE_VERSION: u32 = 2;
+pub const CACHE_VERSION: u32 = 3;
 
 /// The word searched for (see [`sessiontree::gen::SEARCH_TERMS`]).
 pub const SEARCH_TERM: &str = "tokenizer";

@@ -391,7 +391,7 @@ impl Archive {
                     ))
                 })
                 .map_err(sql("searching"))?;
-            let entry = Entry::from_checked_text(self.codec().decode(&conn, (&stored).into())?);
+            let entry = self.codec().decode_entry(&conn, (&stored).into(), None)?;
             let (role, text) = search::searchable_text(&entry).unwrap_or_default();
             if !plan.confirms(&text)? {
                 continue;

@@ -695,9 +695,8 @@ fn cached_entry(
     if let Some(entry) = cache.get(key, bytes) {
         return Ok(entry);
     }
-    let text = codec.decode(conn, stored)?;
+    let entry = codec.decode_entry(conn, stored, Some(EntryType::from_name(kind)))?;
     *decoded += 1;
-    let entry = Entry::from_checked_text_of_type(text, EntryType::from_name(kind));
     // Text spliced from blobs depends on more than the row's bytes.
     if super::codec::body_refs(stored)?.blobs.is_empty() {
         cache.insert(key, bytes, &entry);

@@ -10,7 +10,7 @@
 //! - rows of any derived table that belong to no session, segment or entry.
 
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
-use super::codec::{body_refs, Codec};
+use super::codec::{body_refs, says_message_trails, Codec};
 use super::writer::{replay_session_facts, session_facts, stored_labels};
 use super::{damage_marker, search, sql, Archive, SqliteStorage};
 use crate::entry::{Entry, EntryType};
@@ -65,6 +65,15 @@ pub(super) fn verify_stored_text(
                 continue;
             }
         };
+        // Tag bit 3 makes readers take the message's span without a scan:
+        // it must be where the full parser finds it.
+        if says_message_trails(stored)?
+            && codec.decode_entry(conn, stored, None)?.message_span() != entry.message_span()
+        {
+            problems.push(format!(
+                "entry {id}: its stored body says its message is its last member, and it is not"
+            ));
+        }
         if entry.id() != id || entry.entry_type().as_str() != kind {
             problems.push(format!(
                 "entry {id}: its text says id {} and type {}, its row says {id} and {kind}",

@@ -25,6 +25,11 @@
 //! tag       u8      bit 0: the payload is a zstd frame, its 4-byte magic dropped
 //!                   bit 1: a dictionary id follows
 //!                   bit 2: blob splices follow
+//!                   bit 3: the entry's `message` member is an object and its
+//!                          last and only one (schema version 9): a reader
+//!                          finds its span from the members before it
+//!                          ([`crate::json::trailing_object_member`]), not by
+//!                          scanning the message (most of an entry's text)
 //!                   a reader refuses any other bit (a newer format)
 //! dict id   varint  (bit 1)
 //! splices   varint n, then n × (varint gap, varint blob id)        (bit 2)
@@ -36,6 +41,7 @@
 //! stored decoded (three quarters of the size); anything else as its text.
 
 use super::sql;
+use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -49,7 +55,8 @@ use zstd::zstd_safe;
 const COMPRESSED: u8 = 1;
 const WITH_DICTIONARY: u8 = 2;
 const WITH_BLOBS: u8 = 4;
-const KNOWN_BITS: u8 = COMPRESSED | WITH_DICTIONARY | WITH_BLOBS;
+const TRAILING_MESSAGE: u8 = 8;
+const KNOWN_BITS: u8 = COMPRESSED | WITH_DICTIONARY | WITH_BLOBS | TRAILING_MESSAGE;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
 /// The zstd level entries are compressed at as they are written (fast
@@ -173,8 +180,33 @@ impl Codec {
 
     /// The exact entry text of a stored `entries.json` value (invariant 1).
     pub fn decode(&self, conn: &Connection, value: ValueRef<'_>) -> Result<String> {
+        self.decode_with_tag(conn, value).map(|(text, _)| text)
+    }
+
+    /// The entry a stored `entries.json` value holds, with what its tag says
+    /// of its text (its `message` member found without a scan, tag bit 3);
+    /// `stored_type` is the row's `type`, if the caller read it.
+    pub fn decode_entry(
+        &self,
+        conn: &Connection,
+        value: ValueRef<'_>,
+        stored_type: Option<EntryType>,
+    ) -> Result<Entry> {
+        let (text, trailing_message) = self.decode_with_tag(conn, value)?;
+        Ok(match (trailing_message, stored_type) {
+            (true, stored_type) => {
+                Entry::from_checked_text_with_trailing_message(text, stored_type)
+            }
+            (false, Some(t)) => Entry::from_checked_text_of_type(text, t),
+            (false, None) => Entry::from_checked_text(text),
+        })
+    }
+
+    /// The text, and whether the tag says its `message` member trails.
+    fn decode_with_tag(&self, conn: &Connection, value: ValueRef<'_>) -> Result<(String, bool)> {
         match value {
             ValueRef::Text(t) => String::from_utf8(t.to_vec())
+                .map(|text| (text, false))
                 .map_err(|_| Error::Corrupt("a stored entry is not UTF-8 text".into())),
             ValueRef::Blob(b) => self.decode_body(conn, b),
             other => Err(Error::Corrupt(format!(
@@ -184,7 +216,7 @@ impl Codec {
         }
     }
 
-    fn decode_body(&self, conn: &Connection, body: &[u8]) -> Result<String> {
+    fn decode_body(&self, conn: &Connection, body: &[u8]) -> Result<(String, bool)> {
         let header = Header::parse(body)?;
         let payload = &body[header.payload_start..];
         let dictionary = header
@@ -202,8 +234,30 @@ impl Codec {
             splice(conn, &template, &header.splices)?
         };
         String::from_utf8(text)
+            .map(|text| (text, header.trailing_message))
             .map_err(|_| Error::Corrupt("a decoded entry is not UTF-8 text".into()))
     }
+}
+
+/// Whether an entry's text may be stored with tag bit 3: its `message`
+/// member (at `message_span`, as its facts located it) is an object and its
+/// last and only one, which is what a reader then assumes.
+pub fn message_trails(text: &str, message_span: Option<&Range<usize>>) -> bool {
+    message_span.is_some_and(|span| {
+        crate::json::trailing_object_member(text, "message").as_ref() == Some(span)
+    })
+}
+
+/// [`message_trails`] for checked text whose facts are not at hand (one
+/// scan of the text to locate its `message`).
+pub fn stored_message_trails(text: &str) -> bool {
+    let span = crate::json::checked_object_members(text, ["message"])
+        .and_then(|[m]| m)
+        .map(|raw| {
+            let start = raw.as_ptr() as usize - text.as_ptr() as usize;
+            start..start + raw.len()
+        });
+    message_trails(text, span.as_ref())
 }
 
 /// The dictionary and blob ids a stored value uses (for checks and compact).
@@ -229,8 +283,18 @@ pub fn body_refs(value: ValueRef<'_>) -> Result<BodyRefs> {
     }
 }
 
+/// Whether a stored value's tag says its `message` member trails (bit 3),
+/// read from its header alone (for checks).
+pub fn says_message_trails(value: ValueRef<'_>) -> Result<bool> {
+    match value {
+        ValueRef::Blob(b) => Ok(Header::parse(b)?.trailing_message),
+        _ => Ok(false),
+    }
+}
+
 struct Header {
     compressed: bool,
+    trailing_message: bool,
     dictionary: Option<i64>,
     /// (gap, blob id)
     splices: Vec<(usize, i64)>,
@@ -263,6 +327,7 @@ impl Header {
         }
         Ok(Header {
             compressed: tag & COMPRESSED != 0,
+            trailing_message: tag & TRAILING_MESSAGE != 0,
             dictionary,
             splices,
             payload_start: at,
@@ -657,10 +722,12 @@ fn splice(conn: &Connection, template: &[u8], splices: &[(usize, i64)]) -> Resul
 
 /// The stored value of a prepared entry: TEXT or a BLOB body, with blobs
 /// interned in this transaction (the ids are returned for `entry_blobs`).
+/// `message_trails`: [`message_trails`] holds for `text` (tag bit 3).
 pub fn store(
     conn: &Connection,
     text: &str,
     prepared: &Prepared,
+    message_trails: bool,
 ) -> Result<(rusqlite::types::Value, Vec<i64>)> {
     use rusqlite::types::Value;
     let Prepared::Encoded {
@@ -681,6 +748,9 @@ pub fn store(
     }
     if !blobs.is_empty() {
         tag |= WITH_BLOBS;
+    }
+    if message_trails {
+        tag |= TRAILING_MESSAGE;
     }
     let mut body = Vec::with_capacity(payload.len() + 8 + 4 * blobs.len());
     body.push(tag);
@@ -820,12 +890,62 @@ mod tests {
 
     fn round_trip(conn: &Connection, encoder: &Encoder, text: &str) -> rusqlite::types::Value {
         let prepared = encoder.prepare(text);
-        let (value, _) = store(conn, text, &prepared).unwrap();
-        let back = Codec::default()
-            .decode(conn, rusqlite::types::ValueRef::from(&value))
-            .unwrap();
+        let trails = stored_message_trails(text);
+        let (value, _) = store(conn, text, &prepared, trails).unwrap();
+        let codec = Codec::default();
+        let back = codec.decode(conn, ValueRef::from(&value)).unwrap();
         assert_eq!(back, text);
+        // The span the tag lets a reader find equals the one a scan finds.
+        let entry = codec
+            .decode_entry(conn, ValueRef::from(&value), None)
+            .unwrap();
+        assert_eq!(entry.json(), text);
+        let scanned = Entry::from_checked_text(text.to_owned()).message_span();
+        assert_eq!(entry.message_span(), scanned, "{text}");
         value
+    }
+
+    #[test]
+    fn a_trailing_message_is_tagged_only_when_it_is_the_last_and_only_one() {
+        let conn = archive();
+        let encoder = Encoder::default();
+        let content = "a long enough message to be worth compressing ".repeat(20);
+        let m = format!(r#"{{"role":"user","content":"{content}"}}"#);
+        let cases = [
+            (
+                format!(r#"{{"type":"message","id":"a","message":{m}}}"#),
+                true,
+            ),
+            (
+                format!("{{\"type\":\"message\", \"message\" : {m} \n}}\n"),
+                true,
+            ),
+            (
+                format!(r#"{{"type":"message","message":{m},"id":"a"}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"message":{m},"type":"message","message":{m}}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"type":"message","message":null,"x":"{content}"}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"type":"message","message":"{content}"}}"#),
+                false,
+            ),
+            (format!(r#"{{"\u0074ype":"message","message":{m}}}"#), false),
+            (format!(r#"{{"type":"custom","data":{m}}}"#), false),
+        ];
+        for (text, trails) in &cases {
+            assert_eq!(stored_message_trails(text), *trails, "{text}");
+            let rusqlite::types::Value::Blob(body) = round_trip(&conn, &encoder, text) else {
+                panic!("not encoded: {text}")
+            };
+            assert_eq!(body[0] & TRAILING_MESSAGE != 0, *trails, "{text}");
+        }
     }
 
     #[test]

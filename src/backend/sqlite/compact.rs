@@ -194,7 +194,8 @@ fn reencode_batch(
     };
     for (key, session, old, text) in rows {
         pass.entries += 1;
-        let (new, blobs) = codec::store(conn, &text, &encoder.prepare(&text))?;
+        let trails = codec::stored_message_trails(&text);
+        let (new, blobs) = codec::store(conn, &text, &encoder.prepare(&text), trails)?;
         if new == old {
             continue;
         }

@@ -64,6 +64,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0008_search_without_positions.sql"),
         rewrite: Some(super::fts::reindex_all_entries),
     },
+    Migration {
+        sql: include_str!("../../../schema/0009_trailing_message.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.

@@ -184,9 +184,9 @@ pub(super) fn visit_by_id(
         let mut rows = st.query(params![session_key, list]).map_err(&fail)?;
         while let Some(r) = rows.next().map_err(&fail)? {
             let i: i64 = r.get(0).map_err(&fail)?;
-            let text = codec.decode(conn, r.get_ref(1).map_err(&fail)?)?;
+            let entry = codec.decode_entry(conn, r.get_ref(1).map_err(&fail)?, None)?;
             let i = usize::try_from(i).unwrap_or(usize::MAX);
-            sink(b * BY_ID_BATCH + i, Entry::from_checked_text(text))?;
+            sink(b * BY_ID_BATCH + i, entry)?;
         }
     }
     Ok(())

@@ -249,7 +249,8 @@ impl Appender {
         } else {
             prepared
         };
-        let (stored, blobs) = codec::store(tx, entry.json(), prepared)?;
+        let trails = codec::message_trails(entry.json(), f.message_span.as_ref());
+        let (stored, blobs) = codec::store(tx, entry.json(), prepared, trails)?;
         tx.prepare_cached(
             "INSERT INTO entries (entry_key, session_key, seq, id, type, json)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

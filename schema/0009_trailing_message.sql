@@ -1,0 +1,8 @@
+-- Schema version 9: an entry body may carry tag bit 3 (src/backend/sqlite/codec.rs):
+-- its `message` member is an object and the entry's last and only one, so a
+-- reader finds the message's span from the few members before it instead of
+-- scanning the message (most of an entry's text) to find where it ends.
+-- Rows written before keep their bodies and are read as before; `compact`
+-- re-encodes them with the bit. No table changes: the version is raised so
+-- that a build which does not know the bit refuses the archive at open
+-- instead of failing on the rows that carry it.
