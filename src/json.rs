@@ -274,19 +274,7 @@ fn first_member_value_start(text: &str, key: &str) -> Option<usize> {
     }
     i = skip_json_ws(b, i + 1);
     loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        let (key_end, escaped) = string_end(b, i)?;
-        if escaped {
-            return None;
-        }
-        let name = &b[i + 1..key_end - 1];
-        i = skip_json_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let start = skip_json_ws(b, i + 1);
+        let (name, start) = member_key(b, i)?;
         if name == key.as_bytes() {
             return Some(start);
         }
@@ -296,6 +284,23 @@ fn first_member_value_start(text: &str, key: &str) -> Option<usize> {
         }
         i = skip_json_ws(b, i + 1);
     }
+}
+
+/// The key of the member starting at `at` (unescaped keys only) and where
+/// its value starts.
+fn member_key(b: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    if b.get(at) != Some(&b'"') {
+        return None;
+    }
+    let (key_end, escaped) = string_end(b, at)?;
+    if escaped {
+        return None;
+    }
+    let i = skip_json_ws(b, key_end);
+    if b.get(i) != Some(&b':') {
+        return None;
+    }
+    Some((&b[at + 1..key_end - 1], skip_json_ws(b, i + 1)))
 }
 
 /// Scans the object opening at `at`, recording the value spans of `keys` in
@@ -316,19 +321,7 @@ fn scan_object(
         return Some(i + 1);
     }
     loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        let (key_end, escaped) = string_end(b, i)?;
-        if escaped {
-            return None;
-        }
-        let key = &b[i + 1..key_end - 1];
-        i = skip_json_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let start = skip_json_ws(b, i + 1);
+        let (key, start) = member_key(b, i)?;
         i = match descend(key, start) {
             Some(end) if end <= b.len() => end,
             Some(_) => return None,
