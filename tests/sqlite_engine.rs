@@ -1005,3 +1005,65 @@ fn a_handle_keeps_the_paths_it_read_exactly() -> R {
     assert_eq!(e.code(), ErrorCode::NotFound);
     Ok(())
 }
+
+fn user_says(id: &str, parent: Option<&str>, text: &str) -> Entry {
+    Entry::from_value(&json!({"type":"message","id":id,"parentId":parent,"timestamp":"2025-01-01T00:00:00.000Z","message":{"role":"user","content":text}}))
+        .expect("entry")
+}
+
+/// A whole-archive search finds its candidates from the index alone, and
+/// joins each candidate's session only under a filter or while an import is
+/// staged: both ways give the same answers, and a staged (unpublished)
+/// session's messages are never among them.
+#[test]
+fn a_search_answers_alike_with_and_without_a_staged_import() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    for (s, words) in [("s1", "zebra crossing"), ("s2", "a zebra and a zebu")] {
+        let mut w = archive.create_session(&new_session(s))?;
+        w.append_entry(user_says("a", None, words))?;
+        w.append_entry(user_says("b", Some("a"), "nothing striped"))?;
+        w.append_entry(user_says("c", Some("b"), &format!("{words} again, zebra")))?;
+    }
+    let answers =
+        |archive: &Archive, session: Option<&str>| -> Result<Vec<_>, sessiontree::Error> {
+            Ok(archive
+                .search("zebra", session, None, None, 100)?
+                .into_iter()
+                // Ranks move a little while an import is staged (its tokens count
+                // in FTS5's totals); the hits and their order do not.
+                .map(|h| (h.session_id, h.entry_id, h.snippet))
+                .collect::<Vec<_>>())
+        };
+    let published = answers(&archive, None)?;
+    assert_eq!(published.len(), 4, "{published:?}");
+    let in_s2 = answers(&archive, Some("s2"))?;
+    assert_eq!(
+        in_s2,
+        published
+            .iter()
+            .filter(|h| h.0 == "s2")
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+
+    // An import left staged (its writer never published it).
+    archive.write_session(|w| {
+        w.begin_staged(&new_session("staged"), "/nowhere/staged.jsonl")?;
+        w.push(&user_says("a", None, "zebra zebra zebra"))?;
+        Ok(())
+    })?;
+    let staged: i64 = archive.conn()?.query_row(
+        "SELECT count(*) FROM sessions WHERE staged_from IS NOT NULL",
+        [],
+        |r| r.get(0),
+    )?;
+    assert_eq!(staged, 1);
+    assert_eq!(
+        answers(&archive, None)?,
+        published,
+        "the staged session stays invisible"
+    );
+    assert_eq!(answers(&archive, Some("s2"))?, in_s2);
+    Ok(())
+}
