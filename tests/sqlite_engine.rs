@@ -1067,3 +1067,70 @@ fn a_search_answers_alike_with_and_without_a_staged_import() -> R {
     assert_eq!(answers(&archive, Some("s2"))?, in_s2);
     Ok(())
 }
+
+/// Tag bit 3 lets readers take an entry's message from the members before
+/// it: `check` compares the bit with the full parser's answer, so a body
+/// that claims it wrongly is reported, and one that claims it rightly is not.
+#[test]
+fn check_reports_a_body_that_wrongly_says_its_message_trails() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("a.db");
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    let long = "the same words compress well ".repeat(40);
+    // pi's member order (a `serde_json::Value` would sort the keys).
+    let last = Entry::from_json(&format!(
+        r#"{{"type":"message","id":"last","parentId":null,"timestamp":"t","message":{{"role":"user","content":"{long}"}}}}"#
+    ))?;
+    // A member after the message: never tagged. (An object, so that a
+    // reader trusting a wrong bit would cut the message too long.)
+    let not_last = Entry::from_json(&format!(
+        r#"{{"type":"message","id":"not-last","parentId":"last","timestamp":"t","message":{{"role":"user","content":"{long}"}},"extra":{{"a":1}}}}"#
+    ))?;
+    archive.create_session_with(&new_session("s"), [Ok(last), Ok(not_last)])?;
+    assert_eq!(archive.check(None)?, Vec::<String>::new());
+    let tag_of = |id: &str| -> Result<u8, Box<dyn std::error::Error>> {
+        let body: Vec<u8> =
+            archive
+                .conn()?
+                .query_row("SELECT json FROM entries WHERE id = ?1", [id], |r| r.get(0))?;
+        Ok(body[0])
+    };
+    assert_eq!(tag_of("last")? & 8, 8, "a trailing message is tagged");
+    assert_eq!(tag_of("not-last")? & 8, 0);
+    drop(archive);
+
+    // Damage: set the bit on the entry whose message does not trail.
+    let raw = rusqlite::Connection::open(&db)?;
+    let trigger: String = raw.query_row(
+        "SELECT sql FROM sqlite_schema WHERE name = 'entries_are_append_only'",
+        [],
+        |r| r.get(0),
+    )?;
+    let mut body: Vec<u8> =
+        raw.query_row("SELECT json FROM entries WHERE id = 'not-last'", [], |r| {
+            r.get(0)
+        })?;
+    body[0] |= 8;
+    raw.execute_batch("DROP TRIGGER entries_are_append_only")?;
+    raw.execute(
+        "UPDATE entries SET json = ?1 WHERE id = 'not-last'",
+        [&body],
+    )?;
+    raw.execute_batch(&trigger)?;
+    drop(raw);
+
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    let problems = archive.check(None)?;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("entry not-last")
+                && p.contains("says its message is its last member")),
+        "{problems:?}"
+    );
+    assert!(
+        !problems.iter().any(|p| p.contains("entry last:")),
+        "{problems:?}"
+    );
+    Ok(())
+}
