@@ -217,8 +217,11 @@ struct EntryInner {
     /// The type a store kept beside the text: asking for it parses nothing.
     stored_type: Option<EntryType>,
     /// Where the `message` member's value sits (`None`: absent), found
-    /// without the other facts; unset where that scan defers.
+    /// without the other facts when first asked; `None` where that scan defers.
     message: OnceLock<Option<Option<std::ops::Range<usize>>>>,
+    /// The store recorded that the `message` member is an object and the
+    /// last and only one: it is found without scanning it.
+    message_trails: bool,
 }
 
 /// One entry of a session log: its exact JSON text and its parsed facts.
@@ -251,43 +254,25 @@ impl Entry {
     /// parsed only if asked for. Text that no longer parses (a corrupted store)
     /// reads as an entry of type `unreadable`.
     pub fn from_checked_text(json: String) -> Self {
-        Entry(Arc::new(EntryInner {
-            json: json.into_boxed_str(),
-            facts: OnceLock::new(),
-            stored_type: None,
-            message: OnceLock::new(),
-        }))
+        Entry::from_stored_text(json, None, false)
     }
 
-    /// [`Entry::from_checked_text`] for text a store keeps with its type
-    /// (the `type` it recorded from the text's facts when it was appended).
-    pub fn from_checked_text_of_type(json: String, stored_type: EntryType) -> Self {
-        Entry(Arc::new(EntryInner {
-            json: json.into_boxed_str(),
-            facts: OnceLock::new(),
-            stored_type: Some(stored_type),
-            message: OnceLock::new(),
-        }))
-    }
-
-    /// [`Entry::from_checked_text`] for text whose store recorded that its
-    /// `message` member is an object and its last and only one (see
-    /// [`json::trailing_object_member`]): the message's span is found
-    /// without scanning the message, and `stored_type` is the type the store
-    /// recorded, if it did.
-    pub fn from_checked_text_with_trailing_message(
+    /// [`Entry::from_checked_text`] with what the store kept beside the text:
+    /// the `type` it recorded when the entry was appended, and whether it
+    /// recorded that the `message` member is an object and the last and only
+    /// one (then the message is found without scanning it, see
+    /// [`json::trailing_object_member`]).
+    pub fn from_stored_text(
         json: String,
         stored_type: Option<EntryType>,
+        message_trails: bool,
     ) -> Self {
-        let message = match json::trailing_object_member(&json, "message") {
-            Some(span) => OnceLock::from(Some(Some(span))),
-            None => OnceLock::new(),
-        };
         Entry(Arc::new(EntryInner {
             json: json.into_boxed_str(),
             facts: OnceLock::new(),
             stored_type,
-            message,
+            message: OnceLock::new(),
+            message_trails,
         }))
     }
 
@@ -297,6 +282,7 @@ impl Entry {
             facts: OnceLock::from(Box::new(facts)),
             stored_type: None,
             message: OnceLock::new(),
+            message_trails: false,
         }))
     }
 
@@ -311,9 +297,18 @@ impl Entry {
                 .0
                 .message
                 .get_or_init(|| {
-                    json::checked_object_members(&self.0.json, ["message"]).map(|[m]| {
+                    let text = &self.0.json;
+                    if let Some(span) = self
+                        .0
+                        .message_trails
+                        .then(|| json::trailing_object_member(text, "message"))
+                        .flatten()
+                    {
+                        return Some(Some(span));
+                    }
+                    json::checked_object_members(text, ["message"]).map(|[m]| {
                         m.map(|raw| {
-                            let start = raw.as_ptr() as usize - self.0.json.as_ptr() as usize;
+                            let start = raw.as_ptr() as usize - text.as_ptr() as usize;
                             start..start + raw.len()
                         })
                     })

@@ -10,7 +10,7 @@
 //! - rows of any derived table that belong to no session, segment or entry.
 
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
-use super::codec::{body_refs, says_message_trails, Codec};
+use super::codec::{body_refs, Codec};
 use super::writer::{replay_session_facts, session_facts, stored_labels};
 use super::{damage_marker, search, sql, Archive, SqliteStorage};
 use crate::entry::{Entry, EntryType};
@@ -50,8 +50,8 @@ pub(super) fn verify_stored_text(
         let id: String = row.get(1).map_err(sql("checking stored text"))?;
         let kind: String = row.get(2).map_err(sql("checking stored text"))?;
         let stored = row.get_ref(3).map_err(sql("checking stored text"))?;
-        let text = match codec.decode(conn, stored) {
-            Ok(t) => t,
+        let (text, message_trails) = match codec.decode_with_tag(conn, stored) {
+            Ok(decoded) => decoded,
             Err(e) => {
                 problems.push(format!("entry {id}: its stored text does not decode: {e}"));
                 continue;
@@ -67,7 +67,7 @@ pub(super) fn verify_stored_text(
         };
         // Tag bit 3 makes readers take the message's span without a scan:
         // it must be where the full parser finds it.
-        if says_message_trails(stored)?
+        if message_trails
             && crate::json::trailing_object_member(&text, "message")
                 != entry.message_span().flatten()
         {

@@ -192,18 +192,16 @@ impl Codec {
         value: ValueRef<'_>,
         stored_type: Option<EntryType>,
     ) -> Result<Entry> {
-        let (text, trailing_message) = self.decode_with_tag(conn, value)?;
-        Ok(match (trailing_message, stored_type) {
-            (true, stored_type) => {
-                Entry::from_checked_text_with_trailing_message(text, stored_type)
-            }
-            (false, Some(t)) => Entry::from_checked_text_of_type(text, t),
-            (false, None) => Entry::from_checked_text(text),
-        })
+        let (text, message_trails) = self.decode_with_tag(conn, value)?;
+        Ok(Entry::from_stored_text(text, stored_type, message_trails))
     }
 
     /// The text, and whether the tag says its `message` member trails.
-    fn decode_with_tag(&self, conn: &Connection, value: ValueRef<'_>) -> Result<(String, bool)> {
+    pub(super) fn decode_with_tag(
+        &self,
+        conn: &Connection,
+        value: ValueRef<'_>,
+    ) -> Result<(String, bool)> {
         match value {
             ValueRef::Text(t) => String::from_utf8(t.to_vec())
                 .map(|text| (text, false))
@@ -280,15 +278,6 @@ pub fn body_refs(value: ValueRef<'_>) -> Result<BodyRefs> {
             })
         }
         _ => Ok(BodyRefs::default()),
-    }
-}
-
-/// Whether a stored value's tag says its `message` member trails (bit 3),
-/// read from its header alone (for checks).
-pub fn says_message_trails(value: ValueRef<'_>) -> Result<bool> {
-    match value {
-        ValueRef::Blob(b) => Ok(Header::parse(b)?.trailing_message),
-        _ => Ok(false),
     }
 }
 
