@@ -65,8 +65,8 @@ pub const LEVEL: i32 = 3;
 /// The level `compact` re-encodes at: ~15 % smaller than [`LEVEL`] on real
 /// pi sessions; on the generated 100,000-entry session 2.6 % smaller than
 /// level 12 with a [`MAX_DICTIONARY`] dictionary for 2.4× the CPU (19 s
-/// instead of 8 on one thread; `compact` compresses on up to four, 10 s on
-/// two cores), which an offline rewrite can afford (decompression costs the
+/// instead of 8 on one thread; `compact` compresses on up to four, 10–11 s
+/// on two cores), which an offline rewrite can afford (decompression costs the
 /// same; level 19 gains 0.4 % more for twice the time again).
 pub const COMPACT_LEVEL: i32 = 16;
 /// A base64 string at least this long goes out of line.

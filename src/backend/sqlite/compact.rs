@@ -4,7 +4,9 @@
 //! transactions so writers never wait long, unused dictionaries and blobs
 //! dropped, VACUUM). Every rewrite checks that the new value decodes to the
 //! same text before it is written; a kill at any instant leaves each entry
-//! in its old or its new encoding, both readable.
+//! in its old or its new encoding, both readable. Compression, nearly all
+//! of a pass's time, runs on a pool of threads ([`EncodePool`]); SQLite
+//! stays on the caller's connection.
 
 use super::codec::{self, Codec, Encoder};
 use super::{sql, Archive};
@@ -49,8 +51,8 @@ const BATCH_ROWS: i64 = 2_000;
 const BATCH_BYTES: usize = 16 << 20;
 /// The most threads that compress one batch.
 const MAX_ENCODE_THREADS: usize = 4;
-/// Fewer entries than this per thread are compressed on the calling thread
-/// alone (a thread's start and its context's dictionary load cost more).
+/// A batch with fewer entries than this per thread is compressed on the
+/// calling thread alone (handing a chunk over costs more than it saves).
 const MIN_ENTRIES_PER_THREAD: usize = 64;
 /// Entries an archive may hold for its first dictionary, trained from
 /// appends, to re-encode them all at once (about a second); the rest wait
