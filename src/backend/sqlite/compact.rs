@@ -8,7 +8,7 @@
 //! of a pass's time, runs on a pool of threads ([`EncodePool`]); SQLite
 //! stays on the caller's connection.
 
-use super::codec::{self, Codec, Encoder};
+use super::codec::{self, Codec, Encoder, Training};
 use super::{sql, Archive};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, Transaction};
@@ -141,9 +141,13 @@ fn training_samples(conn: &Connection, codec: &Codec) -> Result<Vec<Vec<u8>>> {
 }
 
 /// Trains a dictionary from the archive's entries and stores it (in `tx`).
-fn train_from_archive(tx: &Connection, codec: &Codec) -> Result<Option<Arc<codec::Dictionary>>> {
+fn train_from_archive(
+    tx: &Connection,
+    codec: &Codec,
+    training: Training,
+) -> Result<Option<Arc<codec::Dictionary>>> {
     let samples = training_samples(tx, codec)?;
-    let Some(bytes) = codec::train(&samples) else {
+    let Some(bytes) = codec::train(&samples, training) else {
         return Ok(None);
     };
     let sample_bytes = samples.iter().map(Vec::len).sum();
@@ -309,7 +313,7 @@ impl<'a> EncodePool<'a> {
 /// entries and encodes every entry, in the migration's transaction.
 pub(super) fn migrate_to_v6(tx: &Transaction, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
     let codec = Codec::default();
-    let encoder = Encoder::new(train_from_archive(tx, &codec)?);
+    let encoder = Encoder::new(train_from_archive(tx, &codec, Training::Search)?);
     let total = entry_total(tx)?;
     let mut pass = Pass::default();
     let mut after = i64::MIN;
@@ -343,7 +347,7 @@ impl Archive {
             .iter()
             .map(|s| codec::training_sample(&String::from_utf8_lossy(s)))
             .collect();
-        let Some(bytes) = codec::train(&samples) else {
+        let Some(bytes) = codec::train(&samples, Training::Quick) else {
             return Ok(None);
         };
         let mut conn = self.conn()?;
@@ -372,7 +376,7 @@ impl Archive {
             if self.codec().newest(&tx)?.is_some() {
                 return Ok(false);
             }
-            let trained = train_from_archive(&tx, self.codec())?;
+            let trained = train_from_archive(&tx, self.codec(), Training::Quick)?;
             tx.commit().map_err(sql("training a dictionary"))?;
             trained
         };
@@ -423,7 +427,7 @@ impl Archive {
         // The dictionary is committed before any entry uses it (codec invariant 2).
         let encoder = {
             let tx = self.begin_write(&mut conn, "training a dictionary")?;
-            let trained = train_from_archive(&tx, self.codec())?;
+            let trained = train_from_archive(&tx, self.codec(), Training::Search)?;
             tx.commit().map_err(sql("training a dictionary"))?;
             report.dictionary_bytes = trained.as_ref().map_or(0, |d| d.len());
             match trained {
