@@ -822,7 +822,7 @@ pub enum Training {
 
 /// The segment size ([`Training::Quick`]) zstd's search picks on pi
 /// sessions, real and generated, at the end of its range [50, 2000].
-const QUICK_SEGMENT: u32 = 1998;
+pub const QUICK_SEGMENT: u32 = 1998;
 
 /// Trains a dictionary from sample entry texts; `None` when there is too
 /// little text or zstd cannot find one.

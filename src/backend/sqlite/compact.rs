@@ -367,7 +367,7 @@ impl Archive {
     /// re-encodes them with it, as `compact` does (short transactions), for an
     /// archive filled by appends alone (pi through `rpc` or the Node binding:
     /// no import to train from). Nothing happens if it has a dictionary or too
-    /// little text to train one; past [`REENCODE_AFTER_TRAINING`] entries the
+    /// little text to train one; past `REENCODE_AFTER_TRAINING` (50,000) entries the
     /// old ones are left to `compact`. Returns whether it trained.
     pub fn train_first_dictionary_from_entries(&self) -> Result<bool> {
         let mut conn = self.conn()?;

@@ -306,7 +306,7 @@ impl Appender {
     }
 }
 
-/// Writes one session inside [`Archive::write_session`]'s transaction.
+/// Writes one session inside [`Archive::write_session`](super::Archive::write_session)'s transaction.
 pub struct SessionWriter<'c> {
     pub(super) tx: Transaction<'c>,
     pub(super) appender: Option<Appender>,
