@@ -2,8 +2,9 @@
 //! ancestry blocks, skew-binary jump pointers and compaction stops. The
 //! invariants and bounds are those stated in `backend::sqlite::branch_cache`
 //! (invariants 1–8, `B` =
-//! [`ANCESTRY_BLOCK`](crate::backend::branch_rules::ANCESTRY_BLOCK)); the pure rules (keys, the jump
-//! rule, the segment row) are `backend::branch_rules`. What differs: every
+//! [`ANCESTRY_BLOCK`](crate::backend::branch_rules::ANCESTRY_BLOCK)); the
+//! pure rules (keys, the jump rule, the segment row) are
+//! `backend::branch_rules`. What differs: every
 //! table is keyed by session first, segment ids count from 1 in each session
 //! (so the schema distributes by session), and path rows come back ordered
 //! by the server.
