@@ -432,12 +432,44 @@ fn migration_8_finds_what_the_positional_index_found() -> R {
             })
             .collect::<Vec<std::collections::BTreeSet<(String, String)>>>()
     };
+    // And filtered by role, which version 10 moves from the index to `entries`.
+    let by_role: Vec<((&str, &str), std::collections::BTreeSet<String>)> = {
+        let conn = rusqlite::Connection::open(&db)?;
+        let mut st = conn.prepare(
+            "SELECT e.id FROM message_text m JOIN entries e ON e.entry_key = m.rowid
+             WHERE message_text MATCH ?1 AND m.role = ?2",
+        )?;
+        ["session", "\"cargo test\"", "error"]
+            .into_iter()
+            .flat_map(|q| ["user", "assistant", "toolResult"].map(|role| (q, role)))
+            .map(|(q, role)| {
+                let fts = sessiontree::backend::sqlite::search::fts_query(q);
+                let hits = st
+                    .query_map([fts.as_str(), role], |r| r.get(0))
+                    .and_then(Iterator::collect)
+                    .expect("a version-7 search by role");
+                ((q, role), hits)
+            })
+            .collect()
+    };
     let found: Vec<usize> = old.iter().map(|hits| hits.len()).collect();
     assert!(
         found.iter().filter(|&&n| n > 0).count() >= 7,
         "the queries find something: {found:?}"
     );
+    assert!(
+        by_role.iter().filter(|(_, hits)| !hits.is_empty()).count() >= 4,
+        "the queries find something in several roles"
+    );
     let archive = Archive::open(&db, Durability::Relaxed)?;
+    for ((q, role), old) in &by_role {
+        let new: std::collections::BTreeSet<String> = archive
+            .search(q, None, None, Some(role), 1_000)?
+            .into_iter()
+            .map(|h| h.entry_id)
+            .collect();
+        assert_eq!(&new, old, "{q} in {role} messages");
+    }
     for (q, old) in MIGRATION_8_QUERIES.iter().zip(&old) {
         let new = hit_set(&archive, q);
         assert!(
@@ -461,6 +493,25 @@ fn migration_8_finds_what_the_positional_index_found() -> R {
         .collect();
     let first: Vec<_> = all.iter().take(12).map(|h| h.entry_id.clone()).collect();
     assert_eq!(paged, first);
+    // So are a role-filtered query's (the role is checked as a page is read).
+    for role in ["user", "assistant", "toolResult"] {
+        let filter = sessiontree::listing::SearchFilter {
+            role: Some(role),
+            ..Default::default()
+        };
+        let all = archive.search_page("session", &filter, 1_000, 0)?;
+        assert!(all.iter().all(|h| h.role == role), "{role}: {all:?}");
+        let paged: Vec<_> = (0..4)
+            .flat_map(|page| {
+                archive
+                    .search_page("session", &filter, 3, page * 3)
+                    .expect("a page")
+            })
+            .map(|h| h.entry_id)
+            .collect();
+        let first: Vec<_> = all.iter().take(12).map(|h| h.entry_id.clone()).collect();
+        assert_eq!(paged, first, "{role}");
+    }
     assert_exports_identical(&archive, &sessions);
     assert_checks_out(&archive);
     Ok(())

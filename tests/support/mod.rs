@@ -309,6 +309,7 @@ pub fn archive_dump(path: &Path) -> Vec<String> {
         ("segment_ancestry", "segment_id, from_depth"),
         ("compactions", "entry_key"),
         ("imports", "source_path"),
+        ("roles", "role_id"),
     ] {
         let mut st = conn
             .prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))
@@ -327,17 +328,12 @@ pub fn archive_dump(path: &Path) -> Vec<String> {
             .expect("dump rows");
         out.extend(rows);
     }
+    // The index keeps no text: which entries it holds, with their token counts.
     let fts: Vec<String> = conn
-        .prepare("SELECT rowid, text, role, session_key FROM message_text ORDER BY rowid")
+        .prepare("SELECT id, sz FROM message_text_docsize ORDER BY id")
         .expect("prepare fts dump")
         .query_map([], |r| {
-            Ok(format!(
-                "fts: {:?} {:?} {:?} {:?}",
-                r.get_ref(0)?,
-                r.get_ref(1)?,
-                r.get_ref(2)?,
-                r.get_ref(3)?
-            ))
+            Ok(format!("fts: {:?} {:?}", r.get_ref(0)?, r.get_ref(1)?))
         })
         .expect("fts dump")
         .collect::<Result<_, _>>()
@@ -505,13 +501,20 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Turns an archive of the latest schema back into what a version-7 build
-/// wrote: a search index that keeps token positions (`detail = full`).
+/// wrote: a search index that keeps token positions (`detail = full`) and
+/// each text's role and session; no role ids in `entries`.
 pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let texts = Archive::open(db, Durability::Relaxed)?
         .query_read_only("SELECT entry_key, entry_text(entry_key), session_key FROM entries")?;
     let conn = rusqlite::Connection::open(db)?;
+    drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP TABLE message_text;
+        "CREATE TRIGGER entries_are_append_only BEFORE UPDATE ON entries
+         WHEN sessiontree_may_reencode() IS NOT 1
+           OR NEW.entry_key IS NOT OLD.entry_key OR NEW.session_key IS NOT OLD.session_key
+           OR NEW.seq IS NOT OLD.seq OR NEW.id IS NOT OLD.id OR NEW.type IS NOT OLD.type
+         BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;
+         DROP TABLE message_text;
          DROP TABLE IF EXISTS message_text_content;
          CREATE VIRTUAL TABLE message_text USING fts5 (text, role UNINDEXED, session_key UNINDEXED,
              content = '', contentless_delete = 1, contentless_unindexed = 1,
@@ -533,6 +536,16 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
+/// Undoes schema version 10's role ids (leaving the append-only trigger
+/// dropped: the caller writes the one of its version).
+fn drop_role_ids(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "DROP TRIGGER entries_are_append_only;
+         ALTER TABLE entries DROP COLUMN role_id;
+         DROP TABLE roles;",
+    )
+}
+
 /// Turns an archive of the latest schema back into what a version-5 build
 /// wrote: no staged imports (version 7), every entry's text stored plain (with `parent_id` and `timestamp`
 /// columns), the search index holding its own copy of the text, no
@@ -541,10 +554,10 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
     let texts = Archive::open(db, Durability::Relaxed)?
         .query_read_only("SELECT entry_key, entry_text(entry_key), session_key FROM entries")?;
     let conn = rusqlite::Connection::open(db)?;
+    drop_role_ids(&conn)?;
     conn.execute_batch(
         "DROP INDEX sessions_staged;
          ALTER TABLE sessions DROP COLUMN staged_from;
-         DROP TRIGGER entries_are_append_only;
          DROP INDEX entries_by_type;
          ALTER TABLE entries ADD COLUMN parent_id TEXT;
          ALTER TABLE entries ADD COLUMN timestamp TEXT NOT NULL DEFAULT '';

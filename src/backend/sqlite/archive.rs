@@ -315,11 +315,23 @@ impl Archive {
         let ranking = fts::Ranking::new(&conn, &plan)?;
         // Candidates as (length, key): sorted, the best first. The index
         // ranks nothing itself (it keeps no counts): see fts::Ranking.
-        // Which session a candidate is in matters only to a session or cwd
+        // A role filter is checked on each candidate as the page is read,
+        // best first (most role-filtered searches stop after a few reads).
+        let role_id: Option<i64> = match role {
+            None => None,
+            Some(name) => match conn
+                .prepare_cached("SELECT role_id FROM roles WHERE name = ?1")
+                .and_then(|mut st| st.query_row([name], |r| r.get(0)).optional())
+                .map_err(sql("searching"))?
+            {
+                Some(id) => Some(id),
+                None => return Ok(Vec::new()),
+            },
+        };
+        // A candidate's entry and session matter only to a session or cwd
         // filter, or while an import is staged (its rows are not published);
-        // otherwise no candidate looks its entry and session up (most of a
-        // search's work on a large archive). Both statements number their
-        // parameters alike (SQLite counts up to the highest, ?4).
+        // otherwise no candidate looks them up before the page is read (most
+        // of a search's work on a large archive).
         let whole_archive = session.is_none()
             && cwd.is_none()
             && !conn
@@ -328,49 +340,52 @@ impl Archive {
                 )
                 .and_then(|mut st| st.query_row([], |r| r.get::<_, bool>(0)))
                 .map_err(sql("searching"))?;
-        let candidates_query = if whole_archive {
-            "SELECT m.rowid, d.sz
-             FROM message_text m
-             JOIN message_text_docsize d ON d.id = m.rowid
-             WHERE message_text MATCH ?1 AND (?4 IS NULL OR m.role = ?4)"
-        } else {
-            "SELECT m.rowid, d.sz
-             FROM message_text m
-             JOIN message_text_docsize d ON d.id = m.rowid
-             JOIN entries e ON e.entry_key = m.rowid
-             JOIN sessions s ON s.session_key = e.session_key
-             WHERE message_text MATCH ?1 AND s.staged_from IS NULL
-               AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3) AND (?4 IS NULL OR m.role = ?4)"
+        let candidate = |r: &rusqlite::Row<'_>| {
+            let sz = r.get_ref(1)?.as_blob()?;
+            Ok((fts::indexed_length(sz), r.get(0)?))
         };
-        let mut candidates: Vec<(u64, i64)> = conn
-            .prepare_cached(candidates_query)
+        let mut candidates: Vec<(u64, i64)> = if whole_archive {
+            conn.prepare_cached(
+                "SELECT m.rowid, d.sz
+                 FROM message_text m
+                 JOIN message_text_docsize d ON d.id = m.rowid
+                 WHERE message_text MATCH ?1",
+            )
+            .and_then(|mut st| st.query_map(params![plan.terms], candidate)?.collect())
+        } else {
+            conn.prepare_cached(
+                "SELECT m.rowid, d.sz
+                 FROM message_text m
+                 JOIN message_text_docsize d ON d.id = m.rowid
+                 JOIN entries e ON e.entry_key = m.rowid
+                 JOIN sessions s ON s.session_key = e.session_key
+                 WHERE message_text MATCH ?1 AND s.staged_from IS NULL
+                   AND (?2 IS NULL OR s.id = ?2) AND (?3 IS NULL OR s.cwd = ?3)",
+            )
             .and_then(|mut st| {
-                st.query_map(params![plan.terms, session, cwd, role], |r| {
-                    let sz = r.get_ref(1)?.as_blob()?;
-                    Ok((fts::indexed_length(sz), r.get(0)?))
-                })?
-                .collect()
+                st.query_map(params![plan.terms, session, cwd], candidate)?
+                    .collect()
             })
-            .map_err(sql("searching"))?;
-        // Unconfirmed candidates are hits: only the best `offset + limit`
-        // need an order (candidates are distinct, so the page is the same).
+        }
+        .map_err(sql("searching"))?;
+        // Candidates that need no check are hits: only the best `offset +
+        // limit` need an order (candidates are distinct, so the page is the
+        // same).
+        let checked = plan.confirm.is_some() || role_id.is_some();
         let wanted = offset.saturating_add(limit);
-        if plan.confirm.is_none() && wanted < candidates.len() {
+        if !checked && wanted < candidates.len() {
             candidates.select_nth_unstable(wanted);
             candidates.truncate(wanted);
         }
         candidates.sort_unstable();
-        // Unconfirmed candidates are hits: the page starts at `offset`.
-        // Otherwise hits are counted as they are confirmed.
-        let (start, mut skip) = match plan.confirm {
-            None => (offset, 0),
-            Some(_) => (0, offset),
-        };
+        // Unchecked candidates are hits: the page starts at `offset`.
+        // Otherwise hits are counted as they pass.
+        let (start, mut skip) = if checked { (0, offset) } else { (offset, 0) };
         // The index keeps no text: each hit's snippet is cut from its entry.
         let terms = search::query_terms(query);
         let mut read = conn
             .prepare_cached(
-                "SELECT s.id, e.id, e.json, s.name, s.created_at
+                "SELECT s.id, e.id, e.json, s.name, s.created_at, e.role_id
                  FROM entries e JOIN sessions s ON s.session_key = e.session_key
                  WHERE e.entry_key = ?1",
             )
@@ -380,7 +395,7 @@ impl Archive {
             if hits.len() >= limit {
                 break;
             }
-            let (session_id, entry_id, stored, name, created_at) = read
+            let (session_id, entry_id, stored, name, created_at, stored_role) = read
                 .query_row([key], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
@@ -388,9 +403,13 @@ impl Archive {
                         r.get::<_, rusqlite::types::Value>(2)?,
                         r.get::<_, Option<String>>(3)?,
                         r.get::<_, String>(4)?,
+                        r.get::<_, Option<i64>>(5)?,
                     ))
                 })
                 .map_err(sql("searching"))?;
+            if role_id.is_some() && stored_role != role_id {
+                continue;
+            }
             let entry = self.codec().decode_entry(&conn, (&stored).into(), None)?;
             let (role, text) = search::searchable_text(&entry).unwrap_or_default();
             if !plan.confirms(&text)? {

@@ -30,7 +30,9 @@ pub(super) fn verify_stored_text(
     let mut problems = Vec::new();
     let mut st = conn
         .prepare(
-            "SELECT entry_key, id, type, json FROM entries WHERE session_key = ?1 ORDER BY seq",
+            "SELECT e.entry_key, e.id, e.type, e.json, r.name
+             FROM entries e LEFT JOIN roles r ON r.role_id = e.role_id
+             WHERE e.session_key = ?1 ORDER BY e.seq",
         )
         .map_err(sql("checking stored text"))?;
     let mut refs = conn
@@ -40,7 +42,7 @@ pub(super) fn verify_stored_text(
         .prepare("SELECT 1 FROM blobs WHERE blob_id = ?1")
         .map_err(sql("checking stored text"))?;
     let mut search_row = conn
-        .prepare("SELECT role FROM message_text WHERE rowid = ?1")
+        .prepare("SELECT 1 FROM message_text_docsize WHERE id = ?1")
         .map_err(sql("checking stored text"))?;
     let mut rows = st
         .query([session_key])
@@ -50,6 +52,7 @@ pub(super) fn verify_stored_text(
         let id: String = row.get(1).map_err(sql("checking stored text"))?;
         let kind: String = row.get(2).map_err(sql("checking stored text"))?;
         let stored = row.get_ref(3).map_err(sql("checking stored text"))?;
+        let stored_role: Option<String> = row.get(4).map_err(sql("checking stored text"))?;
         let (text, message_trails) = match codec.decode_with_tag(conn, stored) {
             Ok(decoded) => decoded,
             Err(e) => {
@@ -102,16 +105,23 @@ pub(super) fn verify_stored_text(
                 problems.push(format!("entry {id}: blob {b} is missing"));
             }
         }
-        let indexed: Option<String> = search_row
-            .query_row([key], |r| r.get(0))
+        let indexed = search_row
+            .query_row([key], |_| Ok(()))
             .optional()
-            .map_err(sql("checking stored text"))?;
-        match (search::searchable_text(&entry), indexed) {
-            (Some((role, _)), Some(found)) if role != found => problems.push(format!(
-                "entry {id}: its search row has role {found}, its text says {role}"
-            )),
-            (Some(_), None) => problems.push(format!("entry {id}: its search row is missing")),
-            (None, Some(_)) => problems.push(format!(
+            .map_err(sql("checking stored text"))?
+            .is_some();
+        let searchable = search::searchable_text(&entry);
+        let role = searchable.as_ref().map(|(role, _)| role.as_str());
+        if role != stored_role.as_deref() {
+            problems.push(format!(
+                "entry {id}: its row says role {}, its text says {}",
+                stored_role.as_deref().unwrap_or("none"),
+                role.unwrap_or("none")
+            ));
+        }
+        match (searchable.is_some(), indexed) {
+            (true, false) => problems.push(format!("entry {id}: its search row is missing")),
+            (false, true) => problems.push(format!(
                 "entry {id}: has a search row but no searchable text"
             )),
             _ => {}
@@ -310,7 +320,8 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
         ("labels", "SELECT count(*) FROM labels WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("writer_claims", "SELECT count(*) FROM writer_claims WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("imports", "SELECT count(*) FROM imports WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("message_text (search)", "SELECT count(*) FROM message_text m WHERE m.session_key NOT IN (SELECT session_key FROM sessions) OR NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = m.rowid AND e.session_key = m.session_key)"),
+        ("message_text (search)", "SELECT count(*) FROM message_text_docsize d WHERE NOT EXISTS (SELECT 1 FROM entries e JOIN sessions s ON s.session_key = e.session_key WHERE e.entry_key = d.id)"),
+        ("entries (role)", "SELECT count(*) FROM entries e WHERE e.role_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM roles r WHERE r.role_id = e.role_id)"),
         ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
         ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),
     ];

@@ -13,6 +13,10 @@
 //! 3. **bm25 without counts.** FTS5's `bm25()` answers 0 without positions;
 //!    [`Ranking`] computes it from FTS5's own totals and token counts with
 //!    each query token counted once per text.
+//! 4. **Token lists only.** Since schema version 10 the index has one
+//!    column, the text: a row's role is its entry's `role_id` (set from the
+//!    same [`searchable_text`] the row is indexed from, never changed), its
+//!    session its entry's.
 
 use super::sql;
 use crate::entry::Entry;
@@ -220,9 +224,36 @@ fn with_scratch<T>(f: impl FnOnce(&Scratch) -> rusqlite::Result<T>) -> Result<T>
 
 /// Schema version 8: indexes every entry's searchable text again (the
 /// position-less index replaces the positional one), in the migration's
-/// transaction.
+/// transaction; that version's index keeps each text's role and session.
 pub(super) fn reindex_all_entries(
     tx: &Transaction,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    reindex(tx, IndexColumns::WithRoleAndSession, progress)
+}
+
+/// Schema version 10: indexes every entry's searchable text again (the index
+/// without its role and session columns replaces version 8's), in the
+/// migration's transaction.
+pub(super) fn reindex_text_only(
+    tx: &Transaction,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<()> {
+    reindex(tx, IndexColumns::TextOnly, progress)
+}
+
+/// The columns of the index a migration fills.
+#[derive(Clone, Copy)]
+enum IndexColumns {
+    /// Versions 8 and 9: `text, role UNINDEXED, session_key UNINDEXED`.
+    WithRoleAndSession,
+    /// Version 10 on: `text`.
+    TextOnly,
+}
+
+fn reindex(
+    tx: &Transaction,
+    columns: IndexColumns,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     let codec = super::codec::Codec::default();
@@ -233,9 +264,12 @@ pub(super) fn reindex_all_entries(
     let total = u64::try_from(total).unwrap_or(0);
     progress(0, total);
     let mut insert = tx
-        .prepare(
-            "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
-        )
+        .prepare(match columns {
+            IndexColumns::WithRoleAndSession => {
+                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)"
+            }
+            IndexColumns::TextOnly => "INSERT INTO message_text (rowid, text) VALUES (?1, ?2)",
+        })
         .map_err(sql(context))?;
     let mut st = tx
         .prepare("SELECT entry_key, session_key, json FROM entries ORDER BY entry_key")
@@ -247,9 +281,13 @@ pub(super) fn reindex_all_entries(
         let session: i64 = row.get(1).map_err(sql(context))?;
         let text = codec.decode(tx, row.get_ref(2).map_err(sql(context))?)?;
         if let Some((role, text)) = searchable_text(&Entry::from_checked_text(text)) {
-            insert
-                .execute(params![key, text, role, session])
-                .map_err(sql(context))?;
+            match columns {
+                IndexColumns::WithRoleAndSession => {
+                    insert.execute(params![key, text, role, session])
+                }
+                IndexColumns::TextOnly => insert.execute(params![key, text]),
+            }
+            .map_err(sql(context))?;
         }
         done += 1;
         if done.is_multiple_of(4096) {

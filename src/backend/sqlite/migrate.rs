@@ -69,6 +69,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0009_trailing_message.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../schema/0010_role_in_entries.sql"),
+        rewrite: Some(super::fts::reindex_text_only),
+    },
 ];
 
 /// The schema version this build writes.

@@ -192,10 +192,10 @@ pub(super) fn visit_by_id(
     Ok(())
 }
 
-/// Whether each of `ids` is a user message, from the role the search index
-/// keeps beside each message's text (`message_text.role`, the message's
-/// `role` as [`crate::search::searchable_text`] reads it); a message with no
-/// search row (no text to search) has its own text read.
+/// Whether each of `ids` is a user message, from the role each entry's row
+/// names (`entries.role_id`, the message's `role` as
+/// [`crate::search::searchable_text`] reads it); a message with no text to
+/// search has no role there and its own text read.
 pub(super) fn visit_user_messages(
     conn: &Connection,
     codec: &Codec,
@@ -206,9 +206,9 @@ pub(super) fn visit_user_messages(
     let fail = sql("reading message roles");
     let mut st = conn
         .prepare_cached(
-            "SELECT j.key, m.role FROM json_each(?2) j
+            "SELECT j.key, r.name FROM json_each(?2) j
              CROSS JOIN entries e INDEXED BY entries_by_id
-             LEFT JOIN message_text m ON m.rowid = e.entry_key
+             LEFT JOIN roles r ON r.role_id = e.role_id
              WHERE e.session_key = ?1 AND e.id = j.value",
         )
         .map_err(&fail)?;

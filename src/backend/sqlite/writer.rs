@@ -179,13 +179,15 @@ pub(super) struct Appender {
     /// Search-index rows not yet written. FTS5 flushes its pending terms at
     /// every statement journal (each later write in the transaction opens one),
     /// so rows are written together, not one per entry.
-    pending_text: Vec<(i64, String, String)>,
+    pending_text: Vec<(i64, String)>,
     pending_bytes: usize,
     /// The segment being extended, written back by `finish`.
     tail: branch_cache::OpenTail,
     /// Encodes entry text with the newest dictionary, read in this
     /// transaction (so `compact` cannot remove it under us).
     encoder: Encoder,
+    /// `roles` rows looked up or added in this transaction (a handful).
+    role_ids: Vec<(String, i64)>,
 }
 
 /// Search text buffered before it is written (bounds import memory).
@@ -200,7 +202,31 @@ impl Appender {
             pending_bytes: 0,
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
+            role_ids: Vec::new(),
         })
+    }
+
+    /// The `roles` row of `name`, added if the archive has none yet.
+    fn role_id(&mut self, tx: &Transaction, name: &str) -> Result<i64> {
+        if let Some((_, id)) = self.role_ids.iter().find(|(n, _)| n == name) {
+            return Ok(*id);
+        }
+        let fail = sql("recording a message role");
+        let found: Option<i64> = tx
+            .prepare_cached("SELECT role_id FROM roles WHERE name = ?1")
+            .and_then(|mut st| st.query_row([name], |r| r.get(0)).optional())
+            .map_err(&fail)?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                tx.prepare_cached("INSERT INTO roles (name) VALUES (?1)")
+                    .and_then(|mut st| st.execute([name]))
+                    .map_err(&fail)?;
+                tx.last_insert_rowid()
+            }
+        };
+        self.role_ids.push((name.to_owned(), id));
+        Ok(id)
     }
 
     /// The dictionary this write encodes with, if the archive has one.
@@ -210,12 +236,10 @@ impl Appender {
 
     fn flush_text(&mut self, tx: &Transaction) -> Result<()> {
         let mut st = tx
-            .prepare_cached(
-                "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
-            )
+            .prepare_cached("INSERT INTO message_text (rowid, text) VALUES (?1, ?2)")
             .map_err(sql("indexing message text"))?;
-        for (key, text, role) in self.pending_text.drain(..) {
-            st.execute(params![key, text, role, self.key])
+        for (key, text) in self.pending_text.drain(..) {
+            st.execute(params![key, text])
                 .map_err(sql("indexing message text"))?;
         }
         self.pending_bytes = 0;
@@ -251,9 +275,13 @@ impl Appender {
         };
         let trails = codec::message_trails(entry.json(), f.message_span.as_ref());
         let (stored, blobs) = codec::store(tx, entry.json(), prepared, trails)?;
+        let role_id = match &search_text {
+            Some((role, _)) => Some(self.role_id(tx, role)?),
+            None => None,
+        };
         tx.prepare_cached(
-            "INSERT INTO entries (entry_key, session_key, seq, id, type, json)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO entries (entry_key, session_key, seq, id, type, json, role_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .and_then(|mut s| {
             s.execute(params![
@@ -262,7 +290,8 @@ impl Appender {
                 seq,
                 f.id,
                 f.entry_type.as_str(),
-                stored
+                stored,
+                role_id
             ])
         })
         .map_err(|e| duplicate_id_or(tx, self.key, e, &f.id))?;
@@ -287,9 +316,9 @@ impl Appender {
             };
             r.map_err(sql("updating a label"))?;
         }
-        if let Some((role, text)) = search_text {
+        if let Some((_, text)) = search_text {
             self.pending_bytes += text.len();
-            self.pending_text.push((placed.key, text, role));
+            self.pending_text.push((placed.key, text));
             if self.pending_bytes > PENDING_TEXT_LIMIT {
                 self.flush_text(tx)?;
             }
