@@ -312,6 +312,7 @@ pub fn load(dir: &Path) -> Result<Dataset> {
         || !sessions.iter().all(|s| s.path.is_file())
         || !archive.is_file()
         || (wants_naive && !naive.is_file())
+        || !of_this_schema(&archive)
     {
         return Err(bad());
     }
@@ -325,6 +326,15 @@ pub fn load(dir: &Path) -> Result<Dataset> {
         naive,
         archive_import_secs: v["archive_import_secs"].as_f64().unwrap_or(0.0),
     })
+}
+
+/// Whether `archive` was written at this build's schema version: an older
+/// one would be migrated by the first measurement that opens it (timed, and
+/// laid out as a migration leaves it rather than as an import writes it).
+fn of_this_schema(archive: &Path) -> bool {
+    rusqlite::Connection::open_with_flags(archive, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)))
+        .is_ok_and(|v| v == sessiontree::backend::sqlite::migrate::latest_version())
 }
 
 /// Folds the archive's WAL into the main file, so copying the file copies the data.
