@@ -317,15 +317,12 @@ impl Archive {
         // ranks nothing itself (it keeps no counts): see fts::Ranking.
         // A role filter is checked on each candidate as the page is read,
         // best first (most role-filtered searches stop after a few reads).
-        let role_id: Option<i64> = match role {
+        // A role no message has finds nothing.
+        let role_id = match role {
             None => None,
-            Some(name) => match conn
-                .prepare_cached("SELECT role_id FROM roles WHERE name = ?1")
-                .and_then(|mut st| st.query_row([name], |r| r.get(0)).optional())
-                .map_err(sql("searching"))?
-            {
-                Some(id) => Some(id),
+            Some(name) => match super::rows::role_id(&conn, name).map_err(sql("searching"))? {
                 None => return Ok(Vec::new()),
+                id => id,
             },
         };
         // A candidate's entry and session matter only to a session or cwd

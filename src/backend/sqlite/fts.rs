@@ -15,8 +15,9 @@
 //!    each query token counted once per text.
 //! 4. **Token lists only.** Since schema version 10 the index has one
 //!    column, the text: a row's role is its entry's `role_id` (set from the
-//!    same [`searchable_text`] the row is indexed from, never changed), its
-//!    session its entry's.
+//!    same [`searchable_text`] the row is indexed from; for rows migrated to
+//!    version 10, the role the old index kept; never changed), its session
+//!    its entry's.
 
 use super::sql;
 use crate::entry::Entry;

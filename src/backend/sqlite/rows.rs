@@ -1,12 +1,13 @@
 //! The one place the archive's rows map to the library's types: the
 //! `sessions` row's column lists and the readers that go with them (so a new
 //! column, or a reordering, is changed once, not in every query that reads a
-//! session), and the rows a writer inserts (`sessions`, `imports`).
+//! session), the rows a writer inserts (`sessions`, `imports`), and the
+//! `roles` row a role name is stored as.
 
 use super::stored_js_string;
 use crate::rules::{Replay, SessionStats, StatsAccumulator};
 use crate::storage::SessionMetadata;
-use rusqlite::Row;
+use rusqlite::{Connection, OptionalExtension, Row};
 
 pub use crate::listing::NewSession;
 
@@ -41,6 +42,13 @@ pub(super) const FACTS_COLUMNS: &str = "leaf_id, name, entry_count, message_coun
      uncached_tokens, total_tokens, cost_total, broken_message_id";
 
 /// The session's metadata from [`METADATA_COLUMNS`] starting at column `first`.
+/// The `roles` row that spells `name` (`entries.role_id`), if any.
+pub(super) fn role_id(conn: &Connection, name: &str) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT role_id FROM roles WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()
+}
+
 pub(super) fn metadata_at(r: &Row, first: usize) -> rusqlite::Result<SessionMetadata> {
     Ok(SessionMetadata {
         id: r.get(first)?,

@@ -212,11 +212,7 @@ impl Appender {
             return Ok(*id);
         }
         let fail = sql("recording a message role");
-        let found: Option<i64> = tx
-            .prepare_cached("SELECT role_id FROM roles WHERE name = ?1")
-            .and_then(|mut st| st.query_row([name], |r| r.get(0)).optional())
-            .map_err(&fail)?;
-        let id = match found {
+        let id = match rows::role_id(tx, name).map_err(&fail)? {
             Some(id) => id,
             None => {
                 tx.prepare_cached("INSERT INTO roles (name) VALUES (?1)")
