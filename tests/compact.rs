@@ -11,6 +11,7 @@ mod support;
 use rusqlite::types::Value as SqlValue;
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::convert::{export_jsonl, import_jsonl, train_dictionary_for};
+use sessiontree::storage::SessionStorage;
 use sessiontree::Durability;
 use sessiontree_bench::gen::{generate, GenOptions, Shape};
 use std::path::{Path, PathBuf};
@@ -733,5 +734,187 @@ fn an_archive_filled_by_appends_trains_its_first_dictionary() -> R {
         "byte for byte"
     );
     assert_checks_out(&archive);
+    Ok(())
+}
+
+/// After `compact`: most entries are members of blocks, and every block is
+/// what block.rs promises: consecutive rows of one session, each the child
+/// of the one before, at most `BLOCK_ENTRIES` members and `BLOCK_BYTES` of
+/// text, none of them holding a blob.
+fn assert_blocks_hold_parent_chains(archive: &Archive) {
+    use sessiontree::backend::sqlite::block::{place, BLOCK_BYTES, BLOCK_ENTRIES};
+    let rows = archive
+        .query_read_only(
+            "SELECT e.session_key, e.json, entry_text(e.entry_key),
+                    (SELECT count(*) FROM entry_blobs r WHERE r.entry_key = e.entry_key)
+             FROM entries e ORDER BY e.entry_key",
+        )
+        .expect("query")
+        .rows;
+    let mut members = 0;
+    let mut blocks = 0;
+    // (block, session, next index, bytes, id of the previous member)
+    let mut open: Option<(i64, i64, usize, usize, String)> = None;
+    for row in &rows {
+        let [SqlValue::Integer(session), json, SqlValue::Text(text), SqlValue::Integer(blobs)] =
+            &row[..]
+        else {
+            panic!("{row:?}");
+        };
+        let entry = sessiontree::entry::Entry::from_json(text).expect("entry text");
+        let id = entry.id().to_owned();
+        let Some((block, index)) = place(json.into()) else {
+            open = None;
+            continue;
+        };
+        members += 1;
+        assert_eq!(*blobs, 0, "a member of block {block} holds a blob");
+        if index == 0 {
+            blocks += 1;
+            open = Some((block, *session, 1, text.len(), id));
+            continue;
+        }
+        let (b, s, next, bytes, previous) = open.take().expect("a member after its block's start");
+        assert_eq!(
+            (b, s, next),
+            (block, *session, index),
+            "block {block} is not side by side"
+        );
+        assert_eq!(
+            entry.parent_id(),
+            Some(previous.as_str()),
+            "block {block} forks"
+        );
+        assert!(
+            index < BLOCK_ENTRIES && bytes + text.len() <= BLOCK_BYTES,
+            "block {block} too big"
+        );
+        open = Some((b, s, next + 1, bytes + text.len(), id));
+    }
+    assert!(
+        members * 2 > rows.len() && blocks * 4 < members,
+        "{members} of {} entries in {blocks} blocks",
+        rows.len()
+    );
+}
+
+#[test]
+fn compact_packs_parent_chains_into_blocks_and_every_text_comes_back() -> R {
+    let dir = tempfile::tempdir()?;
+    let files = corpus(dir.path());
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let sessions = import_all(&archive, &files);
+    assert_eq!(
+        count(&archive, "SELECT count(*) FROM entry_blocks"),
+        0,
+        "imports store entries alone"
+    );
+    archive.compact(&mut |_, _| {})?;
+    assert_blocks_hold_parent_chains(&archive);
+    assert_exports_identical(&archive, &sessions);
+    assert_checks_out(&archive);
+    // Every entry read alone, in an order that never meets a block's
+    // members one after another, is its text.
+    let texts = archive
+        .query_read_only("SELECT s.id, e.id, entry_text(e.entry_key) FROM entries e JOIN sessions s USING (session_key) ORDER BY (e.entry_key * 7919) % 10007")?
+        .rows;
+    for row in texts.iter().take(400) {
+        let [SqlValue::Text(session), SqlValue::Text(id), SqlValue::Text(text)] = &row[..] else {
+            panic!("{row:?}");
+        };
+        let got = archive.open_session(session)?.entry(id)?.expect("entry");
+        assert_eq!(got.json(), text, "{session} {id}");
+    }
+    // A second compact replaces every block; none is left behind.
+    let before = count(&archive, "SELECT max(block_id) FROM entry_blocks");
+    archive.compact(&mut |_, _| {})?;
+    assert!(count(&archive, "SELECT min(block_id) FROM entry_blocks") > before);
+    assert_blocks_hold_parent_chains(&archive);
+    assert_exports_identical(&archive, &sessions);
+    // A session takes its blocks with it.
+    let (first, ..) = &sessions[1];
+    archive.delete_session(first)?;
+    assert_eq!(
+        count(&archive, "SELECT count(*) FROM entry_blocks b WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_key = b.session_key)"),
+        0
+    );
+    assert_exports_identical(&archive, &sessions[2..]);
+    assert_checks_out(&archive);
+    Ok(())
+}
+
+/// A block a process has decoded is never answered for another: ids are
+/// never reused, even when entry keys are (a session deleted from the end
+/// of the table, another imported in its place and compacted by a second
+/// handle of the archive).
+#[test]
+fn a_block_kept_by_a_reader_is_never_stale() -> R {
+    let dir = tempfile::tempdir()?;
+    let mut files = Vec::new();
+    for (seed, shape) in [
+        (21, Shape::Forked),
+        (22, Shape::Forked),
+        (23, Shape::Regenerate),
+    ] {
+        let out = dir.path().join(format!("g{seed}"));
+        let options = GenOptions {
+            shape,
+            entries: 700,
+            seed,
+            ..GenOptions::default()
+        };
+        files.push(generate(&out, &options)?.sessions.remove(0).path);
+    }
+    let db = dir.path().join("a.db");
+    let reader = Archive::open(&db, Durability::Relaxed)?;
+    let sessions = import_all(&reader, &files[..2]);
+    reader.compact(&mut |_, _| {})?;
+    let keys_of = |a: &Archive, id: &str| {
+        a.query_read_only(&format!("SELECT e.entry_key FROM entries e JOIN sessions s USING (session_key) WHERE s.id = '{id}'"))
+            .expect("keys")
+            .rows
+            .into_iter()
+            .map(|r| format!("{:?}", r[0]))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    // The reader decodes the last session's blocks (and keeps the last).
+    assert_exports_identical(&reader, &sessions);
+    let last = &sessions[1].0;
+    let old_keys = keys_of(&reader, last);
+    {
+        let writer = Archive::open(&db, Durability::Relaxed)?;
+        writer.delete_session(last)?;
+        let replaced = import_all(&writer, &files[2..]);
+        assert!(
+            !keys_of(&writer, &replaced[0].0).is_disjoint(&old_keys),
+            "the new session reuses the deleted one's entry keys"
+        );
+        writer.compact(&mut |_, _| {})?;
+        assert_exports_identical(&reader, &replaced);
+    }
+    assert_exports_identical(&reader, &sessions[..1]);
+    Ok(())
+}
+
+#[test]
+fn check_names_a_member_whose_block_is_gone() -> R {
+    let dir = tempfile::tempdir()?;
+    let files = corpus(dir.path());
+    let db = dir.path().join("a.db");
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    import_all(&archive, &files[1..2]);
+    archive.compact(&mut |_, _| {})?;
+    assert_checks_out(&archive);
+    let gone = count(&archive, "SELECT max(block_id) FROM entry_blocks");
+    rusqlite::Connection::open(&db)?
+        .execute("DELETE FROM entry_blocks WHERE block_id = ?1", [gone])?;
+    let reopened = Archive::open(&db, Durability::Relaxed)?;
+    let problems = reopened.check(None)?;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains(&format!("entry block {gone} is missing"))),
+        "{problems:?}"
+    );
     Ok(())
 }

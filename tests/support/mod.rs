@@ -536,11 +536,13 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
-/// Undoes schema version 10's role ids (leaving the append-only trigger
-/// dropped: the caller writes the one of its version).
+/// Undoes schema version 11's block ids (on an archive no `compact` packed)
+/// and version 10's role ids (leaving the append-only trigger dropped: the
+/// caller writes the one of its version).
 fn drop_role_ids(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
-        "DROP TRIGGER entries_are_append_only;
+        "DROP TABLE entry_blocks;
+         DROP TRIGGER entries_are_append_only;
          ALTER TABLE entries DROP COLUMN role_id;
          DROP TABLE roles;",
     )

@@ -44,6 +44,9 @@ pub(super) fn verify_stored_text(
     let mut search_row = conn
         .prepare("SELECT 1 FROM message_text_docsize WHERE id = ?1")
         .map_err(sql("checking stored text"))?;
+    let mut block_session = conn
+        .prepare("SELECT session_key FROM entry_blocks WHERE block_id = ?1")
+        .map_err(sql("checking stored text"))?;
     let mut rows = st
         .query([session_key])
         .map_err(sql("checking stored text"))?;
@@ -85,7 +88,21 @@ pub(super) fn verify_stored_text(
                 entry.entry_type().as_str()
             ));
         }
-        let named: BTreeSet<i64> = body_refs(stored)?.blobs.into_iter().collect();
+        let body = body_refs(stored)?;
+        if let Some(block) = body.block {
+            // Decoding found the block's members in place; a session delete
+            // takes the block only with its own session (block invariant 2).
+            let owner: Option<i64> = block_session
+                .query_row([block], |r| r.get(0))
+                .optional()
+                .map_err(sql("checking stored text"))?;
+            if owner != Some(session_key) {
+                problems.push(format!(
+                    "entry {id}: its text is in entry block {block}, which belongs to session key {owner:?}"
+                ));
+            }
+        }
+        let named: BTreeSet<i64> = body.blobs.into_iter().collect();
         let recorded: BTreeSet<i64> = refs
             .query_map(rusqlite::params![session_key, key], |r| r.get(0))
             .and_then(Iterator::collect)
@@ -285,12 +302,18 @@ impl Archive {
         }
         for (done, SessionRow { key, id }) in sessions.into_iter().enumerate() {
             let codec = self.codec();
+            // A text that does not decode stops the checks that read it; it
+            // is a problem of this session, and the others are still checked.
             let found = [
-                verify_branch_cache(&conn, codec, key)?,
-                verify_stored_text(&conn, codec, key)?,
-                verify_session_facts(&conn, codec, key)?,
+                found_or_damage(verify_branch_cache(&conn, codec, key))?,
+                found_or_damage(verify_stored_text(&conn, codec, key))?,
+                found_or_damage(verify_session_facts(&conn, codec, key))?,
                 if reads {
-                    verify_walks(&conn, &SqliteStorage::new(self.clone(), key, &id), key)?
+                    found_or_damage(verify_walks(
+                        &conn,
+                        &SqliteStorage::new(self.clone(), key, &id),
+                        key,
+                    ))?
                 } else {
                     Vec::new()
                 },
@@ -304,6 +327,15 @@ impl Archive {
             progress(done as u64 + 1, total);
         }
         Ok(problems)
+    }
+}
+
+/// A check's problems, with damage it met on the way (an error reading
+/// stored data) as one more; other errors (I/O, a busy archive) stop the check.
+fn found_or_damage(found: Result<Vec<String>>) -> Result<Vec<String>> {
+    match found {
+        Err(Error::Corrupt(damage)) => Ok(vec![damage]),
+        other => other,
     }
 }
 
@@ -324,6 +356,7 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
         ("entries (role)", "SELECT count(*) FROM entries e WHERE e.role_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM roles r WHERE r.role_id = e.role_id)"),
         ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
         ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),
+        ("entry_blocks", "SELECT count(*) FROM entry_blocks WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
     ];
     let mut problems = Vec::new();
     for (table, query) in ORPHANS {

@@ -30,6 +30,9 @@
 //!                          finds its span from the members before it
 //!                          ([`crate::json::trailing_object_member`]), not by
 //!                          scanning the message (most of an entry's text)
+//!                   bit 4: the text is a member of a block (schema
+//!                          version 11, [`super::block`]): a block reference
+//!                          follows and nothing else (only bit 3 may be set)
 //!                   a reader refuses any other bit (a newer format)
 //! dict id   varint  (bit 1)
 //! splices   varint n, then n × (varint gap, varint blob id)        (bit 2)
@@ -40,7 +43,7 @@
 //! [`BLOB_THRESHOLD`] bytes, all in the base64 alphabet. Canonical base64 is
 //! stored decoded (three quarters of the size); anything else as its text.
 
-use super::sql;
+use super::{block, sql};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use rusqlite::types::ValueRef;
@@ -55,20 +58,20 @@ use zstd::zstd_safe;
 const COMPRESSED: u8 = 1;
 const WITH_DICTIONARY: u8 = 2;
 const WITH_BLOBS: u8 = 4;
-const TRAILING_MESSAGE: u8 = 8;
+pub(super) const TRAILING_MESSAGE: u8 = 8;
 const KNOWN_BITS: u8 = COMPRESSED | WITH_DICTIONARY | WITH_BLOBS | TRAILING_MESSAGE;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
 /// The zstd level entries are compressed at as they are written (fast
 /// enough for a bulk import on the reader thread).
 pub const LEVEL: i32 = 3;
-/// The level `compact` re-encodes at: ~15 % smaller than [`LEVEL`] on real
-/// pi sessions; on the generated 100,000-entry session 2.6 % smaller than
-/// level 12 with a [`MAX_DICTIONARY`] dictionary for 2.4× the CPU (19 s
-/// instead of 8 on one thread; `compact` compresses on up to four, 10–11 s
-/// on two cores), which an offline rewrite can afford (decompression costs the
-/// same; level 19 gains 0.4 % more for twice the time again).
-pub const COMPACT_LEVEL: i32 = 16;
+/// The level `compact` re-encodes at (mostly blocks, [`super::block`]):
+/// ~15 % smaller than [`LEVEL`] on real pi sessions. On the generated
+/// 100,000-entry forked session, in blocks: level 16 37.26 MB in 16 s on
+/// two cores, 17 37.23 MB in 15 s, 18 37.10 MB in 21 s, 19 37.03 MB in
+/// 29 s; an offline rewrite can afford 18 (decompression costs the same).
+/// Before blocks, level 16 was 2.6 % smaller than level 12 for 2.4× the CPU.
+pub const COMPACT_LEVEL: i32 = 18;
 /// A base64 string at least this long goes out of line.
 pub const BLOB_THRESHOLD: usize = 8 << 10;
 /// Training needs at least this much sample text to beat no dictionary.
@@ -145,12 +148,29 @@ impl Dictionary {
 }
 
 /// An archive's dictionaries, loaded once each (invariant 2).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Codec {
     dictionaries: Mutex<HashMap<i64, Arc<Dictionary>>>,
+    /// Unique in this process: what the block a thread keeps is keyed on
+    /// (block ids repeat across archives).
+    serial: u64,
+}
+
+impl Default for Codec {
+    fn default() -> Self {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
+        Codec {
+            dictionaries: Mutex::default(),
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 impl Codec {
+    pub(super) fn serial(&self) -> u64 {
+        self.serial
+    }
+
     /// Dictionary `id`, from the cache or the database.
     pub fn dictionary(&self, conn: &Connection, id: i64) -> Result<Arc<Dictionary>> {
         if let Some(d) = self.cached(id) {
@@ -223,6 +243,12 @@ impl Codec {
     }
 
     fn decode_body(&self, conn: &Connection, body: &[u8]) -> Result<(String, bool)> {
+        if let Some(&tag) = body.first().filter(|&&t| t & block::MEMBER != 0) {
+            let text = block::member_text(self, conn, body)?;
+            return String::from_utf8(text)
+                .map(|text| (text, tag & TRAILING_MESSAGE != 0))
+                .map_err(|_| Error::Corrupt("a decoded entry is not UTF-8 text".into()));
+        }
         let header = Header::parse(body)?;
         let payload = &body[header.payload_start..];
         let dictionary = header
@@ -273,16 +299,28 @@ pub struct BodyRefs {
     pub dictionary: Option<i64>,
     /// Blob ids, in text order.
     pub blobs: Vec<i64>,
+    /// The block holding the text, for a member of one (whose member 0
+    /// names the block's dictionary).
+    pub block: Option<i64>,
 }
 
 /// What a stored value refers to, read from its header alone.
 pub fn body_refs(value: ValueRef<'_>) -> Result<BodyRefs> {
     match value {
+        ValueRef::Blob(b) if block::is_member(value) => {
+            let member = block::parse_member(b)?;
+            Ok(BodyRefs {
+                dictionary: member.header.and_then(|h| h.dictionary),
+                blobs: Vec::new(),
+                block: Some(member.block),
+            })
+        }
         ValueRef::Blob(b) => {
             let h = Header::parse(b)?;
             Ok(BodyRefs {
                 dictionary: h.dictionary,
                 blobs: h.splices.iter().map(|s| s.1).collect(),
+                block: None,
             })
         }
         _ => Ok(BodyRefs::default()),
@@ -332,7 +370,7 @@ impl Header {
     }
 }
 
-fn write_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn write_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -340,7 +378,7 @@ fn write_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+pub(super) fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *bytes.get(*at)?;
@@ -368,7 +406,7 @@ fn zstd_error(what: &str, code: usize) -> Error {
     Error::Corrupt(format!("{what}: {}", zstd_safe::get_error_name(code)))
 }
 
-fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
+pub(super) fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
     // The frame is put together in a buffer each thread keeps: a long path
     // decodes a hundred thousand entries, and an allocation per entry costs
     // a fifth of that read.
@@ -581,6 +619,11 @@ impl Encoder {
             },
         }
     }
+}
+
+/// Whether `text` holds a payload that goes out of line.
+pub(super) fn has_blobs(text: &str) -> bool {
+    !blob_ranges(text).is_empty()
 }
 
 /// The content ranges of JSON strings long enough and base64-only.

@@ -8,6 +8,7 @@
 //! of a pass's time, runs on a pool of threads ([`EncodePool`]); SQLite
 //! stays on the caller's connection.
 
+use super::block;
 use super::codec::{self, Codec, Encoder, Training};
 use super::{sql, Archive};
 use crate::error::{Error, Result};
@@ -51,9 +52,9 @@ const BATCH_ROWS: i64 = 2_000;
 const BATCH_BYTES: usize = 16 << 20;
 /// The most threads that compress one batch.
 const MAX_ENCODE_THREADS: usize = 4;
-/// A batch with fewer entries than this per thread is compressed on the
+/// A batch with less text than this per thread is compressed on the
 /// calling thread alone (handing a chunk over costs more than it saves).
-const MIN_ENTRIES_PER_THREAD: usize = 64;
+const MIN_BYTES_PER_THREAD: usize = 64 << 10;
 /// Entries an archive may hold for its first dictionary, trained from
 /// appends, to re-encode them all at once (about a second); the rest wait
 /// for `compact`.
@@ -104,6 +105,7 @@ fn part_of(table: &str) -> &'static str {
         | "segments_by_session"
         | "segments_by_missing_parent"
         | "compactions_by_session" => "branch cache",
+        "entry_blocks" | "entry_blocks_by_session" => "entries",
         "blobs" | "blobs_by_hash" | "entry_blobs" | "entry_blobs_by_blob" => "blobs",
         "dictionaries" => "dictionaries",
         _ => "sessions and the rest",
@@ -168,18 +170,38 @@ struct Pass {
     reencoded: u64,
 }
 
+/// How a pass stores the entries it re-encodes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Packing {
+    /// Each entry alone; members of blocks are left in their blocks.
+    Alone,
+    /// Runs of a session's entries in blocks ([`block::runs`]), `compact`'s way.
+    Blocks,
+}
+
+/// One entry row read for re-encoding.
+struct Row {
+    key: i64,
+    session: i64,
+    old: rusqlite::types::Value,
+    text: String,
+}
+
 /// Re-encodes the entries after `after` (entry_key order) in `conn`'s
-/// transaction, up to `max_rows`; returns the last key seen, `None` at the end.
+/// transaction, about `max_rows` of them; returns the last key seen, `None`
+/// at the end. A batch never ends inside a block: a reader between two
+/// batches finds every block whole (its members all old or all new).
 fn reencode_batch(
     conn: &Connection,
     codec: &Codec,
     pool: &EncodePool<'_>,
-    after: i64,
-    max_rows: i64,
+    (after, max_rows): (i64, i64),
+    packing: Packing,
     pass: &mut Pass,
 ) -> Result<Option<i64>> {
     let mut rows = Vec::new();
     let mut bytes = 0;
+    let mut last = None;
     {
         let mut st = conn
             .prepare_cached(
@@ -187,49 +209,153 @@ fn reencode_batch(
             )
             .map_err(sql("re-encoding entries"))?;
         let mut found = st
-            .query(params![after, max_rows])
+            .query(params![after, max_rows + block::BLOCK_ENTRIES as i64])
             .map_err(sql("re-encoding entries"))?;
+        let mut seen = 0;
         while let Some(row) = found.next().map_err(sql("re-encoding entries"))? {
             let key: i64 = row.get(0).map_err(sql("re-encoding entries"))?;
-            let session: i64 = row.get(1).map_err(sql("re-encoding entries"))?;
             let old: rusqlite::types::Value = row.get(2).map_err(sql("re-encoding entries"))?;
+            let inside_block = seen > 0 && block::continues_block((&old).into());
+            if (seen >= max_rows || bytes >= BATCH_BYTES) && !inside_block {
+                break;
+            }
+            seen += 1;
+            last = Some(key);
+            if packing == Packing::Alone && codec::body_refs((&old).into())?.block.is_some() {
+                pass.entries += 1;
+                continue;
+            }
             let text = codec.decode(conn, (&old).into())?;
             bytes += text.len();
-            rows.push((key, session, old, text));
-            if bytes >= BATCH_BYTES {
-                break;
+            rows.push(Row {
+                key,
+                session: row.get(1).map_err(sql("re-encoding entries"))?,
+                old,
+                text,
+            });
+        }
+    }
+    let Some(last) = last else {
+        return Ok(None);
+    };
+    let runs = match packing {
+        Packing::Alone => (0..rows.len()).map(|i| i..i + 1).collect(),
+        Packing::Blocks => block::runs(rows.iter().map(|r| (r.session, r.text.as_str()))),
+    };
+    let joined: Vec<Option<String>> = runs
+        .iter()
+        .map(|run| {
+            (run.len() > 1).then(|| rows[run.clone()].iter().map(|r| r.text.as_str()).collect())
+        })
+        .collect();
+    let texts: Vec<&str> = runs
+        .iter()
+        .zip(&joined)
+        .map(|(run, joined)| joined.as_deref().unwrap_or(rows[run.start].text.as_str()))
+        .collect();
+    let prepared = pool.encode(&texts);
+    for (run, prepared) in runs.into_iter().zip(prepared) {
+        let members = &rows[run];
+        pass.entries += members.len() as u64;
+        if members.len() > 1 && store_block(conn, codec, members, &prepared)? {
+            pass.reencoded += members.len() as u64;
+            continue;
+        }
+        // A run of one, or a run whose block did not pay: each alone.
+        let alone = match members {
+            [_] => vec![prepared],
+            _ => members
+                .iter()
+                .map(|r| pool.encoder.prepare(&r.text))
+                .collect(),
+        };
+        for (row, prepared) in members.iter().zip(alone) {
+            if store_alone(conn, codec, row, &prepared)? {
+                pass.reencoded += 1;
             }
         }
     }
-    let Some(last) = rows.last().map(|r| r.0) else {
-        return Ok(None);
-    };
-    let texts: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
-    let prepared = pool.encode(&texts);
-    for ((key, session, old, text), prepared) in rows.into_iter().zip(prepared) {
-        pass.entries += 1;
-        let trails = codec::stored_message_trails(&text);
-        let (new, blobs) = codec::store(conn, &text, &prepared, trails)?;
-        if new == old {
-            continue;
-        }
-        if codec.decode(conn, (&new).into())? != text {
-            return Err(Error::Corrupt(format!(
-                "entry {key} would not decode to its text after re-encoding; nothing changed"
-            )));
-        }
-        reencoding(|| {
-            conn.prepare_cached("UPDATE entries SET json = ?2 WHERE entry_key = ?1")
-                .and_then(|mut st| st.execute(params![key, new]))
-        })
-        .map_err(sql("re-encoding entries"))?;
-        conn.prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
-            .and_then(|mut st| st.execute(params![session, key]))
-            .map_err(sql("re-encoding entries"))?;
-        codec::record_blob_refs(conn, session, key, &blobs)?;
-        pass.reencoded += 1;
-    }
     Ok(Some(last))
+}
+
+/// Stores `row` alone as `prepared`; whether its stored value changed.
+fn store_alone(
+    conn: &Connection,
+    codec: &Codec,
+    row: &Row,
+    prepared: &codec::Prepared,
+) -> Result<bool> {
+    let trails = codec::stored_message_trails(&row.text);
+    let (new, blobs) = codec::store(conn, &row.text, prepared, trails)?;
+    if new == row.old {
+        return Ok(false);
+    }
+    if codec.decode(conn, (&new).into())? != row.text {
+        return Err(Error::Corrupt(format!(
+            "entry {} would not decode to its text after re-encoding; nothing changed",
+            row.key
+        )));
+    }
+    rewrite(conn, row, &new, &blobs)?;
+    Ok(true)
+}
+
+/// Stores `members` (a run of [`block::runs`], consecutive rows) as one
+/// block, their joined text prepared as `prepared`, checked to decode to
+/// their texts before it is written; `false` if a block does not pay.
+fn store_block(
+    conn: &Connection,
+    codec: &Codec,
+    members: &[Row],
+    prepared: &codec::Prepared,
+) -> Result<bool> {
+    let lengths: Vec<usize> = members.iter().map(|r| r.text.len()).collect();
+    let trails: Vec<bool> = members
+        .iter()
+        .map(|r| codec::stored_message_trails(&r.text))
+        .collect();
+    // The id is taken first (a block that does not pay leaves an unused id,
+    // removed with the unused blocks).
+    let id = block::new_id(conn, members[0].session, members[0].key)?;
+    let Some(bodies) = block::member_bodies(prepared, id, &lengths, &trails) else {
+        return Ok(false);
+    };
+    let pieces: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+    let unpacked = block::unpack(codec, conn, &pieces)?;
+    let intact = unpacked.len() == members.len()
+        && members
+            .iter()
+            .enumerate()
+            .all(|(i, r)| unpacked.member(i) == Some(r.text.as_bytes()));
+    if !intact {
+        return Err(Error::Corrupt(format!(
+            "entries {}..={} would not decode to their texts as a block; nothing changed",
+            members[0].key,
+            members[members.len() - 1].key
+        )));
+    }
+    for (row, body) in members.iter().zip(bodies) {
+        rewrite(conn, row, &rusqlite::types::Value::Blob(body), &[])?;
+    }
+    Ok(true)
+}
+
+/// Writes `row`'s new stored value and the blobs it holds.
+fn rewrite(
+    conn: &Connection,
+    row: &Row,
+    new: &rusqlite::types::Value,
+    blobs: &[i64],
+) -> Result<()> {
+    reencoding(|| {
+        conn.prepare_cached("UPDATE entries SET json = ?2 WHERE entry_key = ?1")
+            .and_then(|mut st| st.execute(params![row.key, new]))
+    })
+    .map_err(sql("re-encoding entries"))?;
+    conn.prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
+        .and_then(|mut st| st.execute(params![row.session, row.key]))
+        .map_err(sql("re-encoding entries"))?;
+    codec::record_blob_refs(conn, row.session, row.key, blobs)
 }
 
 /// Compresses batches of texts on the caller's thread and up to
@@ -281,7 +407,8 @@ impl<'a> EncodePool<'a> {
     /// `texts` encoded, in order.
     fn encode(&self, texts: &[&str]) -> Vec<codec::Prepared> {
         let threads = (self.workers.len() + 1)
-            .min(texts.len() / MIN_ENTRIES_PER_THREAD)
+            .min(texts.iter().map(|t| t.len()).sum::<usize>() / MIN_BYTES_PER_THREAD)
+            .min(texts.len())
             .max(1);
         let encode_here = |chunk: &[&str]| -> Vec<codec::Prepared> {
             chunk.iter().map(|t| self.encoder.prepare(t)).collect()
@@ -319,7 +446,14 @@ pub(super) fn migrate_to_v6(tx: &Transaction, progress: &mut dyn FnMut(u64, u64)
     let mut after = i64::MIN;
     progress(0, total);
     EncodePool::run(&encoder, |pool| {
-        while let Some(last) = reencode_batch(tx, &codec, pool, after, BATCH_ROWS, &mut pass)? {
+        while let Some(last) = reencode_batch(
+            tx,
+            &codec,
+            pool,
+            (after, BATCH_ROWS),
+            Packing::Alone,
+            &mut pass,
+        )? {
             after = last;
             progress(pass.entries, total);
         }
@@ -387,7 +521,7 @@ impl Archive {
             return Ok(true);
         }
         let encoder = Encoder::new(Some(self.codec().dictionary(&conn, trained.id)?));
-        self.reencode_all(&mut conn, &encoder, &mut |_| {})?;
+        self.reencode_all(&mut conn, &encoder, Packing::Alone, &mut |_| {})?;
         Ok(true)
     }
 
@@ -398,13 +532,21 @@ impl Archive {
         &self,
         conn: &mut Connection,
         encoder: &Encoder,
+        packing: Packing,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Pass> {
         let mut pass = Pass::default();
         let mut after = i64::MIN;
         EncodePool::run(encoder, |pool| loop {
             let tx = self.begin_write(conn, "re-encoding entries")?;
-            let last = reencode_batch(&tx, self.codec(), pool, after, BATCH_ROWS, &mut pass)?;
+            let last = reencode_batch(
+                &tx,
+                self.codec(),
+                pool,
+                (after, BATCH_ROWS),
+                packing,
+                &mut pass,
+            )?;
             tx.commit().map_err(sql("re-encoding entries"))?;
             progress(pass.entries);
             match last {
@@ -438,7 +580,7 @@ impl Archive {
         };
         let total = entry_total(&conn)?;
         progress(0, total);
-        let pass = self.reencode_all(&mut conn, &encoder, &mut |done| {
+        let pass = self.reencode_all(&mut conn, &encoder, Packing::Blocks, &mut |done| {
             progress(done.min(total), total);
         })?;
         report.entries = pass.entries;
@@ -480,13 +622,15 @@ impl Archive {
     }
 }
 
-/// Removes dictionaries no entry uses (never the newest) and blobs no entry
-/// holds, in one transaction (so no writer appends in between).
+/// Removes blocks no entry names, dictionaries no entry or block uses
+/// (never the newest) and blobs no entry holds, in one transaction (so no
+/// writer appends in between).
 fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)> {
     let codec = archive.codec();
     let tx = archive.begin_write(conn, "removing unused dictionaries")?;
     let newest = codec.newest(&tx)?.map(|d| d.id);
     let mut used = std::collections::HashSet::new();
+    let mut blocks = std::collections::HashSet::new();
     {
         let mut st = tx
             .prepare("SELECT json FROM entries WHERE typeof(json) = 'blob'")
@@ -498,6 +642,19 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
                     .map_err(sql("removing unused dictionaries"))?,
             )?;
             used.extend(refs.dictionary);
+            blocks.extend(refs.block);
+        }
+        let unused: Vec<i64> = tx
+            .prepare("SELECT block_id FROM entry_blocks")
+            .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
+            .map_err(sql("removing unused blocks"))?;
+        let mut delete = tx
+            .prepare("DELETE FROM entry_blocks WHERE block_id = ?1")
+            .map_err(sql("removing unused blocks"))?;
+        for id in unused.into_iter().filter(|id| !blocks.contains(id)) {
+            delete
+                .execute([id])
+                .map_err(sql("removing unused blocks"))?;
         }
     }
     let ids: Vec<i64> = tx

@@ -73,6 +73,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0010_role_in_entries.sql"),
         rewrite: Some(super::fts::reindex_text_only),
     },
+    Migration {
+        sql: include_str!("../../../schema/0011_entry_blocks.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.

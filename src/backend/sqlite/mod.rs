@@ -27,6 +27,7 @@
 //! after COMMIT, which with `synchronous=FULL` has reached the disk.
 
 mod archive;
+pub mod block;
 pub mod branch_cache;
 mod check;
 pub mod claim;
