@@ -426,6 +426,9 @@ pub(super) fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Res
 /// The largest frame buffer a thread keeps between entries.
 const FRAME_KEPT: usize = 1 << 20;
 
+/// The largest zstd block.
+const MAX_BLOCK_BYTES: usize = 128 << 10;
+
 fn decompress_frame(frame: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
     let size = match zstd_safe::get_frame_content_size(frame) {
         Ok(Some(n)) => {
@@ -437,6 +440,15 @@ fn decompress_frame(frame: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec
             ))
         }
     };
+    // A zstd block of at most 128 KB takes at least 4 bytes (an RLE block),
+    // so no frame decodes to more than this: a damaged header claiming more
+    // is an error, not an allocation that aborts the process.
+    if size > frame.len().saturating_mul(MAX_BLOCK_BYTES / 4) + MAX_BLOCK_BYTES {
+        return Err(Error::Corrupt(format!(
+            "a stored entry's zstd frame claims {size} bytes from {} stored",
+            frame.len()
+        )));
+    }
     let mut out = Vec::with_capacity(size);
     DCTX.with(|d| {
         let mut d = d.borrow_mut();
@@ -989,6 +1001,28 @@ fn read_dictionary(conn: &Connection, id: i64) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_claiming_more_than_zstd_can_hold_is_an_error_not_an_abort() {
+        // Highly compressible text still decodes (an RLE-like 4 MB run).
+        let big = vec![b'a'; 4 << 20];
+        let frame = zstd::bulk::compress(&big, 3).unwrap();
+        assert_eq!(decompress_frame(&frame, None).unwrap(), big);
+        // The same frame with its content size rewritten to 2^40 bytes.
+        let mut header = zstd::bulk::compress(b"abc", 3).unwrap();
+        let descriptor = header[4];
+        header[4] = (descriptor & 0x3f) | 0xc0; // an 8-byte content size
+        let field = 5 + usize::from(descriptor & 0x20 == 0); // window byte
+        let old = match descriptor >> 6 {
+            0 => 1,
+            1 => 2,
+            2 => 4,
+            _ => 8,
+        };
+        header.splice(field..field + old, (1u64 << 40).to_le_bytes());
+        let err = decompress_frame(&header, None).unwrap_err().to_string();
+        assert!(err.contains("claims 1099511627776 bytes"), "{err}");
+    }
 
     fn archive() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
