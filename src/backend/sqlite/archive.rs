@@ -312,6 +312,7 @@ impl Archive {
             return Ok(Vec::new());
         }
         let conn = self.conn()?;
+        let _snapshot = Archive::begin_read(&conn, "searching")?;
         let ranking = fts::Ranking::new(&conn, &plan)?;
         // Candidates as (length, key): sorted, the best first. The index
         // ranks nothing itself (it keeps no counts): see fts::Ranking.

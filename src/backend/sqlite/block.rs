@@ -46,7 +46,7 @@ use super::codec::{self, Codec, Prepared};
 use super::sql;
 use crate::error::{Error, Result};
 use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -90,13 +90,12 @@ pub fn is_member(value: ValueRef<'_>) -> bool {
     matches!(value, ValueRef::Blob(b) if b.first().is_some_and(|t| t & MEMBER != 0))
 }
 
-/// Whether a stored value is a member of a block other than its first (the
-/// row before it is in the same block).
-pub fn continues_block(value: ValueRef<'_>) -> bool {
-    match value {
-        ValueRef::Blob(b) if is_member(value) => parse_member(b).is_ok_and(|m| m.index > 0),
-        _ => false,
-    }
+/// Whether a batch of rows (entry-key order) may end before a row whose
+/// text is at `place` ([`place`]): not inside a block, so that a reader
+/// between two commits finds every block whole, its members all old or all
+/// new.
+pub fn may_end_before(place: Option<(i64, usize)>) -> bool {
+    !matches!(place, Some((_, index)) if index > 0)
 }
 
 /// Where a stored value's text is: (block id, index) for a member of a
@@ -273,6 +272,14 @@ pub fn unpack(codec: &Codec, conn: &Connection, bodies: &[&[u8]]) -> Result<Unpa
     if members.len() != header.lengths.len() {
         return Err(damaged("it has another number of members than it says"));
     }
+    // Invariant 3 bounds what a header may claim, before anything is
+    // allocated for it.
+    let total = header
+        .lengths
+        .iter()
+        .try_fold(0usize, |sum, &len| sum.checked_add(len))
+        .filter(|&total| total <= BLOCK_BYTES)
+        .ok_or_else(|| damaged("its members claim more text than a block holds"))?;
     let mut payload = Vec::with_capacity(members.iter().map(|m| m.piece.len()).sum());
     for (i, m) in members.iter().enumerate() {
         if m.block != first.block || m.index != i {
@@ -285,7 +292,7 @@ pub fn unpack(codec: &Codec, conn: &Connection, bodies: &[&[u8]]) -> Result<Unpa
             .dictionary
             .map(|id| codec.dictionary(conn, id))
             .transpose()?;
-        codec::decompress(&payload, dictionary.as_deref())?
+        codec::decompress_sized(&payload, dictionary.as_deref(), Some(total))?
     } else {
         payload
     };
@@ -338,51 +345,54 @@ pub(super) fn member_text(codec: &Codec, conn: &Connection, body: &[u8]) -> Resu
     })
 }
 
-/// Reads and decodes `member`'s block: its rows from the head on.
+/// Reads and decodes `member`'s block: its rows from the head on, in one
+/// statement, so the block and its rows come from one snapshot. The member
+/// itself must come from that snapshot too: a caller decodes while the
+/// statement that read it is live, or inside a read transaction — else a
+/// `compact` committed in between has given its rows another block.
 fn read(codec: &Codec, conn: &Connection, member: &Member<'_>) -> Result<Unpacked> {
-    let head: i64 = conn
-        .prepare_cached("SELECT head_key FROM entry_blocks WHERE block_id = ?1")
-        .and_then(|mut st| st.query_row([member.block], |r| r.get(0)).optional())
-        .map_err(sql("reading an entry block"))?
-        .ok_or_else(|| {
-            Error::Corrupt(format!(
-                "entry block {} is missing from the archive",
-                member.block
-            ))
-        })?;
     let mut st = conn
         .prepare_cached(
-            "SELECT json FROM entries WHERE entry_key >= ?1 ORDER BY entry_key LIMIT ?2",
+            "SELECT e.json FROM entry_blocks b JOIN entries e ON e.entry_key >= b.head_key
+             WHERE b.block_id = ?1 ORDER BY e.entry_key LIMIT ?2",
         )
         .map_err(sql("reading an entry block"))?;
     let mut rows = st
-        .query(params![head, BLOCK_ENTRIES as i64])
+        .query(params![member.block, BLOCK_ENTRIES as i64])
         .map_err(sql("reading an entry block"))?;
     let mut bodies: Vec<Vec<u8>> = Vec::with_capacity(BLOCK_ENTRIES);
     let mut members = None;
     while let Some(row) = rows.next().map_err(sql("reading an entry block"))? {
         let value = row.get_ref(0).map_err(sql("reading an entry block"))?;
-        let ValueRef::Blob(body) = value else { break };
-        if !is_member(value) {
-            break;
-        }
+        let body = match value {
+            ValueRef::Blob(body) if is_member(value) => body,
+            _ if bodies.is_empty() => return Err(misplaced(member.block)),
+            _ => break,
+        };
         if bodies.is_empty() {
-            members = parse_member(body)?.header.map(|h| h.lengths.len());
+            let head = parse_member(body)?;
+            if head.block != member.block {
+                return Err(misplaced(member.block));
+            }
+            members = head.header.map(|h| h.lengths.len());
         }
         bodies.push(body.to_vec());
         if Some(bodies.len()) == members {
             break;
         }
     }
-    let bodies: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
-    let unpacked = unpack(codec, conn, &bodies)?;
-    if parse_member(bodies[0])?.block != member.block {
+    if bodies.is_empty() {
         return Err(Error::Corrupt(format!(
-            "entry block {} is not where its members say",
+            "entry block {} is missing from the archive",
             member.block
         )));
     }
-    Ok(unpacked)
+    let bodies: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+    unpack(codec, conn, &bodies)
+}
+
+fn misplaced(block: i64) -> Error {
+    Error::Corrupt(format!("entry block {block} is not where its members say"))
 }
 
 /// A new block id for a block of `session` whose first member is entry `head`.
@@ -538,5 +548,32 @@ mod tests {
         let mut cut = bodies[2].clone();
         cut.pop();
         assert!(unpack(&codec, &conn, &[refs[0], refs[1], &cut]).is_err());
+    }
+
+    #[test]
+    fn a_header_claiming_more_than_a_block_is_refused_before_decoding() {
+        let conn = Connection::open_in_memory().unwrap();
+        let codec = Codec::default();
+        let refused = |text: &[u8], lengths: &[usize]| {
+            let prepared = Prepared::Encoded {
+                dictionary: None,
+                compressed: true,
+                blobs: Vec::new(),
+                payload: zstd::bulk::compress(text, 3).unwrap()[4..].to_vec(),
+            };
+            let n = lengths.len();
+            let bodies = member_bodies(&prepared, 7, lengths, &vec![false; n]).unwrap();
+            let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+            unpack(&codec, &conn, &refs).unwrap_err().to_string()
+        };
+        // Three members claiming 2^63 - 1 bytes each: the sum overflows.
+        let err = refused(b"abc", &[i64::MAX as usize; 3]);
+        assert!(err.contains("more text than a block holds"), "{err}");
+        let err = refused(b"abc", &[BLOCK_BYTES, 1]);
+        assert!(err.contains("more text than a block holds"), "{err}");
+        // A frame of 1 MB of zeros (a few hundred bytes stored) under a
+        // header that says 3: refused from the frame's own size, unread.
+        let err = refused(&vec![0; 1 << 20], &[1, 2]);
+        assert!(err.contains("where 3 are expected"), "{err}");
     }
 }

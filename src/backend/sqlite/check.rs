@@ -302,6 +302,9 @@ impl Archive {
         }
         for (done, SessionRow { key, id }) in sessions.into_iter().enumerate() {
             let codec = self.codec();
+            // One snapshot per session: its rows, blocks and derived tables
+            // as one commit left them, whatever is written meanwhile.
+            let snapshot = Archive::begin_read(&conn, "checking sessions")?;
             // A text that does not decode stops the checks that read it; it
             // is a problem of this session, and the others are still checked.
             let found = [
@@ -318,6 +321,7 @@ impl Archive {
                     Vec::new()
                 },
             ];
+            drop(snapshot);
             problems.extend(
                 found
                     .into_iter()

@@ -407,6 +407,16 @@ fn zstd_error(what: &str, code: usize) -> Error {
 }
 
 pub(super) fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
+    decompress_sized(payload, dictionary, None)
+}
+
+/// [`decompress`], refusing before it allocates a frame that does not say
+/// it holds exactly `expected` bytes (when given).
+pub(super) fn decompress_sized(
+    payload: &[u8],
+    dictionary: Option<&Dictionary>,
+    expected: Option<usize>,
+) -> Result<Vec<u8>> {
     // The frame is put together in a buffer each thread keeps: a long path
     // decodes a hundred thousand entries, and an allocation per entry costs
     // a fifth of that read.
@@ -415,7 +425,7 @@ pub(super) fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Res
         frame.clear();
         frame.extend_from_slice(&ZSTD_MAGIC);
         frame.extend_from_slice(payload);
-        let decoded = decompress_frame(&frame, dictionary);
+        let decoded = decompress_frame(&frame, dictionary, expected);
         if frame.capacity() > FRAME_KEPT {
             *frame = Vec::new();
         }
@@ -429,7 +439,11 @@ const FRAME_KEPT: usize = 1 << 20;
 /// The largest zstd block.
 const MAX_BLOCK_BYTES: usize = 128 << 10;
 
-fn decompress_frame(frame: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
+fn decompress_frame(
+    frame: &[u8],
+    dictionary: Option<&Dictionary>,
+    expected: Option<usize>,
+) -> Result<Vec<u8>> {
     let size = match zstd_safe::get_frame_content_size(frame) {
         Ok(Some(n)) => {
             usize::try_from(n).map_err(|_| Error::Corrupt("a stored entry is too large".into()))?
@@ -440,6 +454,12 @@ fn decompress_frame(frame: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec
             ))
         }
     };
+    if expected.is_some_and(|e| e != size) {
+        return Err(Error::Corrupt(format!(
+            "a stored entry's zstd frame claims {size} bytes where {} are expected",
+            expected.unwrap_or_default()
+        )));
+    }
     // A zstd block of at most 128 KB takes at least 4 bytes (an RLE block),
     // so no frame decodes to more than this: a damaged header claiming more
     // is an error, not an allocation that aborts the process.
@@ -1007,7 +1027,7 @@ mod tests {
         // Highly compressible text still decodes (an RLE-like 4 MB run).
         let big = vec![b'a'; 4 << 20];
         let frame = zstd::bulk::compress(&big, 3).unwrap();
-        assert_eq!(decompress_frame(&frame, None).unwrap(), big);
+        assert_eq!(decompress_frame(&frame, None, None).unwrap(), big);
         // The same frame with its content size rewritten to 2^40 bytes.
         let mut header = zstd::bulk::compress(b"abc", 3).unwrap();
         let descriptor = header[4];
@@ -1020,7 +1040,9 @@ mod tests {
             _ => 8,
         };
         header.splice(field..field + old, (1u64 << 40).to_le_bytes());
-        let err = decompress_frame(&header, None).unwrap_err().to_string();
+        let err = decompress_frame(&header, None, None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("claims 1099511627776 bytes"), "{err}");
     }
 

@@ -380,6 +380,18 @@ impl Archive {
             .map_err(sql(what))
     }
 
+    /// Starts a read transaction on `conn`: every statement until it ends
+    /// (dropped: a rollback, which for a reader only lets go of the
+    /// snapshot) reads one snapshot, so a row and what it names (a member
+    /// and its block, a search candidate and its entry) agree even while a
+    /// `compact` or a delete commits.
+    pub(crate) fn begin_read<'c>(
+        conn: &'c Connection,
+        what: &'static str,
+    ) -> Result<rusqlite::Transaction<'c>> {
+        conn.unchecked_transaction().map_err(sql(what))
+    }
+
     /// The connection pool, built on first need (connections made as needed).
     fn pool(&self) -> &Pool {
         self.0.pool.get_or_init(|| {

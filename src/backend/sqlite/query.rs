@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The answer to a query: column names and rows.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -27,17 +27,14 @@ fn read_only(path: &std::path::Path, codec: Arc<Codec>) -> rusqlite::Result<Conn
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
     conn.pragma_update(None, "query_only", true)?;
-    // Functions read dictionaries and blobs through a second connection of
-    // their own (a function cannot use the connection running it).
-    let lookup = Arc::new(Mutex::new(Connection::open_with_flags(path, flags)?));
     let deterministic = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
-    let (c, l) = (Arc::clone(&codec), Arc::clone(&lookup));
+    let c = Arc::clone(&codec);
     conn.create_scalar_function("decode_entry", 1, deterministic, move |ctx| {
         let stored = ctx.get_raw(0);
         if matches!(stored, rusqlite::types::ValueRef::Null) {
             return Ok(None);
         }
-        let conn = l.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = running_connection(ctx)?;
         c.decode(&conn, stored)
             .map(Some)
             .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))
@@ -45,7 +42,7 @@ fn read_only(path: &std::path::Path, codec: Arc<Codec>) -> rusqlite::Result<Conn
     conn.create_scalar_function("entry_text", 1, deterministic, move |ctx| {
         let key: Option<i64> = ctx.get(0)?;
         let Some(key) = key else { return Ok(None) };
-        let conn = lookup.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = running_connection(ctx)?;
         let stored: Option<Value> = conn
             .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
             .and_then(|mut st| {
@@ -57,6 +54,23 @@ fn read_only(path: &std::path::Path, codec: Arc<Codec>) -> rusqlite::Result<Conn
             .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))
     })?;
     Ok(conn)
+}
+
+/// The connection running a function's statement. Dictionaries, blobs and
+/// blocks are read through it, inside the statement's own read transaction:
+/// a second connection would read a later snapshot, where a `compact`
+/// committed meanwhile has moved the row's text to another block.
+fn running_connection<'a>(
+    ctx: &'a rusqlite::functions::Context<'_>,
+) -> rusqlite::Result<rusqlite::functions::ConnectionRef<'a>> {
+    // SAFETY: the handle is the connection running this function, open for
+    // the whole call; the reference is used on this thread and dropped
+    // before the function returns (rusqlite's only caveat is sending it to
+    // another thread).
+    #[allow(unsafe_code)]
+    unsafe {
+        ctx.get_connection()
+    }
 }
 
 impl Archive {
