@@ -610,6 +610,13 @@ impl SqlitePaths {
             .len())
     }
 
+    /// The path from sample `i` with the handle's kept paths forgotten
+    /// first: the path query itself.
+    pub fn read_query(&self, i: usize) -> Result<usize> {
+        self.sqlite.forget_paths();
+        self.read(i)
+    }
+
     /// Mean path length over the samples.
     pub fn mean_length(&self) -> f64 {
         self.lengths.iter().sum::<usize>() as f64 / self.lengths.len().max(1) as f64

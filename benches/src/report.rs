@@ -9,6 +9,8 @@
 //! The operations and the naive designs live in [`crate::ops`] and are
 //! shared with the criterion benches, so both measure the same code.
 
+mod compacted;
+
 use crate::gen::Shape;
 use crate::ops::{self, ArchiveFixture, Backend, Dataset, PathFixture, WriteFixture};
 use crate::peers::{self, Cmd, Node24};
@@ -83,7 +85,7 @@ pub struct BenchArgs {
 }
 
 /// Every operation, in report order.
-const OPS: [&str; 10] = [
+const OPS: [&str; 11] = [
     "resume",
     "path",
     "path_long",
@@ -92,6 +94,7 @@ const OPS: [&str; 10] = [
     "import",
     "list",
     "search",
+    "compact",
     "shapes",
     "process",
 ];
@@ -112,6 +115,7 @@ fn op_doc(op: &str) -> &'static str {
         "list" => "first page (50) of sessions, newest first, in an archive of size/100 sessions",
         "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
         "path_long" => "the active path of a linear session without compactions, from its leaf (every entry of the session), whole read through one open handle (sqlite: answered from the path the handle keeps; sqlite-query: that path forgotten first, so the query runs, and its decoded-entry cache of 24 MB serves the 10k path, while the 100k path does not fit and is decoded each time); floors = rowid range scan of as many rows (floor-decoded: of the archive's own rows, each decompressed)",
+        "compact" => "the archive after `sessiontree compact` beside the import-only archive of the same data (copied with VACUUM INTO, then compacted): bytes ÷ JSONL with the split per table (forked session, archive of size/100 sessions, the real pi files), and cold resume, path from a random entry (path query, kept paths forgotten) and search on both",
         "process" => "whole process, as a user runs one command (spawn to exit, stdout to /dev/null, median of alternating runs): see the whole-process table",
         "shapes" => "SQLite only, one session per tree shape (linear, regenerate: a fork at the tip every ~4 entries, caterpillar: a fork at every entry of the active path): import MB/s and archive bytes per entry, cold resume, path from a random entry, leaf move near the tip",
         _ => "",
@@ -297,6 +301,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     let mut path_ids: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     let mut forked_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
     let mut shape_rows: Vec<Row> = Vec::new();
+    let mut compact_rows: Vec<Row> = Vec::new();
     let mut linear_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
     // Linear sessions without compactions: the active path is the whole session.
     let mut long_sets: BTreeMap<usize, Dataset> = BTreeMap::new();
@@ -634,7 +639,25 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                 }
             }
         }
+        if needs("compact") {
+            let archive_set =
+                ops::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
+            compact_rows.extend(compacted::measure_size(
+                &work,
+                &forked,
+                &archive_set,
+                &budget,
+                path_samples,
+                args.seed,
+            )?);
+        }
         forked_sets.insert(size, forked);
+    }
+    if ops.contains(&"compact") {
+        let files = real_pi_files();
+        if !files.is_empty() {
+            compact_rows.extend(compacted::measure_real_files(&work, &files)?);
+        }
     }
 
     // Peak RSS of a resume, each backend in its own child process.
@@ -853,18 +876,10 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     // Import of the real pi files (`../shared/fixtures/pi-sessions` beside the repository).
     let mut import_real = Value::Null;
     if ops.contains(&"import") {
-        let fixtures =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pi-sessions");
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&fixtures)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .collect();
-        files.sort();
+        let files = real_pi_files();
         if files.is_empty() {
-            import_real = json!({"skipped": format!("no pi files in {}", fixtures.display())});
+            import_real =
+                json!({"skipped": format!("no pi files in {}", fixtures_dir().display())});
         } else {
             progress("import of the real pi files");
             let dir = ops::scratch(&work, "import-real")?;
@@ -951,6 +966,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         &rows,
         &rss,
         &shape_rows,
+        &compact_rows,
         &proc_rows,
         &pi_sqlite,
         &import_real,
@@ -972,6 +988,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         "datasets": datasets,
         "results": rows.iter().map(row_json).collect::<Vec<_>>(),
         "shapes": shape_rows.iter().map(row_json).collect::<Vec<_>>(),
+        "compacted": compact_rows.iter().map(row_json).collect::<Vec<_>>(),
         "ratios": ratios_json(&rows),
         "checks": checks,
         "rss": rss,
@@ -987,6 +1004,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     });
     let mut text = render_text(&report, &rows);
     text.push_str(&render_shapes(&shape_rows));
+    text.push_str(&compacted::render(&compact_rows));
     text.push_str(&render_peers(&report, &proc_rows));
     if args.pi {
         text.push_str(&crate::node_binding::render(&report["node_binding"]));
@@ -1008,6 +1026,25 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         elapsed
     );
     Ok(Report::new(report, text))
+}
+
+/// Where the real pi session files are: `../shared/fixtures/pi-sessions`
+/// beside the repository.
+fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pi-sessions")
+}
+
+/// The real pi session files, sorted (none when the fixtures are absent).
+fn real_pi_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    files
 }
 
 fn dataset_json(d: &Dataset) -> Value {
@@ -1074,6 +1111,7 @@ fn targets(
     rows: &[Row],
     rss: &[Value],
     shape_rows: &[Row],
+    compact_rows: &[Row],
     proc_rows: &[Row],
     pi_sqlite: &[Value],
     import_real: &Value,
@@ -1170,6 +1208,7 @@ fn targets(
         "MB; run with --rss-sizes 1000000 to measure".to_owned(),
     ));
     out.extend(shape_targets(shape_rows));
+    out.extend(compacted::targets(compact_rows));
     out.extend(issue12_targets(rows, proc_rows, pi_sqlite, import_real));
     out
 }
