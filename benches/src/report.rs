@@ -658,6 +658,13 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         if !files.is_empty() {
             compact_rows.extend(compacted::measure_real_files(&work, &files)?);
         }
+        // Issue 9's case: 1,000 copies of one 1 MB image (1.4 GB of JSONL).
+        let (copies, image_bytes) = if args.quick {
+            (20, 1 << 20)
+        } else {
+            (1000, 1 << 20)
+        };
+        compact_rows.extend(compacted::measure_one_image(&work, copies, image_bytes)?);
     }
 
     // Peak RSS of a resume, each backend in its own child process.

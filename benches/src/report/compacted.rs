@@ -200,6 +200,87 @@ pub(super) fn measure_real_files(work: &Path, files: &[PathBuf]) -> Result<Vec<R
     Ok(vec![imported, compacted])
 }
 
+/// A session of `copies` user messages each holding the same image of
+/// `image_bytes` random bytes (inline base64, as pi stores a screenshot),
+/// each answered by a short assistant message, imported and then compacted:
+/// both archives against one copy of the image plus the rest of the text
+/// (the JSONL without the other copies).
+pub(super) fn measure_one_image(
+    work: &Path,
+    copies: usize,
+    image_bytes: usize,
+) -> Result<Vec<Row>> {
+    progress(&format!(
+        "compact: {copies} copies of one {image_bytes}-byte image"
+    ));
+    let dir = ops::scratch(work, "compacted-image")?;
+    let mut rng = crate::gen::SplitMix64::new(0x1a6e);
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    // Uniform base64 digits, a multiple of 4 long: canonical base64.
+    let image: String = (0..image_bytes.div_ceil(3) * 4)
+        .map(|_| B64[rng.below(64) as usize] as char)
+        .collect();
+    let file = dir.join("images.jsonl");
+    let mut text = String::from(
+        r#"{"type":"session","version":3,"id":"0193a000-0000-7000-8000-00000000a11e","timestamp":"2025-03-01T10:00:00.000Z","cwd":"/work/p"}"#,
+    );
+    text.push('\n');
+    let mut write = std::io::BufWriter::new(
+        std::fs::File::create(&file)
+            .map_err(|e| Error::io(format!("creating {}", file.display()), e))?,
+    );
+    let mut parent = "null".to_owned();
+    for i in 0..copies * 2 {
+        let content = if i % 2 == 0 {
+            format!(
+                r#"[{{"type":"text","text":"screenshot {i}"}},{{"type":"image","data":"{image}","mimeType":"image/png"}}]"#
+            )
+        } else {
+            format!(
+                r#"[{{"type":"text","text":"the button in screenshot {} is 4px off; fixing the margin in login.css"}}]"#,
+                i - 1
+            )
+        };
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        let _ = writeln!(
+            text,
+            r#"{{"type":"message","id":"m{i:07}","parentId":{parent},"timestamp":"2025-03-01T10:{:02}:{:02}.000Z","message":{{"role":"{role}","content":{content}}}}}"#,
+            i / 60 % 60,
+            i % 60
+        );
+        parent = format!("\"m{i:07}\"");
+        std::io::Write::write_all(&mut write, text.as_bytes())
+            .map_err(|e| Error::io(format!("writing {}", file.display()), e))?;
+        text.clear();
+    }
+    std::io::Write::flush(&mut write)
+        .map_err(|e| Error::io(format!("writing {}", file.display()), e))?;
+    drop(write);
+    let jsonl = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let one_copy_and_rest = jsonl - (copies as u64 - 1) * image.len() as u64;
+    let db = dir.join("archive.db");
+    let started = Instant::now();
+    sessiontree::convert::import_jsonl(&Archive::open(&db, Durability::Full)?, &file)?;
+    let import_secs = started.elapsed().as_secs_f64();
+    let row = |kind: &str, secs: f64| -> Result<Row> {
+        let (bytes, _) = ops::archive_bytes(&db)?;
+        Ok(Row {
+            op: "compact_image",
+            backend: kind.to_owned(),
+            size: copies,
+            samples: vec![secs],
+            per_sample: 1.0,
+            extra: json!({"copies": copies, "image_base64_bytes": image.len(), "jsonl_bytes": jsonl,
+                "one_copy_and_rest": one_copy_and_rest, "bytes": bytes,
+                "ratio": bytes as f64 / one_copy_and_rest as f64}),
+        })
+    };
+    let imported = row("imported", import_secs)?;
+    let compacted = row("compacted", compact(&db)?)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(vec![imported, compacted])
+}
+
 fn find<'a>(rows: &'a [Row], op: &str, kind: &str, size: usize, data: &str) -> Option<&'a Row> {
     rows.iter().find(|r| {
         r.op == op
@@ -243,6 +324,34 @@ pub(super) fn targets(rows: &[Row]) -> Vec<Value> {
                 "{} after `compact`, {} import only",
                 ratio("compacted", size, data).map_or("-".to_owned(), |r| format!("{r:.3}")),
                 ratio("imported", size, data).map_or("-".to_owned(), |r| format!("{r:.3}"))
+            ),
+        ));
+    }
+    for r in rows
+        .iter()
+        .filter(|r| r.op == "compact_image" && r.backend == "compacted")
+    {
+        let ratio = |r: &Row| r.extra["ratio"].as_f64();
+        let imported = find(rows, "compact_image", "imported", r.size, "");
+        let worst = imported
+            .and_then(ratio)
+            .into_iter()
+            .chain(ratio(r))
+            .reduce(f64::max);
+        out.push(target(
+            &format!(
+                "a session with {} copies of one {:.1} MB image (base64): archive ÷ (one copy plus the rest of its JSONL)",
+                r.size,
+                r.extra["image_base64_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6
+            ),
+            "≤ 1.1×",
+            worst,
+            |x| x <= 1.1,
+            format!(
+                "import only {}, after `compact` {} (the worse is measured); {:.1} MB of JSONL",
+                imported.and_then(ratio).map_or("-".to_owned(), |x| format!("{x:.3}")),
+                ratio(r).map_or("-".to_owned(), |x| format!("{x:.3}")),
+                r.extra["jsonl_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6
             ),
         ));
     }
@@ -300,6 +409,28 @@ pub(super) fn render(rows: &[Row]) -> String {
             c.extra["ratio"].as_f64().unwrap_or(f64::NAN),
             fmt_s(c.median()),
         );
+    }
+    let images: Vec<&Row> = rows.iter().filter(|r| r.op == "compact_image").collect();
+    if !images.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nOne image many times (blobs stored once):\n\n| copies | image (base64) | JSONL | one copy + the rest | archive | ÷ (one copy + the rest) | took |\n|---:|---:|---:|---:|---|---:|---:|"
+        );
+        for r in images {
+            let x = |k: &str| r.extra[k].as_f64().unwrap_or(f64::NAN);
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {}: {} | {:.3} | {} |",
+                r.size,
+                mb(x("image_base64_bytes")),
+                mb(x("jsonl_bytes")),
+                mb(x("one_copy_and_rest")),
+                r.backend,
+                mb(x("bytes")),
+                x("ratio"),
+                fmt_s(r.median()),
+            );
+        }
     }
     let parts = [
         "entries",
