@@ -733,7 +733,9 @@ fn pool_sync_levels(archive: &Archive) -> Vec<(i64, i64)> {
 #[test]
 fn a_staged_import_leaves_every_connection_at_the_archives_durability() {
     let dir = tempfile::tempdir().unwrap();
-    let file = big_session_file(dir.path(), 8);
+    // Big enough to span several 100 ms batches in either build.
+    let mb = if cfg!(debug_assertions) { 8 } else { 40 };
+    let file = big_session_file(dir.path(), mb);
     let db = dir.path().join("a.db");
     let archive = Archive::open(&db, Durability::Full).unwrap();
     let started = Instant::now();
