@@ -609,8 +609,20 @@ fn bench_quick_smoke_run_writes_a_report() {
         .iter()
         .any(|r| r["backend"] == "sqlite" && r["child"]["vmhwm_kb"].is_number()));
     // Six targets of the backends, six of the regenerate shape against the
-    // linear one, five of issue 12 (floors, import of real files, peers).
-    assert_eq!(v["targets"].as_array().map(Vec::len), Some(17));
+    // linear one, five of issue 12 (floors, import of real files, peers),
+    // six of issue 9 (two sizes, the images, three reads after `compact`).
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(23));
+    // Both archives of the compact-archive rows, each with its split.
+    let compacted = v["compacted"].as_array().expect("compacted rows");
+    for kind in ["imported", "compacted"] {
+        assert!(compacted.iter().any(|r| r["op"] == "compact_bytes"
+            && r["backend"] == kind
+            && r["extra"]["ratio"].as_f64().is_some_and(|x| x > 0.0)
+            && r["extra"]["split"]["entries"].is_number()));
+        assert!(compacted.iter().any(|r| r["op"] == "compact_search"
+            && r["backend"] == kind
+            && r["median_s"].is_number()));
+    }
     // The long path read beside its floors.
     for backend in ["sqlite", "floor-raw", "floor-parsed"] {
         assert!(

@@ -302,8 +302,10 @@ impl Archive {
         }
         for (done, SessionRow { key, id }) in sessions.into_iter().enumerate() {
             let codec = self.codec();
-            // One snapshot per session: its rows, blocks and derived tables
-            // as one commit left them, whatever is written meanwhile.
+            // One snapshot per session for the checks that read through
+            // `conn`: its rows, blocks and derived tables as one commit left
+            // them, whatever is written meanwhile. (The walks read through
+            // the session's own storage, a connection of their own.)
             let snapshot = Archive::begin_read(&conn, "checking sessions")?;
             // A text that does not decode stops the checks that read it; it
             // is a problem of this session, and the others are still checked.

@@ -250,16 +250,7 @@ impl Codec {
                 .map_err(|_| Error::Corrupt("a decoded entry is not UTF-8 text".into()));
         }
         let header = Header::parse(body)?;
-        let payload = &body[header.payload_start..];
-        let dictionary = header
-            .dictionary
-            .map(|id| self.dictionary(conn, id))
-            .transpose()?;
-        let template = if header.compressed {
-            decompress(payload, dictionary.as_deref())?
-        } else {
-            payload.to_vec()
-        };
+        let template = self.template(conn, &header, body)?;
         let text = if header.splices.is_empty() {
             template
         } else {
@@ -268,6 +259,92 @@ impl Codec {
         String::from_utf8(text)
             .map(|text| (text, header.trailing_message))
             .map_err(|_| Error::Corrupt("a decoded entry is not UTF-8 text".into()))
+    }
+}
+
+impl Codec {
+    /// A body's template: its text with each blob's payload cut out.
+    fn template(&self, conn: &Connection, header: &Header, body: &[u8]) -> Result<Vec<u8>> {
+        let payload = &body[header.payload_start..];
+        if !header.compressed {
+            return Ok(payload.to_vec());
+        }
+        let dictionary = header
+            .dictionary
+            .map(|id| self.dictionary(conn, id))
+            .transpose()?;
+        decompress(payload, dictionary.as_deref())
+    }
+
+    /// A stored entry's training sample ([`training_sample`] of its text):
+    /// for a body that splices blobs, its template, without assembling the
+    /// text (the template is the text with its blobs cut out).
+    pub fn training_sample_of(&self, conn: &Connection, stored: ValueRef<'_>) -> Result<Vec<u8>> {
+        if let ValueRef::Blob(body) = stored {
+            if !block::is_member(stored) {
+                let header = Header::parse(body)?;
+                if !header.splices.is_empty() {
+                    let mut template = self.template(conn, &header, body)?;
+                    template.truncate(SAMPLE_LIMIT);
+                    return Ok(template);
+                }
+            }
+        }
+        Ok(training_sample(&self.decode(conn, stored)?))
+    }
+
+    /// A stored body that splices blobs, re-encoded by `encoder` with its
+    /// splices kept: only the template is decompressed and compressed
+    /// again, so `compact` neither reads, re-encodes nor re-hashes an
+    /// entry's images. The new template is checked to decompress to the
+    /// old one (same template, same splices: the same text). `None` for any
+    /// other stored value (re-encoded from its text).
+    pub fn reencode_spliced(
+        &self,
+        conn: &Connection,
+        encoder: &Encoder,
+        stored: ValueRef<'_>,
+    ) -> Result<Option<(rusqlite::types::Value, Vec<i64>)>> {
+        let ValueRef::Blob(body) = stored else {
+            return Ok(None);
+        };
+        if block::is_member(stored) {
+            return Ok(None);
+        }
+        let header = Header::parse(body)?;
+        if header.splices.is_empty() {
+            return Ok(None);
+        }
+        let template = self.template(conn, &header, body)?;
+        let dictionary = encoder.dictionary.as_deref();
+        let compressed =
+            compress(&template, dictionary, encoder.level).filter(|c| c.len() + 4 < template.len());
+        let new = match &compressed {
+            Some(payload) => {
+                if decompress(payload, dictionary)? != template {
+                    return Err(Error::Corrupt(
+                        "an entry's template would not decode to itself after re-encoding; nothing changed"
+                            .into(),
+                    ));
+                }
+                write_body(
+                    true,
+                    dictionary.map(|d| d.id),
+                    header.trailing_message,
+                    &header.splices,
+                    payload,
+                )
+            }
+            None => write_body(
+                false,
+                None,
+                header.trailing_message,
+                &header.splices,
+                &template,
+            ),
+        };
+        let blobs = header.splices.iter().map(|s| s.1).collect();
+        Ok(Some((rusqlite::types::Value::Blob(new), blobs)))
     }
 }
 
@@ -811,36 +888,52 @@ pub fn store(
     else {
         return Ok((Value::Text(text.to_owned()), Vec::new()));
     };
+    let mut splices = Vec::with_capacity(blobs.len());
+    for (gap, blob) in blobs {
+        splices.push((*gap, intern_blob(conn, blob)?));
+    }
+    let body = write_body(*compressed, *dictionary, message_trails, &splices, payload);
+    Ok((
+        Value::Blob(body),
+        splices.into_iter().map(|s| s.1).collect(),
+    ))
+}
+
+/// A body in the format of the module's docs.
+fn write_body(
+    compressed: bool,
+    dictionary: Option<i64>,
+    message_trails: bool,
+    splices: &[(usize, i64)],
+    payload: &[u8],
+) -> Vec<u8> {
     let mut tag = 0;
-    if *compressed {
+    if compressed {
         tag |= COMPRESSED;
     }
     if dictionary.is_some() {
         tag |= WITH_DICTIONARY;
     }
-    if !blobs.is_empty() {
+    if !splices.is_empty() {
         tag |= WITH_BLOBS;
     }
     if message_trails {
         tag |= TRAILING_MESSAGE;
     }
-    let mut body = Vec::with_capacity(payload.len() + 8 + 4 * blobs.len());
+    let mut body = Vec::with_capacity(payload.len() + 8 + 4 * splices.len());
     body.push(tag);
     if let Some(d) = dictionary {
-        write_varint(&mut body, *d as u64);
+        write_varint(&mut body, d as u64);
     }
-    let mut ids = Vec::with_capacity(blobs.len());
-    if !blobs.is_empty() {
-        write_varint(&mut body, blobs.len() as u64);
-        for (gap, blob) in blobs {
-            let id = intern_blob(conn, blob)?;
-            write_varint(&mut body, *gap as u64);
+    if !splices.is_empty() {
+        write_varint(&mut body, splices.len() as u64);
+        for &(gap, id) in splices {
+            write_varint(&mut body, gap as u64);
             write_varint(&mut body, id as u64);
-            ids.push(id);
         }
     }
     body.extend_from_slice(payload);
-    Ok((Value::Blob(body), ids))
+    body
 }
 
 /// The id of a blob with these bytes, inserting it if new (invariant 4).
@@ -1185,6 +1278,65 @@ mod tests {
             )
             .unwrap();
         assert_eq!(stored, 30_000, "canonical base64 is kept decoded");
+    }
+
+    #[test]
+    fn an_entry_holding_images_is_reencoded_from_its_template_alone() {
+        let conn = archive();
+        let image = base64_encode(
+            &(0..20_000u32)
+                .map(|i| (i * 31 % 253) as u8)
+                .collect::<Vec<_>>(),
+        );
+        let text = format!(
+            r#"{{"type":"message","message":{{"content":[{{"type":"text","text":"{}"}},{{"type":"image","data":"{image}"}},{{"type":"image","data":"{image}"}}]}}}}"#,
+            "the login page again ".repeat(40)
+        );
+        let stored = round_trip(&conn, &Encoder::default(), &text);
+        let samples: Vec<Vec<u8>> = (0..2000)
+            .map(|i| format!(r#"{{"type":"message","id":"{i:08x}","parentId":"{:08x}","timestamp":"2025-06-01T11:00:{:02}.000Z","message":{{"role":"user","content":[{{"type":"text","text":"the login page again, step {i}"}}]}}}}"#, i + 1, i % 60).into_bytes())
+            .collect();
+        let dict = insert_dictionary(
+            &conn,
+            train(&samples, Training::Quick).expect("trains"),
+            2000,
+            0,
+        )
+        .unwrap();
+        let codec = Codec::default();
+        let (new, blobs) = codec
+            .reencode_spliced(
+                &conn,
+                &Encoder::new(Some(dict)).with_level(COMPACT_LEVEL),
+                (&stored).into(),
+            )
+            .unwrap()
+            .expect("it splices blobs");
+        assert_eq!(codec.decode(&conn, (&new).into()).unwrap(), text);
+        let (old_refs, new_refs) = (
+            body_refs((&stored).into()).unwrap(),
+            body_refs((&new).into()).unwrap(),
+        );
+        assert_eq!(
+            (new_refs.blobs.clone(), blobs),
+            (old_refs.blobs.clone(), old_refs.blobs)
+        );
+        assert_eq!(
+            new_refs.dictionary,
+            Some(1),
+            "re-encoded with the new dictionary"
+        );
+        assert_eq!(
+            codec.training_sample_of(&conn, (&stored).into()).unwrap(),
+            training_sample(&text),
+            "the template is the text's training sample"
+        );
+        // Anything that splices nothing is re-encoded from its text.
+        let plain = round_trip(&conn, &Encoder::default(), r#"{"type":"leaf","id":"a"}"#);
+        assert!(codec
+            .reencode_spliced(&conn, &Encoder::default(), (&plain).into())
+            .unwrap()
+            .is_none());
     }
 
     #[test]

@@ -131,8 +131,8 @@ fn training_samples(conn: &Connection, codec: &Codec) -> Result<Vec<Vec<u8>>> {
     let mut samples = Vec::new();
     let mut bytes = 0;
     while let Some(row) = found.next().map_err(sql("sampling entries"))? {
-        let text = codec.decode(conn, row.get_ref(0).map_err(sql("sampling entries"))?)?;
-        let sample = codec::training_sample(&text);
+        let sample =
+            codec.training_sample_of(conn, row.get_ref(0).map_err(sql("sampling entries"))?)?;
         bytes += sample.len();
         samples.push(sample);
         if bytes >= codec::TRAINING_BUDGET {
@@ -184,7 +184,10 @@ struct Row {
     key: i64,
     session: i64,
     old: rusqlite::types::Value,
+    /// The entry's text; empty when `spliced`.
     text: String,
+    /// Its stored body splices blobs: re-encoded from its template.
+    spliced: bool,
 }
 
 /// Re-encodes the entries after `after` (entry_key order) in `conn`'s
@@ -225,13 +228,22 @@ fn reencode_batch(
                 pass.entries += 1;
                 continue;
             }
-            let text = codec.decode(conn, (&old).into())?;
+            // An entry holding images is re-encoded from its template
+            // (`store_spliced`); its text is never assembled. Left empty,
+            // it never joins a block (an empty text is not an object).
+            let spliced = place.is_none() && !codec::body_refs((&old).into())?.blobs.is_empty();
+            let text = if spliced {
+                String::new()
+            } else {
+                codec.decode(conn, (&old).into())?
+            };
             bytes += text.len();
             rows.push(Row {
                 key,
                 session: row.get(1).map_err(sql("re-encoding entries"))?,
                 old,
                 text,
+                spliced,
             });
         }
     }
@@ -257,6 +269,14 @@ fn reencode_batch(
     for (run, prepared) in runs.into_iter().zip(prepared) {
         let members = &rows[run];
         pass.entries += members.len() as u64;
+        if let [row] = members {
+            if row.spliced {
+                if store_spliced(conn, codec, pool.encoder, row)? {
+                    pass.reencoded += 1;
+                }
+                continue;
+            }
+        }
         if members.len() > 1 && store_block(conn, codec, members, &prepared)? {
             pass.reencoded += members.len() as u64;
             continue;
@@ -295,6 +315,22 @@ fn store_alone(
             "entry {} would not decode to its text after re-encoding; nothing changed",
             row.key
         )));
+    }
+    rewrite(conn, row, &new, &blobs)?;
+    Ok(true)
+}
+
+/// Stores `row`, whose body splices blobs, re-encoded from its template
+/// ([`Codec::reencode_spliced`]); whether its stored value changed.
+fn store_spliced(conn: &Connection, codec: &Codec, encoder: &Encoder, row: &Row) -> Result<bool> {
+    let Some((new, blobs)) = codec.reencode_spliced(conn, encoder, (&row.old).into())? else {
+        return Err(Error::Corrupt(format!(
+            "entry {} no longer splices blobs; nothing changed",
+            row.key
+        )));
+    };
+    if new == row.old {
+        return Ok(false);
     }
     rewrite(conn, row, &new, &blobs)?;
     Ok(true)
@@ -596,9 +632,10 @@ impl Archive {
         // One b-tree for the search index instead of its many segments.
         conn.execute_batch(
             "INSERT INTO message_text (message_text) VALUES ('optimize');
-             VACUUM; PRAGMA wal_checkpoint(TRUNCATE);",
+             VACUUM;",
         )
         .map_err(sql("vacuuming the archive"))?;
+        super::truncate_log(&mut conn).map_err(sql("vacuuming the archive"))?;
         report.bytes_after = file_bytes(self.path());
         Ok(report)
     }

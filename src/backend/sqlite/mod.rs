@@ -70,6 +70,27 @@ fn wait_for_the_lock(attempt: i32) -> bool {
     u128::try_from(attempt).unwrap_or(0) < BUSY_TIMEOUT.as_millis()
 }
 
+/// A busy handler that gives up after a second: for a checkpoint that
+/// truncates the log, which waits for every reader while new writers wait
+/// behind it (a log left untruncated is only bytes the next checkpoint takes).
+fn wait_a_second(attempt: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    attempt < 1000
+}
+
+/// Checkpoints the whole log into the database and truncates it, waiting
+/// at most a second for readers ([`wait_a_second`]); the connection's own
+/// busy handler is back afterwards.
+fn truncate_log(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.busy_handler(Some(wait_a_second))?;
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    conn.busy_handler(Some(wait_for_the_lock))?;
+    match done {
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => Ok(()),
+        other => other,
+    }
+}
+
 /// Entry text appended without a dictionary after which a writer trains
 /// the archive's first one from its entries (what `import` trains on).
 pub const TRAIN_AFTER_APPENDING: usize = codec::IMPORT_TRAINING_BUDGET;

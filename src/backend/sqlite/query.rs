@@ -43,13 +43,16 @@ fn read_only(path: &std::path::Path, codec: Arc<Codec>) -> rusqlite::Result<Conn
         let key: Option<i64> = ctx.get(0)?;
         let Some(key) = key else { return Ok(None) };
         let conn = running_connection(ctx)?;
-        let stored: Option<Value> = conn
+        // Decoded while the row's statement is live: a statement that reads
+        // no table (`SELECT entry_text(7)`) holds no snapshot of its own.
+        let decoded = conn
             .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
             .and_then(|mut st| {
-                rusqlite::OptionalExtension::optional(st.query_row([key], |r| r.get(0)))
+                rusqlite::OptionalExtension::optional(
+                    st.query_row([key], |r| Ok(codec.decode(&conn, r.get_ref(0)?))),
+                )
             })?;
-        stored
-            .map(|v| codec.decode(&conn, (&v).into()))
+        decoded
             .transpose()
             .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))
     })?;
