@@ -55,8 +55,12 @@ pub fn compact(cli: &Cli, _args: &CompactArgs) -> Result<Report> {
     let report = report?;
     let split = archive.storage_split()?;
     let (split_text, split_json) = split_report(&split);
+    let refused = match report.blocks_refused {
+        0 => String::new(),
+        n => format!("warning: {n} blocks did not decode to their entries' texts and were not written (their entries are stored one by one); please report this\n"),
+    };
     let text = format!(
-        "{}: {:.2} MB -> {:.2} MB ({} of {} entries re-encoded; dictionary {} KB; {} unused dictionaries and {} unused blobs removed)\n{split_text}",
+        "{refused}{}: {:.2} MB -> {:.2} MB ({} of {} entries re-encoded; dictionary {} KB; {} unused dictionaries and {} unused blobs removed)\n{split_text}",
         archive.path().display(),
         mb(report.bytes_before),
         mb(report.bytes_after),
@@ -76,6 +80,7 @@ pub fn compact(cli: &Cli, _args: &CompactArgs) -> Result<Report> {
             "dictionaryBytes": report.dictionary_bytes,
             "dictionariesRemoved": report.dictionaries_removed,
             "blobsRemoved": report.blobs_removed,
+            "blocksRefused": report.blocks_refused,
             "split": split_json,
         }),
         text,

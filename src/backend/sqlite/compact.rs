@@ -77,6 +77,10 @@ pub struct CompactReport {
     pub dictionaries_removed: u64,
     /// Blobs no entry held any more, removed.
     pub blobs_removed: u64,
+    /// Blocks that did not decode to their members' texts and were not
+    /// written (their members were stored alone): 0 unless this build has
+    /// a bug.
+    pub blocks_refused: u64,
 }
 
 /// Bytes per part of an archive (from SQLite's `dbstat`), for reports.
@@ -168,6 +172,7 @@ fn entry_total(conn: &Connection) -> Result<u64> {
 struct Pass {
     entries: u64,
     reencoded: u64,
+    blocks_refused: u64,
 }
 
 /// How a pass stores the entries it re-encodes.
@@ -277,7 +282,7 @@ fn reencode_batch(
                 continue;
             }
         }
-        if members.len() > 1 && store_block(conn, codec, members, &prepared)? {
+        if members.len() > 1 && store_block(conn, codec, members, &prepared, pass)? {
             pass.reencoded += members.len() as u64;
             continue;
         }
@@ -339,12 +344,13 @@ fn store_spliced(conn: &Connection, codec: &Codec, encoder: &Encoder, row: &Row)
 /// Stores `members` (a run of [`block::runs`], consecutive rows) as one
 /// block, their joined text prepared as `prepared`, checked to decode to
 /// their texts before it is written; `false` if a block does not pay or
-/// does not decode to them.
+/// does not decode to them (counted in `pass`).
 fn store_block(
     conn: &Connection,
     codec: &Codec,
     members: &[Row],
     prepared: &codec::Prepared,
+    pass: &mut Pass,
 ) -> Result<bool> {
     let lengths: Vec<usize> = members.iter().map(|r| r.text.len()).collect();
     let trails: Vec<bool> = members
@@ -373,6 +379,7 @@ fn store_block(
         Err(other) => return Err(other),
     };
     if !intact {
+        pass.blocks_refused += 1;
         return Ok(false);
     }
     for (row, body) in members.iter().zip(bodies) {
@@ -626,6 +633,7 @@ impl Archive {
         })?;
         report.entries = pass.entries;
         report.reencoded = pass.reencoded;
+        report.blocks_refused = pass.blocks_refused;
         let (dictionaries, blobs) = remove_unused(self, &mut conn)?;
         report.dictionaries_removed = dictionaries;
         report.blobs_removed = blobs;
