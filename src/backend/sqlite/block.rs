@@ -14,8 +14,8 @@
 //! 1. **Ids never reused.** A block's id comes from `entry_blocks`
 //!    (AUTOINCREMENT; a row never changes), and `compact` gives every block
 //!    it writes a new one, so a decoded block kept by id is never stale once
-//!    its rows are committed. The one block a thread keeps
-//!    (`member_text`) comes only from committed rows: `compact` checks the
+//!    its rows are committed. The blocks a thread keeps
+//!    (`member_text`, [`KEPT_BLOCKS`]) come only from committed rows: `compact` checks the
 //!    blocks it writes with [`unpack`], which keeps nothing.
 //! 2. **A run of one session, side by side.** The members of a block are
 //!    consecutive rows of `entries` (entry-key order, from
@@ -312,20 +312,30 @@ pub fn unpack(codec: &Codec, conn: &Connection, bodies: &[&[u8]]) -> Result<Unpa
     Ok(Unpacked { text, ranges })
 }
 
+/// How many decoded blocks a thread keeps (at most [`BLOCK_BYTES`] each).
+const KEPT_BLOCKS: usize = 8;
+
 thread_local! {
-    /// The block this thread decoded last, by (codec serial, block id): a
-    /// path read meets a block's members one after another (invariant 2).
-    static LAST: RefCell<Option<(u64, i64, Unpacked)>> = const { RefCell::new(None) };
+    /// The blocks this thread decoded last, by (codec serial, block id),
+    /// most recent first: a path read meets a block's members one after
+    /// another (invariant 2); a search's hits and a tree's entries come
+    /// back to a few blocks out of order.
+    static KEPT: RefCell<std::collections::VecDeque<(u64, i64, Unpacked)>> =
+        const { RefCell::new(std::collections::VecDeque::new()) };
 }
 
-/// A member's text, from the block this thread holds or the archive.
+/// A member's text, from a block this thread keeps or the archive.
 pub(super) fn member_text(codec: &Codec, conn: &Connection, body: &[u8]) -> Result<Vec<u8>> {
     let member = parse_member(body)?;
     let key = (codec.serial(), member.block);
-    let held = LAST.with(|last| {
-        last.borrow()
-            .as_ref()
-            .filter(|(serial, block, _)| (*serial, *block) == key)
+    let held = KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        let at = kept.iter().position(|(serial, block, _)| (*serial, *block) == key)?;
+        if at > 0 {
+            let found = kept.remove(at)?;
+            kept.push_front(found);
+        }
+        kept.front()
             .map(|(_, _, unpacked)| unpacked.member(member.index).map(<[u8]>::to_vec))
     });
     let text = match held {
@@ -333,7 +343,11 @@ pub(super) fn member_text(codec: &Codec, conn: &Connection, body: &[u8]) -> Resu
         None => {
             let unpacked = read(codec, conn, &member)?;
             let text = unpacked.member(member.index).map(<[u8]>::to_vec);
-            LAST.with(|last| *last.borrow_mut() = Some((key.0, key.1, unpacked)));
+            KEPT.with(|kept| {
+                let mut kept = kept.borrow_mut();
+                kept.truncate(KEPT_BLOCKS - 1);
+                kept.push_front((key.0, key.1, unpacked));
+            });
             text
         }
     };
