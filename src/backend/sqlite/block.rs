@@ -330,7 +330,9 @@ pub(super) fn member_text(codec: &Codec, conn: &Connection, body: &[u8]) -> Resu
     let key = (codec.serial(), member.block);
     let held = KEPT.with(|kept| {
         let mut kept = kept.borrow_mut();
-        let at = kept.iter().position(|(serial, block, _)| (*serial, *block) == key)?;
+        let at = kept
+            .iter()
+            .position(|(serial, block, _)| (*serial, *block) == key)?;
         if at > 0 {
             let found = kept.remove(at)?;
             kept.push_front(found);
