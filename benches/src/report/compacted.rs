@@ -360,20 +360,48 @@ pub(super) fn targets(rows: &[Row]) -> Vec<Value> {
             ),
         ));
     }
-    for (op, what) in SPEED {
+    // Issue 9's "no more than 10 % slower than today": against the build
+    // before compression, whose run on the same generated data is kept in
+    // `benches/report/report.json`; this build's import-only archive (what
+    // `compact` itself costs) is in the detail.
+    let before = recorded_before_compression();
+    for ((op, what), recorded_op) in SPEED.into_iter().zip(["resume", "path", "search"]) {
         let median = |kind| find(rows, op, kind, largest, "").map(Row::median);
-        let (Some(a), Some(b)) = (median("compacted"), median("imported")) else {
+        let (Some(compacted), Some(imported)) = (median("compacted"), median("imported")) else {
             continue;
         };
+        let recorded = before.as_ref().and_then(|b| {
+            b["results"].as_array()?.iter().find_map(|r| {
+                (r["op"] == recorded_op && r["backend"] == "sqlite" && r["size"] == largest)
+                    .then(|| r["median_s"].as_f64())
+                    .flatten()
+            })
+        });
         out.push(target(
-            &format!("{what} on the compacted archive vs the import-only one, {largest} entries"),
+            &format!("{what} after `compact` vs the build before compression (its run on the same data, benches/report/report.json), {largest} entries"),
             "≤ 1.1×",
-            Some(a / b),
+            recorded.map(|r| compacted / r),
             |x| x <= 1.1,
-            format!("{} vs {}", fmt_s(a), fmt_s(b)),
+            format!(
+                "{} vs {} recorded; against this build's import-only archive {} ({})",
+                fmt_s(compacted),
+                recorded.map_or("-".to_owned(), fmt_s),
+                fmt_ratio(compacted / imported),
+                fmt_s(imported)
+            ),
         ));
     }
     out
+}
+
+/// The report of the build before compression (schema 5), kept in the
+/// repository: the "today" issue 9's speed targets are measured against.
+/// (A report written there by this build, which has `compacted` rows, is
+/// not that run and is not used.)
+fn recorded_before_compression() -> Option<Value> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("report/report.json");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    report.get("compacted").is_none().then_some(report)
 }
 
 /// The report's section: sizes, then the reads, imported beside compacted.
