@@ -288,11 +288,7 @@ pub fn unpack(codec: &Codec, conn: &Connection, bodies: &[&[u8]]) -> Result<Unpa
         payload.extend_from_slice(m.piece);
     }
     let text = if header.compressed {
-        let dictionary = header
-            .dictionary
-            .map(|id| codec.dictionary(conn, id))
-            .transpose()?;
-        codec::decompress_sized(&payload, dictionary.as_deref(), Some(total))?
+        codec.inflate(conn, header.dictionary, &payload, Some(total))?
     } else {
         payload
     };

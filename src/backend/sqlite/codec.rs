@@ -263,32 +263,37 @@ impl Codec {
 }
 
 impl Codec {
+    /// `payload`, a zstd frame without its magic, decompressed with
+    /// dictionary `dictionary` (if any); refused before it allocates when
+    /// the frame does not say it holds exactly `expected` bytes (if given).
+    pub(super) fn inflate(
+        &self,
+        conn: &Connection,
+        dictionary: Option<i64>,
+        payload: &[u8],
+        expected: Option<usize>,
+    ) -> Result<Vec<u8>> {
+        let dictionary = dictionary.map(|id| self.dictionary(conn, id)).transpose()?;
+        decompress_sized(payload, dictionary.as_deref(), expected)
+    }
+
     /// A body's template: its text with each blob's payload cut out.
     fn template(&self, conn: &Connection, header: &Header, body: &[u8]) -> Result<Vec<u8>> {
         let payload = &body[header.payload_start..];
         if !header.compressed {
             return Ok(payload.to_vec());
         }
-        let dictionary = header
-            .dictionary
-            .map(|id| self.dictionary(conn, id))
-            .transpose()?;
-        decompress(payload, dictionary.as_deref())
+        self.inflate(conn, header.dictionary, payload, None)
     }
 
     /// A stored entry's training sample ([`training_sample`] of its text):
     /// for a body that splices blobs, its template, without assembling the
     /// text (the template is the text with its blobs cut out).
     pub fn training_sample_of(&self, conn: &Connection, stored: ValueRef<'_>) -> Result<Vec<u8>> {
-        if let ValueRef::Blob(body) = stored {
-            if !block::is_member(stored) {
-                let header = Header::parse(body)?;
-                if !header.splices.is_empty() {
-                    let mut template = self.template(conn, &header, body)?;
-                    template.truncate(SAMPLE_LIMIT);
-                    return Ok(template);
-                }
-            }
+        if let Some((header, body)) = spliced(stored)? {
+            let mut template = self.template(conn, &header, body)?;
+            template.truncate(SAMPLE_LIMIT);
+            return Ok(template);
         }
         Ok(training_sample(&self.decode(conn, stored)?))
     }
@@ -305,35 +310,21 @@ impl Codec {
         encoder: &Encoder,
         stored: ValueRef<'_>,
     ) -> Result<Option<(rusqlite::types::Value, Vec<i64>)>> {
-        let ValueRef::Blob(body) = stored else {
+        let Some((header, body)) = spliced(stored)? else {
             return Ok(None);
         };
-        if block::is_member(stored) {
-            return Ok(None);
-        }
-        let header = Header::parse(body)?;
-        if header.splices.is_empty() {
-            return Ok(None);
-        }
         let template = self.template(conn, &header, body)?;
-        let dictionary = encoder.dictionary.as_deref();
-        let compressed =
-            compress(&template, dictionary, encoder.level).filter(|c| c.len() + 4 < template.len());
-        let new = match &compressed {
+        let new = match encoder.compress_template(&template) {
             Some(payload) => {
-                if decompress(payload, dictionary)? != template {
+                let dictionary = encoder.dictionary.as_deref();
+                if decompress(&payload, dictionary)? != template {
                     return Err(Error::Corrupt(
                         "an entry's template would not decode to itself after re-encoding; nothing changed"
                             .into(),
                     ));
                 }
-                write_body(
-                    true,
-                    dictionary.map(|d| d.id),
-                    header.trailing_message,
-                    &header.splices,
-                    payload,
-                )
+                let id = encoder.dictionary_id();
+                write_body(true, id, header.trailing_message, &header.splices, &payload)
             }
             None => write_body(
                 false,
@@ -346,6 +337,19 @@ impl Codec {
         let blobs = header.splices.iter().map(|s| s.1).collect();
         Ok(Some((rusqlite::types::Value::Blob(new), blobs)))
     }
+}
+
+/// The header and body of a stored value whose body splices blobs; `None`
+/// for any other value (text, a block member, a body without splices).
+fn spliced(stored: ValueRef<'_>) -> Result<Option<(Header, &[u8])>> {
+    let ValueRef::Blob(body) = stored else {
+        return Ok(None);
+    };
+    if block::is_member(stored) {
+        return Ok(None);
+    }
+    let header = Header::parse(body)?;
+    Ok((!header.splices.is_empty()).then_some((header, body)))
 }
 
 /// Whether an entry's text may be stored with tag bit 3: its `message`
@@ -483,13 +487,13 @@ fn zstd_error(what: &str, code: usize) -> Error {
     Error::Corrupt(format!("{what}: {}", zstd_safe::get_error_name(code)))
 }
 
-pub(super) fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
+fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>> {
     decompress_sized(payload, dictionary, None)
 }
 
 /// [`decompress`], refusing before it allocates a frame that does not say
 /// it holds exactly `expected` bytes (when given).
-pub(super) fn decompress_sized(
+fn decompress_sized(
     payload: &[u8],
     dictionary: Option<&Dictionary>,
     expected: Option<usize>,
@@ -691,6 +695,13 @@ impl Encoder {
         self.dictionary.as_ref().map(|d| d.id)
     }
 
+    /// `template` compressed with this encoder's dictionary and level, if
+    /// that pays: a frame must beat the raw bytes by more than its tag and id.
+    fn compress_template(&self, template: &[u8]) -> Option<Vec<u8>> {
+        compress(template, self.dictionary.as_deref(), self.level)
+            .filter(|c| c.len() + 4 < template.len())
+    }
+
     /// Encodes `text`: blobs cut out, the rest compressed if that pays.
     pub fn prepare(&self, text: &str) -> Prepared {
         let ranges = blob_ranges(text);
@@ -708,13 +719,9 @@ impl Encoder {
             template.extend_from_slice(&text.as_bytes()[from..]);
             template.into()
         };
-        let dictionary = self.dictionary.as_deref();
-        let compressed = compress(&template, dictionary, self.level)
-            // A frame must beat the raw bytes by more than its tag and id.
-            .filter(|c| c.len() + 4 < template.len());
-        match compressed {
+        match self.compress_template(&template) {
             Some(payload) => Prepared::Encoded {
-                dictionary: dictionary.map(|d| d.id),
+                dictionary: self.dictionary_id(),
                 compressed: true,
                 blobs,
                 payload,
@@ -1280,6 +1287,13 @@ mod tests {
         assert_eq!(stored, 30_000, "canonical base64 is kept decoded");
     }
 
+    /// 2,000 message entries of `role` saying `text(i)`: training samples.
+    fn message_samples(role: &str, text: impl Fn(usize) -> String) -> Vec<Vec<u8>> {
+        (0..2000)
+            .map(|i| format!(r#"{{"type":"message","id":"{i:08x}","parentId":"{:08x}","timestamp":"2025-06-01T11:00:{:02}.000Z","message":{{"role":"{role}","content":[{{"type":"text","text":"{}"}}]}}}}"#, i + 1, i % 60, text(i)).into_bytes())
+            .collect()
+    }
+
     #[test]
     fn an_entry_holding_images_is_reencoded_from_its_template_alone() {
         let conn = archive();
@@ -1293,9 +1307,7 @@ mod tests {
             "the login page again ".repeat(40)
         );
         let stored = round_trip(&conn, &Encoder::default(), &text);
-        let samples: Vec<Vec<u8>> = (0..2000)
-            .map(|i| format!(r#"{{"type":"message","id":"{i:08x}","parentId":"{:08x}","timestamp":"2025-06-01T11:00:{:02}.000Z","message":{{"role":"user","content":[{{"type":"text","text":"the login page again, step {i}"}}]}}}}"#, i + 1, i % 60).into_bytes())
-            .collect();
+        let samples = message_samples("user", |i| format!("the login page again, step {i}"));
         let dict = insert_dictionary(
             &conn,
             train(&samples, Training::Quick).expect("trains"),
@@ -1342,9 +1354,7 @@ mod tests {
     #[test]
     fn a_trained_dictionary_compresses_small_entries() {
         let conn = archive();
-        let samples: Vec<Vec<u8>> = (0..2000)
-            .map(|i| format!(r#"{{"type":"message","id":"{i:08x}","parentId":"{:08x}","timestamp":"2025-06-01T11:00:{:02}.000Z","message":{{"role":"assistant","content":[{{"type":"text","text":"step {i} of the plan"}}]}}}}"#, i + 1, i % 60).into_bytes())
-            .collect();
+        let samples = message_samples("assistant", |i| format!("step {i} of the plan"));
         let dict = insert_dictionary(
             &conn,
             train(&samples, Training::Search).expect("trains"),
