@@ -293,11 +293,29 @@ impl Archive {
         progress(0, total);
         if session.is_none() {
             problems.extend(orphan_rows(&conn)?);
-            if let Err(e) = conn.execute(
-                "INSERT INTO message_text (message_text, rank) VALUES ('integrity-check', 0)",
-                [],
-            ) {
-                problems.push(format!("search index: {e}"));
+            // The index checks itself only inside a write transaction. Taken
+            // up front (IMMEDIATE), it waits for a writer such as a `compact`
+            // batch; a statement that reads first and then asks to write is
+            // refused outright once another connection has committed
+            // (SQLITE_BUSY_SNAPSHOT). It writes nothing: rolled back.
+            let checked = rusqlite::Transaction::new_unchecked(
+                &conn,
+                rusqlite::TransactionBehavior::Immediate,
+            )
+            .and_then(|tx| {
+                tx.execute(
+                    "INSERT INTO message_text (message_text, rank) VALUES ('integrity-check', 0)",
+                    [],
+                )?;
+                tx.rollback()
+            });
+            match checked {
+                Ok(()) => {}
+                // A busy archive is not damage: the check stops, saying so.
+                Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
+                    return Err(sql("checking the search index")(e));
+                }
+                Err(e) => problems.push(format!("search index: {e}")),
             }
         }
         for (done, SessionRow { key, id }) in sessions.into_iter().enumerate() {
