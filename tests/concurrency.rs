@@ -771,3 +771,47 @@ fn a_staged_import_leaves_every_connection_at_the_archives_durability() {
     assert_eq!(pool_sync_levels(&archive), vec![(2, 1000); 8]);
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
+
+/// While a big file imports, its log is copied into the database beside it
+/// (a background checkpointer), not all at the end by the importing thread:
+/// the database file grows while the import is still unpublished, and the
+/// log never holds more than the writer's own fallback bound (64 MB) plus
+/// a batch. The import ends published and the archive checks clean.
+#[test]
+fn an_import_is_checkpointed_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), availability_mb());
+    let db = dir.path().join("c.db");
+    let wal = dir.path().join("c.db-wal");
+    let mut import = std::process::Command::new(bin())
+        .arg("--db")
+        .arg(&db)
+        .args(["import", "--quiet"])
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let (mut db_while_staged, mut largest_log) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while import.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the import did not end");
+        largest_log = largest_log.max(size(&wal));
+        if db.exists() && staged_sessions(&db) == 1 {
+            db_while_staged = db_while_staged.max(size(&db));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(import.wait().unwrap().success());
+    let imported = size(&db);
+    assert!(
+        db_while_staged > imported / 4,
+        "the database file reached {db_while_staged} bytes before the import published (it ends at {imported}): the log was not checkpointed as the import ran"
+    );
+    assert!(
+        largest_log < (64 << 20) + (32 << 20),
+        "the log grew to {largest_log} bytes"
+    );
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    assert_eq!(archive.list(&Default::default()).unwrap().len(), 1);
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}

@@ -61,6 +61,7 @@ impl Archive {
             appender: None,
             codec: self.codec(),
             staged: None,
+            manager: &self.0.manager,
         };
         let filled = fill(&mut writer);
         let SessionWriter {

@@ -30,6 +30,7 @@ mod archive;
 pub mod block;
 pub mod branch_cache;
 mod check;
+mod checkpointer;
 pub mod claim;
 pub mod codec;
 mod compact;

@@ -1,6 +1,7 @@
 //! Appending inside a transaction: placing entries in the branch cache and
 //! maintaining every derived fact (session row, labels, leaf events, search rows).
 
+use super::checkpointer::Checkpointer;
 use super::codec::{self, Codec, Encoder, Prepared};
 use super::rows::{self, ImportRecord, NewSession, FACTS_COLUMNS};
 use super::{branch_cache, search, sql, stored_js_string};
@@ -178,9 +179,11 @@ pub(super) struct Appender {
     facts: SessionFacts,
     /// Search-index rows not yet written. FTS5 flushes its pending terms at
     /// every statement journal (each later write in the transaction opens one),
-    /// so rows are written together, not one per entry.
-    pending_text: Vec<(i64, String)>,
-    pending_bytes: usize,
+    /// so rows are written together, not one per entry: each row's entry key
+    /// and where its text lies in `pending_text` (one buffer, reused: an
+    /// import's reader thread keeps its own strings, and frees them itself).
+    pending_rows: Vec<(i64, std::ops::Range<usize>)>,
+    pending_text: String,
     /// The segment being extended, written back by `finish`.
     tail: branch_cache::OpenTail,
     /// Encodes entry text with the newest dictionary, read in this
@@ -198,8 +201,8 @@ impl Appender {
         Ok(Appender {
             key,
             facts: session_facts(tx, key)?,
-            pending_text: Vec::new(),
-            pending_bytes: 0,
+            pending_rows: Vec::new(),
+            pending_text: String::new(),
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
             role_ids: Vec::new(),
@@ -234,17 +237,21 @@ impl Appender {
         let mut st = tx
             .prepare_cached("INSERT INTO message_text (rowid, text) VALUES (?1, ?2)")
             .map_err(sql("indexing message text"))?;
-        for (key, text) in self.pending_text.drain(..) {
-            st.execute(params![key, text])
+        for (key, span) in self.pending_rows.drain(..) {
+            st.execute(params![key, &self.pending_text[span]])
                 .map_err(sql("indexing message text"))?;
         }
-        self.pending_bytes = 0;
+        self.pending_text.clear();
         Ok(())
     }
 
     pub(super) fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
         let prepared = self.encoder.prepare(entry.json());
-        self.push_prepared(tx, entry, search::searchable_text(entry), &prepared)
+        let text = search::searchable_text(entry);
+        let text = text
+            .as_ref()
+            .map(|(role, text)| (role.as_str(), text.as_str()));
+        self.push_prepared(tx, entry, text, &prepared)
     }
 
     /// [`Appender::push`] with the entry's search text extracted and its
@@ -253,7 +260,7 @@ impl Appender {
         &mut self,
         tx: &Transaction,
         entry: &Entry,
-        search_text: Option<(String, String)>,
+        search_text: Option<(&str, &str)>,
         prepared: &Prepared,
     ) -> Result<()> {
         let f = entry.facts();
@@ -313,9 +320,11 @@ impl Appender {
             r.map_err(sql("updating a label"))?;
         }
         if let Some((_, text)) = search_text {
-            self.pending_bytes += text.len();
-            self.pending_text.push((placed.key, text));
-            if self.pending_bytes > PENDING_TEXT_LIMIT {
+            let from = self.pending_text.len();
+            self.pending_text.push_str(text);
+            self.pending_rows
+                .push((placed.key, from..self.pending_text.len()));
+            if self.pending_text.len() > PENDING_TEXT_LIMIT {
                 self.flush_text(tx)?;
             }
         }
@@ -338,6 +347,8 @@ pub struct SessionWriter<'c> {
     pub(super) codec: &'c Codec,
     /// Set by [`SessionWriter::begin_staged`]: the write commits in batches.
     pub(super) staged: Option<Staged>,
+    /// Opens the staged write's background checkpointer.
+    pub(super) manager: &'c super::ConnectionManager,
 }
 
 /// A staged session write: invisible to readers until published, committed
@@ -352,6 +363,9 @@ pub(super) struct Staged {
     /// publishing one commit without waiting for the disk (set back before
     /// the publishing commit, and on any failure).
     relaxed_from: Option<i64>,
+    /// Copies the relaxed batches' log into the database beside the import
+    /// ([`Checkpointer`]); stopped when the write ends.
+    checkpointer: Option<Checkpointer>,
 }
 
 impl Staged {
@@ -374,9 +388,16 @@ impl Staged {
 const RELAXED_SYNC: i64 = 1;
 
 /// WAL pages after which a relaxed batch's commit checkpoints (SQLite's
-/// default is 1,000): each checkpoint waits for the disk twice, and pages
-/// written again and again (indexes, search segments) are copied once.
+/// default is 1,000) when no [`Checkpointer`] runs: each checkpoint waits for
+/// the disk twice, and pages written again and again (indexes, search
+/// segments) are copied once.
 const RELAXED_CHECKPOINT_PAGES: i64 = 8_000;
+
+/// The same with a [`Checkpointer`] running (64 MB of log): its checkpoints
+/// seldom end in the pause between two batches, when the log could start
+/// over, so the log grows; past this the writer checkpoints, finds nearly
+/// everything copied already, and the next batch starts the log over.
+const BACKGROUND_CHECKPOINT_PAGES: i64 = 16_384;
 
 /// Sets a connection relaxed by a staged write back to the archive's
 /// `synchronous` level and SQLite's checkpoint interval (outside a transaction).
@@ -418,6 +439,7 @@ impl SessionWriter<'_> {
             batch_started: Instant::now(),
             published: false,
             relaxed_from: None,
+            checkpointer: None,
         });
         Ok(())
     }
@@ -493,14 +515,21 @@ impl SessionWriter<'_> {
                     .pragma_query_value(None, "synchronous", |r| r.get(0))
                     .map_err(sql("relaxing an import batch's sync"))?;
                 if level > RELAXED_SYNC {
+                    let checkpointer = Checkpointer::start(self.manager);
+                    let pages = if checkpointer.is_some() {
+                        BACKGROUND_CHECKPOINT_PAGES
+                    } else {
+                        RELAXED_CHECKPOINT_PAGES
+                    };
                     self.tx
                         .pragma_update(None, "synchronous", RELAXED_SYNC)
                         .map_err(sql("relaxing an import batch's sync"))?;
                     self.tx
-                        .pragma_update(None, "wal_autocheckpoint", RELAXED_CHECKPOINT_PAGES)
+                        .pragma_update(None, "wal_autocheckpoint", pages)
                         .map_err(sql("relaxing an import batch's sync"))?;
                     if let Some(s) = self.staged.as_mut() {
                         s.relaxed_from = Some(level);
+                        s.checkpointer = checkpointer;
                     }
                 }
             }
@@ -603,7 +632,7 @@ impl SessionWriter<'_> {
     pub fn push_prepared(
         &mut self,
         entry: &Entry,
-        search_text: Option<(String, String)>,
+        search_text: Option<(&str, &str)>,
         prepared: &Prepared,
     ) -> Result<()> {
         let appender = self.appender.as_mut().ok_or_else(|| {
