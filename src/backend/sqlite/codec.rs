@@ -1025,7 +1025,10 @@ fn train_fast_cover(samples: &[Vec<u8>], capacity: usize) -> Option<Vec<u8>> {
     let params = zstd_sys::ZDICT_fastCover_params_t {
         k: QUICK_SEGMENT,
         d: 8,
-        f: 0,
+        // A 2^18-entry frequency table, not zstd's default 2^20: its 4 MB
+        // were most of a training's time (22 → 13 ms on pi's real files, the
+        // same compression within 0.1 %).
+        f: 18,
         steps: 0,
         nbThreads: 0,
         splitPoint: 0.0,
