@@ -46,6 +46,14 @@ fn copy_archive(work: &Path, tag: &str, src: &Path) -> Result<PathBuf> {
     Ok(copy)
 }
 
+/// A compacted copy of the archive at `src`, made under `work` (tag `tag`):
+/// what a path read costs on the layout `compact` leaves.
+pub(super) fn compacted_copy(work: &Path, tag: &str, src: &Path) -> Result<PathBuf> {
+    let copy = copy_archive(work, tag, src)?;
+    compact(&copy)?;
+    Ok(copy)
+}
+
 /// Compacts the archive at `path`; the seconds it took.
 fn compact(path: &Path) -> Result<f64> {
     let started = Instant::now();
