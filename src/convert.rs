@@ -14,7 +14,7 @@ use crate::backend::sqlite::codec::{Encoder, Prepared};
 use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
-use crate::fnv::Fnv;
+use crate::fnv::{Fnv, WideFnv};
 use crate::header::Header;
 use crate::layout::check_session_id;
 use crate::storage::SessionStorage;
@@ -87,20 +87,41 @@ impl<'a> ByteProgress<'a> {
     }
 }
 
-/// The hash of the first `len` bytes of a file.
+/// The hash of the first `len` bytes of a file, as a new import record
+/// stores it ([`WideFnv`]).
 fn hash_prefix(path: &Path, len: u64) -> Result<String> {
-    hash_prefix_reporting(path, len, None)
+    hash_prefix_reporting(path, len, PrefixHash::Wide, None)
 }
 
-/// [`hash_prefix`], reporting the bytes hashed as it goes.
+/// How a recorded prefix hash was made: records written before format 2
+/// hold a bare FNV-1a ([`Fnv`]), later ones are tagged ([`WideFnv`]).
+#[derive(Debug, Clone, Copy)]
+enum PrefixHash {
+    Bytewise,
+    Wide,
+}
+
+impl PrefixHash {
+    fn of(recorded: &str) -> Self {
+        if recorded.starts_with(crate::fnv::WIDE_TAG) {
+            PrefixHash::Wide
+        } else {
+            PrefixHash::Bytewise
+        }
+    }
+}
+
+/// The hash of the first `len` bytes of a file, made as `kind` says,
+/// reporting the bytes hashed as it goes; empty if the file is shorter.
 fn hash_prefix_reporting(
     path: &Path,
     len: u64,
+    kind: PrefixHash,
     mut progress: Option<&mut ByteProgress<'_>>,
 ) -> Result<String> {
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut f = File::open(path).map_err(io)?.take(len);
-    let mut h = Fnv::new();
+    let (mut bytewise, mut wide) = (Fnv::new(), WideFnv::new());
     let mut buf = vec![0u8; 1 << 16];
     let mut seen = 0;
     loop {
@@ -109,7 +130,10 @@ fn hash_prefix_reporting(
             break;
         }
         seen += n as u64;
-        h.update(&buf[..n]);
+        match kind {
+            PrefixHash::Bytewise => bytewise.update(&buf[..n]),
+            PrefixHash::Wide => wide.update(&buf[..n]),
+        }
         if let Some(p) = progress.as_deref_mut() {
             p.step(seen);
         }
@@ -120,7 +144,10 @@ fn hash_prefix_reporting(
     if seen < len {
         return Ok(String::new());
     }
-    Ok(h.hex())
+    Ok(match kind {
+        PrefixHash::Bytewise => bytewise.hex(),
+        PrefixHash::Wide => wide.tagged_hex(),
+    })
 }
 
 fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
@@ -201,7 +228,12 @@ pub fn import_jsonl_with_progress(
         Some(r) if r.file_size == size && r.file_mtime == mtime => Ok(unchanged(&r)),
         Some(r)
             if size >= r.bytes
-                && hash_prefix_reporting(path, r.bytes, Some(&mut progress))? == r.prefix_hash =>
+                && hash_prefix_reporting(
+                    path,
+                    r.bytes,
+                    PrefixHash::of(&r.prefix_hash),
+                    Some(&mut progress),
+                )? == r.prefix_hash =>
         {
             if size == r.bytes {
                 archive.write_session(|w| {
@@ -258,7 +290,7 @@ fn import_new(
     }
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let file = File::open(path).map_err(io)?;
-    let hash = std::sync::Mutex::new(Fnv::new());
+    let hash = std::sync::Mutex::new(WideFnv::new());
     let hashing = HashingReader {
         inner: file,
         hash: &hash,
@@ -286,7 +318,7 @@ fn import_new(
                 w.begin_staged(&new_session_from_header(&header), &canon)?;
                 let summary = feed.write(w)?;
                 let prefix_hash = if summary.torn_tail.is_none() {
-                    hash.lock().unwrap_or_else(|p| p.into_inner()).hex()
+                    hash.lock().unwrap_or_else(|p| p.into_inner()).tagged_hex()
                 } else {
                     hash_prefix(path, summary.complete_bytes)?
                 };
@@ -778,7 +810,7 @@ fn last_entry_id(line: &[u8]) -> Option<String> {
 /// the reading thread is done.
 struct HashingReader<'a, R> {
     inner: R,
-    hash: &'a std::sync::Mutex<Fnv>,
+    hash: &'a std::sync::Mutex<WideFnv>,
 }
 
 impl<R: Read> Read for HashingReader<'_, R> {

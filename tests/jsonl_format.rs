@@ -571,3 +571,69 @@ fn import_never_mixes_lines_into_a_session_written_since() -> Result<(), Box<dyn
     assert!(archive2.open_session(&id)?.contains_entry("pi-alone")?);
     Ok(())
 }
+
+/// Import records written before the prefix hash became [`WideFnv`]-tagged
+/// (a bare FNV-1a 64 in hex) still recognise their file: unchanged, then
+/// appended to (and the record then takes the new form), while a changed
+/// prefix is still refused.
+#[test]
+fn an_import_record_of_the_bytewise_hash_still_recognises_its_file(
+) -> Result<(), Box<dyn std::error::Error>> {
+    fn fnv1a(bytes: &[u8]) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+    let dir = tempfile::tempdir()?;
+    let (full, _) = generated_session(&dir.path().join("gen"), 1);
+    let text = std::fs::read(&full)?;
+    let cut = text.len() / 2
+        + text[text.len() / 2..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("a line end")
+        + 1;
+    let file = dir.path().join("grows.jsonl");
+    std::fs::write(&file, &text[..cut])?;
+    let db = dir.path().join("a.db");
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    import_jsonl(&archive, &file)?;
+    let stored = |db: &Path| -> String {
+        rusqlite::Connection::open(db)
+            .and_then(|c| c.query_row("SELECT prefix_hash FROM imports", [], |r| r.get(0)))
+            .expect("the import record")
+    };
+    assert!(stored(&db).starts_with("fnv4:"), "{}", stored(&db));
+    // As an archive imported by an older build holds it (size and mtime
+    // forgotten, so the prefix is hashed again).
+    let legacy = |db: &Path, hash: &str| {
+        rusqlite::Connection::open(db)
+            .and_then(|c| {
+                c.execute(
+                    "UPDATE imports SET prefix_hash = ?1, file_mtime = 0",
+                    [hash],
+                )
+            })
+            .expect("rewriting the import record");
+    };
+    legacy(&db, &fnv1a(&text[..cut]));
+    assert_eq!(
+        import_jsonl(&archive, &file)?.outcome,
+        ImportOutcome::Unchanged
+    );
+    legacy(&db, &fnv1a(&text[..cut]));
+    std::fs::write(&file, &text)?;
+    let r = import_jsonl(&archive, &file)?;
+    assert_eq!(r.outcome, ImportOutcome::Appended);
+    assert_eq!(r.bytes_read, (text.len() - cut) as u64);
+    assert!(stored(&db).starts_with("fnv4:"), "{}", stored(&db));
+    // A legacy record whose prefix no longer matches is a changed file.
+    legacy(&db, &fnv1a(b"something else"));
+    std::fs::write(&file, [&text[..], b"\n"].concat())?;
+    let refused = import_jsonl(&archive, &file).map(|r| r.outcome);
+    assert!(refused.is_err(), "{refused:?}");
+    Ok(())
+}
