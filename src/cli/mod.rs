@@ -516,7 +516,7 @@ fn write_stdout(s: &str) -> i32 {
 /// is success (`| head`), another failure a `storage` error.
 fn write_stdout_with(write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>) -> i32 {
     use std::io::Write;
-    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, unbuffered_stdout());
     match write(&mut stdout).and_then(|()| stdout.flush()) {
         Ok(()) => exit::OK,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,
@@ -525,6 +525,25 @@ fn write_stdout_with(write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Res
             exit::STORAGE
         }
     }
+}
+
+/// Standard output, written straight to its descriptor: Rust's `Stdout` is a
+/// line writer, which searches every buffer handed to it for its last
+/// newline (that search was 4 % of printing a 10,000-message context, 9 M
+/// instructions). Whatever `Stdout` holds is flushed first, so output stays
+/// in order; without a descriptor to duplicate, `Stdout` it is.
+pub fn unbuffered_stdout() -> Box<dyn std::io::Write> {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let _ = stdout.lock().flush();
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        if let Ok(fd) = stdout.as_fd().try_clone_to_owned() {
+            return Box::new(std::fs::File::from(fd));
+        }
+    }
+    Box::new(stdout)
 }
 
 /// The archive path: `--db`, else `SESSIONTREE_DB` (unless it names a team

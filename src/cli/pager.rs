@@ -106,7 +106,7 @@ impl Printer {
         }
         let out: Box<dyn Write> = match pager.as_mut().and_then(|p: &mut Child| p.stdin.take()) {
             Some(stdin) => Box::new(stdin),
-            None => Box::new(std::io::stdout()),
+            None => super::unbuffered_stdout(),
         };
         Printer {
             out: BufWriter::with_capacity(1 << 16, out),
