@@ -500,46 +500,50 @@ impl SessionWriter<'_> {
             appender.finish(&self.tx)?;
         }
         super::claim::renew_claim(&self.tx, key, &token)?;
+        // Relaxing starts before this commit, so that committing the first
+        // batch (at the archive's own level) leaves its log to the
+        // checkpointer rather than copying it on this thread: the checkpoint
+        // interval can change inside a transaction, `synchronous` only after.
+        let relaxed_from = self.staged.as_ref().and_then(|s| s.relaxed_from);
+        let mut relax = false;
+        if relaxed && relaxed_from.is_none() {
+            let level: i64 = self
+                .tx
+                .pragma_query_value(None, "synchronous", |r| r.get(0))
+                .map_err(sql("relaxing an import batch's sync"))?;
+            if level > RELAXED_SYNC {
+                let checkpointer = Checkpointer::start(self.manager);
+                let pages = if checkpointer.is_some() {
+                    BACKGROUND_CHECKPOINT_PAGES
+                } else {
+                    RELAXED_CHECKPOINT_PAGES
+                };
+                // Set back (with `synchronous`) on every path from here.
+                if let Some(s) = self.staged.as_mut() {
+                    s.relaxed_from = Some(level);
+                    s.checkpointer = checkpointer;
+                }
+                self.tx
+                    .pragma_update(None, "wal_autocheckpoint", pages)
+                    .map_err(sql("relaxing an import batch's sync"))?;
+                relax = true;
+            }
+        }
         // The `Transaction` stays open across the batch: it is the same
         // connection's transaction, begun again, and its final commit (or
         // rollback on drop) ends the last batch.
         self.tx
             .execute_batch("COMMIT")
             .map_err(sql("committing an import batch"))?;
-        // `synchronous` cannot change inside a transaction: only here.
-        let relaxed_from = self.staged.as_ref().and_then(|s| s.relaxed_from);
-        match (relaxed, relaxed_from) {
-            (true, None) => {
-                let level: i64 = self
-                    .tx
-                    .pragma_query_value(None, "synchronous", |r| r.get(0))
-                    .map_err(sql("relaxing an import batch's sync"))?;
-                if level > RELAXED_SYNC {
-                    let checkpointer = Checkpointer::start(self.manager);
-                    let pages = if checkpointer.is_some() {
-                        BACKGROUND_CHECKPOINT_PAGES
-                    } else {
-                        RELAXED_CHECKPOINT_PAGES
-                    };
-                    self.tx
-                        .pragma_update(None, "synchronous", RELAXED_SYNC)
-                        .map_err(sql("relaxing an import batch's sync"))?;
-                    self.tx
-                        .pragma_update(None, "wal_autocheckpoint", pages)
-                        .map_err(sql("relaxing an import batch's sync"))?;
-                    if let Some(s) = self.staged.as_mut() {
-                        s.relaxed_from = Some(level);
-                        s.checkpointer = checkpointer;
-                    }
-                }
+        if relax {
+            self.tx
+                .pragma_update(None, "synchronous", RELAXED_SYNC)
+                .map_err(sql("relaxing an import batch's sync"))?;
+        } else if let (false, Some(level)) = (relaxed, relaxed_from) {
+            restore_sync(&self.tx, level)?;
+            if let Some(s) = self.staged.as_mut() {
+                s.relaxed_from = None;
             }
-            (false, Some(level)) => {
-                restore_sync(&self.tx, level)?;
-                if let Some(s) = self.staged.as_mut() {
-                    s.relaxed_from = None;
-                }
-            }
-            _ => {}
         }
         std::thread::sleep(STAGED_GAP);
         self.tx
