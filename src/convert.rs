@@ -93,7 +93,7 @@ fn hash_prefix(path: &Path, len: u64) -> Result<String> {
     hash_prefix_reporting(path, len, PrefixHash::Wide, None)
 }
 
-/// How a recorded prefix hash was made: records written before format 2
+/// How a recorded prefix hash was made: records written before schema 12
 /// hold a bare FNV-1a ([`Fnv`]), later ones are tagged ([`WideFnv`]).
 #[derive(Debug, Clone, Copy)]
 enum PrefixHash {
@@ -463,7 +463,9 @@ impl Feed<'_, '_, '_> {
 /// encoder). `write` opens the session write and calls [`Feed::write`].
 /// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
 /// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead, plus the
-/// read-ahead. Each batch carries the file offset its last line ended at;
+/// read-ahead, and written batches wait to be freed by the reader for at most
+/// as many more (it takes them back at every hand-over, and the writer can
+/// only have written what was queued). Each batch carries the file offset its last line ended at;
 /// `progress` hears it once the batch is written, on this thread.
 fn pipelined<R: BufRead + Send, T>(
     reader: R,

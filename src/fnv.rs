@@ -1,7 +1,7 @@
 //! FNV-1a 64: a tiny stable hash, written once for the archive's blob keys
 //! (`blobs.hash`) and the import's record of a file prefix
-//! (`imports.prefix_hash`, format 1), and [`WideFnv`], the prefix hash of
-//! format 2. Stored values depend on both: never change them.
+//! (`imports.prefix_hash` before schema version 12), and [`WideFnv`], the prefix hash of
+//! schema version 12. Stored values depend on both: never change them.
 
 /// An FNV-1a 64 hash fed in pieces.
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +39,7 @@ impl Fnv {
     }
 }
 
-/// The prefix hash of imports recorded since format 2 (`fnv4:` and 16 hex
+/// The prefix hash of imports recorded since schema version 12 (`fnv4:` and 16 hex
 /// digits): FNV-1a's step on four lanes of 8-byte words, each rotated so
 /// that high bits reach low ones, the lanes and the tail folded by FNV-1a
 /// at the end. Byte-wise FNV-1a waits for one multiplication per byte and
@@ -53,7 +53,7 @@ pub(crate) struct WideFnv {
     total: u64,
 }
 
-/// How a stored prefix hash of format 2 begins.
+/// How a stored prefix hash of schema version 12 begins.
 pub(crate) const WIDE_TAG: &str = "fnv4:";
 
 impl WideFnv {

@@ -772,6 +772,62 @@ fn a_staged_import_leaves_every_connection_at_the_archives_durability() {
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
 
+/// A staged import whose next batch cannot get the lock (another process
+/// holds it past the busy timeout) fails with the busy error, not with the
+/// cleanup's, and hands no connection back relaxed: SQLite has already ended
+/// the transaction, so the cleanup must not stop at a `ROLLBACK` of nothing.
+#[test]
+fn an_import_that_loses_the_lock_between_batches_leaves_no_connection_relaxed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mb = if cfg!(debug_assertions) { 8 } else { 40 };
+    let file = big_session_file(dir.path(), mb);
+    let db = dir.path().join("l.db");
+    let archive = Archive::open(&db, Durability::Full).unwrap();
+    let importing = {
+        let archive = archive.clone();
+        let file = file.clone();
+        std::thread::spawn(move || sessiontree::convert::import_jsonl(&archive, &file))
+    };
+    // Once a batch has committed, take the lock in a gap between batches
+    // (3 ms: tried every 200 µs) and keep it past the 10 s busy timeout.
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while staged_sessions(&db) == 0 {
+        assert!(Instant::now() < deadline, "no batch committed");
+        assert!(!importing.is_finished(), "the import ended before a batch");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    while holder.execute_batch("BEGIN IMMEDIATE").is_err() {
+        assert!(Instant::now() < deadline, "never got the lock");
+        assert!(!importing.is_finished(), "the import ended first");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let failed = importing.join().unwrap();
+    holder.execute_batch("ROLLBACK").unwrap();
+    let e = failed.expect_err("the import could not go on");
+    assert_eq!(e.code(), ErrorCode::Storage, "{e}");
+    assert!(e.to_string().contains("lock"), "the busy error itself: {e}");
+    assert_eq!(pool_sync_levels(&archive), vec![(2, 1000); 8]);
+    // Its batches could not be removed either (the lock was still held):
+    // they stay staged, invisible, under the import's claim; once that lease
+    // has run out (30 s: made to have here), the next import of the file
+    // discards them and imports it whole.
+    assert!(archive.list(&Default::default()).unwrap().is_empty());
+    let again = sessiontree::convert::import_jsonl(&archive, &file).unwrap();
+    assert_eq!(
+        again.outcome,
+        sessiontree::convert::ImportOutcome::InProgressElsewhere
+    );
+    holder
+        .execute("UPDATE writer_claims SET expires_ms = 0", [])
+        .unwrap();
+    let again = sessiontree::convert::import_jsonl(&archive, &file).unwrap();
+    assert_eq!(again.outcome, sessiontree::convert::ImportOutcome::Imported);
+    assert_eq!(staged_sessions(&db), 0);
+    assert_eq!(pool_sync_levels(&archive), vec![(2, 1000); 8]);
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}
+
 /// While a big file imports, its log is copied into the database beside it
 /// (a background checkpointer), not all at the end by the importing thread:
 /// the database file grows while the import is still unpublished, and the

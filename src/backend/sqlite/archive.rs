@@ -76,19 +76,29 @@ impl Archive {
         let out = match filled {
             Ok(out) => out,
             Err(e) => {
+                // What failed is what the caller hears; the cleanup below is
+                // attempted whatever else fails, so the connection never goes
+                // back relaxed because an earlier step of it failed.
                 if let Some(level) = relaxed_from {
                     // Rolled back by hand: the level can only change outside
                     // a transaction (dropping `tx` then does nothing more).
-                    tx.execute_batch("ROLLBACK")
-                        .map_err(sql("rolling back a session write"))?;
-                    super::writer::restore_sync(&tx, level)?;
+                    // A failed COMMIT or BEGIN has left none open already.
+                    if !tx.is_autocommit() {
+                        let _ = tx.execute_batch("ROLLBACK");
+                    }
+                    if let Err(restoring) = super::writer::restore_sync(&tx, level) {
+                        return Err(Error::Unknown(format!(
+                            "{e}; then, setting the connection's sync level back: {restoring}"
+                        )));
+                    }
                 }
                 drop(tx);
                 // Batches a staged write already committed are removed, so a
                 // failed import leaves nothing behind, as a one-transaction
-                // import never did.
+                // import never did (if this fails too, the next import of the
+                // file discards them: they stay staged, invisible).
                 if let Some(staged) = staged {
-                    self.discard_staged(staged.key())?;
+                    let _ = self.discard_staged(staged.key());
                 }
                 return Err(e);
             }

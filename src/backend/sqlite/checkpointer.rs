@@ -43,8 +43,10 @@ impl Checkpointer {
                 let (flag, wake) = &*stopped;
                 let mut done = flag.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
+                    // Waits while not stopped: a stop set before the wait (or
+                    // during a checkpoint) ends it at once, not an interval later.
                     done = wake
-                        .wait_timeout(done, INTERVAL)
+                        .wait_timeout_while(done, INTERVAL, |stop| !*stop)
                         .unwrap_or_else(|p| p.into_inner())
                         .0;
                     if *done {

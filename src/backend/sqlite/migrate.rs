@@ -77,6 +77,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../schema/0011_entry_blocks.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../schema/0012_wide_prefix_hash.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.

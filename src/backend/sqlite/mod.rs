@@ -161,6 +161,18 @@ impl ConnectionManager {
     }
 }
 
+impl ConnectionManager {
+    /// Whether a connection handed back may be lent again: not if it is
+    /// still inside a transaction (a rollback that failed). That is also the
+    /// one state in which a staged import cannot set a relaxed connection's
+    /// sync level back (`synchronous` cannot change inside a transaction),
+    /// so a connection relaxed for an import is never lent to a write that
+    /// was promised `Full`. Free: SQLite's autocommit flag.
+    fn fit_to_lend_again(&self, conn: &Connection) -> bool {
+        conn.is_autocommit()
+    }
+}
+
 impl r2d2::ManageConnection for ConnectionManager {
     type Connection = Connection;
     type Error = rusqlite::Error;
@@ -170,8 +182,8 @@ impl r2d2::ManageConnection for ConnectionManager {
     fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
         conn.execute_batch("")
     }
-    fn has_broken(&self, _conn: &mut Connection) -> bool {
-        false
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        !self.fit_to_lend_again(conn)
     }
 }
 
@@ -228,6 +240,9 @@ impl std::ops::DerefMut for ArchiveConn {
 impl Drop for ArchiveConn {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
+            if !self.home.manager.fit_to_lend_again(&conn) {
+                return;
+            }
             if let Ok(mut spare) = self.home.spare.lock() {
                 spare.get_or_insert(conn);
             }

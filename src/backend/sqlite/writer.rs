@@ -180,8 +180,9 @@ pub(super) struct Appender {
     /// Search-index rows not yet written. FTS5 flushes its pending terms at
     /// every statement journal (each later write in the transaction opens one),
     /// so rows are written together, not one per entry: each row's entry key
-    /// and where its text lies in `pending_text` (one buffer, reused: an
-    /// import's reader thread keeps its own strings, and frees them itself).
+    /// and where its text lies in `pending_text` (one buffer for the batch,
+    /// the text copied in: an import's reader thread keeps its own strings,
+    /// and frees them itself).
     pending_rows: Vec<(i64, std::ops::Range<usize>)>,
     pending_text: String,
     /// The segment being extended, written back by `finish`.
@@ -393,7 +394,8 @@ const RELAXED_SYNC: i64 = 1;
 /// segments) are copied once.
 const RELAXED_CHECKPOINT_PAGES: i64 = 8_000;
 
-/// The same with a [`Checkpointer`] running (64 MB of log): its checkpoints
+/// The same with a [`Checkpointer`] running (64 MB of log at SQLite's 4 KB
+/// pages): its checkpoints
 /// seldom end in the pause between two batches, when the log could start
 /// over, so the log grows; past this the writer checkpoints, finds nearly
 /// everything copied already, and the next batch starts the log over.
