@@ -90,38 +90,53 @@ impl<'a> ByteProgress<'a> {
 /// The hash of the first `len` bytes of a file, as a new import record
 /// stores it ([`WideFnv`]).
 fn hash_prefix(path: &Path, len: u64) -> Result<String> {
-    hash_prefix_reporting(path, len, PrefixHash::Wide, None)
+    hash_prefix_reporting(path, len, PrefixHash::Wide(WideFnv::new()), None)
 }
 
-/// How a recorded prefix hash was made: records written before schema 12
-/// hold a bare FNV-1a ([`Fnv`]), later ones are tagged ([`WideFnv`]).
-#[derive(Debug, Clone, Copy)]
+/// A prefix hash being made, of the kind a record holds: records written
+/// before schema 12 hold a bare FNV-1a ([`Fnv`]), later ones are tagged
+/// ([`WideFnv`]).
 enum PrefixHash {
-    Bytewise,
-    Wide,
+    Bytewise(Fnv),
+    Wide(WideFnv),
 }
 
 impl PrefixHash {
-    fn of(recorded: &str) -> Self {
+    /// A hash of the kind `recorded` is, to compare with it.
+    fn like(recorded: &str) -> Self {
         if recorded.starts_with(crate::fnv::WIDE_TAG) {
-            PrefixHash::Wide
+            PrefixHash::Wide(WideFnv::new())
         } else {
-            PrefixHash::Bytewise
+            PrefixHash::Bytewise(Fnv::new())
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        match self {
+            PrefixHash::Bytewise(h) => h.update(bytes),
+            PrefixHash::Wide(h) => h.update(bytes),
+        }
+    }
+
+    /// The hash as a record stores it.
+    fn stored(&self) -> String {
+        match self {
+            PrefixHash::Bytewise(h) => h.hex(),
+            PrefixHash::Wide(h) => h.tagged_hex(),
         }
     }
 }
 
-/// The hash of the first `len` bytes of a file, made as `kind` says,
-/// reporting the bytes hashed as it goes; empty if the file is shorter.
+/// The hash (`hash`, fed from the start) of the first `len` bytes of a
+/// file, reporting the bytes hashed as it goes; empty if the file is shorter.
 fn hash_prefix_reporting(
     path: &Path,
     len: u64,
-    kind: PrefixHash,
+    mut hash: PrefixHash,
     mut progress: Option<&mut ByteProgress<'_>>,
 ) -> Result<String> {
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut f = File::open(path).map_err(io)?.take(len);
-    let (mut bytewise, mut wide) = (Fnv::new(), WideFnv::new());
     let mut buf = vec![0u8; 1 << 16];
     let mut seen = 0;
     loop {
@@ -130,10 +145,7 @@ fn hash_prefix_reporting(
             break;
         }
         seen += n as u64;
-        match kind {
-            PrefixHash::Bytewise => bytewise.update(&buf[..n]),
-            PrefixHash::Wide => wide.update(&buf[..n]),
-        }
+        hash.update(&buf[..n]);
         if let Some(p) = progress.as_deref_mut() {
             p.step(seen);
         }
@@ -144,10 +156,7 @@ fn hash_prefix_reporting(
     if seen < len {
         return Ok(String::new());
     }
-    Ok(match kind {
-        PrefixHash::Bytewise => bytewise.hex(),
-        PrefixHash::Wide => wide.tagged_hex(),
-    })
+    Ok(hash.stored())
 }
 
 fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
@@ -231,7 +240,7 @@ pub fn import_jsonl_with_progress(
                 && hash_prefix_reporting(
                     path,
                     r.bytes,
-                    PrefixHash::of(&r.prefix_hash),
+                    PrefixHash::like(&r.prefix_hash),
                     Some(&mut progress),
                 )? == r.prefix_hash =>
         {
@@ -502,9 +511,7 @@ fn pipelined<R: BufRead + Send, T>(
             // Encodes a full batch unless the writer is waiting for one
             // (then it encodes the batch itself), and sends it.
             let hand_over = |mut full: Vec<Parsed>, encoder: &Encoder, at: u64| {
-                while let Ok(written) = spent.try_recv() {
-                    drop(written);
-                }
+                spent.try_iter().for_each(drop);
                 if !writer_waiting.load(Ordering::Acquire) {
                     for (entry, _, prepared) in &mut full {
                         if prepared.is_none() {

@@ -559,6 +559,17 @@ fn availability_mb() -> usize {
         .unwrap_or(if cfg!(debug_assertions) { 20 } else { 100 })
 }
 
+/// `sessiontree import --quiet FILE` into `db`, in another process.
+fn spawn_import(db: &Path, file: &Path) -> std::process::Child {
+    std::process::Command::new(bin())
+        .arg("--db")
+        .arg(db)
+        .args(["import", "--quiet"])
+        .arg(file)
+        .spawn()
+        .unwrap()
+}
+
 fn staged_sessions(db: &Path) -> i64 {
     let conn =
         rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -580,13 +591,7 @@ fn writers_stay_available_while_a_big_file_imports() {
     let dir = tempfile::tempdir().unwrap();
     let file = big_session_file(dir.path(), availability_mb());
     let (db, archive) = archive_with_session(dir.path(), "other");
-    let mut import = std::process::Command::new(bin())
-        .arg("--db")
-        .arg(&db)
-        .args(["import", "--quiet"])
-        .arg(&file)
-        .spawn()
-        .unwrap();
+    let mut import = spawn_import(&db, &file);
     let deadline = Instant::now() + Duration::from_secs(60);
     while staged_sessions(&db) == 0 {
         assert!(Instant::now() < deadline, "the import never started");
@@ -638,13 +643,7 @@ fn a_killed_import_is_invisible_and_the_next_import_starts_afresh() {
     let dir = tempfile::tempdir().unwrap();
     let file = big_session_file(dir.path(), availability_mb());
     let db = dir.path().join("k.db");
-    let mut import = std::process::Command::new(bin())
-        .arg("--db")
-        .arg(&db)
-        .args(["import", "--quiet"])
-        .arg(&file)
-        .spawn()
-        .unwrap();
+    let mut import = spawn_import(&db, &file);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         assert!(
@@ -839,13 +838,7 @@ fn an_import_is_checkpointed_while_it_runs() {
     let file = big_session_file(dir.path(), availability_mb());
     let db = dir.path().join("c.db");
     let wal = dir.path().join("c.db-wal");
-    let mut import = std::process::Command::new(bin())
-        .arg("--db")
-        .arg(&db)
-        .args(["import", "--quiet"])
-        .arg(&file)
-        .spawn()
-        .unwrap();
+    let mut import = spawn_import(&db, &file);
     let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
     let (mut db_while_staged, mut largest_log) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(120);

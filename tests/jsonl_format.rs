@@ -403,6 +403,17 @@ fn generated_session(dir: &Path, mb: usize) -> (PathBuf, String) {
     (s.path.clone(), s.id.clone())
 }
 
+/// Where the first line that ends past the middle of `text` ends (after its
+/// `\n`): a cut that leaves whole lines on both sides.
+fn first_line_end_past_half(text: &[u8]) -> usize {
+    let half = text.len() / 2;
+    half + text[half..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .expect("a line end")
+        + 1
+}
+
 /// Imports `path` and returns what progress heard, checking it only ever grew.
 fn import_hearing(archive: &Archive, path: &Path) -> (sessiontree::convert::FileImport, Vec<u64>) {
     let mut heard = Vec::new();
@@ -435,13 +446,7 @@ fn import_reports_bytes_read_as_it_goes() -> Result<(), Box<dyn std::error::Erro
     assert_eq!(heard, Vec::<u64>::new());
 
     // Appended to: the prefix hashed, then the new lines read, to the file's size.
-    let half = text.len() / 2;
-    let cut = half
-        + text[half..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .expect("a line end")
-        + 1;
+    let cut = first_line_end_past_half(&text);
     let file = dir.path().join("grows.jsonl");
     std::fs::write(&file, &text[..cut])?;
     let archive = Archive::open(dir.path().join("b.db"), Durability::Relaxed)?;
@@ -590,12 +595,7 @@ fn an_import_record_of_the_bytewise_hash_still_recognises_its_file(
     let dir = tempfile::tempdir()?;
     let (full, _) = generated_session(&dir.path().join("gen"), 1);
     let text = std::fs::read(&full)?;
-    let cut = text.len() / 2
-        + text[text.len() / 2..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .expect("a line end")
-        + 1;
+    let cut = first_line_end_past_half(&text);
     let file = dir.path().join("grows.jsonl");
     std::fs::write(&file, &text[..cut])?;
     let db = dir.path().join("a.db");

@@ -469,62 +469,50 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                 max: budget.max.min(15),
             };
             let extra = json!({"mean_path_len": len, "from": "the leaf of the linear session without compactions"});
-            let samples = measure(&long_budget, || {
-                sessiontree::SessionStorage::path_to_root_or_compaction(&st, leaf.as_deref())
-                    .map(drop)
-            })?;
-            rows.push(Row {
+            let row = |backend: &str, samples: Vec<f64>| Row {
                 op: "path_long",
-                backend: "sqlite".into(),
+                backend: backend.into(),
                 size,
                 samples,
                 per_sample: 1.0,
                 extra: extra.clone(),
-            });
+            };
+            // The path query on a handle's storage, its kept paths forgotten.
+            let query = |storage: &sessiontree::backend::sqlite::SqliteStorage| {
+                measure(&long_budget, || {
+                    storage.forget_paths();
+                    sessiontree::SessionStorage::path_to_root_or_compaction(
+                        storage,
+                        leaf.as_deref(),
+                    )
+                    .map(drop)
+                })
+            };
+            // The rowid scan of as many of the archive's own rows, each decompressed.
+            let decoded_floor = |storage: &sessiontree::backend::sqlite::SqliteStorage| {
+                let first = ops::archive_first_key(storage.archive(), &main.id)?;
+                measure(&long_budget, || {
+                    let mut kept = Vec::with_capacity(len);
+                    ops::archive_floor_scan(storage.archive(), first, len as i64, &mut |t| {
+                        kept.push(t);
+                        Ok(())
+                    })
+                    .map(drop)
+                })
+            };
             let samples = measure(&long_budget, || {
-                st.forget_paths();
                 sessiontree::SessionStorage::path_to_root_or_compaction(&st, leaf.as_deref())
                     .map(drop)
             })?;
-            rows.push(Row {
-                op: "path_long",
-                backend: "sqlite-query".into(),
-                size,
-                samples,
-                per_sample: 1.0,
-                extra: extra.clone(),
-            });
+            rows.push(row("sqlite", samples));
+            rows.push(row("sqlite-query", query(&st)?));
             for (name, parse) in [("floor-raw", false), ("floor-parsed", true)] {
                 let samples = measure(&long_budget, || {
                     naive.floor_scan(lo, len as i64, parse).map(drop)
                 })?;
-                rows.push(Row {
-                    op: "path_long",
-                    backend: name.into(),
-                    size,
-                    samples,
-                    per_sample: 1.0,
-                    extra: extra.clone(),
-                });
+                rows.push(row(name, samples));
             }
-            // The same scan over the archive's own compressed rows.
-            let first = ops::archive_first_key(st.archive(), &main.id)?;
-            let samples = measure(&long_budget, || {
-                let mut kept = Vec::with_capacity(len);
-                ops::archive_floor_scan(st.archive(), first, len as i64, &mut |t| {
-                    kept.push(t);
-                    Ok(())
-                })
-                .map(drop)
-            })?;
-            rows.push(Row {
-                op: "path_long",
-                backend: "floor-decoded".into(),
-                size,
-                samples,
-                per_sample: 1.0,
-                extra: extra.clone(),
-            });
+            rows.push(row("floor-decoded", decoded_floor(&st)?));
             // The same read and floor on the layout `compact` leaves (entries
             // packed into blocks along their parent chains).
             progress(&format!("path_long @ {size}: compacting a copy"));
@@ -535,36 +523,8 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
             )?;
             let packed = sessiontree::backend::sqlite::Archive::open(&packed, Durability::Full)?
                 .open_session(&main.id)?;
-            let samples = measure(&long_budget, || {
-                packed.forget_paths();
-                sessiontree::SessionStorage::path_to_root_or_compaction(&packed, leaf.as_deref())
-                    .map(drop)
-            })?;
-            rows.push(Row {
-                op: "path_long",
-                backend: "compacted-query".into(),
-                size,
-                samples,
-                per_sample: 1.0,
-                extra: extra.clone(),
-            });
-            let first = ops::archive_first_key(packed.archive(), &main.id)?;
-            let samples = measure(&long_budget, || {
-                let mut kept = Vec::with_capacity(len);
-                ops::archive_floor_scan(packed.archive(), first, len as i64, &mut |t| {
-                    kept.push(t);
-                    Ok(())
-                })
-                .map(drop)
-            })?;
-            rows.push(Row {
-                op: "path_long",
-                backend: "compacted-floor".into(),
-                size,
-                samples,
-                per_sample: 1.0,
-                extra: extra.clone(),
-            });
+            rows.push(row("compacted-query", query(&packed)?));
+            rows.push(row("compacted-floor", decoded_floor(&packed)?));
             long_sets.insert(size, linear);
         }
 

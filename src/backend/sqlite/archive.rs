@@ -76,9 +76,8 @@ impl Archive {
         let out = match filled {
             Ok(out) => out,
             Err(e) => {
-                // What failed is what the caller hears; the cleanup below is
-                // attempted whatever else fails, so the connection never goes
-                // back relaxed because an earlier step of it failed.
+                // What failed is what the caller hears; each step of the
+                // cleanup below is attempted whatever the others do.
                 if let Some(level) = relaxed_from {
                     // Rolled back by hand: the level can only change outside
                     // a transaction (dropping `tx` then does nothing more).
@@ -86,11 +85,10 @@ impl Archive {
                     if !tx.is_autocommit() {
                         let _ = tx.execute_batch("ROLLBACK");
                     }
-                    if let Err(restoring) = super::writer::restore_sync(&tx, level) {
-                        return Err(Error::Unknown(format!(
-                            "{e}; then, setting the connection's sync level back: {restoring}"
-                        )));
-                    }
+                    // It can fail only inside a transaction (a rollback
+                    // that failed), and such a connection is never lent
+                    // again (`fit_to_lend_again`).
+                    let _ = super::writer::restore_sync(&tx, level);
                 }
                 drop(tx);
                 // Batches a staged write already committed are removed, so a

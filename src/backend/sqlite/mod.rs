@@ -161,16 +161,14 @@ impl ConnectionManager {
     }
 }
 
-impl ConnectionManager {
-    /// Whether a connection handed back may be lent again: not if it is
-    /// still inside a transaction (a rollback that failed). That is also the
-    /// one state in which a staged import cannot set a relaxed connection's
-    /// sync level back (`synchronous` cannot change inside a transaction),
-    /// so a connection relaxed for an import is never lent to a write that
-    /// was promised `Full`. Free: SQLite's autocommit flag.
-    fn fit_to_lend_again(&self, conn: &Connection) -> bool {
-        conn.is_autocommit()
-    }
+/// Whether a connection handed back may be lent again: not if it is still
+/// inside a transaction (a rollback that failed). That is also the one state
+/// in which a staged import cannot set a relaxed connection's sync level back
+/// (`synchronous` cannot change inside a transaction), so a connection
+/// relaxed for an import is never lent to a write that was promised `Full`.
+/// Free: SQLite's autocommit flag.
+fn fit_to_lend_again(conn: &Connection) -> bool {
+    conn.is_autocommit()
 }
 
 impl r2d2::ManageConnection for ConnectionManager {
@@ -183,7 +181,7 @@ impl r2d2::ManageConnection for ConnectionManager {
         conn.execute_batch("")
     }
     fn has_broken(&self, conn: &mut Connection) -> bool {
-        !self.fit_to_lend_again(conn)
+        !fit_to_lend_again(conn)
     }
 }
 
@@ -240,7 +238,7 @@ impl std::ops::DerefMut for ArchiveConn {
 impl Drop for ArchiveConn {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            if !self.home.manager.fit_to_lend_again(&conn) {
+            if !fit_to_lend_again(&conn) {
                 return;
             }
             if let Ok(mut spare) = self.home.spare.lock() {
