@@ -20,8 +20,9 @@ use crate::layout::check_session_id;
 use crate::storage::SessionStorage;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// What importing one file did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,13 +226,140 @@ pub fn import_jsonl_with_progress(
     progress: &mut dyn FnMut(u64),
 ) -> Result<FileImport> {
     let mut progress = ByteProgress::new(progress);
+    let plan = plan_import(archive, path, &mut progress)?;
+    carry_out(archive, path, plan, &mut progress)
+}
+
+/// Writes what `plan` says for the file at `path`, alone.
+fn carry_out(
+    archive: &Archive,
+    path: &Path,
+    plan: Plan,
+    progress: &mut ByteProgress<'_>,
+) -> Result<FileImport> {
+    match plan {
+        Plan::Done(done) => Ok(done),
+        Plan::New(file) => import_new(archive, &file, progress),
+        Plan::Append {
+            record,
+            size,
+            mtime,
+        } => append_new_lines(archive, path, &record, size, mtime, progress),
+    }
+}
+
+/// The most bytes of files [`import_jsonl_files`] writes in one transaction:
+/// about as long a hold of the write lock as one batch of a staged import
+/// (100 ms) at the import's speed. Bigger files are each imported in a
+/// staged write of their own.
+const GROUP_BYTES: u64 = 4 << 20;
+
+/// Imports many files, as [`import_jsonl`] each, returning each file's
+/// result in `paths`' order; `progress` hears (file index, bytes into it),
+/// a file at a time (a file whose group is rolled back is heard again when
+/// it is imported alone). A first dictionary is trained from all of them.
+/// New files up to [`GROUP_BYTES`] are written first, several to a
+/// transaction, while the next ones are read: one commit, one sync and one
+/// search-index flush per group instead of per file (a group with a bad file
+/// in it is imported a file at a time, so a bad file still imports nothing
+/// of itself and the others go on). The other files follow, each alone.
+pub fn import_jsonl_files(
+    archive: &Archive,
+    paths: &[PathBuf],
+    progress: &mut dyn FnMut(usize, u64),
+) -> Result<Vec<Result<FileImport>>> {
+    if paths.len() > 1 {
+        train_dictionary_for(archive, paths)?;
+    }
+    let mut results: Vec<Option<Result<FileImport>>> = paths.iter().map(|_| None).collect();
+    let mut grouped: Vec<(usize, NewFile)> = Vec::new();
+    let mut alone: Vec<(usize, Plan)> = Vec::new();
+    // A file named twice (two roots holding it) is imported once; the
+    // second naming finds its record afterwards.
+    let mut named_again = Vec::new();
+    let mut new_files = std::collections::HashSet::new();
+    for (index, path) in paths.iter().enumerate() {
+        let mut report = |at| progress(index, at);
+        match plan_import(archive, path, &mut ByteProgress::new(&mut report)) {
+            Err(e) => results[index] = Some(Err(e)),
+            Ok(Plan::Done(done)) => results[index] = Some(Ok(done)),
+            Ok(Plan::New(file)) if !new_files.insert(file.canon.clone()) => {
+                named_again.push(index);
+            }
+            Ok(Plan::New(file)) if file.size <= GROUP_BYTES => grouped.push((index, file)),
+            Ok(plan) => alone.push((index, plan)),
+        }
+    }
+    write_grouped(archive, &grouped, progress, &mut results);
+    for (index, file) in &grouped {
+        // Its group was rolled back (a bad file in it, the lock, the commit).
+        if results[*index].is_none() {
+            let mut report = |at| progress(*index, at);
+            results[*index] = Some(import_new(
+                archive,
+                file,
+                &mut ByteProgress::new(&mut report),
+            ));
+        }
+    }
+    for (index, plan) in alone {
+        let mut report = |at| progress(index, at);
+        let mut file_progress = ByteProgress::new(&mut report);
+        results[index] = Some(carry_out(archive, &paths[index], plan, &mut file_progress));
+    }
+    for index in named_again {
+        let mut report = |at| progress(index, at);
+        results[index] = Some(import_jsonl_with_progress(
+            archive,
+            &paths[index],
+            &mut report,
+        ));
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| Err(Error::Unknown("a file was left out of an import".into())))
+        })
+        .collect())
+}
+
+/// What importing a file comes to, decided before anything is written.
+enum Plan {
+    /// Nothing (more) to write.
+    Done(FileImport),
+    /// A file not imported before.
+    New(NewFile),
+    /// A file pi has appended to since its import `record`.
+    Append {
+        record: ImportRecord,
+        size: u64,
+        mtime: i64,
+    },
+}
+
+/// A file to import as a new session.
+struct NewFile {
+    path: PathBuf,
+    /// Its canonical path, as its import record names it.
+    canon: String,
+    size: u64,
+    mtime: i64,
+    header: Header,
+}
+
+/// Looks at `path` and the archive's record of it: unchanged, appended to
+/// (the imported prefix is hashed, reported to `progress`), changed (an
+/// error), or new (its header read and checked).
+fn plan_import(archive: &Archive, path: &Path, progress: &mut ByteProgress<'_>) -> Result<Plan> {
     let (canon, size, mtime) = file_facts(path)?;
-    let unchanged = |r: &ImportRecord| FileImport {
-        session_id: r.session_id.clone(),
-        outcome: ImportOutcome::Unchanged,
-        entries: 0,
-        bytes_read: 0,
-        torn_tail: None,
+    let unchanged = |r: &ImportRecord| {
+        Plan::Done(FileImport {
+            session_id: r.session_id.clone(),
+            outcome: ImportOutcome::Unchanged,
+            entries: 0,
+            bytes_read: 0,
+            torn_tail: None,
+        })
     };
     match archive.import_record(&canon)? {
         Some(r) if r.file_size == size && r.file_mtime == mtime => Ok(unchanged(&r)),
@@ -241,7 +369,7 @@ pub fn import_jsonl_with_progress(
                     path,
                     r.bytes,
                     PrefixHash::like(&r.prefix_hash),
-                    Some(&mut progress),
+                    Some(progress),
                 )? == r.prefix_hash =>
         {
             if size == r.bytes {
@@ -255,117 +383,185 @@ pub fn import_jsonl_with_progress(
                 })?;
                 return Ok(unchanged(&r));
             }
-            append_new_lines(archive, path, &r, size, mtime, &mut progress)
+            Ok(Plan::Append {
+                record: r,
+                size,
+                mtime,
+            })
         }
         Some(r) => Err(Error::ImportedFileChanged {
             path: path.to_owned(),
             session: r.session_id.clone(),
             how: "not only appended to",
         }),
-        None => import_new(archive, path, canon, size, mtime, &mut progress),
+        None => {
+            let header = read_open_header(path)?;
+            // An id that could not be exported (a path, `..`) is refused at the door.
+            check_session_id(&header.id)?;
+            let skipped = |session_id, outcome| {
+                Plan::Done(FileImport {
+                    session_id,
+                    outcome,
+                    entries: 0,
+                    bytes_read: 0,
+                    torn_tail: None,
+                })
+            };
+            // An earlier import of this file that never published: another
+            // process is still at it, or it died and its batches go.
+            if let Some(id) = archive.discard_dead_staged_import(&canon)? {
+                return Ok(skipped(id, ImportOutcome::InProgressElsewhere));
+            }
+            if archive.has_session(&header.id)? {
+                return Ok(skipped(header.id, ImportOutcome::AlreadyPresent));
+            }
+            Ok(Plan::New(NewFile {
+                path: path.to_owned(),
+                canon,
+                size,
+                mtime,
+                header,
+            }))
+        }
     }
 }
 
+/// Imports a new file in a staged write of its own: in short transactions
+/// (other writers get the lock between them), invisible until published,
+/// so the file is imported whole or not at all as far as any reader can tell.
 fn import_new(
     archive: &Archive,
-    path: &Path,
-    canon: String,
-    size: u64,
-    mtime: i64,
+    file: &NewFile,
     progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
-    let header = read_open_header(path)?;
-    // An id that could not be exported (a path, `..`) is refused at the door.
-    check_session_id(&header.id)?;
-    // An earlier import of this file that never published: another process
-    // is still at it, or it died and its batches go.
-    if let Some(id) = archive.discard_dead_staged_import(&canon)? {
-        return Ok(FileImport {
-            session_id: id,
-            outcome: ImportOutcome::InProgressElsewhere,
-            entries: 0,
-            bytes_read: 0,
-            torn_tail: None,
-        });
-    }
-    if archive.has_session(&header.id)? {
-        return Ok(FileImport {
-            session_id: header.id,
-            outcome: ImportOutcome::AlreadyPresent,
-            entries: 0,
-            bytes_read: 0,
-            torn_tail: None,
-        });
-    }
-    let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
-    let file = File::open(path).map_err(io)?;
-    let hash = std::sync::Mutex::new(WideFnv::new());
-    let hashing = HashingReader {
-        inner: file,
-        hash: &hash,
-    };
-    let canon_for_race = canon.clone();
     // An archive without a dictionary gets its first one from this file,
     // trained while the reader parses ahead.
-    let train = || {
-        if !archive.has_dictionary()? {
-            train_dictionary_for(archive, &[path.to_owned()])?;
+    let train = || train_dictionary_for(archive, std::slice::from_ref(&file.path)).map(drop);
+    let imported = pipelined(vec![Source::new_file(file)], train, |feed| {
+        archive.write_session(|w| {
+            w.begin_staged(&new_session_from_header(&file.header), &file.canon)?;
+            let read = feed.write(w, progress)?;
+            let imported = record_new_file(w, file, read)?;
+            w.publish()?;
+            Ok(imported)
+        })
+    });
+    imported.or_else(|e| lost_race(archive, file, e))
+}
+
+/// Writes `files` (all new, none bigger than [`GROUP_BYTES`]) in groups of
+/// at most that many bytes (or one file), a transaction each, while one reader reads ahead through all of them; puts
+/// each file's result in `results` once its group has committed. A group
+/// is written whole or not at all: one failing file (a bad line, a session
+/// already there) rolls it back, and its files get no results here, to be
+/// imported one by one. (A savepoint per file instead would cost every
+/// file a search-index flush and a sub-journal of the pages it touches.)
+fn write_grouped(
+    archive: &Archive,
+    files: &[(usize, NewFile)],
+    progress: &mut dyn FnMut(usize, u64),
+    results: &mut [Option<Result<FileImport>>],
+) {
+    if files.is_empty() {
+        return;
+    }
+    let mut groups: Vec<&[(usize, NewFile)]> = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (at, (_, file)) in files.iter().enumerate() {
+        if at > from && bytes + file.size > GROUP_BYTES {
+            groups.push(&files[from..at]);
+            (from, bytes) = (at, 0);
+        }
+        bytes += file.size;
+    }
+    groups.push(&files[from..]);
+    let paths: Vec<PathBuf> = files.iter().map(|(_, f)| f.path.clone()).collect();
+    let train = || train_dictionary_for(archive, &paths).map(drop);
+    let sources = files.iter().map(|(_, f)| Source::new_file(f)).collect();
+    // A failure here leaves the files without results, to be imported alone.
+    let _ = pipelined(sources, train, |feed| {
+        for (n, group) in groups.iter().enumerate() {
+            if n > 0 {
+                // Writers waiting for the lock get it between two groups.
+                std::thread::sleep(crate::backend::sqlite::STAGED_GAP);
+            }
+            let first = feed.next_file;
+            let written = archive.write_session(|w| {
+                let mut imported = Vec::with_capacity(group.len());
+                for (index, file) in *group {
+                    let mut report = |at| progress(*index, at);
+                    w.begin(&new_session_from_header(&file.header))?;
+                    let read = feed.write(w, &mut ByteProgress::new(&mut report))?;
+                    imported.push(record_new_file(w, file, read)?);
+                    w.end_session()?;
+                }
+                Ok(imported)
+            });
+            match written {
+                Ok(imported) => {
+                    for ((index, _), one) in group.iter().zip(imported) {
+                        results[*index] = Some(Ok(one));
+                    }
+                }
+                Err(_) => {
+                    while feed.next_file < first + group.len() {
+                        feed.skip();
+                    }
+                }
+            }
         }
         Ok(())
+    });
+}
+
+/// Records a new file's import in the write that imported it.
+fn record_new_file(
+    w: &mut SessionWriter<'_>,
+    file: &NewFile,
+    read: FileRead,
+) -> Result<FileImport> {
+    let summary = read.summary;
+    let prefix_hash = match read.hash {
+        Some(hash) if summary.torn_tail.is_none() => hash,
+        _ => hash_prefix(&file.path, summary.complete_bytes)?,
     };
-    let imported = pipelined(
-        BufReader::with_capacity(1 << 16, hashing),
-        path,
-        ReadStart::Beginning,
-        progress,
-        train,
-        |feed| {
-            archive.write_session(|w| {
-                // Written in short transactions (other writers get the lock between
-                // them), invisible until published: the file is imported whole or not
-                // at all as far as any reader can tell.
-                w.begin_staged(&new_session_from_header(&header), &canon)?;
-                let summary = feed.write(w)?;
-                let prefix_hash = if summary.torn_tail.is_none() {
-                    hash.lock().unwrap_or_else(|p| p.into_inner()).tagged_hex()
-                } else {
-                    hash_prefix(path, summary.complete_bytes)?
-                };
-                w.record_import(&ImportRecord {
-                    source_path: canon,
-                    session_id: summary.header.id.clone(),
-                    bytes: summary.complete_bytes,
-                    prefix_hash,
-                    lines: summary.lines,
-                    file_size: size,
-                    file_mtime: mtime,
-                })?;
-                w.publish()?;
-                Ok(FileImport {
-                    session_id: summary.header.id.clone(),
-                    outcome: ImportOutcome::Imported,
-                    entries: summary.entries,
-                    bytes_read: summary.bytes,
-                    torn_tail: summary.torn_tail,
-                })
-            })
+    w.record_import(&ImportRecord {
+        source_path: file.canon.clone(),
+        session_id: summary.header.id.clone(),
+        bytes: summary.complete_bytes,
+        prefix_hash,
+        lines: summary.lines,
+        file_size: file.size,
+        file_mtime: file.mtime,
+    })?;
+    Ok(FileImport {
+        session_id: summary.header.id,
+        outcome: ImportOutcome::Imported,
+        entries: summary.entries,
+        bytes_read: summary.bytes,
+        torn_tail: summary.torn_tail,
+    })
+}
+
+/// Another import (another process, or a file before this one) created the
+/// session between our look and our write: what it did stands, as if it had
+/// come first. Any other error is `error`.
+fn lost_race(archive: &Archive, file: &NewFile, error: Error) -> Result<FileImport> {
+    let Error::SessionExists(id) = error else {
+        return Err(error);
+    };
+    Ok(FileImport {
+        session_id: id,
+        outcome: match archive.import_record(&file.canon)? {
+            Some(r) if r.file_size == file.size && r.file_mtime == file.mtime => {
+                ImportOutcome::Unchanged
+            }
+            _ => ImportOutcome::AlreadyPresent,
         },
-    );
-    match imported {
-        // Another import (another process) created the session between our
-        // look and our write: what it did stands, as if it had come first.
-        Err(Error::SessionExists(id)) => Ok(FileImport {
-            session_id: id,
-            outcome: match archive.import_record(&canon_for_race)? {
-                Some(r) if r.file_size == size && r.file_mtime == mtime => ImportOutcome::Unchanged,
-                _ => ImportOutcome::AlreadyPresent,
-            },
-            entries: 0,
-            bytes_read: 0,
-            torn_tail: None,
-        }),
-        other => other,
-    }
+        entries: 0,
+        bytes_read: 0,
+        torn_tail: None,
+    })
 }
 
 /// Entries the reading thread hands over at a time (one channel message per
@@ -391,11 +587,294 @@ type Parsed = (
     Option<Prepared>,
 );
 
+/// A file for [`pipelined`]'s reader to read.
+struct Source {
+    path: PathBuf,
+    start: ReadStart,
+    /// Whether to hash the bytes read ([`WideFnv`]): a new file's import
+    /// record holds the hash of all of them.
+    hash: bool,
+}
+
+impl Source {
+    /// A new file, read and hashed from its start.
+    fn new_file(file: &NewFile) -> Self {
+        Source {
+            path: file.path.clone(),
+            start: ReadStart::Beginning,
+            hash: true,
+        }
+    }
+}
+
+/// What the reader made of one file.
+struct FileRead {
+    summary: ReadSummary,
+    /// The tagged hash of every byte read, if the [`Source`] asked for it.
+    hash: Option<String>,
+}
+
+/// What the reading thread hands the writing one.
+enum Handed {
+    /// Parsed entries, and the file offset the last one's line ended at.
+    Batch(Vec<Parsed>, u64),
+    /// The end of a file: what was read, or why reading it stopped (boxed:
+    /// one per file, where batches are many).
+    End(Box<Result<FileRead>>),
+}
+
+/// Reads and parses entries (and extracts their search text and compresses
+/// them) on a second thread while this one writes them, so an import keeps
+/// both cores busy; the reader goes through `sources` in order, the writer
+/// takes each file's entries with [`Feed::write`] (or passes it by with
+/// [`Feed::skip`]). Meanwhile, before any write, `before` runs on this
+/// thread (training the archive's first dictionary: the reader parses ahead,
+/// up to [`TRAINING_READ_AHEAD`], and encodes once `write` hands it the
+/// encoder). Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`]
+/// batches of [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`])
+/// ahead, plus the read-ahead, and written batches wait to be freed by the
+/// reader for at most as many more (it takes them back at every hand-over,
+/// and the writer can only have written what was queued).
+fn pipelined<T>(
+    sources: Vec<Source>,
+    before: impl FnOnce() -> Result<()>,
+    write: impl FnOnce(&mut Feed<'_>) -> Result<T>,
+) -> Result<T> {
+    let writer_waiting = AtomicBool::new(false);
+    let abandoned_below = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let (send, batches) = std::sync::mpsc::sync_channel::<Handed>(PIPELINE_DEPTH);
+        let (encoder_send, encoder_receive) = std::sync::mpsc::channel::<Encoder>();
+        let (spent_send, spent) = std::sync::mpsc::channel::<Vec<Parsed>>();
+        let reader = PipelineReader {
+            send,
+            spent,
+            encoder_receive,
+            encoder: None,
+            writer_waiting: &writer_waiting,
+            abandoned_below: &abandoned_below,
+            ahead: std::collections::VecDeque::new(),
+            ahead_bytes: 0,
+            batch: Vec::with_capacity(PIPELINE_BATCH),
+            batch_bytes: 0,
+            stopped: false,
+            file: 0,
+        };
+        let reading = scope.spawn(move || reader.read_all(sources));
+        let mut feed = Feed {
+            encoder: Some(encoder_send),
+            mine: None,
+            batches,
+            spent: spent_send,
+            writer_waiting: &writer_waiting,
+            abandoned_below: &abandoned_below,
+            next_file: 0,
+            reading,
+        };
+        let written = before().and_then(|()| write(&mut feed));
+        // Stops a reader still going (the write failed), then joins it.
+        let read = feed.finish();
+        let written = written?;
+        read?;
+        Ok(written)
+    })
+}
+
+/// The reading side of [`pipelined`], on its own thread.
+struct PipelineReader<'s> {
+    send: std::sync::mpsc::SyncSender<Handed>,
+    /// Batches written, to be freed here (see [`Feed::spent`]).
+    spent: std::sync::mpsc::Receiver<Vec<Parsed>>,
+    encoder_receive: std::sync::mpsc::Receiver<Encoder>,
+    encoder: Option<Encoder>,
+    writer_waiting: &'s AtomicBool,
+    /// Files before this index the writer no longer wants (its write failed).
+    abandoned_below: &'s AtomicUsize,
+    /// Parsed entries waiting for the encoder, each with the offset its line ended at.
+    ahead: std::collections::VecDeque<(Parsed, u64)>,
+    ahead_bytes: usize,
+    batch: Vec<Parsed>,
+    batch_bytes: usize,
+    /// The writer is gone: nothing more is read.
+    stopped: bool,
+    /// The index of the file being read.
+    file: usize,
+}
+
+fn writer_stopped() -> Error {
+    Error::Unknown("the import's writer stopped".into())
+}
+
+fn file_left() -> Error {
+    Error::Unknown("an import's file left by its writer".into())
+}
+
+impl PipelineReader<'_> {
+    /// Reads every source in turn, ending each with [`Handed::End`].
+    fn read_all(mut self, sources: Vec<Source>) -> Result<()> {
+        for (file, source) in sources.into_iter().enumerate() {
+            let read = self.read_file(file, source);
+            if self.stopped {
+                return Err(writer_stopped());
+            }
+            if read.is_err() {
+                // Nothing of a failed file reaches the next one's batches.
+                self.batch.clear();
+                self.batch_bytes = 0;
+                self.ahead.clear();
+            }
+            self.send
+                .send(Handed::End(Box::new(read)))
+                .map_err(|_| writer_stopped())?;
+        }
+        Ok(())
+    }
+
+    fn read_file(&mut self, file: usize, source: Source) -> Result<FileRead> {
+        self.file = file;
+        let Source { path, start, hash } = source;
+        let offset = match &start {
+            ReadStart::Beginning => 0,
+            ReadStart::After { offset, .. } => *offset,
+        };
+        let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+        let mut opened = File::open(&path).map_err(io)?;
+        if offset > 0 {
+            opened.seek(SeekFrom::Start(offset)).map_err(io)?;
+        }
+        let mut hashing = HashingReader {
+            inner: opened,
+            hash: hash.then(WideFnv::new),
+        };
+        let consumed = std::cell::Cell::new(offset);
+        let reader = Counting {
+            inner: BufReader::with_capacity(1 << 16, &mut hashing),
+            consumed: &consumed,
+        };
+        let summary = read_session_from(reader, &path, start, |_, entry| {
+            if self.abandoned() {
+                return Err(file_left());
+            }
+            self.take(entry, consumed.get())
+        })?;
+        self.finish_file(consumed.get())?;
+        Ok(FileRead {
+            summary,
+            hash: hashing.hash.map(|h| h.tagged_hex()),
+        })
+    }
+
+    /// Takes one parsed entry, whose line ended at `at`: held back while
+    /// there is no encoder yet (up to the read-ahead), else batched.
+    fn take(&mut self, entry: crate::entry::Entry, at: u64) -> Result<()> {
+        let text = searchable_text(&entry);
+        if self.encoder.is_none() {
+            match self.encoder_receive.try_recv() {
+                Ok(e) => self.encoder = Some(e),
+                Err(std::sync::mpsc::TryRecvError::Empty)
+                    if self.ahead_bytes < TRAINING_READ_AHEAD =>
+                {
+                    self.ahead_bytes += entry.json().len();
+                    self.ahead.push_back(((entry, text, None), at));
+                    return Ok(());
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => self.wait_for_encoder()?,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err(self.stop()),
+            }
+        }
+        self.push_ahead()?;
+        self.push((entry, text, None), at)
+    }
+
+    /// Ends a file whose last line ended at `end`: what it holds back goes.
+    fn finish_file(&mut self, end: u64) -> Result<()> {
+        // A file shorter than the read-ahead: everything waits for the encoder.
+        if self.encoder.is_none() && !self.ahead.is_empty() {
+            self.wait_for_encoder()?;
+        }
+        self.push_ahead()?;
+        if !self.batch.is_empty() {
+            self.hand_over(end)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the writer's encoder, unless the writer leaves this file
+    /// (it may pass it by before it has an encoder to give).
+    fn wait_for_encoder(&mut self) -> Result<()> {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            match self.encoder_receive.recv_timeout(Duration::from_millis(5)) {
+                Ok(e) => {
+                    self.encoder = Some(e);
+                    return Ok(());
+                }
+                Err(RecvTimeoutError::Timeout) if self.abandoned() => return Err(file_left()),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(self.stop()),
+            }
+        }
+    }
+
+    /// Whether the writer no longer wants the file being read.
+    fn abandoned(&self) -> bool {
+        self.abandoned_below.load(Ordering::Acquire) > self.file
+    }
+
+    /// Batches what was read ahead of the encoder.
+    fn push_ahead(&mut self) -> Result<()> {
+        while let Some((parsed, at)) = self.ahead.pop_front() {
+            self.push(parsed, at)?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, parsed: Parsed, at: u64) -> Result<()> {
+        self.batch_bytes += parsed.0.json().len();
+        self.batch.push(parsed);
+        if self.batch.len() == PIPELINE_BATCH || self.batch_bytes >= PIPELINE_BATCH_BYTES {
+            self.hand_over(at)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the batch unless the writer is waiting for one (then it
+    /// encodes the batch itself), and sends it.
+    fn hand_over(&mut self, at: u64) -> Result<()> {
+        let mut full = std::mem::replace(&mut self.batch, Vec::with_capacity(PIPELINE_BATCH));
+        self.batch_bytes = 0;
+        self.spent.try_iter().for_each(drop);
+        if let (false, Some(encoder)) = (
+            self.writer_waiting.load(Ordering::Acquire),
+            self.encoder.as_ref(),
+        ) {
+            for (entry, _, prepared) in &mut full {
+                if prepared.is_none() {
+                    *prepared = Some(encoder.prepare(entry.json()));
+                }
+            }
+        }
+        match self.send.send(Handed::Batch(full, at)) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.stop()),
+        }
+    }
+
+    fn stop(&mut self) -> Error {
+        self.stopped = true;
+        writer_stopped()
+    }
+}
+
 /// The writing side of [`pipelined`]: hands the reader its encoder, then
-/// writes what it sends.
-struct Feed<'s, 'p, 'q> {
-    encoder: std::sync::mpsc::Sender<Encoder>,
-    batches: std::sync::mpsc::Receiver<(Vec<Parsed>, u64)>,
+/// writes what it sends, file by file.
+struct Feed<'s> {
+    /// Hands the reader the encoder at the first write (dropped, the reader
+    /// stops waiting for it).
+    encoder: Option<std::sync::mpsc::Sender<Encoder>>,
+    /// The same encoder, for the batches the reader leaves unencoded.
+    mine: Option<Encoder>,
+    batches: std::sync::mpsc::Receiver<Handed>,
     /// Written batches go back to the reader, which frees them: memory freed
     /// on the thread that allocated it takes no allocator lock (freeing the
     /// reader's entries here cost both threads ~10 % of an import in glibc's
@@ -407,185 +886,138 @@ struct Feed<'s, 'p, 'q> {
     /// with none queued the writer is usually busy with the last one, and
     /// it ended up encoding 45 % of the entries while the busier thread.)
     writer_waiting: &'s AtomicBool,
-    reading: std::thread::ScopedJoinHandle<'s, Result<ReadSummary>>,
-    progress: &'p mut ByteProgress<'q>,
+    abandoned_below: &'s AtomicUsize,
+    /// The index of the file the next write takes.
+    next_file: usize,
+    reading: std::thread::ScopedJoinHandle<'s, Result<()>>,
 }
 
-impl Feed<'_, '_, '_> {
-    /// Writes every entry the reader parses into `w`'s session; returns what
-    /// the reader read.
-    fn write(self, w: &mut SessionWriter<'_>) -> Result<ReadSummary> {
+impl Feed<'_> {
+    /// Writes the entries of the reader's next file into `w`'s session;
+    /// returns what the reader read. Either way the feed is then at the
+    /// file after: a failed write leaves the rest of this one unread.
+    fn write(
+        &mut self,
+        w: &mut SessionWriter<'_>,
+        progress: &mut ByteProgress<'_>,
+    ) -> Result<FileRead> {
+        let ready = self.hand_encoder(w);
+        let read = self.take_file(Some(w).filter(|_| ready.is_ok()), progress);
+        ready?;
+        read
+    }
+
+    /// Passes the reader's next file by, unwritten.
+    fn skip(&mut self) {
+        let _ = self.take_file(None, &mut ByteProgress::new(&mut |_| {}));
+    }
+
+    /// Sends the reader the encoder of `w`'s transaction, at the first write.
+    fn hand_encoder(&mut self, w: &SessionWriter<'_>) -> Result<()> {
+        if self.mine.is_some() {
+            return Ok(());
+        }
+        match w.encoder() {
+            Ok(mine) => {
+                if let Some(send) = &self.encoder {
+                    // A reader that stopped on an error says so when joined.
+                    let _ = send.send(mine.clone());
+                }
+                self.mine = Some(mine);
+                Ok(())
+            }
+            Err(e) => {
+                // The reader stops waiting for one.
+                self.encoder = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the next file's batches to its end, writing them into `w` if
+    /// given (and until a write fails).
+    fn take_file(
+        &mut self,
+        mut w: Option<&mut SessionWriter<'_>>,
+        progress: &mut ByteProgress<'_>,
+    ) -> Result<FileRead> {
+        let file = self.next_file;
+        self.next_file += 1;
+        let mut written = Ok(());
+        if w.is_none() {
+            self.abandoned_below.fetch_max(file + 1, Ordering::AcqRel);
+        }
+        loop {
+            let handed = match self.batches.try_recv() {
+                Ok(handed) => handed,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return written.and(Err(Error::Unknown("the import's reader stopped".into())));
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    self.writer_waiting.store(true, Ordering::Release);
+                    let handed = self.batches.recv();
+                    self.writer_waiting.store(false, Ordering::Release);
+                    match handed {
+                        Ok(handed) => handed,
+                        Err(_) => {
+                            return written
+                                .and(Err(Error::Unknown("the import's reader stopped".into())));
+                        }
+                    }
+                }
+            };
+            match handed {
+                Handed::Batch(mut batch, reached) => {
+                    if let (Some(w), Ok(()), Some(mine)) =
+                        (w.as_deref_mut(), &written, self.mine.as_ref())
+                    {
+                        written = push_batch(w, mine, &mut batch);
+                        if written.is_ok() {
+                            progress.step(reached);
+                        } else {
+                            self.abandoned_below.fetch_max(file + 1, Ordering::AcqRel);
+                        }
+                    }
+                    // A reader that has stopped frees nothing more: this thread does.
+                    let _ = self.spent.send(batch);
+                }
+                Handed::End(read) => {
+                    written?;
+                    let read = (*read)?;
+                    progress.reached(read.summary.bytes);
+                    return Ok(read);
+                }
+            }
+        }
+    }
+
+    /// Stops the reader if it is still going and joins it: its own failure
+    /// (a file's failures came with the file).
+    fn finish(self) -> Result<()> {
         let Feed {
             encoder,
             batches,
-            spent,
-            writer_waiting,
             reading,
-            progress,
+            ..
         } = self;
-        let mine = w.encoder()?;
-        // A reader that stopped on an error says so when joined below.
-        let _ = encoder.send(mine.clone());
-        let mut written = Ok(());
-        let next_batch = || match batches.try_recv() {
-            Ok(batch) => Some(batch),
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => None,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {
-                writer_waiting.store(true, Ordering::Release);
-                let batch = batches.recv().ok();
-                writer_waiting.store(false, Ordering::Release);
-                batch
-            }
-        };
-        'batches: while let Some((mut batch, reached)) = next_batch() {
-            for (entry, text, prepared) in &mut batch {
-                let prepared = prepared.get_or_insert_with(|| mine.prepare(entry.json()));
-                let text = text
-                    .as_ref()
-                    .map(|(role, text)| (role.as_str(), text.as_str()));
-                if let Err(e) = w.push_prepared(entry, text, prepared) {
-                    written = Err(e);
-                    break 'batches;
-                }
-            }
-            // A reader that has stopped frees nothing more: this thread does.
-            let _ = spent.send(batch);
-            progress.step(reached);
-        }
-        // Dropping the receiver stops a reader still sending.
+        drop(encoder);
         drop(batches);
-        let read: Result<ReadSummary> = reading
+        reading
             .join()
-            .map_err(|_| Error::Unknown("the import's reader panicked".into()))?;
-        written?;
-        let summary = read?;
-        progress.reached(summary.bytes);
-        Ok(summary)
+            .map_err(|_| Error::Unknown("the import's reader panicked".into()))?
     }
 }
 
-/// Reads and parses entries (and extracts their search text and compresses
-/// them) on a second thread while this one writes them, so an import keeps
-/// both cores busy. Meanwhile, before any write, `before` runs on this
-/// thread (training the archive's first dictionary: the reader parses ahead,
-/// up to [`TRAINING_READ_AHEAD`], and encodes once `write` hands it the
-/// encoder). `write` opens the session write and calls [`Feed::write`].
-/// Memory stays bounded: the reader is at most [`PIPELINE_DEPTH`] batches of
-/// [`PIPELINE_BATCH`] entries (or [`PIPELINE_BATCH_BYTES`]) ahead, plus the
-/// read-ahead, and written batches wait to be freed by the reader for at most
-/// as many more (it takes them back at every hand-over, and the writer can
-/// only have written what was queued). Each batch carries the file offset its last line ended at;
-/// `progress` hears it once the batch is written, on this thread.
-fn pipelined<R: BufRead + Send, T>(
-    reader: R,
-    path: &Path,
-    start: ReadStart,
-    progress: &mut ByteProgress<'_>,
-    before: impl FnOnce() -> Result<()>,
-    write: impl FnOnce(Feed<'_, '_, '_>) -> Result<T>,
-) -> Result<T> {
-    let offset = match &start {
-        ReadStart::Beginning => 0,
-        ReadStart::After { offset, .. } => *offset,
-    };
-    let writer_waiting = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let (send, batches) = std::sync::mpsc::sync_channel::<(Vec<Parsed>, u64)>(PIPELINE_DEPTH);
-        let (encoder_send, encoder_receive) = std::sync::mpsc::channel::<Encoder>();
-        let (spent_send, spent) = std::sync::mpsc::channel::<Vec<Parsed>>();
-        let writer_waiting = &writer_waiting;
-        let reading = scope.spawn(move || {
-            let stopped = || Error::Unknown("the import's writer stopped".into());
-            let consumed = std::cell::Cell::new(offset);
-            let reader = Counting {
-                inner: reader,
-                consumed: &consumed,
-            };
-            let mut encoder: Option<Encoder> = None;
-            // Parsed entries waiting for the encoder, each with the offset its line ended at.
-            let mut ahead: std::collections::VecDeque<(Parsed, u64)> =
-                std::collections::VecDeque::new();
-            let mut ahead_bytes = 0;
-            let mut batch: Vec<Parsed> = Vec::with_capacity(PIPELINE_BATCH);
-            let mut bytes = 0;
-            // Encodes a full batch unless the writer is waiting for one
-            // (then it encodes the batch itself), and sends it.
-            let hand_over = |mut full: Vec<Parsed>, encoder: &Encoder, at: u64| {
-                spent.try_iter().for_each(drop);
-                if !writer_waiting.load(Ordering::Acquire) {
-                    for (entry, _, prepared) in &mut full {
-                        if prepared.is_none() {
-                            *prepared = Some(encoder.prepare(entry.json()));
-                        }
-                    }
-                }
-                send.send((full, at)).map_err(|_| stopped())
-            };
-            let summary = read_session_from(reader, path, start, |_, entry| {
-                let text = searchable_text(&entry);
-                if encoder.is_none() {
-                    match encoder_receive.try_recv() {
-                        Ok(e) => encoder = Some(e),
-                        Err(std::sync::mpsc::TryRecvError::Empty)
-                            if ahead_bytes < TRAINING_READ_AHEAD =>
-                        {
-                            ahead_bytes += entry.json().len();
-                            ahead.push_back(((entry, text, None), consumed.get()));
-                            return Ok(());
-                        }
-                        Err(std::sync::mpsc::TryRecvError::Empty) => {
-                            encoder = Some(encoder_receive.recv().map_err(|_| stopped())?);
-                        }
-                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err(stopped()),
-                    }
-                }
-                let Some(encoder) = encoder.as_ref() else {
-                    return Err(stopped());
-                };
-                let now = [((entry, text, None), consumed.get())];
-                for ((entry, text, prepared), at) in ahead.drain(..).chain(now) {
-                    bytes += entry.json().len();
-                    batch.push((entry, text, prepared));
-                    if batch.len() == PIPELINE_BATCH || bytes >= PIPELINE_BATCH_BYTES {
-                        bytes = 0;
-                        let full =
-                            std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                        hand_over(full, encoder, at)?;
-                    }
-                }
-                Ok(())
-            })?;
-            // A file shorter than the read-ahead: everything waits for the encoder.
-            if encoder.is_none() && !ahead.is_empty() {
-                encoder = Some(encoder_receive.recv().map_err(|_| stopped())?);
-            }
-            let Some(encoder) = encoder.as_ref() else {
-                return Ok(summary);
-            };
-            for (parsed, at) in ahead.drain(..) {
-                batch.push(parsed);
-                if batch.len() == PIPELINE_BATCH {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(PIPELINE_BATCH));
-                    hand_over(full, encoder, at)?;
-                }
-            }
-            if !batch.is_empty() {
-                hand_over(batch, encoder, consumed.get())?;
-            }
-            Ok(summary)
-        });
-        let feed = Feed {
-            encoder: encoder_send,
-            batches,
-            spent: spent_send,
-            writer_waiting,
-            reading,
-            progress,
-        };
-        // A failure here drops the feed, which stops the reader; the scope joins it.
-        before()?;
-        write(feed)
-    })
+/// Writes one batch of parsed entries, encoding those the reader left.
+fn push_batch(w: &mut SessionWriter<'_>, mine: &Encoder, batch: &mut [Parsed]) -> Result<()> {
+    for (entry, text, prepared) in batch {
+        let prepared = prepared.get_or_insert_with(|| mine.prepare(entry.json()));
+        let text = text
+            .as_ref()
+            .map(|(role, text)| (role.as_str(), text.as_str()));
+        w.push_prepared(entry, text, prepared)?;
+    }
+    Ok(())
 }
 
 /// A buffered reader that counts the bytes consumed from it: the offset of
@@ -681,22 +1113,22 @@ fn append_new_lines(
             session: r.session_id.clone(),
         });
     }
-    file.seek(SeekFrom::Start(r.bytes)).map_err(io)?;
-    let start = ReadStart::After {
-        header,
-        offset: r.bytes,
-        lines: r.lines,
+    let source = Source {
+        path: path.to_owned(),
+        start: ReadStart::After {
+            header,
+            offset: r.bytes,
+            lines: r.lines,
+        },
+        hash: false,
     };
     pipelined(
-        BufReader::with_capacity(1 << 16, file),
-        path,
-        start,
-        progress,
+        vec![source],
         || Ok(()),
         |feed| {
             archive.write_session(|w| {
                 w.resume(&r.session_id)?;
-                let summary = feed.write(w)?;
+                let summary = feed.write(w, progress)?.summary;
                 w.record_import(&ImportRecord {
                     source_path: r.source_path.clone(),
                     session_id: r.session_id.clone(),
@@ -815,20 +1247,18 @@ fn last_entry_id(line: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Hashes what is read through it into a hash the writing thread reads once
-/// the reading thread is done.
-struct HashingReader<'a, R> {
+/// Hashes what is read through it, if it holds a hash.
+struct HashingReader<R> {
     inner: R,
-    hash: &'a std::sync::Mutex<WideFnv>,
+    hash: Option<WideFnv>,
 }
 
-impl<R: Read> Read for HashingReader<'_, R> {
+impl<R: Read> Read for HashingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hash
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .update(&buf[..n]);
+        if let Some(hash) = &mut self.hash {
+            hash.update(&buf[..n]);
+        }
         Ok(n)
     }
 }

@@ -705,6 +705,101 @@ fn a_killed_import_is_invisible_and_the_next_import_starts_afresh() {
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
 
+/// Sessions readers see (published, not staged).
+fn visible_sessions(db: &Path) -> i64 {
+    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT count(*) FROM sessions WHERE staged_from IS NULL",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .unwrap_or(0)
+}
+
+/// A directory of small files imports several files to a transaction: an
+/// import killed before its first commit or between two leaves only whole
+/// sessions (each exports to exactly its file), and the next import brings
+/// in the rest, the sessions already there unchanged.
+#[test]
+fn a_directory_import_killed_mid_way_leaves_only_whole_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("sessions");
+    // ~10 MB in 110 files: three groups or more.
+    let generated = sessiontree_bench::gen::generate(
+        &files,
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Archive,
+            entries: 11_000,
+            sessions: Some(110),
+            seed: 31,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let source: std::collections::HashMap<String, PathBuf> = generated
+        .sessions
+        .iter()
+        .map(|s| (s.id.clone(), s.path.clone()))
+        .collect();
+    for (round, kill_after_sessions) in [0, 1].into_iter().enumerate() {
+        let db = dir.path().join(format!("killed-{round}.db"));
+        let mut import = spawn_import(&db, &files);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while visible_sessions(&db) < kill_after_sessions {
+            assert!(Instant::now() < deadline, "no group was ever committed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        import.kill().unwrap();
+        import.wait().unwrap();
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+        let listed = archive.list(&Default::default()).unwrap();
+        assert!(
+            listed.len() < source.len(),
+            "round {round}: killed after the end"
+        );
+        for s in &listed {
+            let mut exported = Vec::new();
+            sessiontree::convert::export_jsonl(
+                &archive.open_session(&s.metadata.id).unwrap(),
+                &mut exported,
+            )
+            .unwrap();
+            assert!(
+                exported == std::fs::read(&source[&s.metadata.id]).unwrap(),
+                "round {round}: session {} is not its whole file",
+                s.metadata.id
+            );
+        }
+        drop(archive);
+        let out = std::process::Command::new(bin())
+            .args(["--json", "--db"])
+            .arg(&db)
+            .arg("import")
+            .arg(&files)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["failed"], json!([]), "{report}");
+        assert_eq!(
+            (report["imported"].as_u64(), report["unchanged"].as_u64()),
+            (
+                Some((source.len() - listed.len()) as u64),
+                Some(listed.len() as u64)
+            ),
+            "round {round}: {report}"
+        );
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        assert_eq!(
+            archive.list(&Default::default()).unwrap().len(),
+            source.len()
+        );
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    }
+}
+
 /// Every connection of the archive's pool: its `synchronous` level and its
 /// WAL checkpoint interval (all held at once, so none is handed out twice).
 fn pool_sync_levels(archive: &Archive) -> Vec<(i64, i64)> {

@@ -1,12 +1,15 @@
 //! pi's JSONL format (spec §10–11): every bad-input case with its code, message
 //! and line number, and the file untouched; the real pi files; exact round trips;
-//! the progress that importing, exporting and checking report.
+//! the progress that importing, exporting and checking report; many files
+//! imported several to a transaction exactly as one at a time.
+
+mod support;
 
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::convert::{
-    export_jsonl, export_to_file_with_progress, import_jsonl, import_jsonl_with_progress,
-    ImportOutcome,
+    export_jsonl, export_to_file_with_progress, import_jsonl, import_jsonl_files,
+    import_jsonl_with_progress, train_dictionary_for, ImportOutcome,
 };
 use sessiontree::{Durability, Entry, ErrorCode, Session, SessionStorage};
 use std::path::{Path, PathBuf};
@@ -635,5 +638,149 @@ fn an_import_record_of_the_bytewise_hash_still_recognises_its_file(
     std::fs::write(&file, [&text[..], b"\n"].concat())?;
     let refused = import_jsonl(&archive, &file).map(|r| r.outcome);
     assert!(refused.is_err(), "{refused:?}");
+    Ok(())
+}
+
+/// What an archive holds as its users see it, whatever order its rows were
+/// written in: every session's summary and exported file, and what a few
+/// searches find.
+fn archive_view(archive: &Archive) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let mut sessions = archive.list(&Default::default())?;
+    sessions.sort_by(|a, b| a.metadata.id.cmp(&b.metadata.id));
+    let mut view = Vec::new();
+    for summary in &sessions {
+        view.push(format!("{summary:?}"));
+        let mut exported = Vec::new();
+        export_jsonl(&archive.open_session(&summary.metadata.id)?, &mut exported)?;
+        view.push(String::from_utf8(exported)?);
+    }
+    for word in ["the", "error", "test", "file*"] {
+        let mut hits: Vec<String> = archive
+            .search(word, None, None, None, 100_000)?
+            .into_iter()
+            .map(|h| format!("{word}: {} {} {}", h.session_id, h.entry_id, h.snippet))
+            .collect();
+        hits.sort();
+        view.extend(hits);
+    }
+    Ok(view)
+}
+
+/// Imports `paths` with `import_jsonl_files` into one archive and one at a
+/// time with `import_jsonl` into another (both with the dictionary trained
+/// from all of them first): the outcomes must match file for file, and the
+/// archives must hold the same. Returns the outcomes.
+fn grouped_like_one_at_a_time(
+    dir: &Path,
+    paths: &[PathBuf],
+) -> Result<Vec<Result<ImportOutcome, ErrorCode>>, Box<dyn std::error::Error>> {
+    let grouped_db = dir.join("grouped.db");
+    let grouped = Archive::open(&grouped_db, Durability::Full)?;
+    let mut heard: Vec<Vec<u64>> = vec![Vec::new(); paths.len()];
+    let results = import_jsonl_files(&grouped, paths, &mut |i, at| heard[i].push(at))?;
+    let single_db = dir.join("single.db");
+    let single = Archive::open(&single_db, Durability::Full)?;
+    train_dictionary_for(&single, paths)?;
+    let outcome = |r: &sessiontree::Result<sessiontree::convert::FileImport>| {
+        r.as_ref().map(|f| f.outcome.clone()).map_err(|e| e.code())
+    };
+    let mut outcomes = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let alone = import_jsonl(&single, path);
+        assert_eq!(outcome(&results[i]), outcome(&alone), "{}", path.display());
+        if let (Err(a), Err(b)) = (&results[i], &alone) {
+            assert_eq!(
+                a.to_string(),
+                b.to_string(),
+                "the same error, naming file and line"
+            );
+        }
+        if let Ok(r) = &results[i] {
+            if r.outcome == ImportOutcome::Imported {
+                // A file of a group that was rolled back is read again.
+                let size = std::fs::metadata(path)?.len();
+                assert!(heard[i].iter().all(|&at| at <= size), "{:?}", heard[i]);
+                assert_eq!(heard[i].last().copied(), Some(size));
+            }
+        }
+        outcomes.push(outcome(&results[i]));
+    }
+    assert_eq!(archive_view(&grouped)?, archive_view(&single)?);
+    drop((grouped, single));
+    support::assert_archive_ok(&grouped_db);
+    // Imported again, every file that landed is unchanged.
+    let grouped = Archive::open(&grouped_db, Durability::Full)?;
+    for (r, again) in results
+        .iter()
+        .zip(import_jsonl_files(&grouped, paths, &mut |_, _| {})?)
+    {
+        if r.is_ok() {
+            assert!(
+                matches!(
+                    again.as_ref().map(|a| &a.outcome),
+                    Ok(ImportOutcome::Unchanged | ImportOutcome::AlreadyPresent)
+                ),
+                "{again:?}"
+            );
+        }
+    }
+    Ok(outcomes)
+}
+
+/// The files of a generated archive of `sessions` sessions (compacted now
+/// and then) under `dir/sessions`, in pi's layout.
+fn generated_archive(dir: &Path, entries: usize, sessions: usize, seed: u64) -> Vec<PathBuf> {
+    let report = sessiontree_bench::gen::generate(
+        &dir.join("sessions"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Archive,
+            entries,
+            sessions: Some(sessions),
+            compaction_every: 40,
+            seed,
+            ..Default::default()
+        },
+    )
+    .expect("generate");
+    report.sessions.iter().map(|s| s.path.clone()).collect()
+}
+
+#[test]
+fn many_small_files_import_several_to_a_transaction_exactly_as_one_at_a_time(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    // ~5.4 MB in 60 files: more than one group of files.
+    let paths = generated_archive(dir.path(), 6_000, 60, 23);
+    let outcomes = grouped_like_one_at_a_time(dir.path(), &paths)?;
+    assert!(outcomes.iter().all(|o| *o == Ok(ImportOutcome::Imported)));
+    Ok(())
+}
+
+#[test]
+fn a_bad_file_or_a_session_met_twice_among_many_fails_alone(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let mut paths = generated_archive(dir.path(), 600, 12, 29);
+    // A bad line in the middle of the fourth file.
+    let text = std::fs::read(&paths[3])?;
+    let cut = first_line_end_past_half(&text);
+    std::fs::write(
+        &paths[3],
+        [&text[..cut], b"{\"type\":\"message\",\n", &text[cut..]].concat(),
+    )?;
+    // The second file's session under another name, and the first file named twice.
+    let copy = dir.path().join("sessions/copy.jsonl");
+    std::fs::copy(&paths[1], &copy)?;
+    paths.insert(6, copy);
+    paths.push(paths[0].clone());
+    let outcomes = grouped_like_one_at_a_time(dir.path(), &paths)?;
+    assert_eq!(outcomes[3], Err(ErrorCode::InvalidEntry));
+    assert_eq!(outcomes[6], Ok(ImportOutcome::AlreadyPresent));
+    assert_eq!(outcomes.last(), Some(&Ok(ImportOutcome::Unchanged)));
+    let imported = outcomes
+        .iter()
+        .filter(|o| **o == Ok(ImportOutcome::Imported))
+        .count();
+    assert_eq!(imported, 11);
     Ok(())
 }

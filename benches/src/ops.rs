@@ -26,7 +26,7 @@ use sessiontree::backend::memory::MemoryStorage;
 use sessiontree::backend::sqlite::search::searchable_text;
 use sessiontree::backend::sqlite::{Archive, ListQuery, SqliteStorage};
 use sessiontree::context::{build_context, ContextOptions};
-use sessiontree::convert::import_jsonl;
+use sessiontree::convert::{import_jsonl, import_jsonl_files};
 use sessiontree::entry::now_timestamp;
 use sessiontree::repo::jsonl::JsonlRepo;
 use sessiontree::repo::SessionRepo;
@@ -781,7 +781,7 @@ fn move_to<S: SessionStorage>(s: &mut S, target: &str) -> Result<()> {
 // Bulk import: a pi file into a fresh store.
 
 /// Imports `file` into a fresh store of `backend` in `dir` (replacing the
-/// previous one). `jsonl` has nothing to write: it opens (reads, parses and
+/// previous one), as `sessiontree import FILE` does. `jsonl` has nothing to write: it opens (reads, parses and
 /// indexes) the file. Returns the entries loaded.
 pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
     match backend {
@@ -789,8 +789,13 @@ pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
             let db = dir.join("import.db");
             remove_db(&db);
             let archive = Archive::open(&db, Durability::Full)?;
-            // The import trains the archive's first dictionary itself.
-            Ok(import_jsonl(&archive, file)?.entries)
+            // As `sessiontree import FILE` does (a file of a few MB is
+            // written in one transaction, a bigger one staged); the import
+            // trains the archive's first dictionary itself.
+            let imported = import_jsonl_files(&archive, &[file.to_owned()], &mut |_, _| {})?
+                .pop()
+                .ok_or_else(|| Error::Unknown("one file, one result".into()))??;
+            Ok(imported.entries)
         }
         Backend::Jsonl | Backend::Memory => {
             let j = JsonlStorage::open(file, Durability::Full)?;
@@ -804,6 +809,29 @@ pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
             Ok(n.import_file(file, backend == Backend::SqlPathCopy)?.1)
         }
     }
+}
+
+/// Imports `files` into a fresh archive in `dir`: `grouped` as `sessiontree
+/// import` does ([`import_jsonl_files`]: small files several to a
+/// transaction, read while the last ones are written), else one at a time
+/// with [`import_jsonl`] (a transaction and a sync each, as before groups).
+/// Returns the entries loaded.
+pub fn import_files(files: &[PathBuf], dir: &Path, grouped: bool) -> Result<u64> {
+    let db = dir.join("import-files.db");
+    remove_db(&db);
+    let archive = Archive::open(&db, Durability::Full)?;
+    let mut entries = 0;
+    if grouped {
+        for r in import_jsonl_files(&archive, files, &mut |_, _| {})? {
+            entries += r?.entries;
+        }
+    } else {
+        sessiontree::convert::train_dictionary_for(&archive, files)?;
+        for f in files {
+            entries += import_jsonl(&archive, f)?.entries;
+        }
+    }
+    Ok(entries)
 }
 
 // ---------------------------------------------------------------------------

@@ -85,13 +85,14 @@ pub struct BenchArgs {
 }
 
 /// Every operation, in report order.
-const OPS: [&str; 11] = [
+const OPS: [&str; 12] = [
     "resume",
     "path",
     "path_long",
     "leaf_move",
     "append",
     "import",
+    "import_files",
     "list",
     "search",
     "compact",
@@ -112,6 +113,7 @@ fn op_doc(op: &str) -> &'static str {
         "leaf_move" => "move the leaf to an entry deep in a linear session (depth ≈ 0.9–1.0 × size), no fsync (relaxed) so the algorithm shows",
         "append" => "durable append of a ~900 B message at the leaf (fsync / synchronous=FULL; memory has no durability)",
         "import" => "bulk import of the forked session's pi JSONL into a fresh store (sqlite maintains branch cache + FTS index; jsonl = open/parse only)",
+        "import_files" => "bulk import of the archive data set's pi files (size/100 sessions of ~90 KB in pi's layout, as a first `sessiontree import` of a sessions directory meets them) into a fresh store: sqlite as the CLI imports them (small files several to a transaction; one_at_a_time = each in its own transaction, as before, in the row's extra); jsonl = opening every file",
         "list" => "first page (50) of sessions, newest first, in an archive of size/100 sessions",
         "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
         "path_long" => "the active path of a linear session without compactions, from its leaf (every entry of the session), whole read through one open handle (sqlite: answered from the path the handle keeps; sqlite-query: that path forgotten first, so the query runs, and its decoded-entry cache of 24 MB serves the 10k path, while the 100k path does not fit and is decoded each time); floors = rowid range scan of as many rows (floor-decoded: of the archive's own rows, each decompressed); compacted-query / compacted-floor = the same read and decompressed scan on a compacted copy (entries in blocks)",
@@ -608,6 +610,55 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
             }
         }
 
+        if needs("import_files") {
+            let set = ops::prepare(&work, Shape::Archive, size, args.seed, &mut |m| progress(m))?;
+            let files: Vec<PathBuf> = set.sessions.iter().map(|s| s.path.clone()).collect();
+            let mb = set.sessions.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1e6;
+            let dir = ops::scratch(&work, "import-files")?;
+            let budget = budget.for_import(size);
+            progress(&format!(
+                "import of {} files, one at a time @ {size}",
+                files.len()
+            ));
+            let one_at_a_time = Row {
+                op: "import_files",
+                backend: "sqlite".into(),
+                size,
+                samples: measure(&budget, || ops::import_files(&files, &dir, false).map(drop))?,
+                per_sample: 1.0,
+                extra: Value::Null,
+            }
+            .median();
+            for b in [Backend::Sqlite, Backend::Jsonl] {
+                progress(&format!(
+                    "import of {} files {} @ {size}",
+                    files.len(),
+                    b.name()
+                ));
+                let samples = measure(&budget, || match b {
+                    Backend::Sqlite => ops::import_files(&files, &dir, true).map(drop),
+                    _ => files
+                        .iter()
+                        .try_for_each(|f| ops::import(b, f, &dir).map(drop)),
+                })?;
+                let mut row = Row {
+                    op: "import_files",
+                    backend: b.name().to_owned(),
+                    size,
+                    samples,
+                    per_sample: 1.0,
+                    extra: Value::Null,
+                };
+                row.extra = json!({"files": files.len(), "mb": mb, "mb_per_s": mb / row.median()});
+                if b == Backend::Sqlite {
+                    row.extra["one_at_a_time_s"] = json!(one_at_a_time);
+                    row.extra["one_at_a_time_mb_per_s"] = json!(mb / one_at_a_time);
+                }
+                rows.push(row);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+
         if needs("shapes") {
             shape_rows.extend(measure_shapes(
                 &work,
@@ -955,7 +1006,12 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                     || {
                         let archive =
                             sessiontree::backend::sqlite::Archive::open(&db, Durability::Full)?;
-                        sessiontree::convert::import_jsonl(&archive, f).map(drop)
+                        let imported = sessiontree::convert::import_jsonl_files(
+                            &archive,
+                            std::slice::from_ref(f),
+                            &mut |_, _| {},
+                        )?;
+                        imported.into_iter().try_for_each(|r| r.map(drop))
                     },
                 )?;
                 let median = Row {
@@ -1673,7 +1729,7 @@ fn render_text(report: &Value, rows: &[Row]) -> String {
                         Some(s) if b != "sqlite" => format!(" ({})", fmt_ratio(m / s)),
                         _ => String::new(),
                     };
-                    let extra = if op == "import" {
+                    let extra = if op == "import" || op == "import_files" {
                         r.extra["mb_per_s"]
                             .as_f64()
                             .map(|x| format!(", {x:.1} MB/s"))

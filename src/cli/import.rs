@@ -1,10 +1,10 @@
-//! `sessiontree import`: pi session files into the archive, one transaction
-//! per file, idempotent; one bad file never stops the others.
+//! `sessiontree import`: pi session files into the archive, each whole or
+//! not at all, idempotent; one bad file never stops the others.
 
 use super::{Cli, Report};
 use clap::Args;
 use serde_json::json;
-use sessiontree::convert::{import_jsonl_with_progress, ImportOutcome};
+use sessiontree::convert::ImportOutcome;
 use sessiontree::{Error, Result};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -94,33 +94,35 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
         .collect();
     let started = Instant::now();
-    // Many files: a first dictionary learns from all of them (one file's
-    // import trains it itself, while its reader parses ahead).
-    if files.len() > 1 {
-        sessiontree::convert::train_dictionary_for(&archive, &files)?;
-    }
     let bar = super::progress_bar(
         cli,
         "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}",
     );
     bar.set_length(sizes.iter().sum());
-    // The bar moves by bytes: those of the files done, then how far the
-    // library has read into the current one (never past the size listed,
-    // should pi append meanwhile).
-    let mut done_bytes = 0u64;
+    // The bar moves by bytes: how far the library has read into each file
+    // (never past the size listed, should pi append meanwhile), whatever
+    // order it takes them in.
+    let mut reached = vec![0u64; files.len()];
+    let mut position = 0u64;
+    let (mut shown, mut heard) = (None, 0);
+    let results = sessiontree::convert::import_jsonl_files(&archive, &files, &mut |i, at| {
+        if shown != Some(i) {
+            shown = Some(i);
+            heard += 1;
+            bar.set_message(format!("{heard} / {} files", files.len()));
+        }
+        let at = at.min(sizes[i]);
+        position = position + at - reached[i].min(at);
+        reached[i] = reached[i].max(at);
+        bar.set_position(position);
+    })?;
     let (mut imported, mut appended, mut unchanged, mut present) = (0u64, 0u64, 0u64, 0u64);
     let mut elsewhere = 0u64;
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut failed = Vec::new();
     let mut torn = Vec::new();
-    for (i, (file, &size)) in files.iter().zip(&sizes).enumerate() {
-        bar.set_message(format!(
-            "{} / {} files, {entries} entries",
-            i + 1,
-            files.len()
-        ));
-        let mut reached = |at: u64| bar.set_position(done_bytes + at.min(size));
-        match import_jsonl_with_progress(&archive, file, &mut reached) {
+    for (file, result) in files.iter().zip(results) {
+        match result {
             Ok(r) => {
                 match r.outcome {
                     ImportOutcome::Imported => imported += 1,
@@ -137,8 +139,6 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
             }
             Err(e) => failed.push((file.display().to_string(), e)),
         }
-        done_bytes += size;
-        bar.set_position(done_bytes);
     }
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();

@@ -62,12 +62,14 @@ impl Archive {
             codec: self.codec(),
             staged: None,
             manager: &self.0.manager,
+            held_text: Default::default(),
         };
         let filled = fill(&mut writer);
         let SessionWriter {
             tx,
             appender,
             staged,
+            mut held_text,
             ..
         } = writer;
         // A staged write that failed between relaxing and restoring the
@@ -115,6 +117,7 @@ impl Archive {
         if let Some(a) = appender {
             a.finish(&tx)?;
         }
+        held_text.flush(&tx)?;
         tx.commit().map_err(sql("committing a session write"))?;
         Ok(out)
     }

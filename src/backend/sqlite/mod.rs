@@ -58,7 +58,7 @@ pub use compact::{CompactReport, StorageSplit};
 pub use query::QueryResult;
 pub use rows::{ImportRecord, NewSession};
 pub use storage::SqliteStorage;
-pub use writer::SessionWriter;
+pub use writer::{SessionWriter, STAGED_GAP};
 
 /// How long a connection waits for another's lock before `database is locked`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -177,14 +177,8 @@ fn duplicate_id_or(tx: &Transaction, session_key: i64, e: rusqlite::Error, id: &
 pub(super) struct Appender {
     pub(super) key: i64,
     facts: SessionFacts,
-    /// Search-index rows not yet written. FTS5 flushes its pending terms at
-    /// every statement journal (each later write in the transaction opens one),
-    /// so rows are written together, not one per entry: each row's entry key
-    /// and where its text lies in `pending_text` (one buffer for the batch,
-    /// the text copied in: an import's reader thread keeps its own strings,
-    /// and frees them itself).
-    pending_rows: Vec<(i64, std::ops::Range<usize>)>,
-    pending_text: String,
+    /// Search-index rows not yet written (see [`PendingText`]).
+    pending: PendingText,
     /// The segment being extended, written back by `finish`.
     tail: branch_cache::OpenTail,
     /// Encodes entry text with the newest dictionary, read in this
@@ -197,13 +191,64 @@ pub(super) struct Appender {
 /// Search text buffered before it is written (bounds import memory).
 const PENDING_TEXT_LIMIT: usize = 8 << 20;
 
+/// Search-index rows not yet written. FTS5 flushes its pending terms at
+/// every statement journal (each later write in the transaction opens one),
+/// so rows are written together, not one per entry:
+/// each row's entry key and where its text lies in `text` (one buffer for
+/// the batch, the text copied in: an import's reader thread keeps its own
+/// strings, and frees them itself).
+#[derive(Default)]
+pub(super) struct PendingText {
+    rows: Vec<(i64, std::ops::Range<usize>)>,
+    text: String,
+}
+
+impl PendingText {
+    fn push(&mut self, entry_key: i64, text: &str) {
+        let from = self.text.len();
+        self.text.push_str(text);
+        self.rows.push((entry_key, from..self.text.len()));
+    }
+
+    /// Takes over `other`'s rows, to be written with these.
+    fn append(&mut self, other: PendingText) {
+        let shift = self.text.len();
+        self.text.push_str(&other.text);
+        self.rows.extend(
+            other
+                .rows
+                .into_iter()
+                .map(|(key, span)| (key, span.start + shift..span.end + shift)),
+        );
+    }
+
+    fn over_limit(&self) -> bool {
+        self.text.len() > PENDING_TEXT_LIMIT
+    }
+
+    /// Writes the rows into the search index.
+    pub(super) fn flush(&mut self, tx: &Transaction) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut st = tx
+            .prepare_cached("INSERT INTO message_text (rowid, text) VALUES (?1, ?2)")
+            .map_err(sql("indexing message text"))?;
+        for (key, span) in self.rows.drain(..) {
+            st.execute(params![key, &self.text[span]])
+                .map_err(sql("indexing message text"))?;
+        }
+        self.text.clear();
+        Ok(())
+    }
+}
+
 impl Appender {
     pub(super) fn start(tx: &Transaction, codec: &Codec, key: i64) -> Result<Self> {
         Ok(Appender {
             key,
             facts: session_facts(tx, key)?,
-            pending_rows: Vec::new(),
-            pending_text: String::new(),
+            pending: PendingText::default(),
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
             role_ids: Vec::new(),
@@ -232,18 +277,6 @@ impl Appender {
     /// The dictionary this write encodes with, if the archive has one.
     pub(super) fn dictionary_id(&self) -> Option<i64> {
         self.encoder.dictionary_id()
-    }
-
-    fn flush_text(&mut self, tx: &Transaction) -> Result<()> {
-        let mut st = tx
-            .prepare_cached("INSERT INTO message_text (rowid, text) VALUES (?1, ?2)")
-            .map_err(sql("indexing message text"))?;
-        for (key, span) in self.pending_rows.drain(..) {
-            st.execute(params![key, &self.pending_text[span]])
-                .map_err(sql("indexing message text"))?;
-        }
-        self.pending_text.clear();
-        Ok(())
     }
 
     pub(super) fn push(&mut self, tx: &Transaction, entry: &Entry) -> Result<()> {
@@ -321,12 +354,9 @@ impl Appender {
             r.map_err(sql("updating a label"))?;
         }
         if let Some((_, text)) = search_text {
-            let from = self.pending_text.len();
-            self.pending_text.push_str(text);
-            self.pending_rows
-                .push((placed.key, from..self.pending_text.len()));
-            if self.pending_text.len() > PENDING_TEXT_LIMIT {
-                self.flush_text(tx)?;
+            self.pending.push(placed.key, text);
+            if self.pending.over_limit() {
+                self.pending.flush(tx)?;
             }
         }
         // The label change is already in the table; the rest of the fold is kept here.
@@ -335,9 +365,15 @@ impl Appender {
     }
 
     pub(super) fn finish(mut self, tx: &Transaction) -> Result<()> {
-        self.flush_text(tx)?;
+        self.pending.flush(tx)?;
+        self.finish_holding_text(tx).map(drop)
+    }
+
+    /// [`Appender::finish`] but for the search text, handed back unwritten.
+    fn finish_holding_text(mut self, tx: &Transaction) -> Result<PendingText> {
         self.tail.flush(tx)?;
-        write_session_facts(tx, self.key, &self.facts)
+        write_session_facts(tx, self.key, &self.facts)?;
+        Ok(self.pending)
     }
 }
 
@@ -350,6 +386,9 @@ pub struct SessionWriter<'c> {
     pub(super) staged: Option<Staged>,
     /// Opens the staged write's background checkpointer.
     pub(super) manager: &'c super::ConnectionManager,
+    /// The search text of sessions ended by [`SessionWriter::end_session`],
+    /// indexed when the transaction ends.
+    pub(super) held_text: PendingText,
 }
 
 /// A staged session write: invisible to readers until published, committed
@@ -416,7 +455,7 @@ pub const STAGED_BATCH: Duration = Duration::from_millis(100);
 /// writers' busy-wait step (`ConnectionManager`'s busy handler polls every
 /// millisecond), so a writer waiting for the lock gets it before the import
 /// takes it again.
-const STAGED_GAP: Duration = Duration::from_millis(3);
+pub const STAGED_GAP: Duration = Duration::from_millis(3);
 
 impl SessionWriter<'_> {
     /// Creates the session row for an import of `source` (its canonical
@@ -554,6 +593,27 @@ impl SessionWriter<'_> {
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         if let Some(staged) = self.staged.as_mut() {
             staged.batch_started = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Ends the session being written (begun with [`SessionWriter::begin`]),
+    /// so that another can follow in this transaction; its search text is
+    /// indexed with the others' when the transaction ends (FTS5 flushes and
+    /// merges a segment whenever it is written to between other writes).
+    /// Not for a staged write, which holds one session.
+    pub fn end_session(&mut self) -> Result<()> {
+        if self.staged.is_some() {
+            return Err(Error::Unknown(
+                "a staged write holds one session, not several".into(),
+            ));
+        }
+        if let Some(appender) = self.appender.take() {
+            let text = appender.finish_holding_text(&self.tx)?;
+            self.held_text.append(text);
+            if self.held_text.over_limit() {
+                self.held_text.flush(&self.tx)?;
+            }
         }
         Ok(())
     }
