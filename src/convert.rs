@@ -226,7 +226,7 @@ pub fn import_jsonl_with_progress(
     progress: &mut dyn FnMut(u64),
 ) -> Result<FileImport> {
     let mut progress = ByteProgress::new(progress);
-    let plan = plan_import(archive, path, &mut progress)?;
+    let plan = plan_import(archive, path, file_facts(path)?, &mut progress)?;
     carry_out(archive, path, plan, &mut progress)
 }
 
@@ -274,31 +274,46 @@ pub fn import_jsonl_files(
     let mut results: Vec<Option<Result<FileImport>>> = paths.iter().map(|_| None).collect();
     let mut grouped: Vec<(usize, NewFile)> = Vec::new();
     let mut alone: Vec<(usize, Plan)> = Vec::new();
-    // A file named twice (two roots holding it) is imported once; the
-    // second naming finds its record afterwards.
-    let mut named_again = Vec::new();
-    let mut new_files = std::collections::HashSet::new();
+    // Imported last, each as if alone, in the order named: a file named
+    // again (two roots holding it, a symlink) finds its record, and of two
+    // files holding one session the first named is imported whatever their
+    // sizes (groups go before the files imported alone).
+    let mut later = Vec::new();
+    let mut canons = std::collections::HashSet::new();
+    let mut session_ids = std::collections::HashSet::new();
     for (index, path) in paths.iter().enumerate() {
+        let facts = match file_facts(path) {
+            Ok(facts) => facts,
+            Err(e) => {
+                results[index] = Some(Err(e));
+                continue;
+            }
+        };
+        if !canons.insert(facts.0.clone()) {
+            later.push(index);
+            continue;
+        }
         let mut report = |at| progress(index, at);
-        match plan_import(archive, path, &mut ByteProgress::new(&mut report)) {
+        match plan_import(archive, path, facts, &mut ByteProgress::new(&mut report)) {
             Err(e) => results[index] = Some(Err(e)),
             Ok(Plan::Done(done)) => results[index] = Some(Ok(done)),
-            Ok(Plan::New(file)) if !new_files.insert(file.canon.clone()) => {
-                named_again.push(index);
+            Ok(Plan::New(file)) if !session_ids.insert(file.header.id.clone()) => {
+                later.push(index);
             }
             Ok(Plan::New(file)) if file.size <= GROUP_BYTES => grouped.push((index, file)),
             Ok(plan) => alone.push((index, plan)),
         }
     }
     write_grouped(archive, &grouped, progress, &mut results);
-    for (index, file) in &grouped {
-        // Its group was rolled back (a bad file in it, the lock, the commit).
+    for (index, _) in &grouped {
+        // Its group was rolled back (a bad file in it, the lock, the commit):
+        // planned again, as the file is now.
         if results[*index].is_none() {
             let mut report = |at| progress(*index, at);
-            results[*index] = Some(import_new(
+            results[*index] = Some(import_jsonl_with_progress(
                 archive,
-                file,
-                &mut ByteProgress::new(&mut report),
+                &paths[*index],
+                &mut report,
             ));
         }
     }
@@ -307,7 +322,7 @@ pub fn import_jsonl_files(
         let mut file_progress = ByteProgress::new(&mut report);
         results[index] = Some(carry_out(archive, &paths[index], plan, &mut file_progress));
     }
-    for index in named_again {
+    for index in later {
         let mut report = |at| progress(index, at);
         results[index] = Some(import_jsonl_with_progress(
             archive,
@@ -350,8 +365,12 @@ struct NewFile {
 /// Looks at `path` and the archive's record of it: unchanged, appended to
 /// (the imported prefix is hashed, reported to `progress`), changed (an
 /// error), or new (its header read and checked).
-fn plan_import(archive: &Archive, path: &Path, progress: &mut ByteProgress<'_>) -> Result<Plan> {
-    let (canon, size, mtime) = file_facts(path)?;
+fn plan_import(
+    archive: &Archive,
+    path: &Path,
+    (canon, size, mtime): (String, u64, i64),
+    progress: &mut ByteProgress<'_>,
+) -> Result<Plan> {
     let unchanged = |r: &ImportRecord| {
         Plan::Done(FileImport {
             session_id: r.session_id.clone(),
@@ -503,11 +522,7 @@ fn write_grouped(
                         results[*index] = Some(Ok(one));
                     }
                 }
-                Err(_) => {
-                    while feed.next_file < first + group.len() {
-                        feed.skip();
-                    }
-                }
+                Err(_) => feed.skip_until(first + group.len()),
             }
         }
         Ok(())
@@ -521,6 +536,14 @@ fn record_new_file(
     read: FileRead,
 ) -> Result<FileImport> {
     let summary = read.summary;
+    // The session row was made from the header read when the file was
+    // planned; pi may have rewritten the file since.
+    if summary.header.json != file.header.json {
+        return Err(Error::InvalidHeader {
+            path: file.path.clone(),
+            reason: "its header changed while it was being imported (import it again)".into(),
+        });
+    }
     let prefix_hash = match read.hash {
         Some(hash) if summary.torn_tail.is_none() => hash,
         _ => hash_prefix(&file.path, summary.complete_bytes)?,
@@ -688,7 +711,8 @@ struct PipelineReader<'s> {
     encoder_receive: std::sync::mpsc::Receiver<Encoder>,
     encoder: Option<Encoder>,
     writer_waiting: &'s AtomicBool,
-    /// Files before this index the writer no longer wants (its write failed).
+    /// Files before this index the writer no longer wants (its write of one
+    /// failed, or it passed them by).
     abandoned_below: &'s AtomicUsize,
     /// Parsed entries waiting for the encoder, each with the offset its line ended at.
     ahead: std::collections::VecDeque<(Parsed, u64)>,
@@ -703,6 +727,10 @@ struct PipelineReader<'s> {
 
 fn writer_stopped() -> Error {
     Error::Unknown("the import's writer stopped".into())
+}
+
+fn reader_stopped() -> Error {
+    Error::Unknown("the import's reader stopped".into())
 }
 
 fn file_left() -> Error {
@@ -722,6 +750,7 @@ impl PipelineReader<'_> {
                 self.batch.clear();
                 self.batch_bytes = 0;
                 self.ahead.clear();
+                self.ahead_bytes = 0;
             }
             self.send
                 .send(Handed::End(Box::new(read)))
@@ -826,6 +855,7 @@ impl PipelineReader<'_> {
         while let Some((parsed, at)) = self.ahead.pop_front() {
             self.push(parsed, at)?;
         }
+        self.ahead_bytes = 0;
         Ok(())
     }
 
@@ -901,15 +931,27 @@ impl Feed<'_> {
         w: &mut SessionWriter<'_>,
         progress: &mut ByteProgress<'_>,
     ) -> Result<FileRead> {
-        let ready = self.hand_encoder(w);
-        let read = self.take_file(Some(w).filter(|_| ready.is_ok()), progress);
-        ready?;
-        read
+        match self.hand_encoder(w) {
+            Ok(()) => self.take_file(Some(w), progress),
+            Err(e) => {
+                // The file is passed by all the same: the feed stays in step.
+                self.skip();
+                Err(e)
+            }
+        }
     }
 
     /// Passes the reader's next file by, unwritten.
     fn skip(&mut self) {
         let _ = self.take_file(None, &mut ByteProgress::new(&mut |_| {}));
+    }
+
+    /// Passes the reader's files by, unwritten, up to (not including) the
+    /// one at `index`.
+    fn skip_until(&mut self, index: usize) {
+        while self.next_file < index {
+            self.skip();
+        }
     }
 
     /// Sends the reader the encoder of `w`'s transaction, at the first write.
@@ -951,7 +993,7 @@ impl Feed<'_> {
             let handed = match self.batches.try_recv() {
                 Ok(handed) => handed,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    return written.and(Err(Error::Unknown("the import's reader stopped".into())));
+                    return written.and(Err(reader_stopped()));
                 }
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
                     self.writer_waiting.store(true, Ordering::Release);
@@ -959,10 +1001,7 @@ impl Feed<'_> {
                     self.writer_waiting.store(false, Ordering::Release);
                     match handed {
                         Ok(handed) => handed,
-                        Err(_) => {
-                            return written
-                                .and(Err(Error::Unknown("the import's reader stopped".into())));
-                        }
+                        Err(_) => return written.and(Err(reader_stopped())),
                     }
                 }
             };

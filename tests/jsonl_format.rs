@@ -784,3 +784,56 @@ fn a_bad_file_or_a_session_met_twice_among_many_fails_alone(
     assert_eq!(imported, 11);
     Ok(())
 }
+
+#[test]
+fn of_two_files_holding_one_session_the_first_named_is_imported_whatever_its_size(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    // Over a group's 4 MB, so imported alone, after the groups.
+    let (big, _) = generated_session(dir.path(), 5);
+    let text = std::fs::read(&big)?;
+    let small = dir.path().join("older-copy.jsonl");
+    std::fs::write(
+        &small,
+        &text[..first_line_end_past_half(&text[..text.len() / 8])],
+    )?;
+    let mut paths = generated_archive(dir.path(), 300, 6, 37);
+    paths.insert(1, big);
+    paths.push(small);
+    let outcomes = grouped_like_one_at_a_time(dir.path(), &paths)?;
+    assert_eq!(outcomes[1], Ok(ImportOutcome::Imported));
+    assert_eq!(outcomes.last(), Some(&Ok(ImportOutcome::AlreadyPresent)));
+    Ok(())
+}
+
+#[test]
+fn a_file_named_twice_is_imported_once_even_when_appended_to(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let paths = generated_archive(dir.path(), 300, 6, 41);
+    let whole = std::fs::read(&paths[0])?;
+    std::fs::write(&paths[0], &whole[..first_line_end_past_half(&whole)])?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Full)?;
+    for r in import_jsonl_files(&archive, &paths, &mut |_, _| {})? {
+        assert_eq!(r?.outcome, ImportOutcome::Imported);
+    }
+    std::fs::write(&paths[0], &whole)?;
+    let twice = [paths[0].clone(), paths[0].clone(), paths[1].clone()];
+    let outcomes: Vec<ImportOutcome> = import_jsonl_files(&archive, &twice, &mut |_, _| {})?
+        .into_iter()
+        .map(|r| r.map(|f| f.outcome))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(
+        outcomes,
+        [
+            ImportOutcome::Appended,
+            ImportOutcome::Unchanged,
+            ImportOutcome::Unchanged
+        ]
+    );
+    let mut exported = Vec::new();
+    let id = sessiontree::backend::jsonl::read_header(&paths[0])?.id;
+    export_jsonl(&archive.open_session(&id)?, &mut exported)?;
+    assert!(exported == whole, "the session is the whole file");
+    Ok(())
+}

@@ -104,12 +104,14 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     // order it takes them in.
     let mut reached = vec![0u64; files.len()];
     let mut position = 0u64;
-    let (mut shown, mut heard) = (None, 0);
+    // Files heard of so far (a file is heard again when it is hashed, then
+    // written, or when its group is imported again one file at a time).
+    let (mut heard, mut count) = (vec![false; files.len()], 0);
     let results = sessiontree::convert::import_jsonl_files(&archive, &files, &mut |i, at| {
-        if shown != Some(i) {
-            shown = Some(i);
-            heard += 1;
-            bar.set_message(format!("{heard} / {} files", files.len()));
+        if !heard[i] {
+            heard[i] = true;
+            count += 1;
+            bar.set_message(format!("{count} / {} files", files.len()));
         }
         let at = at.min(sizes[i]);
         position = position + at - reached[i].min(at);

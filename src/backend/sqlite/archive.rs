@@ -48,8 +48,10 @@ impl Archive {
         Ok(key)
     }
 
-    /// Creates one session inside one transaction, fed by `fill` through a
-    /// [`SessionWriter`] (streaming import): all of it commits, or nothing.
+    /// Writes a session (or several, one after another) inside one
+    /// transaction, fed by `fill` through a [`SessionWriter`] (streaming
+    /// import): all of it commits, or nothing. A staged write commits in
+    /// batches instead (see [`SessionWriter::begin_staged`]).
     pub fn write_session<T>(
         &self,
         fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,

@@ -222,6 +222,10 @@ impl PendingText {
         );
     }
 
+    fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
     fn over_limit(&self) -> bool {
         self.text.len() > PENDING_TEXT_LIMIT
     }
@@ -377,7 +381,9 @@ impl Appender {
     }
 }
 
-/// Writes one session inside [`Archive::write_session`](super::Archive::write_session)'s transaction.
+/// Writes sessions inside [`Archive::write_session`](super::Archive::write_session)'s
+/// transaction: one (staged or not), or several one after another
+/// ([`SessionWriter::end_session`]).
 pub struct SessionWriter<'c> {
     pub(super) tx: Transaction<'c>,
     pub(super) appender: Option<Appender>,
@@ -464,6 +470,12 @@ impl SessionWriter<'_> {
     /// holds its writer claim, so that the next import of `source` can tell a
     /// live import from one that died (and discard that one).
     pub fn begin_staged(&mut self, new: &NewSession, source: &str) -> Result<()> {
+        self.refuse_if_writing()?;
+        if !self.held_text.is_empty() {
+            return Err(Error::Unknown(
+                "a staged write holds one session, not several".into(),
+            ));
+        }
         let key = insert_session(&self.tx, new)?;
         let token = uuid::Uuid::now_v7().to_string();
         self.tx
@@ -597,6 +609,17 @@ impl SessionWriter<'_> {
         Ok(())
     }
 
+    /// A session is being written: another cannot begin until
+    /// [`SessionWriter::end_session`] (its rows would be left unfinished).
+    fn refuse_if_writing(&self) -> Result<()> {
+        match &self.appender {
+            Some(_) => Err(Error::Unknown(
+                "a session write began while another was open (end_session first)".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Ends the session being written (begun with [`SessionWriter::begin`]),
     /// so that another can follow in this transaction; its search text is
     /// indexed with the others' when the transaction ends (FTS5 flushes and
@@ -620,6 +643,7 @@ impl SessionWriter<'_> {
 
     /// Creates the session row; must come before any entry.
     pub fn begin(&mut self, new: &NewSession) -> Result<()> {
+        self.refuse_if_writing()?;
         let key = insert_session(&self.tx, new)?;
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         Ok(())
@@ -631,6 +655,7 @@ impl SessionWriter<'_> {
     /// this transaction, so the writer that held it is refused at its next
     /// append instead of appending on top of this one.
     pub fn resume(&mut self, session_id: &str) -> Result<()> {
+        self.refuse_if_writing()?;
         let key: i64 = self
             .tx
             .query_row(
