@@ -334,6 +334,8 @@ fn version_2_hook_messages_become_custom() -> Result<(), Box<dyn std::error::Err
         &dir,
         br#"{"type":"session","version":2,"id":"s","timestamp":"t","cwd":"/"}
 {"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"hookMessage","customType":"x","content":"hi"}}
+{"type":"message","id":"b","parentId":"a","timestamp":"t","message":{"role":"hook\u004dessage","content":"escaped, as JSON.parse reads it"}}
+{"type":"message","id":"c","parentId":"b","timestamp":"t","message":{"role":"user","content":"about hookMessage"}}
 "#,
     );
     let s = JsonlStorage::open(&p, Durability::Full)?;
@@ -341,6 +343,14 @@ fn version_2_hook_messages_become_custom() -> Result<(), Box<dyn std::error::Err
     assert_eq!(
         s.entry("a")?.expect("a").json(),
         r#"{"type":"message","id":"a","parentId":null,"timestamp":"t","message":{"role":"custom","customType":"x","content":"hi"}}"#
+    );
+    assert_eq!(
+        s.entry("b")?.expect("b").json(),
+        r#"{"type":"message","id":"b","parentId":"a","timestamp":"t","message":{"role":"custom","content":"escaped, as JSON.parse reads it"}}"#
+    );
+    assert_eq!(
+        s.entry("c")?.expect("c").json(),
+        r#"{"type":"message","id":"c","parentId":"b","timestamp":"t","message":{"role":"user","content":"about hookMessage"}}"#
     );
     Ok(())
 }

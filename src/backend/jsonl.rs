@@ -244,9 +244,19 @@ impl Upgrade {
             self.ids.push(None);
         }
         if obj.get("type").map(|t| t.get()) == Some("\"message\"") {
-            if let Some(message) = obj.get("message") {
+            // Only a message whose text spells `hookMessage`, or escapes a
+            // character (`\u…` is the one escape that can make a letter), can
+            // hold that role: the others are not parsed again.
+            if let Some(message) = obj
+                .get("message")
+                .filter(|m| m.get().contains("hookMessage") || m.get().contains("\\u"))
+            {
                 if let Ok(mut m) = OrderedObject::parse(message.get()) {
-                    if m.get("role").map(|r| r.get()) == Some("\"hookMessage\"") {
+                    // Compared as JSON.parse reads it (escapes decoded), as pi does.
+                    let role = m
+                        .get("role")
+                        .and_then(|r| serde_json::from_str::<String>(r.get()).ok());
+                    if role.as_deref() == Some("hookMessage") {
                         m.set("role", raw_value("\"custom\""));
                         obj.set("message", raw_value(&m.to_json()));
                     }
