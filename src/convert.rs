@@ -274,11 +274,12 @@ pub fn import_jsonl_files(
     let mut results: Vec<Option<Result<FileImport>>> = paths.iter().map(|_| None).collect();
     let mut grouped: Vec<(usize, NewFile)> = Vec::new();
     let mut alone: Vec<(usize, Plan)> = Vec::new();
-    // Imported last, each as if alone, in the order named: a file named
-    // again (two roots holding it, a symlink) finds its record, and of two
-    // files holding one session the first named is imported whatever their
-    // sizes (groups go before the files imported alone).
-    let mut later = Vec::new();
+    // A file left without a result here is imported last, as if alone, in
+    // the order named: a file named again (two roots holding it, a symlink)
+    // finds its record; of two files holding one session the first named is
+    // imported whatever their sizes (groups go before the files imported
+    // alone); a group rolled back (a bad file in it, the lock, the commit)
+    // has its files planned again, as they are now.
     let mut canons = std::collections::HashSet::new();
     let mut session_ids = std::collections::HashSet::new();
     for (index, path) in paths.iter().enumerate() {
@@ -290,50 +291,30 @@ pub fn import_jsonl_files(
             }
         };
         if !canons.insert(facts.0.clone()) {
-            later.push(index);
             continue;
         }
         let mut report = |at| progress(index, at);
         match plan_import(archive, path, facts, &mut ByteProgress::new(&mut report)) {
             Err(e) => results[index] = Some(Err(e)),
             Ok(Plan::Done(done)) => results[index] = Some(Ok(done)),
-            Ok(Plan::New(file)) if !session_ids.insert(file.header.id.clone()) => {
-                later.push(index);
-            }
+            Ok(Plan::New(file)) if !session_ids.insert(file.header.id.clone()) => {}
             Ok(Plan::New(file)) if file.size <= GROUP_BYTES => grouped.push((index, file)),
             Ok(plan) => alone.push((index, plan)),
         }
     }
     write_grouped(archive, &grouped, progress, &mut results);
-    for (index, _) in &grouped {
-        // Its group was rolled back (a bad file in it, the lock, the commit):
-        // planned again, as the file is now.
-        if results[*index].is_none() {
-            let mut report = |at| progress(*index, at);
-            results[*index] = Some(import_jsonl_with_progress(
-                archive,
-                &paths[*index],
-                &mut report,
-            ));
-        }
-    }
     for (index, plan) in alone {
         let mut report = |at| progress(index, at);
         let mut file_progress = ByteProgress::new(&mut report);
         results[index] = Some(carry_out(archive, &paths[index], plan, &mut file_progress));
     }
-    for index in later {
-        let mut report = |at| progress(index, at);
-        results[index] = Some(import_jsonl_with_progress(
-            archive,
-            &paths[index],
-            &mut report,
-        ));
-    }
     Ok(results
         .into_iter()
-        .map(|r| {
-            r.unwrap_or_else(|| Err(Error::Unknown("a file was left out of an import".into())))
+        .enumerate()
+        .map(|(index, result)| {
+            result.unwrap_or_else(|| {
+                import_jsonl_with_progress(archive, &paths[index], &mut |at| progress(index, at))
+            })
         })
         .collect())
 }
@@ -469,8 +450,9 @@ fn import_new(
 }
 
 /// Writes `files` (all new, none bigger than [`GROUP_BYTES`]) in groups of
-/// at most that many bytes (or one file), a transaction each, while one reader reads ahead through all of them; puts
-/// each file's result in `results` once its group has committed. A group
+/// at most that many bytes, a transaction each, while one reader reads
+/// ahead through all of them; puts each file's result in `results` once its
+/// group has committed. A group
 /// is written whole or not at all: one failing file (a bad line, a session
 /// already there) rolls it back, and its files get no results here, to be
 /// imported one by one. (A savepoint per file instead would cost every

@@ -570,16 +570,39 @@ fn spawn_import(db: &Path, file: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// Sessions of the archive at `db` still staged (an import not published).
 fn staged_sessions(db: &Path) -> i64 {
-    let conn =
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    conn.query_row(
-        "SELECT count(*) FROM sessions WHERE staged_from IS NOT NULL",
-        [],
-        |r| r.get(0),
-    )
-    .unwrap_or(0)
+    count_sessions(db, "staged_from IS NOT NULL")
+}
+
+/// Sessions readers see (published, not staged).
+fn visible_sessions(db: &Path) -> i64 {
+    count_sessions(db, "staged_from IS NULL")
+}
+
+fn count_sessions(db: &Path, condition: &str) -> i64 {
+    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                &format!("SELECT count(*) FROM sessions WHERE {condition}"),
+                [],
+                |r| r.get(0),
+            )
+        })
+        .unwrap_or(0)
+}
+
+/// `sessiontree --json import PATH` into `db`, in another process: its report.
+fn import_report(db: &Path, path: &Path) -> serde_json::Value {
+    let out = std::process::Command::new(bin())
+        .args(["--json", "--db"])
+        .arg(db)
+        .arg("import")
+        .arg(path)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
 }
 
 /// The availability promise: while a big file imports (in another process),
@@ -686,14 +709,7 @@ fn a_killed_import_is_invisible_and_the_next_import_starts_afresh() {
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
     drop(archive);
 
-    let out = std::process::Command::new(bin())
-        .args(["--json", "--db"])
-        .arg(&db)
-        .arg("import")
-        .arg(&file)
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = import_report(&db, &file);
     assert_eq!(report["imported"], 1, "{report}");
     assert_eq!(staged_sessions(&db), 0);
     let archive = Archive::open(&db, Durability::Relaxed).unwrap();
@@ -703,19 +719,6 @@ fn a_killed_import_is_invisible_and_the_next_import_starts_afresh() {
         lines - 1
     );
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
-}
-
-/// Sessions readers see (published, not staged).
-fn visible_sessions(db: &Path) -> i64 {
-    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .and_then(|c| {
-            c.query_row(
-                "SELECT count(*) FROM sessions WHERE staged_from IS NULL",
-                [],
-                |r| r.get(0),
-            )
-        })
-        .unwrap_or(0)
 }
 
 /// A directory of small files imports several files to a transaction: an
@@ -774,14 +777,7 @@ fn a_directory_import_killed_mid_way_leaves_only_whole_sessions() {
             );
         }
         drop(archive);
-        let out = std::process::Command::new(bin())
-            .args(["--json", "--db"])
-            .arg(&db)
-            .arg("import")
-            .arg(&files)
-            .output()
-            .unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = import_report(&db, &files);
         assert_eq!(report["failed"], json!([]), "{report}");
         assert_eq!(
             (report["imported"].as_u64(), report["unchanged"].as_u64()),

@@ -788,14 +788,7 @@ pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
         Backend::Sqlite => {
             let db = dir.join("import.db");
             remove_db(&db);
-            let archive = Archive::open(&db, Durability::Full)?;
-            // As `sessiontree import FILE` does (a file of a few MB is
-            // written in one transaction, a bigger one staged); the import
-            // trains the archive's first dictionary itself.
-            let imported = import_jsonl_files(&archive, &[file.to_owned()], &mut |_, _| {})?
-                .pop()
-                .ok_or_else(|| Error::Unknown("one file, one result".into()))??;
-            Ok(imported.entries)
+            import_file_into(&Archive::open(&db, Durability::Full)?, file)
         }
         Backend::Jsonl | Backend::Memory => {
             let j = JsonlStorage::open(file, Durability::Full)?;
@@ -809,6 +802,17 @@ pub fn import(backend: Backend, file: &Path, dir: &Path) -> Result<u64> {
             Ok(n.import_file(file, backend == Backend::SqlPathCopy)?.1)
         }
     }
+}
+
+/// Imports `file` into `archive` as `sessiontree import FILE` does (a file
+/// of a few MB is written in one transaction, a bigger one staged; an
+/// archive without a dictionary gets its first one from the file). Returns
+/// the entries loaded.
+pub fn import_file_into(archive: &Archive, file: &Path) -> Result<u64> {
+    let imported = import_jsonl_files(archive, &[file.to_owned()], &mut |_, _| {})?
+        .pop()
+        .ok_or_else(|| Error::Unknown("one file, one result".into()))??;
+    Ok(imported.entries)
 }
 
 /// Imports `files` into a fresh archive in `dir`: `grouped` as `sessiontree

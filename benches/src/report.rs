@@ -136,6 +136,38 @@ struct Row {
     extra: Value,
 }
 
+/// The median of `samples` (NaN for none).
+fn median_of(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let m = samples.len() / 2;
+    match samples.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => samples[m],
+        _ => (samples[m - 1] + samples[m]) / 2.0,
+    }
+}
+
+/// A row of bulk imports of `mb` megabytes: `more` with the size and MB/s.
+fn import_row(
+    op: &'static str,
+    backend: Backend,
+    size: usize,
+    samples: Vec<f64>,
+    mb: f64,
+    mut more: Value,
+) -> Row {
+    more["mb"] = json!(mb);
+    more["mb_per_s"] = json!(mb / median_of(samples.clone()));
+    Row {
+        op,
+        backend: backend.name().to_owned(),
+        size,
+        samples,
+        per_sample: 1.0,
+        extra: more,
+    }
+}
+
 impl Row {
     fn sorted(&self) -> Vec<f64> {
         let mut s: Vec<f64> = self.samples.iter().map(|x| x / self.per_sample).collect();
@@ -143,16 +175,7 @@ impl Row {
         s
     }
     fn median(&self) -> f64 {
-        let s = self.sorted();
-        if s.is_empty() {
-            return f64::NAN;
-        }
-        let m = s.len() / 2;
-        if s.len() % 2 == 1 {
-            s[m]
-        } else {
-            (s[m - 1] + s[m]) / 2.0
-        }
+        median_of(self.sorted())
     }
     fn min(&self) -> f64 {
         self.sorted().first().copied().unwrap_or(f64::NAN)
@@ -595,18 +618,14 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                     ops::import(b, &file, &dir).map(drop)
                 })?;
                 let _ = std::fs::remove_dir_all(&dir);
-                let mut row = Row {
-                    op: "import",
-                    backend: b.name().to_owned(),
+                rows.push(import_row(
+                    "import",
+                    b,
                     size,
                     samples,
-                    per_sample: 1.0,
-                    extra: Value::Null,
-                };
-                row.extra = json!({"mb": mb, "mb_per_s": mb / row.median(),
-                    "search_index": b == Backend::Sqlite,
-                    "writes": b != Backend::Jsonl});
-                rows.push(row);
+                    mb,
+                    json!({"search_index": b == Backend::Sqlite, "writes": b != Backend::Jsonl}),
+                ));
             }
         }
 
@@ -620,15 +639,9 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                 "import of {} files, one at a time @ {size}",
                 files.len()
             ));
-            let one_at_a_time = Row {
-                op: "import_files",
-                backend: "sqlite".into(),
-                size,
-                samples: measure(&budget, || ops::import_files(&files, &dir, false).map(drop))?,
-                per_sample: 1.0,
-                extra: Value::Null,
-            }
-            .median();
+            let one_at_a_time = median_of(measure(&budget, || {
+                ops::import_files(&files, &dir, false).map(drop)
+            })?);
             for b in [Backend::Sqlite, Backend::Jsonl] {
                 progress(&format!(
                     "import of {} files {} @ {size}",
@@ -641,20 +654,12 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                         .iter()
                         .try_for_each(|f| ops::import(b, f, &dir).map(drop)),
                 })?;
-                let mut row = Row {
-                    op: "import_files",
-                    backend: b.name().to_owned(),
-                    size,
-                    samples,
-                    per_sample: 1.0,
-                    extra: Value::Null,
-                };
-                row.extra = json!({"files": files.len(), "mb": mb, "mb_per_s": mb / row.median()});
+                let mut more = json!({"files": files.len()});
                 if b == Backend::Sqlite {
-                    row.extra["one_at_a_time_s"] = json!(one_at_a_time);
-                    row.extra["one_at_a_time_mb_per_s"] = json!(mb / one_at_a_time);
+                    more["one_at_a_time_s"] = json!(one_at_a_time);
+                    more["one_at_a_time_mb_per_s"] = json!(mb / one_at_a_time);
                 }
-                rows.push(row);
+                rows.push(import_row("import_files", b, size, samples, mb, more));
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -1006,23 +1011,10 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                     || {
                         let archive =
                             sessiontree::backend::sqlite::Archive::open(&db, Durability::Full)?;
-                        let imported = sessiontree::convert::import_jsonl_files(
-                            &archive,
-                            std::slice::from_ref(f),
-                            &mut |_, _| {},
-                        )?;
-                        imported.into_iter().try_for_each(|r| r.map(drop))
+                        ops::import_file_into(&archive, f).map(drop)
                     },
                 )?;
-                let median = Row {
-                    op: "import",
-                    backend: "sqlite".into(),
-                    size: 0,
-                    per_sample: 1.0,
-                    extra: Value::Null,
-                    samples,
-                }
-                .median();
+                let median = median_of(samples);
                 let b = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
                 existing_secs += median;
                 existing_files.push(json!({"file": f.file_name().map(|n| n.to_string_lossy().into_owned()), "bytes": b, "median_s": median, "mb_per_s": b as f64 / 1e6 / median}));

@@ -212,6 +212,10 @@ impl PendingText {
 
     /// Takes over `other`'s rows, to be written with these.
     fn append(&mut self, other: PendingText) {
+        if self.rows.is_empty() {
+            *self = other;
+            return;
+        }
         let shift = self.text.len();
         self.text.push_str(&other.text);
         self.rows.extend(
