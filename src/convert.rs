@@ -578,6 +578,14 @@ const PIPELINE_BATCH_BYTES: usize = 256 << 10;
 /// (about 4 MB of typical entries, at most 16 MB) for the reader to keep
 /// parsing while the writer indexes a transaction's search text and commits.
 const PIPELINE_DEPTH: usize = 64;
+/// Search text the writer indexes when it runs out of entries to write
+/// (the reader is behind), once at least this much is held: the index is
+/// built in time the writer would spend waiting instead of all at the
+/// commit, while the reader idles. Each such write makes a search-index
+/// segment, hence the floor (a 93 MB import: 6 segments → 7). Imports
+/// 1,000 files 1.50 → 1.30 s, one 93 MB file 1.47 → 1.35 s, pi's 2.4 MB
+/// real file into an archive 41.9 → 35.4 ms.
+const IDLE_INDEX_BYTES: usize = 256 << 10;
 /// Bytes of entry text the reading thread parses ahead while the archive's
 /// first dictionary is being trained (entries cannot be encoded before it
 /// exists): enough to keep it busy through most of a training, a bound on
@@ -978,6 +986,12 @@ impl Feed<'_> {
                     return written.and(Err(reader_stopped()));
                 }
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if let (Some(w), Ok(())) = (w.as_deref_mut(), &written) {
+                        written = w.index_held_text(IDLE_INDEX_BYTES);
+                        if written.is_err() {
+                            self.abandoned_below.fetch_max(file + 1, Ordering::AcqRel);
+                        }
+                    }
                     self.writer_waiting.store(true, Ordering::Release);
                     let handed = self.batches.recv();
                     self.writer_waiting.store(false, Ordering::Release);

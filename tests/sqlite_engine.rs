@@ -1069,6 +1069,63 @@ fn a_search_answers_alike_with_and_without_a_staged_import() -> R {
     Ok(())
 }
 
+/// An import's writer indexes the search text it holds while it waits for
+/// entries (`index_held_text`), part-way through a session and with ended
+/// sessions' text held: searches answer exactly as when all of it is
+/// indexed at the commit, and `check` finds nothing.
+#[test]
+fn search_text_indexed_part_way_through_a_write_answers_as_at_the_commit() -> R {
+    let dir = tempfile::tempdir()?;
+    let words = ["zebra", "crossing", "zebu", "striped", "again"];
+    let text = |s: usize, i: usize| {
+        format!(
+            "{} {} number {i} of {s}",
+            words[(s + i) % words.len()],
+            words[(s * 7 + i * 3) % words.len()]
+        )
+    };
+    let write = |name: &str, index_every: Option<usize>| -> Result<Archive, sessiontree::Error> {
+        let archive = Archive::open(dir.path().join(name), Durability::Relaxed)?;
+        archive.write_session(|w| {
+            for s in 0..3 {
+                w.begin(&new_session(&format!("s{s}")))?;
+                for i in 0..40 {
+                    let parent = (i > 0).then(|| format!("e{}", i - 1));
+                    w.push(&user_says(&format!("e{i}"), parent.as_deref(), &text(s, i)))?;
+                    if index_every.is_some_and(|n| i % n == n - 1) {
+                        // Nothing is held back below the floor; all of it at 0.
+                        w.index_held_text(usize::MAX)?;
+                        w.index_held_text(0)?;
+                    }
+                }
+                w.end_session()?;
+            }
+            Ok(())
+        })?;
+        Ok(archive)
+    };
+    let at_commit = write("commit.db", None)?;
+    let part_way = write("part-way.db", Some(7))?;
+    let answers = |archive: &Archive, q: &str| -> Result<Vec<_>, sessiontree::Error> {
+        Ok(archive
+            .search(q, None, None, None, 500)?
+            .into_iter()
+            .map(|h| (h.session_id, h.entry_id, h.snippet, h.rank.to_bits()))
+            .collect::<Vec<_>>())
+    };
+    for q in words
+        .iter()
+        .copied()
+        .chain(["zebra striped", "number", "of"])
+    {
+        let expected = answers(&at_commit, q)?;
+        assert!(!expected.is_empty(), "{q} finds something");
+        assert_eq!(answers(&part_way, q)?, expected, "{q}");
+    }
+    assert_eq!(part_way.check(None)?, Vec::<String>::new());
+    Ok(())
+}
+
 /// Tag bit 3 lets readers take an entry's message from the members before
 /// it: `check` compares the bit with the full parser's answer, so a body
 /// that claims it wrongly is reported, and one that claims it rightly is not.

@@ -234,6 +234,10 @@ impl PendingText {
         self.text.len() > PENDING_TEXT_LIMIT
     }
 
+    fn bytes(&self) -> usize {
+        self.text.len()
+    }
+
     /// Writes the rows into the search index.
     pub(super) fn flush(&mut self, tx: &Transaction) -> Result<()> {
         if self.rows.is_empty() {
@@ -643,6 +647,22 @@ impl SessionWriter<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Indexes the search text held back so far (the ended sessions', then
+    /// the open one's) if it comes to at least `min_bytes`: a writer about to
+    /// wait for its input spends the wait on the index instead of adding it
+    /// to the commit. Each call makes a search-index segment, hence the floor.
+    pub fn index_held_text(&mut self, min_bytes: usize) -> Result<()> {
+        let open = self.appender.as_ref().map_or(0, |a| a.pending.bytes());
+        if self.held_text.bytes() + open < min_bytes {
+            return Ok(());
+        }
+        self.held_text.flush(&self.tx)?;
+        match self.appender.as_mut() {
+            Some(appender) => appender.pending.flush(&self.tx),
+            None => Ok(()),
+        }
     }
 
     /// Creates the session row; must come before any entry.
