@@ -286,6 +286,39 @@ fn first_member_value_start(text: &str, key: &str) -> Option<usize> {
     }
 }
 
+/// The keys of an object written compactly, as `JSON.stringify` writes
+/// one: no whitespace around its members, no escape in a key. `None` for
+/// anything else. Validates nothing inside the values, and takes a `\u`
+/// escape of a surrogate for any other (callers that care look for `\u`).
+pub fn compact_object_keys(text: &str) -> Option<Vec<&str>> {
+    let b = text.as_bytes();
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    let mut keys = Vec::new();
+    if b.get(1) == Some(&b'}') {
+        return (b.len() == 2).then_some(keys);
+    }
+    let mut i = 1;
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = quoted_end(b, i)?;
+        let key = &text[i + 1..key_end - 1];
+        if key.contains('\\') || b.get(key_end) != Some(&b':') {
+            return None;
+        }
+        keys.push(key);
+        let end = value_end_with(b, key_end + 1, quoted_end)?;
+        match b.get(end) {
+            Some(b',') => i = end + 1,
+            Some(b'}') => return (end + 1 == b.len()).then_some(keys),
+            _ => return None,
+        }
+    }
+}
+
 /// The key of the member starting at `at` (unescaped keys only) and where
 /// its value starts.
 fn member_key(b: &[u8], at: usize) -> Option<(&[u8], usize)> {
@@ -391,15 +424,44 @@ fn string_end(b: &[u8], open: usize) -> Option<(usize, bool)> {
 /// The end of the value starting at `start` (a string, a nested object or
 /// array, or a scalar).
 fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    value_end_with(b, start, |b, open| string_end(b, open).map(|(end, _)| end))
+}
+
+/// The end (past the closing quote) of the string opening at `open`, found
+/// by looking for quotes alone and counting the backslashes before each:
+/// escapes (message text is full of `\n`) do not stop the search. Unlike
+/// [`string_end`], it does not notice surrogate escapes.
+fn quoted_end(b: &[u8], open: usize) -> Option<usize> {
+    let mut i = open + 1;
+    loop {
+        let quote = i + memchr::memchr(b'"', b.get(i..)?)?;
+        let backslashes = b[open + 1..quote]
+            .iter()
+            .rev()
+            .take_while(|&&c| c == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(quote + 1);
+        }
+        i = quote + 1;
+    }
+}
+
+/// [`value_end`], finding the end of each string with `string_end`.
+fn value_end_with(
+    b: &[u8],
+    start: usize,
+    string_end: impl Fn(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
     match *b.get(start)? {
-        b'"' => string_end(b, start).map(|(end, _)| end),
+        b'"' => string_end(b, start),
         b'{' | b'[' => {
             let mut depth = 0usize;
             let mut i = start;
             loop {
                 match *b.get(i)? {
                     b'"' => {
-                        i = string_end(b, i)?.0;
+                        i = string_end(b, i)?;
                         continue;
                     }
                     b'{' | b'[' => depth += 1,

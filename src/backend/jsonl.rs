@@ -215,6 +215,59 @@ impl Upgrade {
     }
 
     fn entry(&mut self, text: &str) -> Result<Entry, EntryProblem> {
+        match self.entry_as_written(text) {
+            Some(entry) => Ok(entry),
+            None => self.entry_rebuilt(text),
+        }
+    }
+
+    /// What [`Upgrade::entry_rebuilt`] makes of an entry as pi wrote it, without
+    /// taking it apart: a compact object (the rebuilt one is compact) with no
+    /// top-level member the upgrade replaces or removes, and no text that could
+    /// spell the renamed role. A version-1 entry gets its id and parent
+    /// appended, where setting them on the parsed object puts them. `None`
+    /// for anything else, and for an entry that does not read (the rebuild
+    /// then says why): the parse and rewrite of every line were a fifth of
+    /// reading a version-1 file.
+    fn entry_as_written(&mut self, text: &str) -> Option<Entry> {
+        let finder = |needle: &str| memchr::memmem::find(text.as_bytes(), needle.as_bytes());
+        if finder("hookMessage").is_some() || finder("\\u").is_some() {
+            return None;
+        }
+        let keys = json::compact_object_keys(text)?;
+        if self.version != 1 {
+            let entry = Entry::from_stored_line(text).ok()?;
+            self.ids.push(None);
+            return Some(entry);
+        }
+        if keys
+            .iter()
+            .any(|k| matches!(*k, "id" | "parentId" | "firstKeptEntryIndex"))
+        {
+            return None;
+        }
+        let id = format!("v1-{:05}", self.ids.len());
+        let mut upgraded = String::with_capacity(text.len() + 40);
+        upgraded.push_str(&text[..text.len() - 1]);
+        if !keys.is_empty() {
+            upgraded.push(',');
+        }
+        upgraded.push_str("\"id\":");
+        json::push_string_literal(&mut upgraded, &id);
+        upgraded.push_str(",\"parentId\":");
+        match self.ids.iter().rev().flatten().next() {
+            Some(parent) => json::push_string_literal(&mut upgraded, parent),
+            None => upgraded.push_str("null"),
+        }
+        upgraded.push('}');
+        let entry = Entry::from_stored_line(&upgraded).ok()?;
+        self.ids.push(Some(id));
+        Some(entry)
+    }
+
+    /// The upgrade of one entry: parsed, its members set or renamed as pi's
+    /// migrations do, written again.
+    fn entry_rebuilt(&mut self, text: &str) -> Result<Entry, EntryProblem> {
         let Ok(mut obj) = OrderedObject::parse(text) else {
             self.ids.push(None);
             return Err(EntryProblem::NotJson);
@@ -550,4 +603,99 @@ impl SessionStorage for JsonlStorage {
         Ok(())
     }
     super::log_index_reads!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines pi never writes, each near the fast path's edge: whitespace,
+    /// escaped or repeated keys, members the upgrade replaces, the renamed
+    /// role, lone surrogates, broken JSON.
+    const ODD_LINES: &[&str] = &[
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"hi"}}"#,
+        r#"{"type": "message","timestamp":"t","message":{"role":"user","content":"hi"}}"#,
+        r#"{ "type":"message","timestamp":"t","message":{"role":"user","content":"hi"}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"hi"}} "#,
+        r#"{"type":"message" ,"timestamp":"t","message":{"role": "user", "content": "hi"}}"#,
+        r#"{"\u0074ype":"message","timestamp":"t","message":{"role":"user","content":"hi"}}"#,
+        r#"{"type":"message","type":"message","timestamp":"t","message":{"role":"user","content":"a"}}"#,
+        r#"{"type":"message","id":"mine","timestamp":"t","message":{"role":"user","content":"hi"}}"#,
+        r#"{"type":"message","parentId":"p","timestamp":"t","message":{"role":"user","content":"hi"}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"hookMessage","content":"hi"}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"hook\u004dessage","content":"hi"}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"says hookMessage"}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"\ud800 alone"}}"#,
+        r#"{"type":"compaction","timestamp":"t","summary":"s","firstKeptEntryIndex":1,"tokensBefore":5}"#,
+        r#"{"type":"compaction","timestamp":"t","summary":"s","firstKeptEntryIndex":99,"tokensBefore":5}"#,
+        r#"{"type":"compaction","timestamp":"t","summary":"s","tokensBefore":5}"#,
+        r#"{"type":"thinking_level_change","timestamp":"t","thinkingLevel":"high"}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"hi"},}"#,
+        r#"{"type":"message","timestamp":tru,"message":{"role":"user","content":"hi"}}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"hi"}"#,
+        r#"{"type":"message","timestamp":"t","message":{"role":"user","content":"hi"}}}"#,
+        r#"{}"#,
+        r#"[]"#,
+        r#""text""#,
+        r#"{"type":"custom","customType":"x","data":{"a":[1,2,{"b":"}"}]},"timestamp":"t"}"#,
+    ];
+
+    /// Reads `lines` through [`Upgrade::entry`] and through the rebuild
+    /// alone, from the same start: each line's entry (its exact text) or
+    /// problem, and the ids assigned, must be the same. Returns how many
+    /// lines the fast path took, and the entries read (version-2 lines).
+    fn same_both_ways(version: u32, lines: &[&str]) -> (usize, Vec<String>) {
+        let (mut fast, mut rebuilt) = (Upgrade::new(version), Upgrade::new(version));
+        let (mut taken, mut read) = (0, Vec::new());
+        for line in lines {
+            taken += usize::from(Upgrade::new(version).entry_as_written(line).is_some());
+            let a = fast.entry(line).map(|e| e.json().to_owned());
+            let b = rebuilt.entry_rebuilt(line).map(|e| e.json().to_owned());
+            assert_eq!(a, b, "version {version}: {line}");
+            assert_eq!(fast.ids, rebuilt.ids, "version {version}: {line}");
+            read.extend(a);
+        }
+        (taken, read)
+    }
+
+    /// Version 1 as written, then version 2: the lines themselves (most
+    /// have no id, which version 2 requires) and the version-1 upgrade of
+    /// each (ids given). Returns how many lines the fast path took of each.
+    fn both_versions(lines: &[&str]) -> (usize, usize) {
+        let (taken_1, upgraded) = same_both_ways(1, lines);
+        same_both_ways(2, lines);
+        let upgraded: Vec<&str> = upgraded.iter().map(String::as_str).collect();
+        (taken_1, same_both_ways(2, &upgraded).0)
+    }
+
+    #[test]
+    fn an_old_entry_upgrades_alike_as_written_and_rebuilt() {
+        let (taken_1, taken_2) = both_versions(ODD_LINES);
+        // The plain lines go the fast way; the odd ones do not.
+        assert!((3..=8).contains(&taken_1), "{taken_1} fast");
+        assert!(taken_2 >= 3, "{taken_2} fast");
+    }
+
+    #[test]
+    fn pi_s_version_1_files_upgrade_alike_as_written_and_rebuilt() {
+        let dir = match std::env::var_os("PI_FIXTURES_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions"),
+        };
+        let mut files = 0;
+        for file in std::fs::read_dir(&dir).expect("pi's fixture sessions") {
+            let text = std::fs::read_to_string(file.expect("a fixture").path()).expect("read");
+            let lines: Vec<&str> = text.lines().skip(1).collect();
+            let (taken_1, taken_2) = both_versions(&lines);
+            for taken in [taken_1, taken_2] {
+                assert!(
+                    taken * 10 >= lines.len() * 9,
+                    "{taken} of {} fast",
+                    lines.len()
+                );
+            }
+            files += 1;
+        }
+        assert!(files > 0, "no fixture sessions in {}", dir.display());
+    }
 }
