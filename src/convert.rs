@@ -858,17 +858,20 @@ impl PipelineReader<'_> {
         Ok(())
     }
 
-    /// Encodes the batch unless the writer is waiting for one (then it
-    /// encodes the batch itself), and sends it.
+    /// Encodes the batch's entries until the writer waits for one (it then
+    /// encodes the rest itself), and sends it.
     fn hand_over(&mut self, at: u64) -> Result<()> {
         let mut full = std::mem::replace(&mut self.batch, Vec::with_capacity(PIPELINE_BATCH));
         self.batch_bytes = 0;
         self.spent.try_iter().for_each(drop);
-        if let (false, Some(encoder)) = (
-            self.writer_waiting.load(Ordering::Acquire),
-            self.encoder.as_ref(),
-        ) {
+        if let Some(encoder) = self.encoder.as_ref() {
             for (entry, _, prepared) in &mut full {
+                // Checked at every entry, not once a batch: encoding a batch
+                // of 64 takes a millisecond or more, which an idle writer
+                // would spend waiting for it.
+                if self.writer_waiting.load(Ordering::Acquire) {
+                    break;
+                }
                 if prepared.is_none() {
                     *prepared = Some(encoder.prepare(entry.json()));
                 }
