@@ -37,6 +37,16 @@ pub fn truncate(s: &str, max: usize) -> String {
 /// A one-line preview of an entry of a session working in `cwd` (tool calls
 /// show paths below it relative to it), at most `width` characters.
 pub fn preview_in(e: &Entry, width: usize, cwd: Option<&str>) -> String {
+    if *e.entry_type() == EntryType::Message {
+        if let Some(s) = probed_message_preview(e.json(), width, cwd) {
+            return truncate(&s, width);
+        }
+    }
+    parsed_preview(e, width, cwd)
+}
+
+/// [`preview_in`] from the entry parsed whole into a `serde_json::Value`.
+fn parsed_preview(e: &Entry, width: usize, cwd: Option<&str>) -> String {
     let v = e.value();
     let s = match e.entry_type() {
         EntryType::Message => message_preview(&v["message"], cwd),
@@ -150,5 +160,315 @@ fn tool_call(name: &str, args: &Value, cwd: Option<&str>) -> String {
         format!("[{name}]")
     } else {
         format!("[{name}: {arg}]")
+    }
+}
+
+/// The members of a message entry a preview reads, in one typed pass over
+/// the entry (no `serde_json::Value` of its content, whose building was a
+/// quarter of `tree`'s time). Any member of another shape than pi writes
+/// fails the pass, and the preview is made from the parsed entry instead.
+#[derive(serde::Deserialize)]
+struct EntryProbe {
+    message: Option<MessageProbe>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageProbe {
+    role: Option<String>,
+    content: Option<ContentProbe<PreviewPart>>,
+    tool_name: Option<String>,
+    command: Option<String>,
+    stop_reason: Option<String>,
+    error_message: Option<String>,
+}
+
+/// A part of a `content` array as a typed pass reads it ([`ContentProbe`]).
+pub(crate) trait ContentPart: for<'de> serde::Deserialize<'de> {
+    /// Takes the part's text out, if it has some.
+    fn take_text(&mut self) -> Option<String>;
+    /// Whether the reader keeps the part (once its text is taken).
+    fn kept(&self) -> bool;
+}
+
+/// A `content` member read in one typed pass: a string, or the texts of an
+/// array's parts joined by newlines (as [`content_text`] joins them), with
+/// the parts the reader keeps; any other value holds no text. A part that
+/// is not an object, or of another shape than `P` reads, fails the pass.
+pub(crate) struct ContentProbe<P> {
+    pub(crate) text: String,
+    pub(crate) parts: Vec<P>,
+}
+
+impl<P> Default for ContentProbe<P> {
+    fn default() -> Self {
+        ContentProbe {
+            text: String::new(),
+            parts: Vec::new(),
+        }
+    }
+}
+
+impl<'de, P: ContentPart> serde::Deserialize<'de> for ContentProbe<P> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ContentVisitor(std::marker::PhantomData))
+    }
+}
+
+struct ContentVisitor<P>(std::marker::PhantomData<P>);
+
+impl<'de, P: ContentPart> serde::de::Visitor<'de> for ContentVisitor<P> {
+    type Value = ContentProbe<P>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("message content")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(ContentProbe {
+            text: v.to_owned(),
+            parts: Vec::new(),
+        })
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(ContentProbe {
+            text: v,
+            parts: Vec::new(),
+        })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = ContentProbe::default();
+        let mut first = true;
+        while let Some(mut part) = seq.next_element::<P>()? {
+            if let Some(text) = part.take_text() {
+                if !first {
+                    out.text.push('\n');
+                }
+                out.text.push_str(&text);
+                first = false;
+            }
+            if part.kept() {
+                out.parts.push(part);
+            }
+        }
+        Ok(out)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::IgnoredAny;
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(ContentProbe::default())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(ContentProbe::default())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(ContentProbe::default())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(ContentProbe::default())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(ContentProbe::default())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(ContentProbe::default())
+    }
+}
+
+/// A part as a preview reads it: its text, and a tool call's name and
+/// arguments.
+#[derive(serde::Deserialize)]
+struct PreviewPart {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    text: Option<String>,
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Value,
+}
+
+impl ContentPart for PreviewPart {
+    fn take_text(&mut self) -> Option<String> {
+        self.text.take()
+    }
+
+    fn kept(&self) -> bool {
+        self.kind.as_deref() == Some("toolCall")
+    }
+}
+
+/// [`one_line`] of `s` cut after `max` characters: as long as a preview
+/// `max` wide can show, and as much as [`truncate`] needs to tell that it
+/// was cut.
+fn one_line_within(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max + 8));
+    let mut chars = 0;
+    let mut space = false;
+    for c in s.chars() {
+        if c.is_whitespace() {
+            space = chars > 0;
+            continue;
+        }
+        if space {
+            if chars > max {
+                return out;
+            }
+            out.push(' ');
+            chars += 1;
+            space = false;
+        }
+        if chars > max {
+            return out;
+        }
+        out.push(c);
+        chars += 1;
+    }
+    out
+}
+
+/// `role: text` of a message entry for [`preview_in`] from [`EntryProbe`];
+/// `None` when the pass fails. The same as [`message_parts`] gives, but
+/// that its text is cut a character past `width`.
+fn probed_message_preview(json: &str, width: usize, cwd: Option<&str>) -> Option<String> {
+    let m = serde_json::from_str::<EntryProbe>(json).ok()?.message?;
+    let role = m.role.as_deref().unwrap_or("?");
+    let content = m.content.unwrap_or_default();
+    let text = one_line_within(&content.text, width + 1);
+    let body = match role {
+        "assistant" if text.is_empty() => {
+            let calls: Vec<String> = content
+                .parts
+                .iter()
+                .map(|p| tool_call(p.name.as_deref().unwrap_or("tool"), &p.arguments, cwd))
+                .collect();
+            if !calls.is_empty() {
+                calls.join(" ")
+            } else if m.stop_reason.as_deref() == Some("aborted") {
+                "(aborted)".to_owned()
+            } else if let Some(err) = m.error_message.as_deref() {
+                format!("(error: {})", one_line_within(err, width + 1))
+            } else {
+                "(no content)".to_owned()
+            }
+        }
+        "toolResult" => match m.tool_name.as_deref() {
+            Some(tool) => return Some(format!("toolResult [{tool}]: {text}")),
+            None => text,
+        },
+        "bashExecution" => format!(
+            "$ {}",
+            one_line_within(m.command.as_deref().unwrap_or(""), width + 1)
+        ),
+        _ => text,
+    };
+    Some(format!("{role}: {body}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Message entries pi writes, and shapes it does not (each must preview
+    /// as the parsed entry does, whether the typed pass takes it or not).
+    const MESSAGES: &[&str] = &[
+        r#""hello   there\n\n  again""#,
+        r#"[{"type":"text","text":"one"},{"type":"image","data":"AAAA"},{"type":"text","text":" two\tthree "}]"#,
+        r#"[{"type":"thinking","thinking":"hm"},{"type":"toolCall","id":"t1","name":"read","arguments":{"path":"/home/u/p/src/main.rs"}},{"type":"toolCall","id":"t2","name":"bash","arguments":{"command":"ls   -la"}}]"#,
+        r#"[{"type":"toolCall","arguments":{"pattern":"x"}},{"type":"toolCall","name":"odd"},{"type":"toolCall","name":"q","arguments":{"n":1}}]"#,
+        r#"[{"type":"text","text":null},{"type":"text","text":5}]"#,
+        r#"["loose", {"type":"text","text":"part"}]"#,
+        r#"[]"#,
+        r#"{"text":"an object"}"#,
+        r#"7"#,
+        r#"null"#,
+        r#""   ""#,
+        r#""ünïcödé — ✓ text that goes on and on and on beyond any width the tree would give it, with     spaces""#,
+    ];
+
+    fn entry(message: &str) -> Entry {
+        Entry::from_json(&format!(
+            r#"{{"type":"message","id":"e1","parentId":null,"timestamp":"t","message":{message}}}"#
+        ))
+        .expect("an entry")
+    }
+
+    fn assert_alike(e: &Entry) {
+        for width in [0, 1, 5, 12, 48, 100, 400, 4000] {
+            for cwd in [None, Some("/home/u/p")] {
+                assert_eq!(
+                    preview_in(e, width, cwd),
+                    parsed_preview(e, width, cwd),
+                    "width {width}, cwd {cwd:?}: {}",
+                    e.json()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_message_previews_alike_typed_and_parsed() {
+        let mut probed = 0;
+        for role in [
+            r#""user""#,
+            r#""assistant""#,
+            r#""toolResult""#,
+            r#""bashExecution""#,
+            r#""custom""#,
+            "null",
+            "3",
+        ] {
+            for content in MESSAGES {
+                for extra in [
+                    "",
+                    r#","toolName":"read""#,
+                    r#","command":"cargo  test\n --all""#,
+                    r#","stopReason":"aborted""#,
+                    r#","errorMessage":"overloaded:\n  try later""#,
+                    r#","toolName":null,"stopReason":7"#,
+                    r#","role":"user""#,
+                ] {
+                    let e = entry(&format!(r#"{{"role":{role},"content":{content}{extra}}}"#));
+                    probed += usize::from(probed_message_preview(e.json(), 48, None).is_some());
+                    assert_alike(&e);
+                }
+            }
+        }
+        // Most of these take the typed pass; the odd ones fall back.
+        assert!(probed > 200, "{probed} typed");
+        for message in ["null", r#""text""#, "[1]", "{}"] {
+            assert_alike(&entry(message));
+        }
+    }
+
+    #[test]
+    fn pi_s_sessions_preview_alike_typed_and_parsed() {
+        let dir = match std::env::var_os("PI_FIXTURES_DIR") {
+            Some(dir) => std::path::PathBuf::from(dir),
+            None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/fixtures/pi-sessions"),
+        };
+        let mut messages = 0;
+        for file in std::fs::read_dir(&dir).expect("pi's fixture sessions") {
+            let path = file.expect("a fixture").path();
+            let storage =
+                crate::backend::jsonl::JsonlStorage::open(&path, crate::Durability::Relaxed)
+                    .expect("a session");
+            for e in storage.all_entries() {
+                if *e.entry_type() == EntryType::Message {
+                    assert!(probed_message_preview(e.json(), 100, None).is_some());
+                    messages += 1;
+                }
+                assert_alike(e);
+            }
+        }
+        assert!(messages > 1000, "{messages} messages");
     }
 }

@@ -2,7 +2,7 @@
 //! summaries, with the role they are shown as.
 
 use crate::entry::{Entry, EntryType};
-use crate::preview::content_text;
+use crate::preview::{content_text, ContentPart, ContentProbe};
 use serde_json::Value;
 
 /// The few members search reads, in one pass over the entry's text;
@@ -13,7 +13,7 @@ struct TextProbe {
     #[serde(default)]
     message: Option<MessageProbe>,
     #[serde(default)]
-    content: Option<ContentProbe>,
+    content: Option<ContentProbe<Part>>,
     #[serde(default)]
     summary: Option<String>,
 }
@@ -24,81 +24,23 @@ struct MessageProbe {
     #[serde(default)]
     role: Option<String>,
     #[serde(default)]
-    content: Option<ContentProbe>,
+    content: Option<ContentProbe<Part>>,
 }
 
+/// A part as search reads it: its text alone.
 #[derive(serde::Deserialize)]
 struct Part {
     #[serde(default)]
     text: Option<String>,
 }
 
-/// A `content` member as search reads it: a string, or the texts of an
-/// array's parts joined by newlines; anything else holds no text.
-struct ContentProbe(String);
-
-impl<'de> serde::Deserialize<'de> for ContentProbe {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ContentVisitor)
-    }
-}
-
-struct ContentVisitor;
-
-impl<'de> serde::de::Visitor<'de> for ContentVisitor {
-    type Value = ContentProbe;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("message content")
+impl ContentPart for Part {
+    fn take_text(&mut self) -> Option<String> {
+        self.text.take()
     }
 
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(v.to_owned()))
-    }
-
-    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(v))
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ContentProbe, A::Error> {
-        let mut out = String::new();
-        let mut first = true;
-        while let Some(part) = seq.next_element::<Part>()? {
-            if let Some(text) = part.text {
-                if !first {
-                    out.push('\n');
-                }
-                out.push_str(&text);
-                first = false;
-            }
-        }
-        Ok(ContentProbe(out))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ContentProbe, A::Error> {
-        use serde::de::IgnoredAny;
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(ContentProbe(String::new()))
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(String::new()))
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(String::new()))
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(String::new()))
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(String::new()))
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<ContentProbe, E> {
-        Ok(ContentProbe(String::new()))
+    fn kept(&self) -> bool {
+        false
     }
 }
 
@@ -111,12 +53,12 @@ fn probe(entry: &Entry) -> Option<Option<(String, String)>> {
             let m = p.message?;
             let role = m.role.unwrap_or_else(|| "message".to_owned());
             match m.content {
-                Some(c) => (role, c.0),
+                Some(c) => (role, c.text),
                 None => return Some(None),
             }
         }
         EntryType::CustomMessage => match p.content {
-            Some(c) => ("custom".to_owned(), c.0),
+            Some(c) => ("custom".to_owned(), c.text),
             None => return Some(None),
         },
         EntryType::Compaction => ("compactionSummary".to_owned(), p.summary?),

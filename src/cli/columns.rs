@@ -26,13 +26,36 @@ pub fn char_width(c: char) -> usize {
 
 /// Columns `s` takes.
 pub fn width(s: &str) -> usize {
-    s.chars().map(char_width).sum()
+    // A column per ASCII byte, counted a run at a time between the others.
+    let mut total = 0;
+    let mut rest = s;
+    loop {
+        let ascii = rest
+            .bytes()
+            .position(|b| !b.is_ascii())
+            .unwrap_or(rest.len());
+        total += ascii;
+        let mut chars = rest[ascii..].chars();
+        match chars.next() {
+            Some(c) => total += char_width(c),
+            None => return total,
+        }
+        rest = chars.as_str();
+    }
 }
 
 /// `s` cut to at most `max` columns, with `…` where it was cut.
 pub fn fit(s: &str, max: usize) -> String {
     if width(s) <= max {
         return s.to_owned();
+    }
+    if s.is_ascii() {
+        // A column a character: the loop below keeps `max - 1` of them.
+        let mut out = s[..max.saturating_sub(1)].to_owned();
+        if max > 0 {
+            out.push('…');
+        }
+        return out;
     }
     let mut out = String::new();
     let mut used = 0;
@@ -55,4 +78,37 @@ pub fn pad(s: &str, columns: usize) -> String {
     let cut = fit(s, columns);
     let room = columns.saturating_sub(width(&cut));
     format!("{cut}{}", " ".repeat(room))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn width_counts_a_column_an_ascii_byte_and_the_others_by_character() {
+        for s in [
+            "",
+            "plain ascii",
+            "…",
+            "ends with…",
+            "中文 and ascii 中",
+            "🎉x🎉",
+            "é\u{301} combining",
+            "\u{7f}\u{80}\u{ff}",
+        ] {
+            assert_eq!(width(s), s.chars().map(char_width).sum::<usize>(), "{s:?}");
+            for max in 0..=width(s) + 1 {
+                let cut = fit(s, max);
+                assert!(
+                    width(&cut) <= max.max(1) || cut.is_empty(),
+                    "{s:?} at {max}: {cut:?}"
+                );
+            }
+        }
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abcdef", 1), "…");
+        assert_eq!(fit("abcdef", 0), "");
+        assert_eq!(fit("abc", 3), "abc");
+        assert_eq!(fit("中文字", 5), "中文…");
+    }
 }

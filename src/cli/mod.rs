@@ -490,19 +490,25 @@ fn highlight(text: &str) -> String {
 /// tab → `\t`. Line breaks stay.
 pub fn terminal_safe(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push('\n'),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
+    // Runs of characters that pass as they are are copied whole.
+    let mut from = 0;
+    for (at, c) in text.char_indices() {
+        let escaped = match c {
+            '\t' => "\\t".to_owned(),
+            '\r' => "\\r".to_owned(),
+            '\n' => continue,
             c if c.is_control()
                 || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
             {
-                out.push_str(&c.escape_unicode().to_string());
+                c.escape_unicode().to_string()
             }
-            c => out.push(c),
-        }
+            _ => continue,
+        };
+        out.push_str(&text[from..at]);
+        out.push_str(&escaped);
+        from = at + c.len_utf8();
     }
+    out.push_str(&text[from..]);
     out
 }
 
@@ -634,4 +640,19 @@ pub fn progress_bar(cli: &Cli, template: &str) -> indicatif::ProgressBar {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn terminal_safe_escapes_controls_and_bidi_marks_and_keeps_the_rest() {
+        assert_eq!(terminal_safe("plain\nlines"), "plain\nlines");
+        assert_eq!(terminal_safe("a\tb\rc"), "a\\tb\\rc");
+        assert_eq!(terminal_safe("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(terminal_safe("x\u{202e}y\u{2066}"), "x\\u{202e}y\\u{2066}");
+        assert_eq!(terminal_safe("ünï… 中 \u{7f}"), "ünï… 中 \\u{7f}");
+        assert_eq!(terminal_safe(""), "");
+    }
 }

@@ -887,6 +887,8 @@ impl Writer<'_, '_> {
         let e = self.entry_of(n)?;
         let label = self.label_of(n)?;
         let idx = self.idx();
+        // The index's id is the entry's (asking the entry would parse it).
+        let entry_id = idx.ids.get(n);
         let active = idx.has(n, ACTIVE);
         let is_leaf = idx.has(n, LEAF);
         let cwd = self.view.cwd.as_deref();
@@ -894,7 +896,7 @@ impl Writer<'_, '_> {
             let mut v = json!({
                 "kind": "entry",
                 "level": g.level,
-                "id": e.id(),
+                "id": entry_id,
                 "type": e.entry_type().as_str(),
                 "preview": preview_in(&e, PREVIEW, cwd),
                 "label": label,
@@ -914,7 +916,7 @@ impl Writer<'_, '_> {
             }
             _ => String::new(),
         };
-        let id = fit(&safe(e.id()), 48);
+        let id = fit(&safe(entry_id), 48);
         let label = label
             .map(|l| format!(" [{}]", fit(&safe(&l), 32)))
             .unwrap_or_default();
@@ -1006,7 +1008,7 @@ impl Writer<'_, '_> {
             let room = WIDTH.saturating_sub(width(tee) + width(&text) + 2);
             let head = format!(
                 "{} {}",
-                safe(e.id()),
+                safe(self.idx().ids.get(*only)),
                 safe(&preview_in(&e, 4 * PREVIEW, self.view.cwd.as_deref()))
             );
             text.push_str(": ");
