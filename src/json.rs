@@ -431,7 +431,7 @@ fn value_end(b: &[u8], start: usize) -> Option<usize> {
 /// by looking for quotes alone and counting the backslashes before each:
 /// escapes (message text is full of `\n`) do not stop the search. Unlike
 /// [`string_end`], it does not notice surrogate escapes.
-fn quoted_end(b: &[u8], open: usize) -> Option<usize> {
+pub(crate) fn quoted_end(b: &[u8], open: usize) -> Option<usize> {
     let mut i = open + 1;
     loop {
         let quote = i + memchr::memchr(b'"', b.get(i..)?)?;

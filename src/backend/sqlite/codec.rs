@@ -742,7 +742,9 @@ pub(super) fn has_blobs(text: &str) -> bool {
     !blob_ranges(text).is_empty()
 }
 
-/// The content ranges of JSON strings long enough and base64-only.
+/// The content ranges of JSON strings long enough and base64-only. Each
+/// string's end is found first (quotes alone, `json::quoted_end`), and only
+/// a long one is looked at byte by byte.
 fn blob_ranges(text: &str) -> Vec<Range<usize>> {
     let mut found = Vec::new();
     if text.len() < BLOB_THRESHOLD {
@@ -750,28 +752,20 @@ fn blob_ranges(text: &str) -> Vec<Range<usize>> {
     }
     let b = text.as_bytes();
     let mut i = 0;
-    while let Some(q) = b[i..].iter().position(|&c| c == b'"') {
-        let start = i + q + 1;
-        let mut j = start;
-        let mut base64 = true;
-        loop {
-            match b.get(j) {
-                None => return found,
-                Some(b'"') => break,
-                Some(b'\\') => {
-                    base64 = false;
-                    j += 2;
-                }
-                Some(c) => {
-                    base64 &= c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
-                    j += 1;
-                }
-            }
+    while let Some(q) = memchr::memchr(b'"', &b[i..]) {
+        let open = i + q;
+        let Some(end) = crate::json::quoted_end(b, open) else {
+            return found;
+        };
+        let content = open + 1..end - 1;
+        if content.len() >= BLOB_THRESHOLD
+            && b[content.clone()]
+                .iter()
+                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='))
+        {
+            found.push(content);
         }
-        if base64 && j - start >= BLOB_THRESHOLD {
-            found.push(start..j);
-        }
-        i = j + 1;
+        i = end;
     }
     found
 }
@@ -1134,6 +1128,82 @@ fn read_dictionary(conn: &Connection, id: i64) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    /// `blob_ranges` as it was, a byte at a time through every string.
+    fn blob_ranges_byte_by_byte(text: &str) -> Vec<Range<usize>> {
+        let mut found = Vec::new();
+        if text.len() < BLOB_THRESHOLD {
+            return found;
+        }
+        let b = text.as_bytes();
+        let mut i = 0;
+        while let Some(q) = b[i..].iter().position(|&c| c == b'"') {
+            let start = i + q + 1;
+            let mut j = start;
+            let mut base64 = true;
+            loop {
+                match b.get(j) {
+                    None => return found,
+                    Some(b'"') => break,
+                    Some(b'\\') => {
+                        base64 = false;
+                        j += 2;
+                    }
+                    Some(c) => {
+                        base64 &= c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+                        j += 1;
+                    }
+                }
+            }
+            if base64 && j - start >= BLOB_THRESHOLD {
+                found.push(start..j);
+            }
+            i = j + 1;
+        }
+        found
+    }
+
+    #[test]
+    fn blobs_are_found_as_a_byte_by_byte_scan_finds_them() {
+        let blob = |n: usize, seed: usize| -> String {
+            (0..n)
+                .map(|i| {
+                    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+                        [(i * 7 + seed) % 64] as char
+                })
+                .collect()
+        };
+        let pieces = [
+            format!("\"{}\"", blob(BLOB_THRESHOLD, 1)),
+            format!("\"{}==\"", blob(BLOB_THRESHOLD + 5, 2)),
+            format!("\"{}\"", blob(BLOB_THRESHOLD - 1, 3)),
+            format!("\"{}\\n{}\"", blob(5000, 4), blob(5000, 5)),
+            format!("\"{} {}\"", blob(5000, 6), blob(5000, 7)),
+            "\"text with \\\"quotes\\\" and a backslash \\\\\"".to_owned(),
+            "\"ends in a backslash \\\\\"".to_owned(),
+            ",\"k\":".to_owned(),
+            "{\"a\":[1,2,{\"b\":\"}\"}]}".to_owned(),
+            format!("\"{}", blob(BLOB_THRESHOLD * 2, 8)),
+            "\"\\u00e9t\\u00e9\"".to_owned(),
+            "\"\"".to_owned(),
+        ];
+        let mut seed = 12345u64;
+        for _ in 0..400 {
+            let mut text = String::from("{");
+            for _ in 0..6 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push_str(&pieces[(seed >> 33) as usize % pieces.len()]);
+            }
+            assert_eq!(
+                blob_ranges(&text),
+                blob_ranges_byte_by_byte(&text),
+                "{}",
+                &text[..text.len().min(300)]
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
