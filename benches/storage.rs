@@ -44,7 +44,8 @@ fn sizes() -> Vec<usize> {
 fn work() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        // The workspace's target directory (the bench crate is a member).
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("sessiontree-bench");
     std::fs::create_dir_all(&dir).expect("creating the bench work directory");
     dir
