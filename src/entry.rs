@@ -1037,13 +1037,11 @@ mod tests {
     #[test]
     fn checked_facts_agree_with_the_parser_on_real_sessions() {
         use crate::storage::SessionStorage;
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions");
         let (mut lines, mut fast) = (0, 0);
-        for file in std::fs::read_dir(&dir).expect("the shared pi fixtures") {
+        for file in crate::pi_fixture_files() {
             // Entries as a store keeps them (older pi formats upgraded).
             let storage = crate::backend::jsonl::JsonlStorage::open(
-                file.expect("entry").path(),
+                file,
                 crate::storage::Durability::Relaxed,
             )
             .expect("a pi session");

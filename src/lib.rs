@@ -65,6 +65,30 @@ pub mod skeleton;
 pub mod storage;
 pub mod sync;
 
+/// pi's fixture session files, for unit tests: read in place (never
+/// copied) from `PI_FIXTURES_DIR`, else `shared/fixtures/pi-sessions`
+/// beside the checkout; sorted.
+#[cfg(test)]
+pub(crate) fn pi_fixture_files() -> Vec<std::path::PathBuf> {
+    let dir = match std::env::var_os("PI_FIXTURES_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions")
+        }
+    };
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("pi's fixture sessions in {}: {e}", dir.display()))
+        .map(|f| f.expect("a fixture").path())
+        .collect();
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "no fixture sessions in {}",
+        dir.display()
+    );
+    files
+}
+
 pub use entry::{Entry, EntryType};
 pub use error::{Error, ErrorCode, Result};
 pub use json::JsonText;

@@ -97,35 +97,83 @@ fn message_preview(m: &Value, cwd: Option<&str>) -> String {
 /// its error; a tool result names its tool (`toolResult [read]`); a shell
 /// command shows `$ command`.
 pub fn message_parts(m: &Value, cwd: Option<&str>) -> (String, String) {
-    let role = m["role"].as_str().unwrap_or("?");
-    let text = one_line(&m.get("content").map(content_text).unwrap_or_default());
-    let body = match role {
-        "assistant" if text.is_empty() => {
-            let calls: Vec<String> = m["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|p| p["type"] == "toolCall")
-                .map(|p| tool_call(p["name"].as_str().unwrap_or("tool"), &p["arguments"], cwd))
-                .collect();
-            if !calls.is_empty() {
-                calls.join(" ")
-            } else if m["stopReason"] == "aborted" {
-                "(aborted)".to_owned()
-            } else if let Some(err) = m["errorMessage"].as_str() {
-                format!("(error: {})", one_line(err))
-            } else {
-                "(no content)".to_owned()
-            }
+    MessageFields::of_value(m).parts(cwd, &one_line)
+}
+
+/// What a preview reads of a message: deserialized in one typed pass from
+/// the entry's text ([`EntryProbe`]), or taken from a parsed value.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageFields {
+    role: Option<String>,
+    content: Option<ContentProbe<PreviewPart>>,
+    tool_name: Option<String>,
+    command: Option<String>,
+    stop_reason: Option<String>,
+    error_message: Option<String>,
+}
+
+impl MessageFields {
+    /// The fields of a parsed message (members of other shapes read as absent).
+    fn of_value(m: &Value) -> Self {
+        let text = |key: &str| m[key].as_str().map(str::to_owned);
+        let calls = m["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["type"] == "toolCall")
+            .map(|p| PreviewPart {
+                kind: Some("toolCall".to_owned()),
+                text: None,
+                name: p["name"].as_str().map(str::to_owned),
+                arguments: p["arguments"].clone(),
+            })
+            .collect();
+        MessageFields {
+            role: text("role"),
+            content: Some(ContentProbe {
+                text: m.get("content").map(content_text).unwrap_or_default(),
+                parts: calls,
+            }),
+            tool_name: text("toolName"),
+            command: text("command"),
+            stop_reason: text("stopReason"),
+            error_message: text("errorMessage"),
         }
-        "toolResult" => match m["toolName"].as_str() {
-            Some(tool) => return (format!("toolResult [{tool}]"), text),
-            None => text,
-        },
-        "bashExecution" => format!("$ {}", one_line(m["command"].as_str().unwrap_or(""))),
-        _ => text,
-    };
-    (role.to_owned(), body)
+    }
+
+    /// [`message_parts`], each text made one line by `one_line`.
+    fn parts(&self, cwd: Option<&str>, one_line: &dyn Fn(&str) -> String) -> (String, String) {
+        let role = self.role.as_deref().unwrap_or("?");
+        let (text, calls) = match &self.content {
+            Some(c) => (one_line(&c.text), c.parts.as_slice()),
+            None => (String::new(), &[][..]),
+        };
+        let body = match role {
+            "assistant" if text.is_empty() => {
+                let calls: Vec<String> = calls
+                    .iter()
+                    .map(|p| tool_call(p.name.as_deref().unwrap_or("tool"), &p.arguments, cwd))
+                    .collect();
+                if !calls.is_empty() {
+                    calls.join(" ")
+                } else if self.stop_reason.as_deref() == Some("aborted") {
+                    "(aborted)".to_owned()
+                } else if let Some(err) = self.error_message.as_deref() {
+                    format!("(error: {})", one_line(err))
+                } else {
+                    "(no content)".to_owned()
+                }
+            }
+            "toolResult" => match self.tool_name.as_deref() {
+                Some(tool) => return (format!("toolResult [{tool}]"), text),
+                None => text,
+            },
+            "bashExecution" => format!("$ {}", one_line(self.command.as_deref().unwrap_or(""))),
+            _ => text,
+        };
+        (role.to_owned(), body)
+    }
 }
 
 /// `[name: argument]` for a tool call: the path, command or pattern it works
@@ -169,18 +217,7 @@ fn tool_call(name: &str, args: &Value, cwd: Option<&str>) -> String {
 /// fails the pass, and the preview is made from the parsed entry instead.
 #[derive(serde::Deserialize)]
 struct EntryProbe {
-    message: Option<MessageProbe>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MessageProbe {
-    role: Option<String>,
-    content: Option<ContentProbe<PreviewPart>>,
-    tool_name: Option<String>,
-    command: Option<String>,
-    stop_reason: Option<String>,
-    error_message: Option<String>,
+    message: Option<MessageFields>,
 }
 
 /// A part of a `content` array as a typed pass reads it ([`ContentProbe`]).
@@ -336,39 +373,10 @@ fn one_line_within(s: &str, max: usize) -> String {
 
 /// `role: text` of a message entry for [`preview_in`] from [`EntryProbe`];
 /// `None` when the pass fails. The same as [`message_parts`] gives, but
-/// that its text is cut a character past `width`.
+/// that its texts are cut a character past `width`.
 fn probed_message_preview(json: &str, width: usize, cwd: Option<&str>) -> Option<String> {
     let m = serde_json::from_str::<EntryProbe>(json).ok()?.message?;
-    let role = m.role.as_deref().unwrap_or("?");
-    let content = m.content.unwrap_or_default();
-    let text = one_line_within(&content.text, width + 1);
-    let body = match role {
-        "assistant" if text.is_empty() => {
-            let calls: Vec<String> = content
-                .parts
-                .iter()
-                .map(|p| tool_call(p.name.as_deref().unwrap_or("tool"), &p.arguments, cwd))
-                .collect();
-            if !calls.is_empty() {
-                calls.join(" ")
-            } else if m.stop_reason.as_deref() == Some("aborted") {
-                "(aborted)".to_owned()
-            } else if let Some(err) = m.error_message.as_deref() {
-                format!("(error: {})", one_line_within(err, width + 1))
-            } else {
-                "(no content)".to_owned()
-            }
-        }
-        "toolResult" => match m.tool_name.as_deref() {
-            Some(tool) => return Some(format!("toolResult [{tool}]: {text}")),
-            None => text,
-        },
-        "bashExecution" => format!(
-            "$ {}",
-            one_line_within(m.command.as_deref().unwrap_or(""), width + 1)
-        ),
-        _ => text,
-    };
+    let (role, body) = m.parts(cwd, &|s| one_line_within(s, width + 1));
     Some(format!("{role}: {body}"))
 }
 
@@ -450,14 +458,8 @@ mod tests {
 
     #[test]
     fn pi_s_sessions_preview_alike_typed_and_parsed() {
-        let dir = match std::env::var_os("PI_FIXTURES_DIR") {
-            Some(dir) => std::path::PathBuf::from(dir),
-            None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/fixtures/pi-sessions"),
-        };
         let mut messages = 0;
-        for file in std::fs::read_dir(&dir).expect("pi's fixture sessions") {
-            let path = file.expect("a fixture").path();
+        for path in crate::pi_fixture_files() {
             let storage =
                 crate::backend::jsonl::JsonlStorage::open(&path, crate::Durability::Relaxed)
                     .expect("a session");

@@ -411,12 +411,10 @@ mod tests {
     /// entry to it: on every entry of pi's real files and on odd shapes.
     #[test]
     fn the_fast_probe_agrees_with_the_full_parse() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions");
         let mut entries: Vec<Entry> = Vec::new();
-        for file in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        for file in crate::pi_fixture_files() {
             let storage = crate::backend::jsonl::JsonlStorage::open(
-                file.path(),
+                file,
                 crate::storage::Durability::Relaxed,
             )
             .expect("a pi file");

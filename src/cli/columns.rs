@@ -49,24 +49,16 @@ pub fn fit(s: &str, max: usize) -> String {
     if width(s) <= max {
         return s.to_owned();
     }
-    if s.is_ascii() {
-        // A column a character: the loop below keeps `max - 1` of them.
-        let mut out = s[..max.saturating_sub(1)].to_owned();
-        if max > 0 {
-            out.push('…');
-        }
-        return out;
-    }
-    let mut out = String::new();
+    // The longest prefix that leaves a column for the ellipsis, copied whole.
     let mut used = 0;
-    for c in s.chars() {
-        let w = char_width(c);
-        if used + w + 1 > max {
-            break;
-        }
-        out.push(c);
-        used += w;
-    }
+    let cut = s
+        .char_indices()
+        .find(|&(_, c)| {
+            used += char_width(c);
+            used + 1 > max
+        })
+        .map_or(s.len(), |(at, _)| at);
+    let mut out = s[..cut].to_owned();
     if max > 0 {
         out.push('…');
     }

@@ -1128,6 +1128,8 @@ fn read_dictionary(conn: &Connection, id: i64) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// `blob_ranges` as it was, a byte at a time through every string.
     fn blob_ranges_byte_by_byte(text: &str) -> Vec<Range<usize>> {
         let mut found = Vec::new();
@@ -1203,8 +1205,6 @@ mod tests {
             );
         }
     }
-
-    use super::*;
 
     #[test]
     fn a_frame_claiming_more_than_zstd_can_hold_is_an_error_not_an_abort() {
@@ -1474,11 +1474,9 @@ mod tests {
 
     #[test]
     fn a_quick_training_compresses_about_as_well_as_the_search() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pi-sessions");
         let mut lines = Vec::new();
-        for file in std::fs::read_dir(&dir).expect("the shared pi fixtures") {
-            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        for file in crate::pi_fixture_files() {
+            let text = std::fs::read_to_string(file).unwrap();
             lines.extend(text.lines().skip(1).map(training_sample));
         }
         // Trained on every other line, scored on the lines between.
