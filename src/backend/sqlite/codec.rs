@@ -22,7 +22,8 @@
 //!
 //! # Body format (BLOB values)
 //! ```text
-//! tag       u8      bit 0: the payload is a zstd frame, its 4-byte magic dropped
+//! tag       u8      bit 0: the payload is a zstd frame in zstd's magicless
+//!                          format (a frame without its 4-byte magic number)
 //!                   bit 1: a dictionary id follows
 //!                   bit 2: blob splices follow
 //!                   bit 3: the entry's `message` member is an object and its
@@ -46,6 +47,7 @@
 use super::{block, sql};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
+use base64::Engine as _;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::cell::RefCell;
@@ -60,7 +62,10 @@ const WITH_DICTIONARY: u8 = 2;
 const WITH_BLOBS: u8 = 4;
 pub(super) const TRAILING_MESSAGE: u8 = 8;
 const KNOWN_BITS: u8 = COMPRESSED | WITH_DICTIONARY | WITH_BLOBS | TRAILING_MESSAGE;
+/// zstd's magic number, which the stored (magicless) frames leave out.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+/// The longest zstd frame header (`ZSTD_FRAMEHEADERSIZE_MAX`).
+const MAX_FRAME_HEADER: usize = 18;
 
 /// The zstd level entries are compressed at as they are written (fast
 /// enough for a bulk import on the reader thread).
@@ -474,10 +479,8 @@ pub(super) fn read_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
 
 thread_local! {
     /// One decompression context per thread (creating one per entry costs
-    /// more than decompressing a small entry).
-    static DCTX: RefCell<zstd_safe::DCtx<'static>> = RefCell::new(zstd_safe::DCtx::create());
-    /// The frame being decoded: a stored payload with its magic put back.
-    static FRAME: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// more than decompressing a small entry), reading magicless frames.
+    static DCTX: RefCell<Option<zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
     /// One compression context per thread, with the dictionary (by serial)
     /// and level it has loaded: loading a dictionary builds its tables once.
     static CCTX: RefCell<((u64, i32), zstd_safe::CCtx<'static>)> = RefCell::new(((u64::MAX, 0), zstd_safe::CCtx::create()));
@@ -491,45 +494,34 @@ fn decompress(payload: &[u8], dictionary: Option<&Dictionary>) -> Result<Vec<u8>
     decompress_sized(payload, dictionary, None)
 }
 
-/// [`decompress`], refusing before it allocates a frame that does not say
-/// it holds exactly `expected` bytes (when given).
+/// The largest zstd block.
+const MAX_BLOCK_BYTES: usize = 128 << 10;
+
+/// The content size a magicless frame's header states: zstd reads sizes
+/// only from framed headers, so the header (at most
+/// [`MAX_FRAME_HEADER`] bytes) is framed on the stack, never the payload.
+fn frame_content_size(payload: &[u8]) -> Option<u64> {
+    let mut header = [0u8; 4 + MAX_FRAME_HEADER];
+    let len = payload.len().min(MAX_FRAME_HEADER);
+    header[..4].copy_from_slice(&ZSTD_MAGIC);
+    header[4..4 + len].copy_from_slice(&payload[..len]);
+    zstd_safe::get_frame_content_size(&header[..4 + len])
+        .ok()
+        .flatten()
+}
+
+/// Decompresses a stored (magicless) frame, refusing before it allocates a
+/// frame that does not say it holds exactly `expected` bytes (when given).
 fn decompress_sized(
     payload: &[u8],
     dictionary: Option<&Dictionary>,
     expected: Option<usize>,
 ) -> Result<Vec<u8>> {
-    // The frame is put together in a buffer each thread keeps: a long path
-    // decodes a hundred thousand entries, and an allocation per entry costs
-    // a fifth of that read.
-    FRAME.with(|frame| {
-        let mut frame = frame.borrow_mut();
-        frame.clear();
-        frame.extend_from_slice(&ZSTD_MAGIC);
-        frame.extend_from_slice(payload);
-        let decoded = decompress_frame(&frame, dictionary, expected);
-        if frame.capacity() > FRAME_KEPT {
-            *frame = Vec::new();
-        }
-        decoded
-    })
-}
-
-/// The largest frame buffer a thread keeps between entries.
-const FRAME_KEPT: usize = 1 << 20;
-
-/// The largest zstd block.
-const MAX_BLOCK_BYTES: usize = 128 << 10;
-
-fn decompress_frame(
-    frame: &[u8],
-    dictionary: Option<&Dictionary>,
-    expected: Option<usize>,
-) -> Result<Vec<u8>> {
-    let size = match zstd_safe::get_frame_content_size(frame) {
-        Ok(Some(n)) => {
+    let size = match frame_content_size(payload) {
+        Some(n) => {
             usize::try_from(n).map_err(|_| Error::Corrupt("a stored entry is too large".into()))?
         }
-        _ => {
+        None => {
             return Err(Error::Corrupt(
                 "a stored entry's zstd frame has no size".into(),
             ))
@@ -544,21 +536,33 @@ fn decompress_frame(
     // A zstd block of at most 128 KB takes at least 4 bytes (an RLE block),
     // so no frame decodes to more than this: a damaged header claiming more
     // is an error, not an allocation that aborts the process.
-    if size > frame.len().saturating_mul(MAX_BLOCK_BYTES / 4) + MAX_BLOCK_BYTES {
+    if size > payload.len().saturating_mul(MAX_BLOCK_BYTES / 4) + MAX_BLOCK_BYTES {
         return Err(Error::Corrupt(format!(
             "a stored entry's zstd frame claims {size} bytes from {} stored",
-            frame.len()
+            payload.len()
         )));
     }
     let mut out = Vec::with_capacity(size);
     DCTX.with(|d| {
         let mut d = d.borrow_mut();
+        let d = match &mut *d {
+            Some(d) => d,
+            None => {
+                let mut fresh = zstd_safe::DCtx::create();
+                fresh
+                    .set_parameter(zstd_safe::DParameter::Format(
+                        zstd_safe::FrameFormat::Magicless,
+                    ))
+                    .map_err(|c| zstd_error("setting up zstd", c))?;
+                d.insert(fresh)
+            }
+        };
         match dictionary {
-            Some(dict) => d.decompress_using_ddict(&mut out, frame, &dict.ddict),
-            None => d.decompress(&mut out, frame),
+            Some(dict) => d.decompress_using_ddict(&mut out, payload, &dict.ddict),
+            None => d.decompress(&mut out, payload),
         }
-    })
-    .map_err(|c| zstd_error("a stored entry does not decompress", c))?;
+        .map_err(|c| zstd_error("a stored entry does not decompress", c))
+    })?;
     if out.len() != size {
         return Err(Error::Corrupt(
             "a stored entry decompressed to the wrong size".into(),
@@ -567,7 +571,7 @@ fn decompress_frame(
     Ok(out)
 }
 
-/// Compresses `data` (a frame without its magic), or `None` if zstd fails.
+/// Compresses `data` into a magicless frame, or `None` if zstd fails.
 fn compress(data: &[u8], dictionary: Option<&Dictionary>, level: i32) -> Option<Vec<u8>> {
     CCTX.with(|c| {
         let mut c = c.borrow_mut();
@@ -584,6 +588,10 @@ fn compress(data: &[u8], dictionary: Option<&Dictionary>, level: i32) -> Option<
                 .ok()?;
             cctx.set_parameter(zstd_safe::CParameter::DictIdFlag(false))
                 .ok()?;
+            cctx.set_parameter(zstd_safe::CParameter::Format(
+                zstd_safe::FrameFormat::Magicless,
+            ))
+            .ok()?;
             cctx.load_dictionary(dictionary.map_or(&[][..], |d| &d.bytes))
                 .ok()?;
             c.0 = loaded;
@@ -593,10 +601,6 @@ fn compress(data: &[u8], dictionary: Option<&Dictionary>, level: i32) -> Option<
             c.0 = (u64::MAX, 0);
             return None;
         }
-        if !out.starts_with(&ZSTD_MAGIC) {
-            return None;
-        }
-        out.drain(..4);
         Some(out)
     })
 }
@@ -772,7 +776,7 @@ fn blob_ranges(text: &str) -> Vec<Range<usize>> {
 
 fn blob_payload(text: &str) -> BlobPayload {
     let hash = crate::fnv::Fnv::of(text.as_bytes()) as i64;
-    match base64_decode(text).filter(|bytes| base64_encode(bytes) == text) {
+    match base64_decode(text) {
         Some(bytes) => BlobPayload {
             hash,
             encoding: BLOB_BASE64,
@@ -788,55 +792,16 @@ fn blob_payload(text: &str) -> BlobPayload {
     }
 }
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
+/// Base64 as blobs hold it: the standard alphabet, canonical padding and
+/// no stray trailing bits, so a text that decodes is the one encoding of
+/// its bytes and round-trips exactly.
 fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(BASE64[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The bytes of canonical base64 `text` (see [`base64_encode`]), or `None`.
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let b = text.as_bytes();
-    if !b.len().is_multiple_of(4) {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(b.len() / 4 * 3);
-    for (k, quad) in b.chunks(4).enumerate() {
-        let last = k + 1 == b.len() / 4;
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n = 0u32;
-        for (i, &c) in quad[..4 - pad].iter().enumerate() {
-            n |= value(c)? << (18 - 6 * i);
-        }
-        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
-    }
-    Some(out)
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 fn splice(conn: &Connection, template: &[u8], splices: &[(usize, i64)]) -> Result<Vec<u8>> {
@@ -1211,7 +1176,7 @@ mod tests {
         // Highly compressible text still decodes (an RLE-like 4 MB run).
         let big = vec![b'a'; 4 << 20];
         let frame = zstd::bulk::compress(&big, 3).unwrap();
-        assert_eq!(decompress_frame(&frame, None, None).unwrap(), big);
+        assert_eq!(decompress_sized(&frame[4..], None, None).unwrap(), big);
         // The same frame with its content size rewritten to 2^40 bytes.
         let mut header = zstd::bulk::compress(b"abc", 3).unwrap();
         let descriptor = header[4];
@@ -1224,7 +1189,7 @@ mod tests {
             _ => 8,
         };
         header.splice(field..field + old, (1u64 << 40).to_le_bytes());
-        let err = decompress_frame(&header, None, None)
+        let err = decompress_sized(&header[4..], None, None)
             .unwrap_err()
             .to_string();
         assert!(err.contains("claims 1099511627776 bytes"), "{err}");
@@ -1326,10 +1291,31 @@ mod tests {
             let text = base64_encode(&bytes);
             assert_eq!(base64_decode(&text).unwrap(), bytes);
         }
-        // "QR==" decodes, but re-encodes as "QQ==": kept as text, not decoded.
-        assert_ne!(base64_encode(&base64_decode("QR==").unwrap()), "QR==");
-        assert!(base64_decode("QQ=A").is_none());
-        assert!(base64_decode("QQ").is_none());
+        // Stray trailing bits ("QR==" would decode to "QQ=="'s byte), bad
+        // or missing padding: not canonical, so kept as text.
+        for text in ["QR==", "QQ=A", "QQ", "QQ=", "QUI=QUI=", "QUJD\n"] {
+            assert!(base64_decode(text).is_none(), "{text}");
+        }
+        // Whatever decodes is the one encoding of its bytes (the blob store
+        // relies on it to give the text back exactly): every one- and
+        // two-character change of canonical texts.
+        let alphabet = b"AQgw/+=9aZ";
+        for n in 1..7 {
+            let canonical = base64_encode(&(0..n).map(|i| (i * 91 + 7) as u8).collect::<Vec<_>>());
+            for i in 0..canonical.len() {
+                for &a in alphabet {
+                    for &b in alphabet {
+                        let mut t = canonical.as_bytes().to_vec();
+                        t[i] = a;
+                        t[(i + 1) % canonical.len()] = b;
+                        let t = String::from_utf8(t).unwrap();
+                        if let Some(bytes) = base64_decode(&t) {
+                            assert_eq!(base64_encode(&bytes), t);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
