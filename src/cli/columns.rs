@@ -1,27 +1,19 @@
 //! Text in terminal columns: how wide a string shows (East Asian wide
-//! characters and most emoji take two columns), cutting to a width, and
-//! padding to one, so that `tree` and `ls` line up whatever the names hold.
+//! characters and emoji take two columns, combining marks none), cutting to
+//! a width, and padding to one, so that `tree` and `ls` line up whatever the
+//! names hold; and how wide the terminal is.
 
-/// Columns a character takes: 2 for East Asian wide and most emoji, else 1
-/// (zero-width marks count 1, so a measured line is never too short).
+/// The terminal's width in columns when `stdout` is one, else `None`.
+pub fn terminal_width() -> Option<usize> {
+    terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0))
+}
+
+/// Columns a character takes, by Unicode's East Asian Width (the
+/// `unicode-width` crate): 2 for wide characters and emoji, 0 for combining
+/// marks; a control character counts 1 (output escapes them first, so one
+/// never reaches the terminal raw).
 pub fn char_width(c: char) -> usize {
-    match c as u32 {
-        0x1100..=0x115f
-        | 0x2e80..=0x303e
-        | 0x3041..=0x33ff
-        | 0x3400..=0x4dbf
-        | 0x4e00..=0x9fff
-        | 0xa000..=0xa4cf
-        | 0xac00..=0xd7a3
-        | 0xf900..=0xfaff
-        | 0xfe30..=0xfe4f
-        | 0xff00..=0xff60
-        | 0xffe0..=0xffe6
-        | 0x1f300..=0x1f64f
-        | 0x1f900..=0x1f9ff
-        | 0x20000..=0x3fffd => 2,
-        _ => 1,
-    }
+    unicode_width::UnicodeWidthChar::width(c).unwrap_or(1)
 }
 
 /// Columns `s` takes.
@@ -102,5 +94,10 @@ mod tests {
         assert_eq!(fit("abcdef", 0), "");
         assert_eq!(fit("abc", 3), "abc");
         assert_eq!(fit("中文字", 5), "中文…");
+        // Unicode's widths, where the old table guessed: a combining accent
+        // takes no column, CJK punctuation and newer emoji two.
+        assert_eq!(width("e\u{301}"), 1);
+        assert_eq!(width("。🫠"), 4);
+        assert_eq!(width("ｱ"), 1, "half-width katakana");
     }
 }

@@ -38,7 +38,7 @@ branches (9 entries)`). --depth N and --all show side branches as blocks \
 indented once (`├─`/`└─`, one level in from the spine): each block follows \
 its branch's first child; a fork inside a block gets a line there, and its \
 branches follow as blocks of their own at the same indentation, headed \
-`(from ID)`, never nested deeper. Lines stay within 120 columns.
+`(from ID)`, never nested deeper. Lines stay within the terminal's width (--width; 120 when stdout is not a terminal).
 
 Examples:
   sessiontree tree ffae                                # the active path, linear runs folded
@@ -68,6 +68,10 @@ pub struct TreeArgs {
     /// Show every branch (side branches as blocks, see below).
     #[arg(long)]
     pub all: bool,
+    /// Lines at most this many columns wide (default: the terminal's width,
+    /// or 120 when stdout is not a terminal); previews take 72 at 120.
+    #[arg(long, value_name = "COLUMNS", value_parser = clap::value_parser!(u16).range(40..))]
+    pub width: Option<u16>,
     /// Write to stdout even on a terminal (no pager). The pager is `$PAGER`,
     /// else `less -R`; never used for `--json` or when stdout is not a terminal.
     #[arg(long)]
@@ -88,9 +92,11 @@ impl TreeArgs {
     }
 }
 
-/// The widest line `tree` writes, in terminal columns.
-const WIDTH: usize = 120;
-/// The widest preview, as before the redesign (pi's `/tree` shows about this much).
+/// The widest line `tree` writes when the width is not known (stdout is
+/// not a terminal, no `--width`), in terminal columns.
+const DEFAULT_WIDTH: usize = 120;
+/// The widest preview at [`DEFAULT_WIDTH`] (pi's `/tree` shows about this
+/// much); other widths scale it, so a wide terminal shows more of each entry.
 const PREVIEW: usize = 72;
 /// Entries shown whole on each side of `--around`'s entry.
 const AROUND: usize = 10;
@@ -479,6 +485,10 @@ pub struct View {
     cwd: Option<String>,
     fold: usize,
     depth: usize,
+    /// The widest line, in columns.
+    width: usize,
+    /// The widest preview, in columns.
+    preview: usize,
 }
 
 /// Opens the session and indexes it.
@@ -497,6 +507,12 @@ pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
         (None, None) => SpineStart::Active,
     };
     let cwd = storage.metadata()?.cwd;
+    let width = args
+        .width
+        .map(usize::from)
+        .or_else(super::columns::terminal_width)
+        .unwrap_or(DEFAULT_WIDTH)
+        .max(40);
     Ok(View {
         storage,
         idx,
@@ -504,6 +520,8 @@ pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
         cwd,
         fold: args.fold,
         depth: if args.all { usize::MAX } else { args.depth },
+        width,
+        preview: PREVIEW * width / DEFAULT_WIDTH,
     })
 }
 
@@ -898,6 +916,7 @@ impl Writer<'_, '_> {
                 "level": g.level,
                 "id": entry_id,
                 "type": e.entry_type().as_str(),
+                // JSON is for programs: the same whatever the terminal.
                 "preview": preview_in(&e, PREVIEW, cwd),
                 "label": label,
                 "active": active,
@@ -923,8 +942,8 @@ impl Writer<'_, '_> {
         let here = if is_leaf { "  ← leaf" } else { "" };
         let used = width(g.text) + 2 + width(&from) + width(&id) + width(&label) + 1 + width(here);
         let preview = fit(
-            &safe(&preview_in(&e, 4 * PREVIEW, cwd)),
-            PREVIEW.min(WIDTH.saturating_sub(used)),
+            &safe(&preview_in(&e, 4 * self.view.preview, cwd)),
+            self.view.preview.min(self.view.width.saturating_sub(used)),
         );
         self.out.piece(Style::Plain, g.text);
         self.out
@@ -1005,16 +1024,26 @@ impl Writer<'_, '_> {
             }
         } else if let [only] = heads {
             let e = self.entry_of(*only)?;
-            let room = WIDTH.saturating_sub(width(tee) + width(&text) + 2);
+            let room = self
+                .view
+                .width
+                .saturating_sub(width(tee) + width(&text) + 2);
             let head = format!(
                 "{} {}",
                 safe(self.idx().ids.get(*only)),
-                safe(&preview_in(&e, 4 * PREVIEW, self.view.cwd.as_deref()))
+                safe(&preview_in(
+                    &e,
+                    4 * self.view.preview,
+                    self.view.cwd.as_deref()
+                ))
             );
             text.push_str(": ");
             text.push_str(&fit(&head, room));
         } else {
-            let room = WIDTH.saturating_sub(width(tee) + width(&text) + 2);
+            let room = self
+                .view
+                .width
+                .saturating_sub(width(tee) + width(&text) + 2);
             let mut list = String::new();
             for (j, &h) in heads.iter().enumerate() {
                 let id = safe(self.idx().ids.get(h));
@@ -1032,8 +1061,10 @@ impl Writer<'_, '_> {
             text.push_str(&list);
         }
         self.out.piece(Style::Plain, tee);
-        self.out
-            .piece(Style::Fork, &fit(&text, WIDTH.saturating_sub(width(tee))));
+        self.out.piece(
+            Style::Fork,
+            &fit(&text, self.view.width.saturating_sub(width(tee))),
+        );
         self.out.end_line();
         Ok(())
     }

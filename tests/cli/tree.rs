@@ -811,3 +811,119 @@ fn archive_and_file_trees_are_byte_identical_in_every_view() {
         }
     }
 }
+
+/// The widest line of `text`, in terminal columns.
+fn widest(text: &str) -> usize {
+    text.lines()
+        .map(unicode_width::UnicodeWidthStr::width)
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn lines_fit_the_width_asked_for_and_a_wider_one_shows_more() {
+    let sb = Sandbox::new();
+    let file = pi_fixtures().join("large-session.jsonl");
+    let tree = |extra: &[&str]| {
+        let mut args = vec!["tree", s(&file), "--all", "--fold", "0", "--no-pager"];
+        args.extend_from_slice(extra);
+        sb.run(&args).ok().to_owned()
+    };
+    // Not a terminal and no --width: 120 columns, as before.
+    let piped = tree(&[]);
+    assert_eq!(piped, tree(&["--width", "120"]));
+    assert!(widest(&piped) <= 120, "{}", widest(&piped));
+    for columns in [40usize, 80, 200] {
+        let text = tree(&["--width", &columns.to_string()]);
+        assert_eq!(
+            text.lines().count(),
+            piped.lines().count(),
+            "one line per entry"
+        );
+        assert!(widest(&text) <= columns, "{columns}: {}", widest(&text));
+    }
+    // A wide terminal shows more of each preview, a narrow one less.
+    assert!(widest(&tree(&["--width", "200"])) > widest(&piped));
+    assert!(widest(&tree(&["--width", "80"])) > 60);
+    // Narrower than the ids and markers need is refused, not garbled.
+    let narrow = sb.run(&["tree", s(&file), "--width", "20"]);
+    assert_eq!(narrow.status, 2, "{narrow:#?}");
+    assert!(narrow.stderr.contains("20 is not in 40.."), "{narrow:#?}");
+}
+
+#[test]
+fn in_a_terminal_lines_take_the_terminal_s_width() {
+    // tmux gives the binary a real terminal of a known size; the lines it
+    // prints must fit (wrapped lines would come back longer when joined).
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("SESSIONTREE_REQUIRE_TMUX").is_none(),
+            "tmux is required (SESSIONTREE_REQUIRE_TMUX is set)"
+        );
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let sb = Sandbox::new();
+    let file = pi_fixtures().join("large-session.jsonl");
+    let socket = format!("sessiontree-test-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux")
+    };
+    let script = format!(
+        "HOME={home} NO_COLOR=1 {bin} tree {file} --fold 0 --no-pager; echo END-OF-TREE; sleep 60",
+        home = s(&sb.home()),
+        bin = support::bin(),
+        file = s(&file),
+    );
+    let started = tmux(&["new-session", "-d", "-x", "96", "-y", "50", &script]);
+    assert!(started.status.success(), "{started:?}");
+    let mut screen = String::new();
+    for _ in 0..100 {
+        let out = tmux(&["capture-pane", "-p", "-J", "-S", "-", "-E", "-"]);
+        screen = String::from_utf8_lossy(&out.stdout).into_owned();
+        if screen.contains("END-OF-TREE") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    tmux(&["kill-server"]);
+    assert!(screen.contains("END-OF-TREE"), "{screen}");
+    // Exactly what `--width 96` prints (the pane trims trailing spaces).
+    let shown: Vec<&str> = screen
+        .lines()
+        .map(str::trim_end)
+        .take_while(|l| *l != "END-OF-TREE")
+        .skip_while(|l| l.is_empty())
+        .collect();
+    let asked = sb
+        .run(&[
+            "tree",
+            s(&file),
+            "--fold",
+            "0",
+            "--no-pager",
+            "--width",
+            "96",
+        ])
+        .ok()
+        .to_owned();
+    let asked: Vec<&str> = asked.lines().map(str::trim_end).collect();
+    assert!(asked.iter().any(|l| l.contains("← leaf")));
+    assert_eq!(shown, asked);
+    assert_ne!(
+        asked,
+        sb.run(&["tree", s(&file), "--fold", "0", "--no-pager"])
+            .ok()
+            .lines()
+            .collect::<Vec<_>>(),
+        "96 columns show less than 120"
+    );
+}
