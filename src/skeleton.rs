@@ -3,13 +3,15 @@
 //! `sessiontree tree` needs to lay a tree out before it reads the few
 //! entries it prints.
 //!
-//! The default ([`from_entries`]) reads the log page by page, so every
+//! The default ([`from_pages`], what `SessionStorage::visit_skeleton` does
+//! unless a backend knows better) reads the log page by page, so every
 //! backend answers; a backend that keeps ids, types and tree positions in
 //! an index (SQLite) answers from that index without decoding any text.
+//! This module depends on the entry model only: the storage trait uses its
+//! types, not the other way round.
 
 use crate::entry::Entry;
 use crate::error::Result;
-use crate::storage::SessionStorage;
 
 /// Where an entry of the skeleton hangs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,17 +61,18 @@ const PAGE: usize = 4096;
 /// About how many bytes of entry text one page may hold.
 const PAGE_BYTES: usize = 16 << 20;
 
-/// The skeleton of `storage` read from its log, page by page in log order:
-/// each entry, then the label change it makes. Memory stays at about one
-/// page of text (large entries, such as pasted images, make smaller pages).
-pub fn from_entries<S: SessionStorage + ?Sized>(
-    storage: &S,
+/// The skeleton of a log read page by page in log order through
+/// `read_page(start, limit)` (a storage's `entries`): each entry, then the
+/// label change it makes. Memory stays at about one page of text (large
+/// entries, such as pasted images, make smaller pages).
+pub fn from_pages(
+    mut read_page: impl FnMut(usize, usize) -> Result<Vec<Entry>>,
     sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut pos = 0;
     let mut limit = PAGE;
     loop {
-        let page = storage.entries(pos, Some(limit))?;
+        let page = read_page(pos, limit)?;
         let bytes: usize = page.iter().map(|e| e.json().len()).sum();
         for e in &page {
             visit_entry(e, pos, sink)?;

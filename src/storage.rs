@@ -177,7 +177,7 @@ pub trait SessionStorage {
     /// the log in pages; backends with an index of the tree answer from it
     /// without reading entry text.
     fn visit_skeleton(&self, sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>) -> Result<()> {
-        skeleton::from_entries(self, sink)
+        skeleton::from_pages(|start, limit| self.entries(start, Some(limit)), sink)
     }
 
     /// Whether each of `ids` that answers to an entry is a user message

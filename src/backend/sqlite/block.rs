@@ -42,7 +42,7 @@
 //! dense as entries stored alone: a block in a row of its own left a quarter
 //! of its pages empty (a record of ~3 KB per 4 KB page).
 
-use super::codec::{self, Codec, Prepared};
+use super::codec::{self, Codec, Prepared, MEMBER};
 use super::sql;
 use crate::error::{Error, Result};
 use rusqlite::types::ValueRef;
@@ -54,9 +54,6 @@ use std::ops::Range;
 pub const BLOCK_ENTRIES: usize = 64;
 /// The most text a block holds: reading one member decodes at most this.
 pub const BLOCK_BYTES: usize = 64 << 10;
-
-/// Tag bit 4 of an entry body: the text is a member of a block.
-pub(super) const MEMBER: u8 = 16;
 
 const COMPRESSED: u8 = 1;
 const WITH_DICTIONARY: u8 = 2;

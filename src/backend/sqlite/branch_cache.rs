@@ -698,7 +698,7 @@ fn cached_entry(
     let entry = codec.decode_entry(conn, stored, Some(EntryType::from_name(kind)))?;
     *decoded += 1;
     // Text spliced from blobs depends on more than the row's bytes.
-    if super::codec::body_refs(stored)?.blobs.is_empty() {
+    if super::stored::body_refs(stored)?.blobs.is_empty() {
         cache.insert(key, bytes, &entry);
     }
     Ok(entry)

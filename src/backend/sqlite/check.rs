@@ -10,7 +10,8 @@
 //! - rows of any derived table that belong to no session, segment or entry.
 
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
-use super::codec::{body_refs, Codec};
+use super::codec::Codec;
+use super::stored::body_refs;
 use super::writer::{replay_session_facts, session_facts, stored_labels};
 use super::{damage_marker, search, sql, Archive, SqliteStorage};
 use crate::entry::{Entry, EntryType};

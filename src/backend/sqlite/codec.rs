@@ -44,8 +44,7 @@
 //! [`BLOB_THRESHOLD`] bytes, all in the base64 alphabet. Canonical base64 is
 //! stored decoded (three quarters of the size); anything else as its text.
 
-use super::{block, sql};
-use crate::entry::{Entry, EntryType};
+use super::sql;
 use crate::error::{Error, Result};
 use base64::Engine as _;
 use rusqlite::types::ValueRef;
@@ -61,6 +60,9 @@ const COMPRESSED: u8 = 1;
 const WITH_DICTIONARY: u8 = 2;
 const WITH_BLOBS: u8 = 4;
 pub(super) const TRAILING_MESSAGE: u8 = 8;
+/// Tag bit 4: the text is a member of a block (its body is read by
+/// [`super::block`], which builds on this module).
+pub(super) const MEMBER: u8 = 16;
 const KNOWN_BITS: u8 = COMPRESSED | WITH_DICTIONARY | WITH_BLOBS | TRAILING_MESSAGE;
 /// zstd's magic number, which the stored (magicless) frames leave out.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
@@ -211,49 +213,9 @@ impl Codec {
         Ok(Encoder::new(self.newest(conn)?))
     }
 
-    /// The exact entry text of a stored `entries.json` value (invariant 1).
-    pub fn decode(&self, conn: &Connection, value: ValueRef<'_>) -> Result<String> {
-        self.decode_with_tag(conn, value).map(|(text, _)| text)
-    }
-
-    /// The entry a stored `entries.json` value holds, with what its tag says
-    /// of its text (its `message` member found without a scan, tag bit 3);
-    /// `stored_type` is the row's `type`, if the caller read it.
-    pub fn decode_entry(
-        &self,
-        conn: &Connection,
-        value: ValueRef<'_>,
-        stored_type: Option<EntryType>,
-    ) -> Result<Entry> {
-        let (text, message_trails) = self.decode_with_tag(conn, value)?;
-        Ok(Entry::from_stored_text(text, stored_type, message_trails))
-    }
-
-    /// The text, and whether the tag says its `message` member trails.
-    pub(super) fn decode_with_tag(
-        &self,
-        conn: &Connection,
-        value: ValueRef<'_>,
-    ) -> Result<(String, bool)> {
-        match value {
-            ValueRef::Text(t) => String::from_utf8(t.to_vec())
-                .map(|text| (text, false))
-                .map_err(|_| Error::Corrupt("a stored entry is not UTF-8 text".into())),
-            ValueRef::Blob(b) => self.decode_body(conn, b),
-            other => Err(Error::Corrupt(format!(
-                "a stored entry is {:?}, not text",
-                other.data_type()
-            ))),
-        }
-    }
-
-    fn decode_body(&self, conn: &Connection, body: &[u8]) -> Result<(String, bool)> {
-        if let Some(&tag) = body.first().filter(|&&t| t & block::MEMBER != 0) {
-            let text = block::member_text(self, conn, body)?;
-            return String::from_utf8(text)
-                .map(|text| (text, tag & TRAILING_MESSAGE != 0))
-                .map_err(|_| Error::Corrupt("a decoded entry is not UTF-8 text".into()));
-        }
+    /// The text of an entry body stored alone (not a block member: see
+    /// [`super::stored`]), and whether its tag says its `message` trails.
+    pub(super) fn decode_body(&self, conn: &Connection, body: &[u8]) -> Result<(String, bool)> {
         let header = Header::parse(body)?;
         let template = self.template(conn, &header, body)?;
         let text = if header.splices.is_empty() {
@@ -291,16 +253,20 @@ impl Codec {
         self.inflate(conn, header.dictionary, payload, None)
     }
 
-    /// A stored entry's training sample ([`training_sample`] of its text):
-    /// for a body that splices blobs, its template, without assembling the
-    /// text (the template is the text with its blobs cut out).
-    pub fn training_sample_of(&self, conn: &Connection, stored: ValueRef<'_>) -> Result<Vec<u8>> {
-        if let Some((header, body)) = spliced(stored)? {
-            let mut template = self.template(conn, &header, body)?;
-            template.truncate(SAMPLE_LIMIT);
-            return Ok(template);
-        }
-        Ok(training_sample(&self.decode(conn, stored)?))
+    /// The template of a stored body that splices blobs (its text with the
+    /// blobs cut out), cut to a training sample's length; `None` for any
+    /// other stored value.
+    pub(super) fn spliced_sample(
+        &self,
+        conn: &Connection,
+        stored: ValueRef<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some((header, body)) = spliced(stored)? else {
+            return Ok(None);
+        };
+        let mut template = self.template(conn, &header, body)?;
+        template.truncate(SAMPLE_LIMIT);
+        Ok(Some(template))
     }
 
     /// A stored body that splices blobs, re-encoded by `encoder` with its
@@ -350,7 +316,7 @@ fn spliced(stored: ValueRef<'_>) -> Result<Option<(Header, &[u8])>> {
     let ValueRef::Blob(body) = stored else {
         return Ok(None);
     };
-    if block::is_member(stored) {
+    if body.first().is_some_and(|t| t & MEMBER != 0) {
         return Ok(None);
     }
     let header = Header::parse(body)?;
@@ -378,39 +344,11 @@ pub fn stored_message_trails(text: &str) -> bool {
     message_trails(text, span.as_ref())
 }
 
-/// The dictionary and blob ids a stored value uses (for checks and compact).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BodyRefs {
-    /// The dictionary, if compressed with one.
-    pub dictionary: Option<i64>,
-    /// Blob ids, in text order.
-    pub blobs: Vec<i64>,
-    /// The block holding the text, for a member of one (whose member 0
-    /// names the block's dictionary).
-    pub block: Option<i64>,
-}
-
-/// What a stored value refers to, read from its header alone.
-pub fn body_refs(value: ValueRef<'_>) -> Result<BodyRefs> {
-    match value {
-        ValueRef::Blob(b) if block::is_member(value) => {
-            let member = block::parse_member(b)?;
-            Ok(BodyRefs {
-                dictionary: member.header.and_then(|h| h.dictionary),
-                blobs: Vec::new(),
-                block: Some(member.block),
-            })
-        }
-        ValueRef::Blob(b) => {
-            let h = Header::parse(b)?;
-            Ok(BodyRefs {
-                dictionary: h.dictionary,
-                blobs: h.splices.iter().map(|s| s.1).collect(),
-                block: None,
-            })
-        }
-        _ => Ok(BodyRefs::default()),
-    }
+/// The dictionary and blob ids of an entry body stored alone, read from
+/// its header (see [`super::stored::body_refs`]).
+pub(super) fn body_header_refs(body: &[u8]) -> Result<(Option<i64>, Vec<i64>)> {
+    let h = Header::parse(body)?;
+    Ok((h.dictionary, h.splices.iter().map(|s| s.1).collect()))
 }
 
 struct Header {
@@ -1094,6 +1032,8 @@ fn read_dictionary(conn: &Connection, id: i64) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sqlite::stored::body_refs;
+    use crate::entry::Entry;
 
     /// `blob_ranges` as it was, a byte at a time through every string.
     fn blob_ranges_byte_by_byte(text: &str) -> Vec<Range<usize>> {

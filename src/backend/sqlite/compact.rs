@@ -236,7 +236,8 @@ fn reencode_batch(
             // An entry holding images is re-encoded from its template
             // (`store_spliced`); its text is never assembled. Left empty,
             // it never joins a block (an empty text is not an object).
-            let spliced = place.is_none() && !codec::body_refs((&old).into())?.blobs.is_empty();
+            let spliced =
+                place.is_none() && !super::stored::body_refs((&old).into())?.blobs.is_empty();
             let text = if spliced {
                 String::new()
             } else {
@@ -687,7 +688,7 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
             .map_err(sql("removing unused dictionaries"))?;
         let mut rows = st.query([]).map_err(sql("removing unused dictionaries"))?;
         while let Some(row) = rows.next().map_err(sql("removing unused dictionaries"))? {
-            let refs = codec::body_refs(
+            let refs = super::stored::body_refs(
                 row.get_ref(0)
                     .map_err(sql("removing unused dictionaries"))?,
             )?;

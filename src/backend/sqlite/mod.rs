@@ -39,6 +39,7 @@ pub mod migrate;
 mod query;
 mod rows;
 mod skeleton;
+mod stored;
 /// The search text rules, shared by every indexed backend.
 pub use crate::search;
 mod storage;
