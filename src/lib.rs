@@ -8,8 +8,9 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = std::env::temp_dir().join(format!("sessiontree-doc-{}", std::process::id()));
 //! # std::fs::create_dir_all(&dir)?;
+//! # std::env::set_current_dir(&dir)?; // a doctest is a process of its own
 //! // An archive is one SQLite file; a repository creates and lists its sessions.
-//! let archive = Archive::open(dir.join("archive.db"), Durability::Full)?;
+//! let archive = Archive::open("archive.db", Durability::Full)?;
 //! let mut repo = SqliteRepo::new(archive);
 //! let mut session = repo.create(&CreateOptions { cwd: "/home/ada/project".into(), ..Default::default() })?;
 //!
@@ -30,11 +31,13 @@
 //! # }
 //! ```
 //!
-//! One contract — pi's session storage (`@earendil-works/pi-agent-core` 0.83.0,
-//! written down in `session-contract.md`) — implemented three ways behind the
-//! [`SessionStorage`] trait: in memory ([`backend::memory`]), as pi-compatible
-//! JSONL files ([`backend::jsonl`]), and over SQLite with a materialized branch
-//! cache ([`backend::sqlite`]).
+//! One contract — pi's SDK session storage (`@earendil-works/pi-agent-core`
+//! 0.83.0, written down in `session-contract.md`) — implemented four ways
+//! behind the [`SessionStorage`] trait: in memory ([`backend::memory`]), as
+//! pi-compatible JSONL files ([`backend::jsonl`]), and in an archive of many
+//! sessions with a materialized branch cache, over SQLite ([`backend::sqlite`])
+//! or PostgreSQL ([`backend::postgres`]). The README shows this example;
+//! `docs/` describes the rest.
 //!
 //! Layout: [`entry`] is the entry model, [`storage`] the trait, [`rules`] and
 //! [`context`] the contract's rules written once, [`session`] the session layer,

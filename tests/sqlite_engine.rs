@@ -227,7 +227,7 @@ fn rows_written(
     Ok(u64::try_from(count()? - before)?)
 }
 
-/// The counted costs behind the README's complexity table.
+/// The counted costs behind the branch cache tables of docs/engine.md.
 #[test]
 fn costs_follow_the_answer_not_the_history() -> R {
     let dir = tempfile::tempdir()?;

@@ -7,10 +7,10 @@
 //! `write` (label, name, move, fork, export, delete), `args` (SESSION
 //! arguments, errors, help and its examples, completions), `rpc`, `tree`
 //! (real trees: known shapes, large generated sessions, memory, colour and
-//! the pager) and `readme` (the README's transcript and command table
-//! against the binary). This file holds what they share: the sandbox that
-//! runs the binary, the session files they start from, and example command
-//! lines (of `--help` and the README) taken apart.
+//! the pager) and `readme` (the examples of README.md and `docs/` against
+//! the binary). This file holds what they share: the sandbox that runs the
+//! binary, the session files they start from, and example command lines (of
+//! `--help` and the documents) taken apart.
 //!
 //! Inputs are the real pi files in `../shared/fixtures/pi-sessions/` (version
 //! 1: ids `v1-00001`…) and the small version-3 sessions of `tests/fixtures/cli/`,
@@ -217,7 +217,7 @@ impl Sandbox {
 }
 
 // ---------------------------------------------------------------------------
-// Example command lines, as the README's transcript and `--help` show them.
+// Example command lines, as the documents' transcripts and `--help` show them.
 
 /// One example command line taken apart the way a POSIX shell would, for
 /// the few forms the examples use: quoted words, a trailing `# comment`, a

@@ -55,7 +55,7 @@ process.env.TZ = "UTC";
 // ---------------------------------------------------------------- config
 
 // Exotic categories left out by default because sessiontree differs from pi
-// there on purpose: each is a row of the README's table of deliberate
+// there on purpose: each is a row of docs/contract.md's table of deliberate
 // differences. DIFF_EXOTIC=all shows them.
 const KNOWN_MISMATCH_CATEGORIES = {
   "v8-dates": "deliberate: V8's implementation-defined legacy Date parsing (Feb 30, +0530, \"Mar 1 2023\") is read as no date",

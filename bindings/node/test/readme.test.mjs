@@ -1,4 +1,4 @@
-// The README's Node example runs as written: against the CLI's default
+// The Node example of docs/node.md runs as written: against the CLI's default
 // archive and pi's sessions directory (both redirected into a temporary
 // directory, the real pi sessions copied in).
 import assert from "node:assert/strict";
@@ -8,10 +8,10 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { fixturesDir, here, repoRoot, tempDir } from "./helpers.mjs";
 
-test("the README's Node example runs", (t) => {
-  const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
-  const block = /<!-- node-example[^>]*-->\n```js\n([\s\S]*?)```/.exec(readme);
-  assert.ok(block, "no node-example block in README.md");
+test("the Node example of docs/node.md runs", (t) => {
+  const page = readFileSync(join(repoRoot, "docs", "node.md"), "utf8");
+  const block = /<!-- node-example[^>]*-->\n```js\n([\s\S]*?)```/.exec(page);
+  assert.ok(block, "no node-example block in docs/node.md");
   const dir = tempDir(t);
   const sessions = join(dir, "pi", "sessions", "--w--");
   mkdirSync(sessions, { recursive: true });
