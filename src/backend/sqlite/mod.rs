@@ -34,6 +34,7 @@ mod checkpointer;
 pub mod claim;
 pub mod codec;
 mod compact;
+mod error;
 pub mod fts;
 pub mod migrate;
 mod query;
@@ -48,6 +49,7 @@ mod writer;
 use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::storage::Durability;
+use error::sql;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -252,10 +254,6 @@ impl Drop for ArchiveConn {
 /// An archive: one SQLite file holding many sessions.
 #[derive(Debug, Clone)]
 pub struct Archive(Arc<ArchiveInner>);
-
-fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
-    move |e| Error::sqlite(context, e)
-}
 
 /// The file `check` leaves beside an archive whose `PRAGMA integrity_check`
 /// failed (`archive.db.damaged`, holding what it found). While it exists,

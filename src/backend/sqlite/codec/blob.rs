@@ -3,7 +3,8 @@
 //! scan of every string, kept once in `blobs` by content (canonical base64
 //! decoded), referenced from `entry_blobs`, and spliced back on reading.
 
-use super::{sql, Error, Result};
+use crate::backend::sqlite::error::sql;
+use crate::error::{Error, Result};
 use base64::Engine as _;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::ops::Range;

@@ -1,7 +1,7 @@
 //! The stored body of an entry (see the format in [`super`]): its tag
 //! bits, its header (dictionary id, blob splices), varints, and writing one.
 
-use super::{Error, Result};
+use crate::error::{Error, Result};
 use rusqlite::types::ValueRef;
 use std::ops::Range;
 

@@ -50,6 +50,7 @@
 //! stored decoded (three quarters of the size); anything else as its text.
 mod blob;
 mod body;
+mod dictionary;
 mod frame;
 mod train;
 
@@ -57,12 +58,14 @@ pub(super) use blob::has_blobs;
 pub use blob::record_blob_refs;
 pub(super) use body::{body_header_refs, read_varint, write_varint, MEMBER, TRAILING_MESSAGE};
 pub use body::{message_trails, stored_message_trails};
+pub use dictionary::Dictionary;
+pub use frame::{COMPACT_LEVEL, LEVEL};
 pub use train::{
     train, training_sample, Training, IMPORT_TRAINING_BUDGET, MAX_DICTIONARY, MIN_TRAINING_BYTES,
     QUICK_ACCEL, QUICK_SEGMENT, SAMPLE_LIMIT, TRAINING_BUDGET,
 };
 
-use super::sql;
+use super::error::sql;
 use crate::error::{Error, Result};
 use blob::{blob_payload, blob_ranges, intern_blob, splice, BlobPayload};
 use body::{spliced, write_body, Header};
@@ -72,64 +75,6 @@ use rusqlite::{params, Connection};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use zstd::zstd_safe;
-
-/// The zstd level entries are compressed at as they are written (fast
-/// enough for a bulk import on the reader thread).
-pub const LEVEL: i32 = 3;
-/// The level `compact` re-encodes at (mostly blocks, [`super::block`]):
-/// ~15 % smaller than [`LEVEL`] on real pi sessions. On the generated
-/// 100,000-entry forked session, in blocks: level 16 37.26 MB in 16 s on
-/// two cores, 17 37.23 MB in 15 s, 18 37.10 MB in 21 s, 19 37.03 MB in
-/// 29 s; an offline rewrite can afford 18 (decompression costs the same).
-/// Before blocks, level 16 was 2.6 % smaller than level 12 for 2.4× the CPU.
-pub const COMPACT_LEVEL: i32 = 18;
-/// A trained zstd dictionary of an archive.
-pub struct Dictionary {
-    /// Its `dictionaries.dict_id`.
-    pub id: i64,
-    /// Unique in this process: what thread-local compressors key on (ids
-    /// repeat across archives).
-    serial: u64,
-    bytes: Vec<u8>,
-    ddict: zstd_safe::DDict<'static>,
-}
-
-impl std::fmt::Debug for Dictionary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dictionary")
-            .field("id", &self.id)
-            .field("bytes", &self.bytes.len())
-            .finish()
-    }
-}
-
-impl Dictionary {
-    fn new(id: i64, bytes: Vec<u8>) -> Result<Self> {
-        static SERIAL: AtomicU64 = AtomicU64::new(1);
-        let ddict = zstd_safe::DDict::try_create(&bytes).ok_or_else(|| {
-            Error::Corrupt(format!(
-                "compression dictionary {id} is damaged: zstd cannot load it"
-            ))
-        })?;
-        Ok(Dictionary {
-            id,
-            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
-            ddict,
-            bytes,
-        })
-    }
-
-    /// The dictionary's size in bytes.
-    pub fn len(&self) -> usize {
-        self.bytes.len()
-    }
-
-    /// Whether the dictionary is empty (never, for a trained one).
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-}
 
 /// An archive's dictionaries, loaded once each (invariant 2).
 #[derive(Debug)]
@@ -715,7 +660,7 @@ mod tests {
         let quick = train(&train_on, Training::Quick).expect("a quick dictionary");
         let search = train(&train_on, Training::Search).expect("a searched dictionary");
         assert!(
-            zstd_safe::get_dict_id(&quick).is_some(),
+            zstd::zstd_safe::get_dict_id(&quick).is_some(),
             "a zstd dictionary"
         );
         let (quick, search) = (

@@ -3,7 +3,7 @@
 //! an import's first dictionary.
 
 use super::blob::blob_ranges;
-use super::LEVEL;
+use super::frame::LEVEL;
 use zstd::zstd_safe;
 
 /// Training needs at least this much sample text to beat no dictionary.
