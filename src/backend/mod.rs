@@ -1,5 +1,6 @@
 //! The storage backends. Each stores and indexes; none imports another.
 
+pub mod branch_cache;
 pub mod branch_rules;
 pub mod holder;
 pub mod jsonl;

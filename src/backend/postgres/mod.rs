@@ -3,10 +3,10 @@
 //!
 //! # Layout
 //! `mod.rs` opens archives (connection settings, pool, migrations from
-//! `schema/postgres/`); [`branch_cache`] is the SQLite archive's bounded
-//! branch cache in PostgreSQL's SQL (the invariants are stated once, in
-//! `backend::sqlite::branch_cache`, and the pure rules are shared through
-//! `backend::branch_rules`); `writer.rs` appends inside a transaction and
+//! `schema/postgres/`); [`branch_cache`] is the bounded branch cache's
+//! statements in PostgreSQL's SQL (the invariants, the placement and the
+//! plan of a path read are written once, in `backend::branch_cache`);
+//! `writer.rs` appends inside a transaction and
 //! maintains every derived fact; `archive.rs` is the many-session side
 //! (create, list, delete, search); `storage.rs` is one session as a
 //! [`crate::SessionStorage`]; [`claim`] is the one-writer rule across machines.

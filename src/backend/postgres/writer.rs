@@ -108,7 +108,7 @@ fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) ->
 pub(super) struct Appender {
     key: i64,
     facts: Replay,
-    tail: branch_cache::OpenTail,
+    tail: crate::backend::branch_cache::OpenTail,
     /// Placed, not yet inserted: id to key, and the rows.
     pending: branch_cache::Pending,
     rows: EntryRows,
@@ -145,7 +145,7 @@ impl Appender {
         Ok(Appender {
             key,
             facts: session_facts(c, key, true)?,
-            tail: branch_cache::OpenTail::default(),
+            tail: crate::backend::branch_cache::OpenTail::default(),
             pending: branch_cache::Pending::new(),
             rows: EntryRows::default(),
             words: WordRows::default(),
@@ -259,7 +259,8 @@ impl Appender {
     /// Inserts what is pending, writes back the open segment and the session row.
     pub(super) fn finish<C: GenericClient>(mut self, c: &mut C) -> Result<()> {
         self.insert_pending(c)?;
-        self.tail.flush(c, self.key)?;
+        self.tail
+            .flush(&mut branch_cache::PgCache::new(c, self.key))?;
         write_session_facts(c, self.key, &self.facts)
     }
 }

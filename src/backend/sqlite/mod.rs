@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //! `mod.rs` opens archives (connection settings, pool, migration);
-//! [`branch_cache`] places entries in the tree and reads paths (its invariants
-//! are stated there); `writer.rs` appends inside a transaction and maintains
+//! [`branch_cache`] is the statements that place entries in the tree and
+//! read paths (the invariants and the placement are `backend::branch_cache`); `writer.rs` appends inside a transaction and maintains
 //! every derived fact; [`codec`] keeps entry text compressed with blobs out
 //! of line (its invariants are stated there) and `compact.rs` re-encodes an
 //! archive; `archive.rs` is the many-session side (create, list,

@@ -383,7 +383,8 @@ impl Appender {
 
     /// [`Appender::finish`] but for the search text, handed back unwritten.
     fn finish_holding_text(mut self, tx: &Transaction) -> Result<PendingText> {
-        self.tail.flush(tx)?;
+        self.tail
+            .flush(&mut branch_cache::SqliteCache::new(tx, self.key))?;
         write_session_facts(tx, self.key, &self.facts)?;
         Ok(self.pending)
     }
