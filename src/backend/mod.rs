@@ -2,6 +2,7 @@
 
 pub mod branch_cache;
 pub mod branch_rules;
+pub mod claim;
 pub mod holder;
 pub mod jsonl;
 mod log_index;
