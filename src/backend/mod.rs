@@ -9,6 +9,7 @@ mod log_index;
 pub mod memory;
 pub mod path_memo;
 pub mod postgres;
+pub mod session_rows;
 pub mod sqlite;
 
 use log_index::log_index_reads;

@@ -31,6 +31,7 @@ pub mod claim;
 mod storage;
 mod writer;
 
+use crate::backend::session_rows::stored_js_string;
 use crate::error::{Error, Result};
 use crate::storage::Durability;
 use ::postgres::types::FromSql;
@@ -69,12 +70,6 @@ pub(crate) fn pg(context: &'static str) -> impl Fn(::postgres::Error) -> Error {
 pub(crate) fn col<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
     row.try_get(i)
         .map_err(|e| Error::postgres("reading a row", e))
-}
-
-/// Labels and names are stored as their JSON literal (so lone surrogates survive).
-fn stored_js_string(text: String) -> crate::json::JsString {
-    crate::json::JsString::from_json_literal(&text)
-        .unwrap_or_else(|| crate::json::JsString::new(&text))
 }
 
 #[derive(Debug)]

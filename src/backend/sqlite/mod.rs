@@ -44,8 +44,8 @@ pub use crate::search;
 mod storage;
 mod writer;
 
+use crate::backend::session_rows::stored_js_string;
 use crate::error::{Error, Result};
-use crate::json::JsString;
 use crate::storage::Durability;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -278,12 +278,6 @@ fn refuse_if_damaged(archive: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(format!("reading {}", marker.display()), e)),
     }
-}
-
-/// Labels and names are stored as their JSON literal (so lone surrogates
-/// survive); text from before schema version 4 is read as plain text.
-fn stored_js_string(text: String) -> JsString {
-    JsString::from_json_literal(&text).unwrap_or_else(|| JsString::new(&text))
 }
 
 /// Switches to WAL. Two processes creating one archive at once both try
