@@ -52,10 +52,8 @@ fn s(p: &Path) -> &str {
 
 /// A generated session file of `entries` entries (with forks and compactions).
 fn generated_file(dir: &Path, id: &str, entries: usize) -> PathBuf {
-    let path = dir.join(format!("{id}.jsonl"));
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-    write_session(
-        &mut out,
+    spec_file(
+        dir,
         &SessionSpec {
             id: id.to_owned(),
             created_ms: 1_748_736_000_000,
@@ -68,7 +66,13 @@ fn generated_file(dir: &Path, id: &str, entries: usize) -> PathBuf {
             dangling_root: false,
         },
     )
-    .expect("generate");
+}
+
+/// The session `spec` describes, written to `dir/<id>.jsonl`.
+fn spec_file(dir: &Path, spec: &SessionSpec) -> PathBuf {
+    let path = dir.join(format!("{}.jsonl", spec.id));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    write_session(&mut out, spec).expect("generate");
     drop(out);
     path
 }
@@ -785,10 +789,8 @@ fn the_branch_cache_is_placed_alike_on_sqlite_and_postgres() {
         ("regen", TreeShape::Regenerate { every: 3 }, false),
     ];
     for (id, tree, dangling_root) in shapes {
-        let path = dir.path().join(format!("{id}.jsonl"));
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-        write_session(
-            &mut out,
+        let path = spec_file(
+            dir.path(),
             &SessionSpec {
                 id: id.to_owned(),
                 created_ms: 1_748_736_000_000,
@@ -800,9 +802,7 @@ fn the_branch_cache_is_placed_alike_on_sqlite_and_postgres() {
                 tree,
                 dangling_root,
             },
-        )
-        .expect("generate");
-        drop(out);
+        );
         let (v, status) = cli_json(&["--db", s(&db), "import", s(&path), "--quiet"]);
         assert_eq!(status, 0, "{v}");
     }
