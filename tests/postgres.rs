@@ -52,10 +52,8 @@ fn s(p: &Path) -> &str {
 
 /// A generated session file of `entries` entries (with forks and compactions).
 fn generated_file(dir: &Path, id: &str, entries: usize) -> PathBuf {
-    let path = dir.join(format!("{id}.jsonl"));
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-    write_session(
-        &mut out,
+    spec_file(
+        dir,
         &SessionSpec {
             id: id.to_owned(),
             created_ms: 1_748_736_000_000,
@@ -68,7 +66,13 @@ fn generated_file(dir: &Path, id: &str, entries: usize) -> PathBuf {
             dangling_root: false,
         },
     )
-    .expect("generate");
+}
+
+/// The session `spec` describes, written to `dir/<id>.jsonl`.
+fn spec_file(dir: &Path, spec: &SessionSpec) -> PathBuf {
+    let path = dir.join(format!("{}.jsonl", spec.id));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    write_session(&mut out, spec).expect("generate");
     drop(out);
     path
 }
@@ -696,4 +700,243 @@ fn check_finds_a_team_archive_whole_and_reports_a_damaged_cache_or_row() {
     assert!(v["problems"].as_array().expect("problems").iter().all(|p| p
         .as_str()
         .is_some_and(|p| p.starts_with("session d703a1a9"))));
+}
+
+/// An entry key as (segment rank, depth).
+type RankedKey = (usize, i64);
+
+/// A segment row: parent, first depth, tail depth, position, jump,
+/// inherited compaction, missing root parent.
+type RankedSegment = (
+    Option<usize>,
+    i64,
+    i64,
+    i64,
+    Option<usize>,
+    Option<RankedKey>,
+    Option<String>,
+);
+
+/// A session's branch cache rows, with segments named by their rank in
+/// creation order (SQLite numbers them across the archive, PostgreSQL from 1
+/// in each session) and keys as [`RankedKey`].
+#[derive(Debug, PartialEq)]
+struct CacheRows {
+    segments: Vec<RankedSegment>,
+    /// Segment, from depth, ancestor, to depth.
+    ancestry: Vec<(usize, i64, usize, i64)>,
+    /// Compaction and its stop.
+    compactions: Vec<(RankedKey, Option<RankedKey>)>,
+}
+
+/// Raw rows: segments `(id, parent, first, tail, position, jump, inherited,
+/// missing)` by id, ancestry `(segment, from, ancestor, to)` by segment and
+/// from depth, compactions `(key, stop)` by key.
+type RawCache = (
+    Vec<(
+        i64,
+        Option<i64>,
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+    )>,
+    Vec<(i64, i64, i64, i64)>,
+    Vec<(i64, Option<i64>)>,
+);
+
+impl CacheRows {
+    fn new((segments, ancestry, compactions): RawCache) -> Self {
+        let rank: std::collections::HashMap<i64, usize> =
+            segments.iter().enumerate().map(|(i, s)| (s.0, i)).collect();
+        let seg = |id: i64| rank[&id];
+        let key = |k: i64| (seg(k >> 32), k & 0xffff_ffff);
+        CacheRows {
+            segments: segments
+                .iter()
+                .map(|(_, p, f, t, pos, j, c, m)| {
+                    (p.map(seg), *f, *t, *pos, j.map(seg), c.map(key), m.clone())
+                })
+                .collect(),
+            ancestry: ancestry
+                .iter()
+                .map(|&(s, f, a, t)| (seg(s), f, seg(a), t))
+                .collect(),
+            compactions: compactions
+                .iter()
+                .map(|&(c, stop)| (key(c), stop.map(key)))
+                .collect(),
+        }
+    }
+}
+
+/// The placement is written once for both stores (`backend::branch_cache`):
+/// the same log placed by an SQLite import and by a sync into PostgreSQL
+/// (entry rows inserted in batches after placing) gives the same segments,
+/// jumps, ancestry blocks and compaction stops, which SQLite's `check`
+/// verifies against a rebuild from the log.
+#[test]
+fn the_branch_cache_is_placed_alike_on_sqlite_and_postgres() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("local.db");
+    let shapes = [
+        ("spread", TreeShape::Spread, true),
+        ("regen", TreeShape::Regenerate { every: 3 }, false),
+    ];
+    for (id, tree, dangling_root) in shapes {
+        let path = spec_file(
+            dir.path(),
+            &SessionSpec {
+                id: id.to_owned(),
+                created_ms: 1_748_736_000_000,
+                cwd: "/work/team".into(),
+                entries: 2500,
+                forks: 60,
+                compaction_every: 300,
+                seed: 11,
+                tree,
+                dangling_root,
+            },
+        );
+        let (v, status) = cli_json(&["--db", s(&db), "import", s(&path), "--quiet"]);
+        assert_eq!(status, 0, "{v}");
+    }
+    // (`check` reports the entries above a dangling root as unreadable: the
+    // chat without one is checked.)
+    let (v, status) = cli_json(&["--db", s(&db), "check", "regen"]);
+    assert_eq!((status, &v["ok"]), (0, &json!(true)), "{v}");
+    let (v, status) = cli_json(&["--db", s(&db), "sync", "--to", &team.schema_url()]);
+    assert_eq!(status, 0, "{v}");
+    let local = rusqlite::Connection::open(&db).expect("open the SQLite archive");
+    let mut conn = team.archive.conn().expect("conn");
+    for (id, _, _) in shapes {
+        let key: i64 = local
+            .query_row(
+                "SELECT session_key FROM sessions WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .expect("session");
+        let all = |sql: &str| {
+            let mut st = local.prepare(sql).expect("prepare");
+            let rows: Vec<Vec<rusqlite::types::Value>> = st
+                .query_map([key], |r| {
+                    (0..r.as_ref().column_count()).map(|i| r.get(i)).collect()
+                })
+                .and_then(Iterator::collect)
+                .expect("query");
+            rows
+        };
+        let int = |v: &rusqlite::types::Value| match v {
+            rusqlite::types::Value::Integer(i) => Some(*i),
+            _ => None,
+        };
+        let text = |v: &rusqlite::types::Value| match v {
+            rusqlite::types::Value::Text(t) => Some(t.clone()),
+            _ => None,
+        };
+        let n = |v: &rusqlite::types::Value| int(v).expect("an integer");
+        let ours = CacheRows::new((
+            all(
+                "SELECT segment_id, parent_segment, first_depth, tail_depth, position,
+                        jump_segment, inherited_compaction, missing_root_parent
+                 FROM segments WHERE session_key = ?1 ORDER BY segment_id",
+            )
+            .iter()
+            .map(|r| {
+                (
+                    n(&r[0]),
+                    int(&r[1]),
+                    n(&r[2]),
+                    n(&r[3]),
+                    n(&r[4]),
+                    int(&r[5]),
+                    int(&r[6]),
+                    text(&r[7]),
+                )
+            })
+            .collect(),
+            all(
+                "SELECT a.segment_id, a.from_depth, a.ancestor_segment, a.to_depth
+                 FROM segment_ancestry a JOIN segments s USING (segment_id)
+                 WHERE s.session_key = ?1 ORDER BY a.segment_id, a.from_depth",
+            )
+            .iter()
+            .map(|r| (n(&r[0]), n(&r[1]), n(&r[2]), n(&r[3])))
+            .collect(),
+            all(
+                "SELECT entry_key, stop_key FROM compactions WHERE session_key = ?1
+                 ORDER BY entry_key",
+            )
+            .iter()
+            .map(|r| (n(&r[0]), int(&r[1])))
+            .collect(),
+        ));
+        let team_key: i64 = conn
+            .query_one("SELECT session_key FROM sessions WHERE id = $1", &[&id])
+            .expect("team session")
+            .get(0);
+        let q =
+            |conn: &mut postgres::Client, sql: &str| conn.query(sql, &[&team_key]).expect("query");
+        let theirs = CacheRows::new((
+            q(
+                &mut conn,
+                "SELECT segment_id, parent_segment, first_depth, tail_depth, position,
+                          jump_segment, inherited_compaction, missing_root_parent
+                   FROM segments WHERE session_key = $1 ORDER BY segment_id",
+            )
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    r.get(1),
+                    r.get(2),
+                    r.get(3),
+                    r.get(4),
+                    r.get(5),
+                    r.get(6),
+                    r.get(7),
+                )
+            })
+            .collect(),
+            q(
+                &mut conn,
+                "SELECT segment_id, from_depth, ancestor_segment, to_depth
+                   FROM segment_ancestry WHERE session_key = $1 ORDER BY segment_id, from_depth",
+            )
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect(),
+            q(
+                &mut conn,
+                "SELECT entry_key, stop_key FROM compactions WHERE session_key = $1
+                   ORDER BY entry_key",
+            )
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect(),
+        ));
+        assert!(
+            ours.segments.len() > 60,
+            "{id}: {} segments",
+            ours.segments.len()
+        );
+        assert!(!ours.compactions.is_empty(), "{id}: no compactions");
+        assert_eq!(
+            dangling_root(&ours),
+            id == "spread",
+            "{id}: a dangling root as generated"
+        );
+        assert_eq!(ours, theirs, "{id}: SQLite's cache vs PostgreSQL's");
+    }
+}
+
+/// Whether a segment of `rows` records a missing root parent.
+fn dangling_root(rows: &CacheRows) -> bool {
+    rows.segments.iter().any(|s| s.6.is_some())
 }

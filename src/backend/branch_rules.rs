@@ -1,7 +1,7 @@
 //! The branch cache's rules that hold whatever stores it: how an entry key
 //! packs a segment and a depth, the block size, the segment row, and the
 //! skew-binary jump rule. The invariants themselves are stated once, in
-//! `backend::sqlite::branch_cache`; the PostgreSQL archive follows them too.
+//! `backend::branch_cache`, which places entries for every store.
 
 use crate::error::Result;
 
@@ -46,7 +46,7 @@ pub struct Segment {
     pub missing_root_parent: Option<String>,
 }
 
-/// Invariant 4: the jump pointer of a new child of `parent`, given a way to
+/// Invariant 5: the jump pointer of a new child of `parent`, given a way to
 /// read any segment's `(position, jump)`. One rule for every backend's placer, the
 /// SQLite migration and the checks.
 pub fn jump_for_child(

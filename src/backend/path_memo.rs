@@ -5,7 +5,7 @@
 //! # Why an answer can be kept
 //! 1. The log is append-only and an entry's parent never changes (an archive
 //!    refuses an entry that would re-parent stored ones, invariant 8 of
-//!    either branch cache), so the path from an entry is the same for as
+//!    `backend::branch_cache`), so the path from an entry is the same for as
 //!    long as its session exists.
 //! 2. The walk from an entry that is not a compaction is that entry after the
 //!    walk from its parent: no compaction stop is pending when the walk

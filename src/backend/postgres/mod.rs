@@ -3,10 +3,10 @@
 //!
 //! # Layout
 //! `mod.rs` opens archives (connection settings, pool, migrations from
-//! `schema/postgres/`); [`branch_cache`] is the SQLite archive's bounded
-//! branch cache in PostgreSQL's SQL (the invariants are stated once, in
-//! `backend::sqlite::branch_cache`, and the pure rules are shared through
-//! `backend::branch_rules`); `writer.rs` appends inside a transaction and
+//! `schema/postgres/`); [`branch_cache`] is the bounded branch cache's
+//! statements in PostgreSQL's SQL (the invariants, the placement and the
+//! plan of a path read are written once, in `backend::branch_cache`);
+//! `writer.rs` appends inside a transaction and
 //! maintains every derived fact; `archive.rs` is the many-session side
 //! (create, list, delete, search); `storage.rs` is one session as a
 //! [`crate::SessionStorage`]; [`claim`] is the one-writer rule across machines.
@@ -31,6 +31,7 @@ pub mod claim;
 mod storage;
 mod writer;
 
+use crate::backend::session_rows::stored_js_string;
 use crate::error::{Error, Result};
 use crate::storage::Durability;
 use ::postgres::types::FromSql;
@@ -69,12 +70,6 @@ pub(crate) fn pg(context: &'static str) -> impl Fn(::postgres::Error) -> Error {
 pub(crate) fn col<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
     row.try_get(i)
         .map_err(|e| Error::postgres("reading a row", e))
-}
-
-/// Labels and names are stored as their JSON literal (so lone surrogates survive).
-fn stored_js_string(text: String) -> crate::json::JsString {
-    crate::json::JsString::from_json_literal(&text)
-        .unwrap_or_else(|| crate::json::JsString::new(&text))
 }
 
 #[derive(Debug)]

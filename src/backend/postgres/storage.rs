@@ -83,7 +83,7 @@ impl PgStorage {
         // The session row is locked first, then the claim is checked under it.
         let mut appender = Appender::start(&mut tx, self.session_key)?;
         if let Some(claim) = &self.claim {
-            claim.check(&mut tx, &self.id)?;
+            claim.check(&mut super::claim::PgClaims(&mut tx), &self.id)?;
         }
         appender.push_all(&mut tx, entries)?;
         appender.finish(&mut tx)?;

@@ -2,63 +2,29 @@
 //! maintaining every derived fact (session row, labels, leaf events, search
 //! rows), as the SQLite archive's writer does.
 
-use super::{branch_cache, col, pg, stored_js_string};
+use super::{branch_cache, col, pg};
+use crate::backend::session_rows::{facts_at, Column, FactValues, StoredRow, FACTS_COLUMNS};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::json::JsString;
-use crate::rules::{Replay, SessionStats, StatsAccumulator};
+use crate::rules::Replay;
 use crate::search::{index_words, searchable_text};
 
 /// Bytes of a message's words that search indexes (a `tsvector` holds at most 1 MB).
 const INDEXED_WORD_BYTES: usize = 400_000;
-use crate::storage::SessionMetadata;
 use ::postgres::{GenericClient, Row};
 use std::collections::HashSet;
 
-/// The columns [`metadata_at`] reads, in its order.
-pub(super) const METADATA_COLUMNS: &str = "id, created_at, cwd, parent_session, metadata";
+pub(super) use crate::backend::session_rows::{
+    metadata_at, stats_at, METADATA_COLUMNS, STATS_COLUMNS,
+};
 
-/// The columns [`stats_at`] reads, in its order.
-pub(super) const STATS_COLUMNS: &str =
-    "message_count, cached_tokens, uncached_tokens, total_tokens, cost_total";
+/// A failed read of a column is a library error.
+impl StoredRow for Row {
+    type Error = Error;
 
-/// The columns [`facts_at`] reads, in its order.
-const FACTS_COLUMNS: &str = "leaf_id, name, entry_count, message_count, cached_tokens, \
-     uncached_tokens, total_tokens, cost_total, broken_message_id";
-
-/// The session's metadata from [`METADATA_COLUMNS`] starting at column `first`.
-pub(super) fn metadata_at(r: &Row, first: usize) -> Result<SessionMetadata> {
-    Ok(SessionMetadata {
-        id: col(r, first)?,
-        created_at: col(r, first + 1)?,
-        cwd: Some(col(r, first + 2)?),
-        path: None,
-        parent_session: col(r, first + 3)?,
-        metadata: col(r, first + 4)?,
-    })
-}
-
-/// Statistics from [`STATS_COLUMNS`] (or sums of them) starting at column `first`.
-pub(super) fn stats_at(r: &Row, first: usize) -> Result<SessionStats> {
-    Ok(SessionStats {
-        message_count: col::<i64>(r, first)?.try_into().unwrap_or(0),
-        cached_tokens: col(r, first + 1)?,
-        uncached_tokens: col(r, first + 2)?,
-        total_tokens: col(r, first + 3)?,
-        cost_total: col(r, first + 4)?,
-    })
-}
-
-fn facts_at(r: &Row) -> Result<Replay> {
-    Ok(Replay {
-        leaf: col(r, 0)?,
-        name: col::<Option<String>>(r, 1)?.map(stored_js_string),
-        entry_count: col::<i64>(r, 2)?.try_into().unwrap_or(0),
-        stats: StatsAccumulator {
-            stats: stats_at(r, 3)?,
-            broken_message: col(r, 8)?,
-        },
-    })
+    fn at<T: Column>(&self, i: usize) -> Result<T> {
+        col(self, i)
+    }
 }
 
 /// The maintained facts of session `key` (the replay of its log), read; with
@@ -72,12 +38,12 @@ pub(super) fn session_facts<C: GenericClient>(c: &mut C, key: i64, lock: bool) -
         .query_opt(&sql_text, &[&key])
         .map_err(pg("reading session facts"))?
         .ok_or_else(|| Error::SessionNotFound(format!("(deleted session, key {key})")))?;
-    facts_at(&row)
+    facts_at(&row, 0)
 }
 
 /// Stores a session row's maintained facts.
 fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) -> Result<()> {
-    let s = &facts.stats.stats;
+    let v = FactValues::of(facts);
     c.execute(
         "UPDATE sessions SET leaf_id = $2, name = $3, entry_count = $4, message_count = $5,
                 cached_tokens = $6, uncached_tokens = $7, total_tokens = $8, cost_total = $9,
@@ -85,15 +51,15 @@ fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) ->
          WHERE session_key = $1",
         &[
             &key,
-            &facts.leaf,
-            &facts.name.as_ref().map(JsString::json),
-            &i64::try_from(facts.entry_count).unwrap_or(i64::MAX),
-            &i64::try_from(s.message_count).unwrap_or(i64::MAX),
-            &s.cached_tokens,
-            &s.uncached_tokens,
-            &s.total_tokens,
-            &s.cost_total,
-            &facts.stats.broken_message,
+            &v.leaf,
+            &v.name,
+            &v.entry_count,
+            &v.message_count,
+            &v.cached_tokens,
+            &v.uncached_tokens,
+            &v.total_tokens,
+            &v.cost_total,
+            &v.broken_message,
         ],
     )
     .map_err(pg("updating session facts"))?;
@@ -108,7 +74,7 @@ fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) ->
 pub(super) struct Appender {
     key: i64,
     facts: Replay,
-    tail: branch_cache::OpenTail,
+    tail: crate::backend::branch_cache::OpenTail,
     /// Placed, not yet inserted: id to key, and the rows.
     pending: branch_cache::Pending,
     rows: EntryRows,
@@ -145,7 +111,7 @@ impl Appender {
         Ok(Appender {
             key,
             facts: session_facts(c, key, true)?,
-            tail: branch_cache::OpenTail::default(),
+            tail: crate::backend::branch_cache::OpenTail::default(),
             pending: branch_cache::Pending::new(),
             rows: EntryRows::default(),
             words: WordRows::default(),
@@ -259,7 +225,8 @@ impl Appender {
     /// Inserts what is pending, writes back the open segment and the session row.
     pub(super) fn finish<C: GenericClient>(mut self, c: &mut C) -> Result<()> {
         self.insert_pending(c)?;
-        self.tail.flush(c, self.key)?;
+        self.tail
+            .flush(&mut branch_cache::PgCache::new(c, self.key))?;
         write_session_facts(c, self.key, &self.facts)
     }
 }

@@ -1,105 +1,40 @@
-//! The materialized branch cache: how an append places an entry in the tree,
-//! and how a path is read back with a bounded number of statements whatever
-//! the depth and whatever the shape of the tree.
-//!
-//! # Invariants
-//! 1. **Segments.** Every entry belongs to exactly one segment: a run of entries
-//!    each the only child of the one before it. An entry extends its parent's
-//!    segment when the parent is that segment's tail (has no child yet);
-//!    otherwise it starts a new segment (a fork, or a root).
-//! 2. **Depth.** An entry's depth is its distance from the root of its path
-//!    (a root, or an entry whose parent does not exist, has depth 0). The entries
-//!    of segment `s` have depths `first_depth..=tail_depth`, and
-//!    `entry_key = s << 32 | depth`, so a segment's entries are one rowid range.
-//! 3. **Segment tree.** `parent_segment` is the segment holding the parent of
-//!    `s`'s first entry (`NULL` for a root); `position` is the number of
-//!    segments on the path from the root to `s`, `s` included (1 for a root).
-//!    A segment is created after its parent, so its id is larger: root-first
-//!    order on a path is ascending segment id.
-//! 4. **Nearest ancestry.** For every segment `s`, `segment_ancestry` holds
-//!    one row for each of the [`ANCESTRY_BLOCK`] segments nearest to `s` on
-//!    its path (`s` itself included; fewer near the root), with the depth
-//!    range `from_depth..=to_depth` that segment contributes to `s`'s path;
-//!    `s`'s own row has `to_depth = OPEN_END`. The ranges are disjoint and
-//!    contiguous. A new segment copies its parent's block cut at the fork
-//!    depth, less its root-most row: at most [`ANCESTRY_BLOCK`] rows,
-//!    whatever the depth or the number of forks. A path read reads a block,
-//!    then continues from the parent of the block's root-most segment.
-//! 5. **Jump pointers.** `jump_segment` is an ancestor of `s` chosen by Myers'
-//!    skew-binary rule ([`jump_for_child`]; `NULL` for a root): with `p` the
-//!    parent and `j` its jump, `s` jumps to `j`'s jump when `p` and `j` are as
-//!    far apart as `j` and its jump, otherwise to `p`. Then the segment on `s`'s
-//!    path that holds a given depth is found in `O(log position)` steps
-//!    ([`segment_holding`]), one statement.
-//! 6. **Compactions.** Every compaction `c` has `stop_key`: where a walk that
-//!    reaches `c` ends (spec §5). It depends only on `c` and its ancestors,
-//!    because a compaction overwrites the pending stop: it is `c` itself with a
-//!    retained tail; else `c`'s `firstKeptEntryId` when that entry is an
-//!    ancestor no higher than the next compaction above; else that
-//!    compaction's `stop_key`; `NULL` means the root.
-//! 7. **Nearest compaction.** `segments.inherited_compaction` is the nearest
-//!    compaction above the segment's first entry on its path, so the nearest
-//!    compaction at or above any entry is one range query plus one row.
-//! 8. **Dangling roots.** `segments.missing_root_parent` is the missing
-//!    `parentId` of the path's root entry; a walk that runs to the root of
-//!    such a path fails with `invalid_session`. An entry whose id is such a
-//!    missing parent is refused, since it would re-parent existing entries.
-//!
-//! # Bounds
-//! With `N` entries and `F` forks in a session, `k` segments on a path, `A`
-//! entries in an answer and `B` = [`ANCESTRY_BLOCK`] (8), for **every** tree
-//! shape (a fork at the tip again and again, a caterpillar with a side branch
-//! at every entry, a broom):
-//! * **space**: one `segments` row per segment (`F` + roots), at most `B`
-//!   ancestry rows per segment, one `compactions` row per compaction:
-//!   `O(N + B·F)` rows, never `O(F²)`;
-//! * **append**: extending a segment writes no cache row until the write ends
-//!   (then one update, [`OpenTail`]); starting a segment writes its row and at
-//!   most `B` ancestry rows — the worst case of any single append; a
-//!   compaction adds its own row after an `O(log k)` depth search;
-//! * **leaf move**: an append (the `leaf` entry) plus its `leaf_events` row;
-//!   the first append after it starts a segment: at most `B + 1` rows, at any
-//!   depth;
-//! * **path read**: five statements; the walk takes one step per block
-//!   (`k / B + 1` steps) and reads one ancestry row per segment the answer
-//!   spans, each of which contributes at least one entry to the answer, so
-//!   rows read ≤ `2A + k / B + 1`;
-//! * **open**: `O(1)` rows (the session row).
-//!
-//! # Why bounded blocks, and not full ancestry or Fenwick blocks
-//! Materializing each segment's whole ancestry (version 1 of this cache)
-//! copies a row per fork above a new segment: `O(F²)` on "regenerate the last
-//! reply". A Fenwick decomposition (segment `p` stores its `lowbit(p)` nearest
-//! ancestors) is `O(F log F)` on a single chain but `O(F²)` on a broom of
-//! brooms (many siblings at a position `2^j`, each copying `2^j` rows), and
-//! writes `O(F)` rows in a single append. A walk over parent pointers alone
-//! is `O(1)` per append but pays a recursive step per segment, which on the
-//! regenerate shape (a segment every two or three entries of the path)
-//! doubled the cost of a path read. A fixed block of the nearest `B` segments
-//! keeps every append `O(B)`, reads each segment's range from one contiguous
-//! block, and needs a recursive step only every `B` segments; the jump
-//! pointers keep the one query that is not answer-sized — "is this entry an
-//! ancestor?" for a compaction's `firstKeptEntryId` — at `O(log k)`.
-//! `B` = 8 was measured (`bench --ops shapes`, 100,000 entries, regenerate
-//! shape against linear, path read per row / leaf move): 1.9× / 1.05× at
-//! `B` = 4, 1.7× / 1.2× at 8, 2.7× / 1.7× at 16 — larger blocks cost more
-//! per fork and make the ancestry table outgrow the page cache.
-//! `check.rs` (`verify_branch_cache`) rebuilds all of this from `entries` and compares.
+//! The SQLite archive's branch cache: the statements of a [`CacheStore`]
+//! over its tables, the path query and the rows it reads. The invariants,
+//! bounds, the placement and the plan of a path read are
+//! `backend::branch_cache`, written once for every store.
 
 use super::codec::Codec;
+use crate::backend::branch_cache::{plan_path, CacheStore, NewSegment, PathPlan};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
-pub use crate::backend::branch_rules::{
-    entry_key, jump_for_child, split_key, Segment, ANCESTRY_BLOCK, DEPTH_BITS, OPEN_END,
+pub use crate::backend::branch_cache::{
+    entry_key, jump_for_child, split_key, OpenTail, Placement, Segment, ANCESTRY_BLOCK, DEPTH_BITS,
+    OPEN_END,
 };
 
 fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| Error::sqlite(context, e)
 }
 
+/// The branch cache of session `session_key` on `conn` (inside the caller's
+/// transaction where it writes): statements prepared once per connection.
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteCache<'c> {
+    conn: &'c Connection,
+    session_key: i64,
+}
+
+impl<'c> SqliteCache<'c> {
+    /// The cache of session `session_key` on `conn`.
+    pub fn new(conn: &'c Connection, session_key: i64) -> Self {
+        SqliteCache { conn, session_key }
+    }
+}
+
+/// Segment `id`'s row (segment ids are unique in the archive).
 pub(super) fn segment(conn: &Connection, id: i64) -> Result<Segment> {
     conn.prepare_cached(
         "SELECT parent_segment, first_depth, tail_depth, position, jump_segment,
@@ -123,12 +58,6 @@ pub(super) fn segment(conn: &Connection, id: i64) -> Result<Segment> {
     .map_err(sql("reading a segment"))
 }
 
-fn position_and_jump(conn: &Connection, id: i64) -> Result<(i64, Option<i64>)> {
-    conn.prepare_cached("SELECT position, jump_segment FROM segments WHERE segment_id = ?1")
-        .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))))
-        .map_err(sql("reading a jump pointer"))
-}
-
 /// The key of the entry answering to `id` in the session.
 pub fn key_of(conn: &Connection, session_key: i64, id: &str) -> Result<Option<i64>> {
     conn.prepare_cached("SELECT entry_key FROM entries WHERE session_key = ?1 AND id = ?2")
@@ -137,27 +66,6 @@ pub fn key_of(conn: &Connection, session_key: i64, id: &str) -> Result<Option<i6
                 .optional()
         })
         .map_err(sql("looking up an entry id"))
-}
-
-/// The nearest compaction at or above `depth` in `seg` on its path.
-fn nearest_compaction(conn: &Connection, seg: &Segment, depth: i64) -> Result<Option<i64>> {
-    if depth >= seg.first_depth {
-        let found: Option<i64> = conn
-            .prepare_cached(
-                "SELECT max(entry_key) FROM compactions WHERE entry_key BETWEEN ?1 AND ?2",
-            )
-            .and_then(|mut s| {
-                s.query_row(
-                    params![entry_key(seg.id, seg.first_depth), entry_key(seg.id, depth)],
-                    |r| r.get(0),
-                )
-            })
-            .map_err(sql("finding the nearest compaction"))?;
-        if found.is_some() {
-            return Ok(found);
-        }
-    }
-    Ok(seg.inherited_compaction)
 }
 
 /// [`segment_holding`]'s statement (`?1` the segment, `?2` the depth).
@@ -175,184 +83,12 @@ pub const SEGMENT_HOLDING_QUERY: &str =
  )
  SELECT seg FROM up WHERE first <= ?2 LIMIT 1";
 
-/// Invariant 4's search: the segment on `from`'s path that holds `depth` (the
-/// deepest one whose first entry is at or above it), following jump pointers
-/// while they do not overshoot. One statement; `O(log position)` rows.
+/// Invariant 5's search ([`CacheStore::segment_holding`]): the segment on
+/// `from`'s path that holds `depth`. One statement; `O(log position)` rows.
 pub fn segment_holding(conn: &Connection, from: i64, depth: i64) -> Result<Option<i64>> {
     conn.prepare_cached(SEGMENT_HOLDING_QUERY)
         .and_then(|mut s| s.query_row([from, depth], |r| r.get(0)).optional())
         .map_err(sql("searching a path by depth"))
-}
-
-/// Whether the entry at `key` lies on the path of `seg` at a depth below `depth`.
-fn is_ancestor(conn: &Connection, key: i64, seg: &Segment, depth: i64) -> Result<bool> {
-    let (kseg, kdepth) = split_key(key);
-    if kdepth >= depth {
-        return Ok(false);
-    }
-    if kdepth >= seg.first_depth {
-        return Ok(kseg == seg.id);
-    }
-    // The segment holding `kdepth` on the path contributes every depth from
-    // its first entry to the fork below it, `kdepth` included.
-    Ok(segment_holding(conn, seg.id, kdepth)? == Some(kseg))
-}
-
-fn stop_of(conn: &Connection, compaction_key: i64) -> Result<Option<i64>> {
-    conn.prepare_cached("SELECT stop_key FROM compactions WHERE entry_key = ?1")
-        .and_then(|mut s| s.query_row([compaction_key], |r| r.get(0)))
-        .map_err(sql("reading a compaction's stop"))
-}
-
-/// The segment the last entry of a write went into, kept in memory so that a
-/// run of appends (an import, a chat turn) reads its row once and writes its
-/// `tail_depth` once: [`OpenTail::flush`] must run before the transaction
-/// commits (the writer does it when it finishes).
-#[derive(Debug, Default)]
-pub struct OpenTail {
-    /// The last entry placed: its id and key.
-    last: Option<(String, i64)>,
-    /// Its segment as it is now (its `tail_depth` may be ahead of the row).
-    segment: Option<Segment>,
-    /// Whether the row's `tail_depth` is behind.
-    dirty: bool,
-    /// Whether the session has a dangling root (invariant 8), read at the
-    /// first entry of the write and kept up to date by it: a session without
-    /// one needs no re-parenting check per entry.
-    dangling_roots: Option<bool>,
-}
-
-impl OpenTail {
-    /// Writes the open segment's `tail_depth` if it moved.
-    pub fn flush(&mut self, conn: &Connection) -> Result<()> {
-        if let (true, Some(open)) = (self.dirty, &self.segment) {
-            conn.prepare_cached("UPDATE segments SET tail_depth = ?2 WHERE segment_id = ?1")
-                .and_then(|mut s| s.execute(params![open.id, open.tail_depth]))
-                .map_err(sql("extending a segment"))?;
-        }
-        self.dirty = false;
-        Ok(())
-    }
-
-    fn switch_to(&mut self, conn: &Connection, segment: Segment) -> Result<()> {
-        self.flush(conn)?;
-        self.segment = Some(segment);
-        Ok(())
-    }
-}
-
-/// Where an entry goes in the tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
-    /// Its entry key.
-    pub key: i64,
-}
-
-/// Places a new entry: extends its parent's segment or starts a new one, and
-/// maintains the segment, jump, compaction and root facts (invariants 1–7).
-/// Must run inside the append's transaction.
-pub fn place(
-    conn: &Connection,
-    session_key: i64,
-    entry: &Entry,
-    tail: &mut OpenTail,
-) -> Result<Placement> {
-    let f = entry.facts();
-    if has_dangling_roots(conn, session_key, tail)? {
-        refuse_reparenting(conn, session_key, &f.id)?;
-    }
-    let parent_key = match (f.parent(), &tail.last) {
-        (Some(p), Some((last_id, last_key))) if last_id == p => Some(*last_key),
-        (Some(p), _) => key_of(conn, session_key, p)?,
-        (None, _) => None,
-    };
-    let key = match parent_key {
-        None => {
-            if f.parent().is_some() {
-                tail.dangling_roots = Some(true);
-            }
-            let root = new_segment(conn, session_key, None, 0, None, f.parent())?;
-            let key = entry_key(root.id, 0);
-            tail.switch_to(conn, root)?;
-            key
-        }
-        Some(pk) => {
-            let (pseg_id, pdepth) = split_key(pk);
-            let pseg = match &tail.segment {
-                Some(open) if open.id == pseg_id => open.clone(),
-                _ => segment(conn, pseg_id)?,
-            };
-            if pseg.tail_depth == pdepth {
-                if tail.segment.as_ref().map(|open| open.id) != Some(pseg_id) {
-                    tail.switch_to(conn, pseg)?;
-                }
-                if let Some(open) = tail.segment.as_mut() {
-                    open.tail_depth = pdepth + 1;
-                    tail.dirty = true;
-                }
-                entry_key(pseg_id, pdepth + 1)
-            } else {
-                let inherited = nearest_compaction(conn, &pseg, pdepth)?;
-                let missing = pseg.missing_root_parent.clone();
-                let fork = new_segment(
-                    conn,
-                    session_key,
-                    Some(&pseg),
-                    pdepth + 1,
-                    inherited,
-                    missing.as_deref(),
-                )?;
-                let key = entry_key(fork.id, pdepth + 1);
-                tail.switch_to(conn, fork)?;
-                key
-            }
-        }
-    };
-    tail.last = Some((f.id.clone(), key));
-    if f.entry_type == EntryType::Compaction {
-        let stop = compaction_stop(conn, session_key, entry, key)?;
-        conn.prepare_cached(
-            "INSERT INTO compactions (entry_key, session_key, stop_key) VALUES (?1, ?2, ?3)",
-        )
-        .and_then(|mut s| s.execute(params![key, session_key, stop]))
-        .map_err(sql("recording a compaction"))?;
-    }
-    Ok(Placement { key })
-}
-
-fn has_dangling_roots(conn: &Connection, session_key: i64, tail: &mut OpenTail) -> Result<bool> {
-    if let Some(known) = tail.dangling_roots {
-        return Ok(known);
-    }
-    let found = conn
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM segments WHERE session_key = ?1
-                            AND missing_root_parent IS NOT NULL AND parent_segment IS NULL)",
-        )
-        .and_then(|mut s| s.query_row([session_key], |r| r.get(0)))
-        .map_err(sql("checking dangling parents"))?;
-    tail.dangling_roots = Some(found);
-    Ok(found)
-}
-
-/// Invariant 8: an entry whose id is the missing parent of a stored root is refused.
-fn refuse_reparenting(conn: &Connection, session_key: i64, id: &str) -> Result<()> {
-    let orphaned: Option<i64> = conn
-        .prepare_cached(
-            "SELECT segment_id FROM segments WHERE session_key = ?1 AND missing_root_parent = ?2
-             AND parent_segment IS NULL LIMIT 1",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![session_key, id], |r| r.get(0))
-                .optional()
-        })
-        .map_err(sql("checking dangling parents"))?;
-    match orphaned {
-        Some(_) => Err(Error::InvalidEntry(format!(
-            "Entry {id} is the missing parent of entries already stored; appending it now would re-parent them"
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// Copies a parent's (`?2`) ancestry block to its new child (`?1`), cut at
@@ -366,98 +102,138 @@ const COPY_ANCESTRY: &str =
      FROM segment_ancestry WHERE segment_id = +?2
      ORDER BY from_depth DESC LIMIT 7";
 
-/// Writes a new segment's row and its ancestry block (invariants 3–5, 7, 8).
-fn new_segment(
-    conn: &Connection,
-    session_key: i64,
-    parent: Option<&Segment>,
-    first_depth: i64,
-    inherited_compaction: Option<i64>,
-    missing_root_parent: Option<&str>,
-) -> Result<Segment> {
-    let (position, jump) = match parent {
-        None => (1, None),
-        Some(p) => (
-            p.position + 1,
-            Some(jump_for_child((p.id, p.position, p.jump), |id| {
-                position_and_jump(conn, id)
-            })?),
-        ),
-    };
-    let parent_id = parent.map(|p| p.id);
-    conn.prepare_cached(
-        "INSERT INTO segments (session_key, parent_segment, first_depth, tail_depth, position,
-                               jump_segment, inherited_compaction, missing_root_parent)
-         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            session_key,
-            parent_id,
-            first_depth,
-            position,
-            jump,
-            inherited_compaction,
-            missing_root_parent
-        ])
-    })
-    .map_err(sql("creating a segment"))?;
-    let id = conn.last_insert_rowid();
-    // Its own row, then its parent's block cut at the fork, less the
-    // root-most row.
-    conn.prepare_cached(
-        "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
-         VALUES (?1, ?2, ?1, ?3)",
-    )
-    .and_then(|mut s| s.execute(params![id, first_depth, OPEN_END]))
-    .map_err(sql("writing segment ancestry"))?;
-    if let Some(p) = parent_id {
-        conn.prepare_cached(COPY_ANCESTRY)
-            .and_then(|mut s| s.execute(params![id, p, first_depth - 1]))
-            .map_err(sql("writing segment ancestry"))?;
+impl CacheStore for SqliteCache<'_> {
+    fn segment(&mut self, id: i64) -> Result<Segment> {
+        segment(self.conn, id)
     }
-    Ok(Segment {
-        id,
-        parent: parent_id,
-        first_depth,
-        tail_depth: first_depth,
-        position,
-        jump,
-        inherited_compaction,
-        missing_root_parent: missing_root_parent.map(str::to_owned),
-    })
+
+    fn position_and_jump(&mut self, id: i64) -> Result<(i64, Option<i64>)> {
+        self.conn
+            .prepare_cached("SELECT position, jump_segment FROM segments WHERE segment_id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))))
+            .map_err(sql("reading a jump pointer"))
+    }
+
+    fn key_of(&mut self, id: &str) -> Result<Option<i64>> {
+        key_of(self.conn, self.session_key, id)
+    }
+
+    fn last_compaction_in(&mut self, from: i64, to: i64) -> Result<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT max(entry_key) FROM compactions WHERE entry_key BETWEEN ?1 AND ?2",
+            )
+            .and_then(|mut s| s.query_row([from, to], |r| r.get(0)))
+            .map_err(sql("finding the nearest compaction"))
+    }
+
+    fn segment_holding(&mut self, from: i64, depth: i64) -> Result<Option<i64>> {
+        segment_holding(self.conn, from, depth)
+    }
+
+    fn stop_of(&mut self, key: i64) -> Result<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT stop_key FROM compactions WHERE entry_key = ?1")
+            .and_then(|mut s| s.query_row([key], |r| r.get(0)))
+            .map_err(sql("reading a compaction's stop"))
+    }
+
+    fn has_dangling_roots(&mut self) -> Result<bool> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM segments WHERE session_key = ?1
+                                AND missing_root_parent IS NOT NULL AND parent_segment IS NULL)",
+            )
+            .and_then(|mut s| s.query_row([self.session_key], |r| r.get(0)))
+            .map_err(sql("checking dangling parents"))
+    }
+
+    fn is_missing_root_parent(&mut self, id: &str) -> Result<bool> {
+        let orphaned: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT segment_id FROM segments WHERE session_key = ?1 AND missing_root_parent = ?2
+                 AND parent_segment IS NULL LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.session_key, id], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(sql("checking dangling parents"))?;
+        Ok(orphaned.is_some())
+    }
+
+    /// The rowid: segment ids grow across the archive.
+    fn insert_segment(&mut self, new: &NewSegment<'_>) -> Result<i64> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO segments (session_key, parent_segment, first_depth, tail_depth,
+                                       position, jump_segment, inherited_compaction,
+                                       missing_root_parent)
+                 VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    self.session_key,
+                    new.parent,
+                    new.first_depth,
+                    new.position,
+                    new.jump,
+                    new.inherited_compaction,
+                    new.missing_root_parent
+                ])
+            })
+            .map_err(sql("creating a segment"))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    fn insert_own_ancestry(&mut self, id: i64, from_depth: i64, to_depth: i64) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO segment_ancestry (segment_id, from_depth, ancestor_segment, to_depth)
+                 VALUES (?1, ?2, ?1, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![id, from_depth, to_depth]))
+            .map_err(sql("writing segment ancestry"))?;
+        Ok(())
+    }
+
+    fn copy_ancestry(&mut self, child: i64, parent: i64, cut: i64) -> Result<()> {
+        self.conn
+            .prepare_cached(COPY_ANCESTRY)
+            .and_then(|mut s| s.execute(params![child, parent, cut]))
+            .map_err(sql("writing segment ancestry"))?;
+        Ok(())
+    }
+
+    fn set_tail_depth(&mut self, id: i64, tail_depth: i64) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE segments SET tail_depth = ?2 WHERE segment_id = ?1")
+            .and_then(|mut s| s.execute(params![id, tail_depth]))
+            .map_err(sql("extending a segment"))?;
+        Ok(())
+    }
+
+    fn insert_compaction(&mut self, key: i64, stop: Option<i64>) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO compactions (entry_key, session_key, stop_key) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![key, self.session_key, stop]))
+            .map_err(sql("recording a compaction"))?;
+        Ok(())
+    }
 }
 
-/// Invariant 5: where a walk reaching this compaction stops.
-fn compaction_stop(
+/// Places a new entry of session `session_key` (`backend::branch_cache::place`
+/// over this archive's tables). Must run inside the append's transaction.
+pub fn place(
     conn: &Connection,
     session_key: i64,
     entry: &Entry,
-    key: i64,
-) -> Result<Option<i64>> {
-    let f = entry.facts();
-    if f.has_retained_tail {
-        return Ok(Some(key));
-    }
-    let (seg_id, depth) = split_key(key);
-    let seg = segment(conn, seg_id)?;
-    let above = if depth > seg.first_depth {
-        nearest_compaction(conn, &seg, depth - 1)?
-    } else {
-        seg.inherited_compaction
-    };
-    if let Some(kept) = &f.first_kept_entry_id {
-        if let Some(kept_key) = key_of(conn, session_key, kept)? {
-            let below_next = above.is_none_or(|a| split_key(kept_key).1 >= split_key(a).1);
-            if below_next && is_ancestor(conn, kept_key, &seg, depth)? {
-                return Ok(Some(kept_key));
-            }
-        }
-    }
-    match above {
-        Some(a) => stop_of(conn, a),
-        None => Ok(None),
-    }
+    tail: &mut OpenTail,
+) -> Result<Placement> {
+    crate::backend::branch_cache::place(&mut SqliteCache::new(conn, session_key), entry, tail)
 }
 
 /// Counts of the work a path read did, for the complexity tests.
@@ -473,60 +249,17 @@ pub struct ReadCost {
     pub decoded: u64,
 }
 
-/// Where a path read starts and where it stops: the start's segment and
-/// depth, and the depth of the root-side end.
-struct PathPlan {
-    segment: i64,
-    depth: i64,
-    low: i64,
-}
-
-/// The compaction stop rule through the indexes (invariants 5–7): four
-/// statements, whatever the depth.
-fn plan_path(
+/// The plan of a path read from `start` ([`plan_path`]), its statements
+/// counted in `cost`.
+fn plan(
     conn: &Connection,
     session_key: i64,
     start: &str,
     start_key: Option<i64>,
     cost: &mut ReadCost,
 ) -> Result<PathPlan> {
-    let key = match start_key {
-        Some(key) => key,
-        None => key_of(conn, session_key, start)?
-            .ok_or_else(|| Error::EntryNotFound(start.to_owned()))?,
-    };
-    let (seg_id, depth) = split_key(key);
-    let seg = segment(conn, seg_id)?;
-    let nearest = nearest_compaction(conn, &seg, depth)?;
-    cost.statements += 3;
-    let stop = match nearest {
-        Some(c) => {
-            cost.statements += 1;
-            stop_of(conn, c)?
-        }
-        None => None,
-    };
-    let low = match stop {
-        Some(s) => split_key(s).1,
-        None => {
-            if let Some(missing) = &seg.missing_root_parent {
-                // The only stored entry a root may name as its missing parent
-                // is itself (any other is refused, invariant 8): a cycle, as
-                // the JSONL and memory backends' walk reports it.
-                cost.statements += 1;
-                return Err(match key_of(conn, session_key, missing)? {
-                    Some(_) => Error::ParentCycle(missing.clone()),
-                    None => Error::DanglingReference(missing.clone()),
-                });
-            }
-            0
-        }
-    };
-    Ok(PathPlan {
-        segment: seg_id,
-        depth,
-        low,
-    })
+    let mut cache = SqliteCache::new(conn, session_key);
+    plan_path(&mut cache, start, start_key, &mut cost.statements)
 }
 
 /// The path query (`?1` the start's segment, `?2` the root-side depth, `?3`
@@ -662,7 +395,7 @@ pub fn path(
     cost: &mut ReadCost,
     cache: &mut EntryCache,
 ) -> Result<Vec<Entry>> {
-    let plan = plan_path(conn, session_key, start, start_key, cost)?;
+    let plan = plan(conn, session_key, start, start_key, cost)?;
     cache.begin_read();
     let mut rows = Vec::with_capacity(usize::try_from(plan.depth - plan.low + 1).unwrap_or(0));
     let mut decoded = 0;
@@ -745,7 +478,7 @@ pub fn path_rows_sql_only(
     start: &str,
     cost: &mut ReadCost,
 ) -> Result<usize> {
-    let plan = plan_path(conn, session_key, start, None, cost)?;
+    let plan = plan(conn, session_key, start, None, cost)?;
     let mut n = 0;
     scan_path(conn, &plan, cost, |_, _, stored, _| {
         n += usize::from(stored.as_bytes().is_ok_and(|b| !b.is_empty()));

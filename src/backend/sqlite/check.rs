@@ -1,6 +1,6 @@
 //! Every consistency check of the archive, in one place ([`Archive::check`]):
 //! - the branch cache against a rebuild from the log (every invariant stated
-//!   at the top of `branch_cache.rs`, the leaf-event table, compaction stops);
+//!   at the top of `backend/branch_cache.rs`, the leaf-event table, compaction stops);
 //! - each entry's stored text: it decodes (codec invariant 1) to an entry whose
 //!   id and type are the columns beside it, its blob references are recorded
 //!   and present (invariant 3), and its search row is there exactly when it has

@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //! `mod.rs` opens archives (connection settings, pool, migration);
-//! [`branch_cache`] places entries in the tree and reads paths (its invariants
-//! are stated there); `writer.rs` appends inside a transaction and maintains
+//! [`branch_cache`] is the statements that place entries in the tree and
+//! read paths (the invariants and the placement are `backend::branch_cache`); `writer.rs` appends inside a transaction and maintains
 //! every derived fact; [`codec`] keeps entry text compressed with blobs out
 //! of line (its invariants are stated there) and `compact.rs` re-encodes an
 //! archive; `archive.rs` is the many-session side (create, list,
@@ -46,8 +46,8 @@ pub use crate::search;
 mod storage;
 mod writer;
 
+use crate::backend::session_rows::stored_js_string;
 use crate::error::{Error, Result};
-use crate::json::JsString;
 use crate::storage::Durability;
 use error::sql;
 use rusqlite::{Connection, OpenFlags};
@@ -277,12 +277,6 @@ fn refuse_if_damaged(archive: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(format!("reading {}", marker.display()), e)),
     }
-}
-
-/// Labels and names are stored as their JSON literal (so lone surrogates
-/// survive); text from before schema version 4 is read as plain text.
-fn stored_js_string(text: String) -> JsString {
-    JsString::from_json_literal(&text).unwrap_or_else(|| JsString::new(&text))
 }
 
 /// Switches to WAL. Two processes creating one archive at once both try

@@ -4,7 +4,7 @@
 //!
 //! Since schema 6 `entries` has no parent column: an entry's parent is
 //! implied by its key (`entry_key = segment << 32 | depth`, see the
-//! invariants in [`super::branch_cache`]): the entry at `depth - 1` of the
+//! invariants in [`crate::backend::branch_cache`]): the entry at `depth - 1` of the
 //! same segment if `depth` is past the segment's `first_depth`, else the
 //! entry at `depth - 1` of `parent_segment`; a root segment's first entry has
 //! no parent, or the dangling `missing_root_parent`. Each query below is

@@ -101,7 +101,7 @@ impl SqliteStorage {
             let mut conn = self.archive.conn()?;
             let tx = self.archive.begin_write(&mut conn, "starting an append")?;
             if let Some(claim) = &self.claim {
-                claim.check(&tx, &self.id)?;
+                claim.check(&mut claim::ClaimConn(&tx), &self.id)?;
             }
             let mut appender = Appender::start(&tx, self.archive.codec(), self.session_key)?;
             for e in entries {

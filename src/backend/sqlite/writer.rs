@@ -5,6 +5,7 @@ use super::checkpointer::Checkpointer;
 use super::codec::{self, Codec, Encoder, Prepared};
 use super::rows::{self, ImportRecord, NewSession, FACTS_COLUMNS};
 use super::{branch_cache, search, sql, stored_js_string};
+use crate::backend::session_rows::FactValues;
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
@@ -123,7 +124,7 @@ pub(super) fn refresh_all_session_facts(
 
 /// Stores a session row's maintained facts.
 fn write_session_facts(tx: &Transaction, key: i64, facts: &SessionFacts) -> Result<()> {
-    let s = &facts.stats.stats;
+    let v = FactValues::of(facts);
     tx.prepare_cached(
         "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,
                 cached_tokens = ?6, uncached_tokens = ?7, total_tokens = ?8, cost_total = ?9,
@@ -133,15 +134,15 @@ fn write_session_facts(tx: &Transaction, key: i64, facts: &SessionFacts) -> Resu
     .and_then(|mut st| {
         st.execute(params![
             key,
-            facts.leaf,
-            facts.name.as_ref().map(JsString::json),
-            i64::try_from(facts.entry_count).unwrap_or(i64::MAX),
-            i64::try_from(s.message_count).unwrap_or(i64::MAX),
-            s.cached_tokens,
-            s.uncached_tokens,
-            s.total_tokens,
-            s.cost_total,
-            facts.stats.broken_message
+            v.leaf,
+            v.name,
+            v.entry_count,
+            v.message_count,
+            v.cached_tokens,
+            v.uncached_tokens,
+            v.total_tokens,
+            v.cost_total,
+            v.broken_message
         ])
     })
     .map_err(sql("updating session facts"))?;
@@ -383,7 +384,8 @@ impl Appender {
 
     /// [`Appender::finish`] but for the search text, handed back unwritten.
     fn finish_holding_text(mut self, tx: &Transaction) -> Result<PendingText> {
-        self.tail.flush(tx)?;
+        self.tail
+            .flush(&mut branch_cache::SqliteCache::new(tx, self.key))?;
         write_session_facts(tx, self.key, &self.facts)?;
         Ok(self.pending)
     }
