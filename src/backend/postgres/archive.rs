@@ -1,9 +1,10 @@
 //! The team archive's sessions: create, open, list, delete, search.
 
 use super::claim::refuse_if_held;
+use super::handle::{col, pg, PgArchive};
 use super::storage::PgStorage;
 use super::writer::{metadata_at, stats_at, Appender, METADATA_COLUMNS, STATS_COLUMNS};
-use super::{col, pg, stored_js_string, PgArchive};
+use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::listing::{

@@ -5,7 +5,7 @@
 //! keyed by session first, per-session segment ids, entry rows inserted in
 //! batches after placing, path rows ordered by the server).
 
-use super::{col, pg};
+use super::handle::{col, pg};
 use crate::backend::branch_cache::{plan_path, CacheStore, NewSegment, OpenTail, Segment};
 use crate::entry::Entry;
 use crate::error::Result;

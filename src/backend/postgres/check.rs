@@ -3,7 +3,7 @@
 //! index (`LogIndex`, the state pi keeps) with the contract's path rule, so
 //! what a Postgres read answers is compared with what the rules answer.
 
-use super::PgArchive;
+use super::handle::{col, pg, PgArchive};
 use crate::backend::log_index::LogIndex;
 use crate::error::Result;
 use crate::rules::walk_to_root_or_compaction;
@@ -25,9 +25,9 @@ impl PgArchive {
             None => self
                 .conn()?
                 .query("SELECT id FROM sessions ORDER BY session_key", &[])
-                .map_err(super::pg("checking sessions"))?
+                .map_err(pg("checking sessions"))?
                 .iter()
-                .map(|r| super::col(r, 0))
+                .map(|r| col(r, 0))
                 .collect::<Result<_>>()?,
         };
         let total = ids.len() as u64;

@@ -15,7 +15,7 @@
 //! append's own transaction. The price is that a writer killed on another
 //! machine holds its session until the lease ([`LEASE`]) runs out.
 
-use super::{col, pg, Pool};
+use super::handle::{col, pg, Pool};
 use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, Use};
 use crate::error::{Error, Result};
 use ::postgres::types::ToSql;

@@ -1,9 +1,11 @@
 //! One session of a team archive as a [`SessionStorage`].
 
+use super::branch_cache;
 use super::claim::WriterClaim;
+use super::handle::{col, pg, PgArchive};
 use super::writer::{metadata_at, session_facts, Appender, METADATA_COLUMNS};
-use super::{branch_cache, col, pg, stored_js_string, PgArchive};
 use crate::backend::path_memo::{PathMemo, PathSource};
+use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;

@@ -2,7 +2,8 @@
 //! maintaining every derived fact (session row, labels, leaf events, search
 //! rows), as the SQLite archive's writer does.
 
-use super::{branch_cache, col, pg};
+use super::branch_cache;
+use super::handle::{col, pg};
 use crate::backend::session_rows::{facts_at, Column, FactValues, StoredRow, FACTS_COLUMNS};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
