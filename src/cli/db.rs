@@ -1,8 +1,9 @@
 //! Which archive `--db` names: an SQLite file, or a team archive on
 //! PostgreSQL (`postgres://…`), opened as one `dyn` [`SessionArchive`] for
-//! the commands that work on both. `--db` defaults to `SESSIONTREE_DB`, then to the user's data
-//! directory. A team archive may live in one schema of its database
-//! (several archives in one database): `?options=-csearch_path%3DNAME`.
+//! the commands that work on both. `--db` defaults to `SESSIONTREE_DB`, then
+//! to the user's data directory. A team archive may live in one schema of
+//! its database (several archives in one database):
+//! `?options=-csearch_path%3DNAME`.
 
 use super::Cli;
 use sessiontree::archive::SessionArchive;
