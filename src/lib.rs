@@ -41,12 +41,14 @@
 //!
 //! Layout: [`entry`] is the entry model, [`storage`] the trait, [`rules`] and
 //! [`context`] the contract's rules written once, [`session`] the session layer,
+//! [`archive`] what an archive of many sessions answers, whatever stores it,
 //! [`repo`] repositories of many sessions, [`convert`] import and export between
 //! formats, [`rpc`] the contract over stdio; [`header`] and [`layout`] are pi's
 //! session header and directory layout, [`preview`] what a person reads of an
 //! entry, [`session_ref`] how a person names a session. The workload generator
 //! and the benchmarks live in the `sessiontree-bench` crate (`benches/`).
 
+pub mod archive;
 pub mod backend;
 pub mod context;
 pub mod convert;

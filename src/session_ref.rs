@@ -10,7 +10,7 @@ pub enum SessionRef {
     /// A pi session file, used directly through the JSONL backend.
     File(PathBuf),
     /// An archive session: a full id or a unique prefix of one (see
-    /// `Archive::resolve_session`).
+    /// [`crate::archive::SessionArchive::resolve_session`]).
     Archive(String),
 }
 

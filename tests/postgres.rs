@@ -14,6 +14,7 @@ mod pg;
 mod support;
 
 use serde_json::{json, Value};
+use sessiontree::archive::SessionArchive;
 use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::sync::SYNC_BATCH;

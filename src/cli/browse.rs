@@ -40,7 +40,7 @@ fn page_number(s: &str) -> std::result::Result<usize, String> {
 
 /// `ls`.
 pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
-    let archive = super::db::open_for_reading(cli)?;
+    let archive = super::db::open(cli, super::db::Access::Read)?;
     let since_ms = match &args.since {
         None => None,
         Some(s) => Some(sessiontree::entry::timestamp_millis(s).ok_or_else(|| {
@@ -383,7 +383,7 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
             (search_file(cli, args, &path, &query, limit, offset)?, false)
         }
         session => {
-            let archive = super::db::open_for_reading(cli)?;
+            let archive = super::db::open(cli, super::db::Access::Read)?;
             let session = match session {
                 Some(SessionRef::Archive(prefix)) => Some(archive.resolve_session(&prefix)?),
                 _ => None,
@@ -504,7 +504,7 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
         j["entries"] = json!(storage.entry_count()?);
         return Ok(Report::new(j, text));
     }
-    let totals = super::db::open_for_reading(cli)?.totals()?;
+    let totals = super::db::open(cli, super::db::Access::Read)?.totals()?;
     let mut text = format!(
         "{} sessions, {} entries, {} messages, {} tokens, ${:.4}\n",
         totals.sessions,

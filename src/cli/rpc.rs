@@ -1,10 +1,10 @@
 //! `sessiontree rpc`: the contract over stdio.
 
+use super::db::Access;
 use super::Cli;
 use clap::{Args, ValueEnum};
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::memory::MemoryStorage;
-use sessiontree::backend::sqlite::Archive;
 use sessiontree::{rpc, Result, Session, SessionRef, SessionStorage};
 
 /// Which backend serves the requests.
@@ -34,17 +34,10 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
     let path = match SessionRef::parse(&args.source) {
         SessionRef::File(path) => path,
         SessionRef::Archive(prefix) => {
-            // The session is opened for reading; its writer claim is taken at the first write.
-            if let Some(url) = super::db::postgres_url(cli) {
-                let session = super::db::open_postgres(cli, &url)
-                    .and_then(|a| a.open_session(&a.resolve_session(&prefix)?))
-                    .map(Session::new);
-                return rpc::serve(session, stdin, stdout).map_err(io);
-            }
-            let session = Archive::open(super::archive_path(cli), cli.durability.into())
-                .and_then(|a| a.open_session(&a.resolve_session(&prefix)?))
-                .map(Session::new);
-            return rpc::serve(session, stdin, stdout).map_err(io);
+            // The session is opened for reading; its writer claim is taken
+            // at the first write. An error is the answer to every request.
+            let session = super::target::open_in_archive(cli, &prefix, Access::Write);
+            return rpc::serve(session.map(Session::new), stdin, stdout).map_err(io);
         }
     };
     let jsonl = JsonlStorage::open(&path, cli.durability.into());

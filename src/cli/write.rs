@@ -1,20 +1,21 @@
 //! Commands that write: `export`, `fork`, `label`, `name`, `move`, and `check`.
 
+use super::db::Access;
 use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
+use sessiontree::archive::SessionArchive;
 use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::branch_cache::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{export_path, session_file_name};
-use sessiontree::repo::postgres::PgRepo;
-use sessiontree::repo::sqlite::SqliteRepo;
-use sessiontree::repo::{ForkOptions, SessionRepo};
+use sessiontree::repo::{ArchiveRepo, ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
 use sessiontree::session::BranchSummary;
 use sessiontree::{Error, JsonText, Result, Session, SessionMetadata, SessionRef};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Arguments of `export`.
 #[derive(Debug, Args)]
@@ -46,9 +47,9 @@ enum ExportSource {
 pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     // The archive is opened (read-only) only if a session of it is named.
     let mut archive = None;
-    let mut archive = || -> Result<super::db::Db> {
+    let mut archive = || -> Result<Arc<dyn SessionArchive>> {
         if archive.is_none() {
-            archive = Some(super::db::open_for_reading(cli)?);
+            archive = Some(super::db::open(cli, Access::Read)?);
         }
         archive
             .clone()
@@ -93,9 +94,9 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         sources
             .iter()
             .map(|source| match source {
-                ExportSource::Archive(id) => {
-                    archive().and_then(|a| a.entry_count(id)).unwrap_or(0) as u64
-                }
+                ExportSource::Archive(id) => archive()
+                    .and_then(|a| a.open_storage(id)?.entry_count())
+                    .unwrap_or(0) as u64,
                 ExportSource::File(_) => 0,
             })
             .collect()
@@ -110,7 +111,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             ExportSource::Archive(id) => (
                 id.clone(),
                 archive().and_then(|a| {
-                    a.export_session(id, |m| export_path(&args.out, m), args.force, &mut reached)
+                    a.export_session(id, &|m| export_path(&args.out, m), args.force, &mut reached)
                 }),
             ),
             ExportSource::File(path) => (
@@ -238,16 +239,12 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
     if let SessionRef::File(_) = SessionRef::parse(&args.session) {
         return fork_file(cli, args);
     }
-    let db = super::db::open_for_writing(cli)?;
+    let mut repo = ArchiveRepo::new(super::db::open(cli, Access::Write)?);
     let source = SessionMetadata {
-        id: db.resolve_session(&args.session)?,
+        id: repo.archive().resolve_session(&args.session)?,
         ..SessionMetadata::default()
     };
-    let options = fork_options(args, None);
-    let (new_id, count) = match db {
-        super::db::Db::Sqlite(a) => forked(&mut SqliteRepo::new(a), &source, &options)?,
-        super::db::Db::Postgres(a) => forked(&mut PgRepo::new(a), &source, &options)?,
-    };
+    let (new_id, count) = forked(&mut repo, &source, &fork_options(args, None))?;
     Ok(Report::new(
         json!({"session": new_id, "entries": count, "path": null}),
         format!("forked into {new_id} ({count} entries)\n"),
@@ -501,7 +498,7 @@ pub struct DeleteArgs {
 /// `delete`: each session in its own transaction; one that cannot be deleted
 /// (unknown, held by a writer) is reported and the others go on (exit 2).
 pub fn delete(cli: &Cli, args: &DeleteArgs) -> Result<Report> {
-    let archive = super::db::open_for_writing(cli)?;
+    let archive = super::db::open(cli, Access::Write)?;
     let mut deleted = Vec::new();
     let mut failed = Vec::new();
     let mut text = String::new();

@@ -1,6 +1,8 @@
 //! The conformance suites, one test binary: every rule of the session
 //! contract run against every backend (`cases.rs`), and every rule of a
-//! repository (spec §9) run against every repository (`repo.rs`). A rule is
+//! repository (spec §9) run against every repository (`repo.rs`, and the
+//! repository over `Arc<dyn SessionArchive>`), and every rule of an archive
+//! run through `dyn SessionArchive` on SQLite and PostgreSQL (`archive.rs`). A rule is
 //! written once, in a `cases!` block; a backend joins a suite with one line
 //! at the end of this file.
 
@@ -42,6 +44,8 @@ macro_rules! cases {
 }
 
 #[macro_use]
+mod archive;
+#[macro_use]
 mod cases;
 mod harness;
 #[macro_use]
@@ -63,6 +67,24 @@ repo_conformance!(jsonl_repo, repo::Jsonl::new());
 repo_conformance!(sqlite_repo, repo::Sqlite::new());
 repo_conformance!(
     postgres_repo,
+    match repo::Postgres::new() {
+        Some(h) => h,
+        None => return Ok(()),
+    }
+);
+
+repo_conformance!(sqlite_dyn_repo, archive::Dyn::new(repo::Sqlite::new()));
+repo_conformance!(
+    postgres_dyn_repo,
+    match repo::Postgres::new() {
+        Some(h) => archive::Dyn::new(h),
+        None => return Ok(()),
+    }
+);
+
+archive_conformance!(sqlite_archive, repo::Sqlite::new());
+archive_conformance!(
+    postgres_archive,
     match repo::Postgres::new() {
         Some(h) => h,
         None => return Ok(()),

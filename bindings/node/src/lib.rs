@@ -11,6 +11,7 @@ use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
 use napi::{Env, Status, Task};
 use napi_derive::napi;
 use serde_json::{json, Value};
+use sessiontree::archive::SessionArchive;
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::sqlite::{Archive, ListQuery, SearchFilter};
 use sessiontree::convert::{self, ExportOutcome, ImportOutcome};
@@ -426,9 +427,12 @@ impl NativeArchive {
     ) -> AsyncTask<Job<String>> {
         let archive = self.archive.clone();
         job(move || {
-            let storage = archive.open_session(&id)?;
-            let path = sessiontree::layout::export_path(Path::new(&dir), &storage.metadata()?)?;
-            let outcome = convert::export_to_file(&storage, &path, force.unwrap_or(false))?;
+            let (path, outcome) = archive.export_session(
+                &id,
+                &|m| sessiontree::layout::export_path(Path::new(&dir), m),
+                force.unwrap_or(false),
+                &mut |_| {},
+            )?;
             let (name, backup) = match outcome {
                 ExportOutcome::Created => ("created", None),
                 ExportOutcome::Unchanged => ("unchanged", None),

@@ -209,36 +209,19 @@ impl PgArchive {
         tx.commit().map_err(pg(ctx))
     }
 
-    /// The full id of the session `arg` names: its id, or a unique prefix of
-    /// one (as the SQLite archive resolves it).
-    pub fn resolve_session(&self, arg: &str) -> Result<String> {
-        if arg.is_empty() {
-            return Err(Error::SessionNotFound("(empty session id)".into()));
-        }
-        if self.has_session(arg)? {
-            return Ok(arg.to_owned());
-        }
-        const SHOWN: i64 = 10;
+    /// The ids of sessions whose id starts with `prefix` (at most `limit`),
+    /// in id order: what
+    /// [`resolve_session`](crate::archive::SessionArchive::resolve_session)
+    /// chooses from.
+    pub fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
         let rows = self
             .conn()?
             .query(
                 "SELECT id FROM sessions WHERE left(id, length($1)) = $1 ORDER BY id LIMIT $2",
-                &[&arg, &(SHOWN + 1)],
+                &[&prefix, &i64::try_from(limit).unwrap_or(i64::MAX)],
             )
             .map_err(pg("resolving a session id"))?;
-        let found: Vec<String> = rows.iter().map(|r| col(r, 0)).collect::<Result<_>>()?;
-        match found.as_slice() {
-            [one] => Ok(one.clone()),
-            [] => Err(Error::SessionNotFound(arg.to_owned())),
-            _ => {
-                let shown = found.len().min(SHOWN as usize);
-                let more = if found.len() > shown { "\n  …" } else { "" };
-                Err(Error::Usage(format!(
-                    "session prefix {arg:?} is ambiguous; give more characters. Candidates:\n  {}{more}",
-                    found[..shown].join("\n  ")
-                )))
-            }
-        }
+        rows.iter().map(|r| col(r, 0)).collect()
     }
 
     /// Full-text search over message text with PostgreSQL's `tsvector` and

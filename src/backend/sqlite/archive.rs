@@ -137,7 +137,10 @@ impl Archive {
         Ok(SqliteStorage::new(self.clone(), key, id))
     }
 
-    /// The ids of sessions whose id starts with `prefix` (at most `limit`).
+    /// The ids of sessions whose id starts with `prefix` (at most `limit`),
+    /// in id order: what
+    /// [`resolve_session`](crate::archive::SessionArchive::resolve_session)
+    /// chooses from.
     pub fn sessions_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
         let conn = self.conn()?;
         let mut st = conn
@@ -446,31 +449,6 @@ impl Archive {
 }
 
 impl Archive {
-    /// The full id of the session `arg` names: its id, or a unique prefix of
-    /// one. No match is `not_found`; several are a `usage` error listing up
-    /// to ten candidates, as git does.
-    pub fn resolve_session(&self, arg: &str) -> Result<String> {
-        if arg.is_empty() {
-            return Err(Error::SessionNotFound("(empty session id)".into()));
-        }
-        if self.has_session(arg)? {
-            return Ok(arg.to_owned());
-        }
-        const SHOWN: usize = 10;
-        let found = self.sessions_with_prefix(arg, SHOWN + 1)?;
-        match found.as_slice() {
-            [one] => Ok(one.clone()),
-            [] => Err(Error::SessionNotFound(arg.to_owned())),
-            _ => {
-                let more = if found.len() > SHOWN { "\n  …" } else { "" };
-                Err(Error::Usage(format!(
-                    "session prefix {arg:?} is ambiguous; give more characters. Candidates:\n  {}{more}",
-                    found[..found.len().min(SHOWN)].join("\n  ")
-                )))
-            }
-        }
-    }
-
     /// The branch cache's size per session (or for one): entries, segments
     /// and compaction rows, so a pathological session can be seen.
     pub fn cache_sizes(

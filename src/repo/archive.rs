@@ -1,0 +1,80 @@
+//! The repository over an archive of many sessions: the SQLite archive, the
+//! team archive on PostgreSQL, or either behind `Arc<dyn SessionArchive>`.
+
+use super::{visit_entries_to_fork, CreateOptions, ForkOptions, SessionRepo};
+use crate::archive::TypedArchive;
+use crate::error::Result;
+use crate::listing::ListQuery;
+use crate::session::Session;
+use crate::storage::{SessionMetadata, SessionStorage};
+
+/// Sessions of one archive.
+#[derive(Debug, Clone)]
+pub struct ArchiveRepo<A> {
+    archive: A,
+}
+
+impl<A> ArchiveRepo<A> {
+    /// The repository of an open archive.
+    pub fn new(archive: A) -> Self {
+        ArchiveRepo { archive }
+    }
+
+    /// The archive.
+    pub fn archive(&self) -> &A {
+        &self.archive
+    }
+}
+
+impl<A: TypedArchive> SessionRepo for ArchiveRepo<A> {
+    type Storage = A::Storage;
+
+    fn create(&mut self, options: &CreateOptions) -> Result<Session<A::Storage>> {
+        let new = options.fields()?.new_session();
+        self.archive.new_session(&new).map(Session::new)
+    }
+
+    fn open(&self, session: &SessionMetadata) -> Result<Session<A::Storage>> {
+        self.archive.session(&session.id).map(Session::new)
+    }
+
+    fn list(&self, cwd: Option<&str>) -> Result<Vec<SessionMetadata>> {
+        let q = ListQuery {
+            cwd: cwd.map(str::to_owned),
+            ..ListQuery::default()
+        };
+        Ok(self
+            .archive
+            .as_archive()
+            .list(&q)?
+            .into_iter()
+            .map(|s| s.metadata)
+            .collect())
+    }
+
+    fn delete(&mut self, session: &SessionMetadata) -> Result<()> {
+        self.archive.as_archive().delete_session(&session.id)
+    }
+
+    /// Forks in one transaction; entry ids are kept.
+    fn fork(
+        &mut self,
+        source: &SessionMetadata,
+        options: &ForkOptions,
+    ) -> Result<Session<A::Storage>> {
+        let storage = self.archive.session(&source.id)?;
+        let new = options.inherit(&storage.metadata()?)?.new_session();
+        // The fork is read as it is written: a whole-session fork takes
+        // bounded memory however long the session.
+        self.archive.as_archive().write_session(&mut |w| {
+            w.begin(&new)?;
+            visit_entries_to_fork(
+                &storage,
+                options.entry_id.as_deref(),
+                options.position,
+                &mut |e| w.push(&e),
+            )
+        })?;
+        self.archive.session(&new.id).map(Session::new)
+    }
+}
