@@ -8,7 +8,7 @@
 //! The trait sits above the stores and below the session and repository
 //! layers. It is object-safe: a session's storage comes back boxed
 //! ([`SessionArchive::open_storage`]). Code that wants the concrete storage
-//! (the benches, [`crate::repo::ArchiveRepo`] over one kind) goes through
+//! (the benches, [`crate::repo::archive::ArchiveRepo`] over one kind) goes through
 //! [`TypedArchive`] instead, or calls the archives' own methods, so reading
 //! a session never pays for dynamic dispatch where it did not before.
 //!
@@ -145,7 +145,7 @@ pub trait SessionArchive: std::fmt::Debug + Send + Sync {
 }
 
 /// An archive whose sessions' storage type is known: what
-/// [`crate::repo::ArchiveRepo`] is generic over, so that a repository over
+/// [`crate::repo::archive::ArchiveRepo`] is generic over, so that a repository over
 /// one kind of archive hands out that kind's storage, statically dispatched
 /// (`Arc<dyn SessionArchive>` is one too, handing out [`BoxedStorage`]).
 pub trait TypedArchive {

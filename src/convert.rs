@@ -11,12 +11,12 @@ use crate::backend::jsonl::{
     read_open_header, read_session_from, JsonlStorage, ReadStart, ReadSummary, TornTail,
 };
 use crate::backend::sqlite::codec::{Encoder, Prepared};
-use crate::backend::sqlite::search::searchable_text;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter, SqliteStorage};
 use crate::error::{Error, Result};
 use crate::fnv::{Fnv, WideFnv};
 use crate::header::Header;
 use crate::layout::check_session_id;
+use crate::search::searchable_text;
 use crate::storage::SessionStorage;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};

@@ -426,7 +426,7 @@ fn migration_8_finds_what_the_positional_index_found() -> R {
         MIGRATION_8_QUERIES
             .iter()
             .map(|q| {
-                let fts = sessiontree::backend::sqlite::search::fts_query(q);
+                let fts = sessiontree::search::fts_query(q);
                 st.query_map([fts], |r| Ok((r.get(0)?, r.get(1)?)))
                     .and_then(Iterator::collect)
                     .expect("a version-7 search")
@@ -444,7 +444,7 @@ fn migration_8_finds_what_the_positional_index_found() -> R {
             .into_iter()
             .flat_map(|q| ["user", "assistant", "toolResult"].map(|role| (q, role)))
             .map(|(q, role)| {
-                let fts = sessiontree::backend::sqlite::search::fts_query(q);
+                let fts = sessiontree::search::fts_query(q);
                 let hits = st
                     .query_map([fts.as_str(), role], |r| r.get(0))
                     .and_then(Iterator::collect)

@@ -22,7 +22,7 @@
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use sessiontree::backend::jsonl::read_session;
-use sessiontree::backend::sqlite::search::searchable_text;
+use sessiontree::search::searchable_text;
 use sessiontree::{Entry, EntryType, Error, Result};
 use std::collections::HashMap;
 use std::io::BufReader;

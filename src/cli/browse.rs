@@ -451,7 +451,7 @@ fn search_file(
     limit: usize,
     skip: usize,
 ) -> Result<Vec<SearchHit>> {
-    use sessiontree::backend::sqlite::search::{
+    use sessiontree::search::{
         query_terms, searchable_text, snippet, text_matches, SNIPPET_TOKENS,
     };
     let storage = sessiontree::backend::jsonl::JsonlStorage::open(path, cli.durability.into())?;

@@ -1,12 +1,11 @@
 //! Repositories of many sessions (spec §9): create, open, list, delete, fork.
 
-mod archive;
+pub mod archive;
 pub mod jsonl;
 pub mod memory;
 pub mod postgres;
 pub mod sqlite;
 
-pub use archive::ArchiveRepo;
 
 use crate::entry::{new_session_id, timestamp_millis, Entry};
 use crate::error::{Error, Result};

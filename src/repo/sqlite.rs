@@ -1,4 +1,4 @@
 //! The repository over an SQLite archive: many sessions in one file.
 
 /// Sessions of one SQLite archive.
-pub type SqliteRepo = super::ArchiveRepo<crate::backend::sqlite::Archive>;
+pub type SqliteRepo = super::archive::ArchiveRepo<crate::backend::sqlite::Archive>;

@@ -9,7 +9,8 @@ use sessiontree::archive::SessionArchive;
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::convert::ExportOutcome;
 use sessiontree::listing::{ListQuery, NewSession, SearchFilter};
-use sessiontree::repo::{ArchiveRepo, CreateOptions};
+use sessiontree::repo::archive::ArchiveRepo;
+use sessiontree::repo::CreateOptions;
 use sessiontree::{Durability, Entry, Error, ErrorCode, SessionStorage};
 use std::sync::Arc;
 

@@ -525,7 +525,7 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
             panic!("an entry without text: {row:?}");
         };
         let entry = Entry::from_json(text)?;
-        if let Some((role, text)) = sessiontree::backend::sqlite::search::searchable_text(&entry) {
+        if let Some((role, text)) = sessiontree::search::searchable_text(&entry) {
             conn.execute(
                 "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
                 rusqlite::params![key, text, role, session],
@@ -579,7 +579,7 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
             "UPDATE entries SET json = ?2, parent_id = ?3, timestamp = ?4 WHERE entry_key = ?1",
             rusqlite::params![key, text, entry.facts().parent(), entry.timestamp()],
         )?;
-        if let Some((role, text)) = sessiontree::backend::sqlite::search::searchable_text(&entry) {
+        if let Some((role, text)) = sessiontree::search::searchable_text(&entry) {
             conn.execute(
                 "INSERT INTO message_text (rowid, text, role, session_key) VALUES (?1, ?2, ?3, ?4)",
                 rusqlite::params![key, text, role, session],

@@ -1,12 +1,16 @@
 //! The archive's sessions: create, open, list, delete, search, check, import records.
 
+use super::error::sql;
+use super::handle::Archive;
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{insert_session, Appender, SessionWriter};
-use super::{branch_cache, fts, search, sql, stored_js_string, Archive};
+use super::{branch_cache, fts};
+use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
+use crate::search;
 use rusqlite::{params, OptionalExtension};
 
 /// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,

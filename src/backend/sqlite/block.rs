@@ -43,7 +43,7 @@
 //! of its pages empty (a record of ~3 KB per 4 KB page).
 
 use super::codec::{self, Codec, Prepared, MEMBER};
-use super::sql;
+use super::error::sql;
 use crate::error::{Error, Result};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection};

@@ -11,13 +11,17 @@
 
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
 use super::codec::Codec;
+use super::connection::damage_marker;
+use super::error::sql;
+use super::handle::Archive;
+use super::storage::SqliteStorage;
 use super::stored::body_refs;
 use super::writer::{replay_session_facts, session_facts, stored_labels};
-use super::{damage_marker, search, sql, Archive, SqliteStorage};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::WalkEnd;
+use crate::search;
 use crate::storage::SessionStorage;
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::{BTreeSet, HashMap};

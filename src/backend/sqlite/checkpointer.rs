@@ -13,7 +13,7 @@
 //! left to sync). Checkpoints are an optimisation SQLite may do at any
 //! moment: stopping this thread, or its failing, changes no data.
 
-use super::ConnectionManager;
+use super::connection::ConnectionManager;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;

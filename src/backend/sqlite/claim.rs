@@ -3,7 +3,7 @@
 //! `backend::claim`; a claim is taken in an IMMEDIATE transaction, which
 //! serializes two claimants on the archive's write lock.
 
-use super::Archive;
+use super::handle::Archive;
 use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, Use};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};

@@ -10,41 +10,13 @@
 
 use super::block;
 use super::codec::{self, Codec, Encoder, Training};
-use super::{sql, Archive};
+use super::error::sql;
+use super::handle::Archive;
+use super::reencode_guard::reencoding;
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, Transaction};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
-
-thread_local! {
-    /// Set while this thread rewrites stored values (see the trigger
-    /// `entries_are_append_only` in schema version 6).
-    static REENCODING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Registers `sessiontree_may_reencode()`, which the append-only trigger
-/// asks: 1 only while this thread is re-encoding.
-pub(super) fn register_reencode_guard(conn: &Connection) -> rusqlite::Result<()> {
-    conn.create_scalar_function(
-        "sessiontree_may_reencode",
-        0,
-        rusqlite::functions::FunctionFlags::SQLITE_UTF8,
-        |_| Ok(i64::from(REENCODING.with(std::cell::Cell::get))),
-    )
-}
-
-/// Runs `f` with this thread allowed to rewrite stored values.
-fn reencoding<T>(f: impl FnOnce() -> T) -> T {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            REENCODING.with(|r| r.set(false));
-        }
-    }
-    REENCODING.with(|r| r.set(true));
-    let _reset = Reset;
-    f()
-}
 
 /// Rows re-encoded per transaction by `compact`.
 const BATCH_ROWS: i64 = 2_000;
@@ -644,7 +616,7 @@ impl Archive {
              VACUUM;",
         )
         .map_err(sql("vacuuming the archive"))?;
-        super::truncate_log(&mut conn).map_err(sql("vacuuming the archive"))?;
+        super::connection::truncate_log(&mut conn).map_err(sql("vacuuming the archive"))?;
         report.bytes_after = file_bytes(self.path());
         Ok(report)
     }

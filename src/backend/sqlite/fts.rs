@@ -19,7 +19,7 @@
 //!    version 10, the role the old index kept; never changed), its session
 //!    its entry's.
 
-use super::sql;
+use super::error::sql;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::search::{fts_query, query_parts, searchable_text, QueryPart};

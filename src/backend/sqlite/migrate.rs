@@ -120,7 +120,7 @@ pub fn migrate(
     {
         let version = i as i64 + 1;
         let ctx = || format!("applying schema migration {version} to {}", path.display());
-        super::refuse_if_damaged(path)?;
+        super::connection::refuse_if_damaged(path)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite(ctx(), e))?;
@@ -175,7 +175,7 @@ pub const FRESH_SCHEMA_VERSION: i64 = 12;
 /// for step 6), most of a fresh archive's 10 ms open.
 fn create_schema(conn: &mut Connection, path: &Path) -> Result<()> {
     let ctx = || format!("creating the schema of {}", path.display());
-    super::refuse_if_damaged(path)?;
+    super::connection::refuse_if_damaged(path)?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| Error::sqlite(ctx(), e))?;

@@ -6,7 +6,8 @@
 //! - `decode_entry(json)`: the text of a stored `entries.json` value.
 
 use super::codec::Codec;
-use super::{sql, Archive};
+use super::error::sql;
+use super::handle::Archive;
 use crate::error::{Error, Result};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;

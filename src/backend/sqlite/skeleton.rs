@@ -15,7 +15,7 @@
 
 use super::branch_cache::{entry_key, split_key};
 use super::codec::Codec;
-use super::sql;
+use super::error::sql;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::skeleton::{SkeletonEntry, SkeletonItem, SkeletonParent};

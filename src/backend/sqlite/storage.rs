@@ -1,9 +1,12 @@
 //! One session of an archive as a [`SessionStorage`].
 
+use super::error::sql;
+use super::handle::Archive;
 use super::rows::{self, METADATA_COLUMNS};
 use super::writer::{session_facts, Appender, SessionFacts};
-use super::{branch_cache, claim, sql, stored_js_string, Archive};
+use super::{branch_cache, claim};
 use crate::backend::path_memo::{PathMemo, PathSource};
+use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
@@ -94,7 +97,7 @@ impl SqliteStorage {
         // Taking the claim is a write too: refused first on a damaged
         // archive (each append's transaction is checked by `begin_write`).
         if !self.is_writer() {
-            super::refuse_if_damaged(self.archive.path())?;
+            super::connection::refuse_if_damaged(self.archive.path())?;
         }
         self.claim_writer()?;
         let untrained = {

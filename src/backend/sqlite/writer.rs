@@ -1,15 +1,18 @@
 //! Appending inside a transaction: placing entries in the branch cache and
 //! maintaining every derived fact (session row, labels, leaf events, search rows).
 
+use super::branch_cache;
 use super::checkpointer::Checkpointer;
 use super::codec::{self, Codec, Encoder, Prepared};
+use super::error::sql;
 use super::rows::{self, ImportRecord, NewSession, FACTS_COLUMNS};
-use super::{branch_cache, search, sql, stored_js_string};
+use crate::backend::session_rows::stored_js_string;
 use crate::backend::session_rows::FactValues;
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::{apply_label_change, Replay};
+use crate::search;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -401,7 +404,7 @@ pub struct SessionWriter<'c> {
     /// Set by [`SessionWriter::begin_staged`]: the write commits in batches.
     pub(super) staged: Option<Staged>,
     /// Opens the staged write's background checkpointer.
-    pub(super) manager: &'c super::ConnectionManager,
+    pub(super) manager: &'c super::connection::ConnectionManager,
     /// The search text of sessions ended by [`SessionWriter::end_session`],
     /// indexed when the transaction ends.
     pub(super) held_text: PendingText,

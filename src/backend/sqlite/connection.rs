@@ -1,0 +1,175 @@
+//! An archive file's connections: the per-connection settings (busy
+//! handling, sync level, the re-encode guard), the pool's manager, switching
+//! to WAL, truncating the log, and the damage marker that refuses writes.
+//! The bottom of the SQLite backend: it imports none of its other parts
+//! but the leaf modules.
+
+use super::reencode_guard::register_reencode_guard;
+use crate::error::{Error, Result};
+use crate::storage::Durability;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a connection waits for another's lock before `database is locked`.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// SQLite's busy handler: try again every millisecond for [`BUSY_TIMEOUT`].
+/// (SQLite's own `busy_timeout` backs off to one try per 100 ms, and would
+/// miss the short gap a staged import leaves between its transactions.)
+pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    u128::try_from(attempt).unwrap_or(0) < BUSY_TIMEOUT.as_millis()
+}
+
+/// A busy handler that gives up after a second: for a checkpoint that
+/// truncates the log, which waits for every reader while new writers wait
+/// behind it (a log left untruncated is only bytes the next checkpoint takes).
+pub(super) fn wait_a_second(attempt: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    attempt < 1000
+}
+
+/// Checkpoints the whole log into the database and truncates it, waiting
+/// at most a second for readers ([`wait_a_second`]); the connection's own
+/// busy handler is back afterwards.
+pub(super) fn truncate_log(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.busy_handler(Some(wait_a_second))?;
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    conn.busy_handler(Some(wait_for_the_lock))?;
+    match done {
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => Ok(()),
+        other => other,
+    }
+}
+
+/// The reader pool.
+pub type Pool = r2d2::Pool<ConnectionManager>;
+
+/// Opens pooled connections with the per-connection settings.
+#[derive(Debug, Clone)]
+pub struct ConnectionManager {
+    pub(super) path: PathBuf,
+    pub(super) durability: Durability,
+    pub(super) read_only: bool,
+    /// Read-only, and the directory allows no `-shm` file: SQLite is told
+    /// nobody writes the file (`immutable=1`), which is true for us.
+    pub(super) immutable: bool,
+}
+
+/// A `file:` URI opening `path` as immutable.
+pub(super) fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.to_string_lossy().bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            _ => uri.push(char::from(b)),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+impl ConnectionManager {
+    pub(super) fn connect_raw(&self) -> rusqlite::Result<Connection> {
+        let flags = if self.read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let mut conn = if self.read_only && self.immutable {
+            Connection::open_with_flags(immutable_uri(&self.path), flags)?
+        } else {
+            Connection::open_with_flags(&self.path, flags)?
+        };
+        conn.busy_handler(Some(wait_for_the_lock))?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        let sync = match self.durability {
+            Durability::Full => "FULL",
+            Durability::Relaxed => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        conn.pragma_update(None, "cache_size", -16_000)?;
+        // Damaged b-tree pages are reported (SQLITE_CORRUPT) when read rather
+        // than written through, so damage does not spread. A read-only
+        // connection writes nothing through; the check would cost it ~15 % of
+        // a search (every page it loads is checked), and SQLite's own checks
+        // still report a damaged page it reads.
+        if !self.read_only {
+            conn.pragma_update(None, "cell_size_check", true)?;
+        }
+        conn.set_prepared_statement_cache_capacity(64);
+        register_reencode_guard(&conn)?;
+        Ok(conn)
+    }
+}
+
+/// Whether a connection handed back may be lent again: not if it is still
+/// inside a transaction (a rollback that failed). That is also the one state
+/// in which a staged import cannot set a relaxed connection's sync level back
+/// (`synchronous` cannot change inside a transaction), so a connection
+/// relaxed for an import is never lent to a write that was promised `Full`.
+/// Free: SQLite's autocommit flag.
+pub(super) fn fit_to_lend_again(conn: &Connection) -> bool {
+    conn.is_autocommit()
+}
+
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = Connection;
+    type Error = rusqlite::Error;
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        self.connect_raw()
+    }
+    fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        conn.execute_batch("")
+    }
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        !fit_to_lend_again(conn)
+    }
+}
+
+/// The file `check` leaves beside an archive whose `PRAGMA integrity_check`
+/// failed (`archive.db.damaged`, holding what it found). While it exists,
+/// every write is refused; `check` removes it once the archive passes again.
+pub fn damage_marker(archive: &Path) -> PathBuf {
+    let mut name = archive.file_name().unwrap_or_default().to_owned();
+    name.push(".damaged");
+    archive.with_file_name(name)
+}
+
+/// Refuses to write to an archive `check` found damaged (`storage`).
+pub(super) fn refuse_if_damaged(archive: &Path) -> Result<()> {
+    let marker = damage_marker(archive);
+    match std::fs::read_to_string(&marker) {
+        Ok(found) => Err(Error::Corrupt(format!(
+            "{} failed PRAGMA integrity_check ({}); writes are refused so the damage cannot spread. Restore it from a backup (or import the pi files into a new archive); `sessiontree check` then removes {}",
+            archive.display(),
+            found.lines().next().unwrap_or("see the marker file"),
+            marker.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("reading {}", marker.display()), e)),
+    }
+}
+
+/// Switches to WAL. Two processes creating one archive at once both try
+/// this; SQLite answers the loser `SQLITE_BUSY` at once, without its busy
+/// handler, so the switch is retried for as long as a busy wait would wait.
+pub(super) fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
