@@ -21,8 +21,6 @@ use crate::error::{Error, Result};
 use ::postgres::types::ToSql;
 use ::postgres::GenericClient;
 
-pub use crate::backend::claim::LEASE;
-
 /// A held writer claim on a team archive; released when dropped.
 pub type WriterClaim = claim::WriterClaim<Pool>;
 

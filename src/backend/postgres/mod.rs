@@ -25,9 +25,9 @@
 //! client crash loses nothing acknowledged).
 
 mod archive;
-pub mod branch_cache;
+pub(crate) mod branch_cache;
 mod check;
-pub mod claim;
+pub(crate) mod claim;
 mod handle;
 mod storage;
 mod writer;

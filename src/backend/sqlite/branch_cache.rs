@@ -11,8 +11,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
 pub use crate::backend::branch_cache::{
-    entry_key, jump_for_child, split_key, OpenTail, Placement, Segment, ANCESTRY_BLOCK, DEPTH_BITS,
-    OPEN_END,
+    entry_key, jump_for_child, split_key, OpenTail, Placement, Segment, ANCESTRY_BLOCK, OPEN_END,
 };
 
 fn sql(context: &'static str) -> impl Fn(rusqlite::Error) -> Error {
