@@ -2,14 +2,16 @@
 
 use super::claim::refuse_if_held;
 use super::storage::PgStorage;
-use super::writer::{metadata_at, stats_at, Appender, METADATA_COLUMNS, STATS_COLUMNS};
+use super::writer::{
+    metadata_at, stats_at, Appender, INDEXED_WORD_BYTES, METADATA_COLUMNS, STATS_COLUMNS,
+};
 use super::{col, pg, stored_js_string, PgArchive};
-use crate::entry::Entry;
+use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::listing::{
     ArchiveTotals, ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary,
 };
-use crate::search::{self, QueryPart};
+use crate::search;
 use ::postgres::{GenericClient, Transaction};
 
 /// Inserts a session row; `SessionExists` when the id is taken.
@@ -242,8 +244,9 @@ impl PgArchive {
 
     /// Full-text search over message text with PostgreSQL's `tsvector` and
     /// its GIN index, best first (`ts_rank_cd`): `limit` hits after skipping
-    /// `offset`. The query grammar is the SQLite archive's
-    /// ([`search::query_parts`]): words in any order, `"a phrase"`, `foo*`.
+    /// `offset`. The query grammar and the tokens are the search rule every
+    /// store follows ([`search::query_groups`]): words in any order,
+    /// `"a phrase"`, `foo*`.
     pub fn search_page(
         &self,
         query: &str,
@@ -259,7 +262,7 @@ impl PgArchive {
             .conn()?
             .query(
                 "SELECT s.id, e.id, m.role, -ts_rank_cd(m.tsv, q)::FLOAT8, e.json, s.name, s.created_at
-                 FROM to_tsquery('simple', $1) q
+                 FROM CAST($1::TEXT AS TSQUERY) q
                  JOIN message_text m ON m.tsv @@ q
                  JOIN entries e ON e.session_key = m.session_key AND e.entry_key = m.entry_key
                  JOIN sessions s ON s.session_key = m.session_key
@@ -374,35 +377,74 @@ impl PgArchive {
     }
 }
 
-/// The `tsquery` text for what a person typed, `None` when it has no words.
-/// Its words are read as [`search::index_words`] stored them
-/// ([`search::query_terms`]), each quoted as a lexeme (user text is never
-/// tsquery syntax); a word that is several tokens (`foo-bar`) and a phrase
-/// are tokens one after another (`<->`); `word*` is a prefix match (`:*`);
-/// parts are ANDed.
+/// Schema version 2: writes every searchable entry's row of `message_text`
+/// again (the migration's SQL emptied it), its words folded by the search
+/// rule, in the migration's transaction, a batch of entries at a time.
+pub(super) fn reindex_words(tx: &mut Transaction<'_>) -> Result<()> {
+    let ctx = "indexing message text for search";
+    let types: Vec<&str> = [
+        EntryType::Message,
+        EntryType::CustomMessage,
+        EntryType::Compaction,
+        EntryType::BranchSummary,
+    ]
+    .iter()
+    .map(EntryType::as_str)
+    .collect();
+    let select = tx
+        .prepare(
+            "SELECT session_key, entry_key, json FROM entries WHERE type = ANY($1)
+             ORDER BY session_key, entry_key",
+        )
+        .map_err(pg(ctx))?;
+    let portal = tx.bind(&select, &[&types]).map_err(pg(ctx))?;
+    loop {
+        let rows = tx.query_portal(&portal, 1000).map_err(pg(ctx))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (mut sessions, mut keys, mut roles, mut words) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in &rows {
+            let entry = Entry::from_checked_text(col(r, 2)?);
+            if let Some((role, text)) = search::searchable_text(&entry) {
+                sessions.push(col::<i64>(r, 0)?);
+                keys.push(col::<i64>(r, 1)?);
+                roles.push(role);
+                words.push(search::index_words(&text, INDEXED_WORD_BYTES));
+            }
+        }
+        tx.execute(
+            "INSERT INTO message_text (session_key, entry_key, role, words)
+             SELECT * FROM unnest($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[])",
+            &[&sessions, &keys, &roles, &words],
+        )
+        .map_err(pg(ctx))?;
+    }
+}
+
+/// The `tsquery` text for what a person typed, `None` when it asks for
+/// nothing. It is read as `tsquery` input, never by a text search parser:
+/// each part's terms ([`search::query_groups`], folded by the rule the index
+/// was written by) are quoted lexemes ([`search::pg_lexeme`]), one after
+/// another (`<->`) within a part (a phrase, a word of several tokens); a
+/// prefix term is `:*`; parts are ANDed.
 pub fn ts_query(query: &str) -> Option<String> {
-    let lexeme = |t: &str| match t.strip_suffix('*') {
-        Some(prefix) => format!("'{prefix}':*"),
-        None => format!("'{t}'"),
-    };
-    let parts: Vec<String> = search::query_parts(query)
-        .into_iter()
-        .filter_map(|part| {
-            let mut terms = match part {
-                QueryPart::Word { text, prefix } => {
-                    let mut terms = search::query_terms(&text);
-                    if let Some(last) = terms.last_mut().filter(|_| prefix) {
-                        last.push('*');
+    let parts: Vec<String> = search::query_groups(query)
+        .iter()
+        .map(|group| {
+            let words: Vec<String> = group
+                .iter()
+                .map(|t| {
+                    let lexeme = search::pg_lexeme(&t.text);
+                    if t.prefix {
+                        lexeme + ":*"
+                    } else {
+                        lexeme
                     }
-                    terms
-                }
-                QueryPart::Phrase(text) => search::query_terms(&text),
-            };
-            // Terms are letters and digits (a `*` only at the end), so quoting
-            // needs no escapes.
-            terms.retain(|t| !t.is_empty() && t != "*");
-            let words: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
-            (!words.is_empty()).then(|| format!("({})", words.join(" <-> ")))
+                })
+                .collect();
+            format!("({})", words.join(" <-> "))
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(" & "))
@@ -425,5 +467,11 @@ mod tests {
             Some("('a' <-> 'b') & ('c')")
         );
         assert_eq!(ts_query("Ünï*").as_deref(), Some("('uni':*)"));
+        assert_eq!(
+            ts_query("foo*bar DOĞRU").as_deref(),
+            Some("('foo' <-> 'bar') & ('dogru')"),
+            "a `*` inside a word separates, as in FTS5"
+        );
+        assert_eq!(ts_query("🚀 \u{301}"), None, "no token: nothing asked for");
     }
 }

@@ -48,8 +48,18 @@ pub type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 /// A pooled connection.
 pub type Conn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
 
-/// The migration steps, oldest first; step `i` brings the schema to version `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../../../schema/postgres/0001_init.sql")];
+/// A migration step's work after its SQL, in the same transaction.
+type AfterSql = fn(&mut ::postgres::Transaction<'_>) -> Result<()>;
+
+/// The migration steps, oldest first; step `i` brings the schema to version
+/// `i + 1`: its SQL, then what it leaves to Rust.
+const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
+    (include_str!("../../../schema/postgres/0001_init.sql"), None),
+    (
+        include_str!("../../../schema/postgres/0002_search_rule.sql"),
+        Some(archive::reindex_words),
+    ),
+];
 
 /// The advisory lock key that serializes migrations (any fixed number: only
 /// sessiontree's own migrations take it).
@@ -187,7 +197,7 @@ impl PgArchive {
                 })
                 .map_err(pg(ctx))?;
         }
-        for (i, sql_text) in MIGRATIONS.iter().enumerate() {
+        for (i, (sql_text, after)) in MIGRATIONS.iter().enumerate() {
             let version = i64::try_from(i + 1).unwrap_or(i64::MAX);
             let mut tx = conn.transaction().map_err(pg(ctx))?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
@@ -214,6 +224,9 @@ impl PgArchive {
                 continue;
             }
             tx.batch_execute(sql_text).map_err(pg(ctx))?;
+            if let Some(after) = after {
+                after(&mut tx)?;
+            }
             tx.execute("DELETE FROM sessiontree_schema", &[])
                 .map_err(pg(ctx))?;
             tx.execute(
