@@ -241,9 +241,14 @@ pub fn fts_query(query: &str) -> String {
 /// Whether `text` matches `query` as the index matches it: every part, a
 /// word (or `word*`) anywhere, a phrase's tokens one after another (a word
 /// FTS5 splits into several tokens, `foo-bar`, is such a run too). For
-/// searching where there is no index (a session file).
+/// searching where there is no index (a session file); a scan of many texts
+/// reads the query once ([`groups_match`]).
 pub fn text_matches(text: &str, query: &str) -> bool {
-    let groups = query_groups(query);
+    groups_match(&query_groups(query), text)
+}
+
+/// [`text_matches`] for a query already read into its [`query_groups`].
+pub fn groups_match(groups: &[Vec<Term>], text: &str) -> bool {
     if groups.is_empty() {
         return false;
     }
@@ -447,7 +452,11 @@ mod tests {
             "'das':1 'ist':2 'dogru':3 'istanbul':4 'ａｂｃ':5"
         );
         assert_eq!(index_words("one two three", 7), "'one':1 'two':2");
-        assert_eq!(index_words("\u{301} a\u{301}b", 100), "'ab':1", "no empty token");
+        assert_eq!(
+            index_words("\u{301} a\u{301}b", 100),
+            "'ab':1",
+            "no empty token"
+        );
         let long = "é".repeat(1500);
         assert_eq!(
             index_words(&long, 10_000),
@@ -474,7 +483,10 @@ mod tests {
         assert!(!text_matches("food bar", "foo*bar"), "and makes no prefix");
         assert!(text_matches("l'élève", "ELEVE"));
         assert!(text_matches("ﬁle", "ﬁ*") && !text_matches("ﬁle", "file"));
-        assert!(!text_matches("🚀 launch", "🚀"), "no token: asks for nothing");
+        assert!(
+            !text_matches("🚀 launch", "🚀"),
+            "no token: asks for nothing"
+        );
         assert!(text_matches("🚀 launch", "🚀 launch"));
         assert_eq!(
             query_terms("Doğ* \"İstanbul ılık\" x-y*"),
