@@ -364,6 +364,11 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("t* f*", &["m13", "m21"]),
 ];
 
+/// [`MESSAGES`], owned.
+fn messages() -> Vec<String> {
+    MESSAGES.iter().map(|m| m.to_string()).collect()
+}
+
 /// The ids of the entries `hits` name, in order.
 fn ids(hits: Vec<sessiontree::listing::SearchHit>) -> BTreeSet<String> {
     hits.into_iter().map(|h| h.entry_id).collect()
@@ -391,12 +396,12 @@ fn file_hits(file: &Path, query: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The session file holding [`MESSAGES`], one entry each.
-fn session_file(dir: &Path) -> std::path::PathBuf {
+/// A session file holding `messages`, one entry each.
+fn session_file(dir: &Path, messages: &[String]) -> std::path::PathBuf {
     let path = dir.join("rule.jsonl");
     let mut s = new_jsonl(&path, "search-rule", Durability::Relaxed);
     let mut parent: Option<String> = None;
-    for (i, text) in MESSAGES.iter().enumerate() {
+    for (i, text) in messages.iter().enumerate() {
         let id = format!("m{:02}", i + 1);
         let role = if i % 2 == 0 { "user" } else { "assistant" };
         s.append_entry(message_entry(&id, parent.as_deref(), role, text))
@@ -406,10 +411,13 @@ fn session_file(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// The session file of [`MESSAGES`] and a SQLite archive it was imported
+/// The session file of `messages` and a SQLite archive it was imported
 /// into, in `dir`.
-fn file_and_archive(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Archive) {
-    let file = session_file(dir);
+fn file_and_archive(
+    dir: &Path,
+    messages: &[String],
+) -> (std::path::PathBuf, std::path::PathBuf, Archive) {
+    let file = session_file(dir, messages);
     let db = dir.join("local.db");
     let status = run_cli([
         "--db",
@@ -426,9 +434,14 @@ fn file_and_archive(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Arch
 
 /// Every query where a store finds other entries than the SQLite archive,
 /// which must also find what [`EXPECTED`] says.
-fn disagreements(sqlite: &Archive, file: &Path, team: Option<&PgArchive>) -> Vec<String> {
+fn disagreements(
+    queries: &[&str],
+    sqlite: &Archive,
+    file: &Path,
+    team: Option<&PgArchive>,
+) -> Vec<String> {
     let mut found = Vec::new();
-    for query in QUERIES {
+    for query in queries {
         let fts5 = ids(sqlite
             .search(query, None, None, None, 1000)
             .expect("sqlite"));
@@ -455,7 +468,7 @@ fn disagreements(sqlite: &Archive, file: &Path, team: Option<&PgArchive>) -> Vec
 #[test]
 fn every_store_finds_the_same_entries_for_every_query() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (file, db, sqlite) = file_and_archive(dir.path());
+    let (file, db, sqlite) = file_and_archive(dir.path(), &messages());
     let team = pg::TempArchive::new();
     if let Some(team) = &team {
         let out = run_cli([
@@ -467,7 +480,7 @@ fn every_store_finds_the_same_entries_for_every_query() {
         ]);
         assert!(out.status.success(), "{out:?}");
     }
-    let wrong = disagreements(&sqlite, &file, team.as_ref().map(|t| &t.archive));
+    let wrong = disagreements(QUERIES, &sqlite, &file, team.as_ref().map(|t| &t.archive));
     assert!(
         wrong.is_empty(),
         "{} disagreements over {} queries:\n{}",
@@ -486,7 +499,7 @@ fn a_version_1_team_archive_is_indexed_again_by_the_rule() {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let (file, db, sqlite) = file_and_archive(dir.path());
+    let (file, db, sqlite) = file_and_archive(dir.path(), &messages());
     let out = run_cli([
         "--db",
         db.to_str().expect("utf-8"),
@@ -519,10 +532,75 @@ fn a_version_1_team_archive_is_indexed_again_by_the_rule() {
         .expect("version")
         .get(0);
     assert_eq!(version, 2);
-    let wrong = disagreements(&sqlite, &file, Some(&reopened));
+    let wrong = disagreements(QUERIES, &sqlite, &file, Some(&reopened));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     let stale = reopened.search("stale", None, None, None, 1000);
     assert!(stale.expect("search").is_empty());
+}
+
+/// Long messages, where PostgreSQL's positions run out (256 per lexeme,
+/// none past 16,383): phrases are confirmed by the rule, so they still find
+/// what FTS5 finds; and a page of such hits is the same page everywhere.
+#[test]
+fn phrases_in_long_messages_and_their_pages_answer_alike() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let mut messages = vec![
+        format!("{} alpha beta", "filler ".repeat(17_000)),
+        format!("{}beta", "alpha ".repeat(300)),
+        format!("beta alpha {}", "filler ".repeat(17_000)),
+        format!("{} alpha gamma beta", "other ".repeat(20_000)),
+    ];
+    for i in 0..30 {
+        messages.push(if i % 3 == 0 {
+            format!("beta alpha {i}")
+        } else {
+            format!("{i} Alpha-Beta {}", "x ".repeat(i))
+        });
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (file, db, sqlite) = file_and_archive(dir.path(), &messages);
+    let out = run_cli([
+        "--db",
+        db.to_str().expect("utf-8"),
+        "sync",
+        "--to",
+        &team.schema_url(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let queries = [
+        "\"alpha beta\"",
+        "alpha-beta",
+        "\"filler alpha\"",
+        "\"beta alpha\"",
+        "\"alpha gamma\" beta",
+        "alpha beta",
+        "\"alpha alpha beta\"",
+        "\"alpha b*\"",
+        "alpha-b*",
+    ];
+    let wrong = disagreements(&queries, &sqlite, &file, Some(&team.archive));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for query in ["\"alpha beta\"", "alpha"] {
+        let all = ids(team
+            .archive
+            .search(query, None, None, None, 1000)
+            .expect("pg"));
+        assert!(all.len() > 20, "{query}: {all:?}");
+        let filter = sessiontree::listing::SearchFilter::default();
+        let mut paged = BTreeSet::new();
+        for page in 0..all.len().div_ceil(7) {
+            let hits = team.archive.search_page(query, &filter, 7, page * 7);
+            let hits = hits.expect("pg page");
+            assert!(
+                hits.len() == 7 || page == all.len() / 7,
+                "{query}: page {page}"
+            );
+            paged.extend(ids(hits));
+        }
+        assert_eq!(paged, all, "{query}: the pages are the whole answer");
+    }
 }
 
 /// What FTS5's `unicode61 remove_diacritics 2` makes of every Unicode scalar
