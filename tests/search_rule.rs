@@ -552,6 +552,9 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
         format!("beta alpha {}", "filler ".repeat(17_000)),
         format!("{} alpha gamma beta", "other ".repeat(20_000)),
     ];
+    // Tokens longer than a PostgreSQL lexeme, alike in their first 2,046 bytes.
+    messages.push(format!("long {}", "x".repeat(3000)));
+    messages.push(format!("long {}{}", "x".repeat(2500), "y".repeat(500)));
     for i in 0..30 {
         messages.push(if i % 3 == 0 {
             format!("beta alpha {i}")
@@ -569,7 +572,8 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
         &team.schema_url(),
     ]);
     assert!(out.status.success(), "{out:?}");
-    let queries = [
+    let long_query = "X".repeat(3000);
+    let queries: [&str; 11] = [
         "\"alpha beta\"",
         "alpha-beta",
         "\"filler alpha\"",
@@ -579,6 +583,8 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
         "\"alpha alpha beta\"",
         "\"alpha b*\"",
         "alpha-b*",
+        &long_query,
+        &format!("long {}*", "x".repeat(2800)),
     ];
     let wrong = disagreements(&queries, &sqlite, &file, Some(&team.archive));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

@@ -263,7 +263,13 @@ impl PgArchive {
         // lexeme's positions and counts none past 16,383. The index finds
         // the entries holding every term, and the rule confirms each on its
         // text, as the SQLite archive confirms its candidates.
-        let ordered = groups.iter().any(|g| g.len() > 1);
+        // Likewise a term longer than a lexeme may be (cut to its first
+        // 2,046 bytes, on both sides) is confirmed whole.
+        let ordered = groups.iter().any(|g| g.len() > 1)
+            || groups
+                .iter()
+                .flatten()
+                .any(|t| search::pg_lexeme(&t.text).len() < t.text.len() + 2);
         let found_by = if ordered {
             ts_query_of(&groups, " & ").unwrap_or_default()
         } else {
