@@ -141,14 +141,10 @@ pub struct Term {
 
 impl Term {
     /// Whether a folded token of a text is what this term asks for: equal,
-    /// or for a prefix starting with it (bytes, as FTS5 and PostgreSQL
-    /// compare).
+    /// or for a prefix starting with it, compared as FTS5 compares (bytes,
+    /// each side's first [`rule::MAX_TOKEN_BYTES`]).
     pub fn matches(&self, token: &str) -> bool {
-        if self.prefix {
-            token.starts_with(&self.text)
-        } else {
-            token == self.text
-        }
+        rule::key_matches(self.text.as_bytes(), self.prefix, token.as_bytes())
     }
 }
 
@@ -278,8 +274,8 @@ pub fn query_terms(query: &str) -> Vec<String> {
 /// asks for.
 fn term_matches(term: &str, token: &str) -> bool {
     match term.strip_suffix('*') {
-        Some(prefix) => token.starts_with(prefix),
-        None => term == token,
+        Some(prefix) => rule::key_matches(prefix.as_bytes(), true, token.as_bytes()),
+        None => rule::key_matches(term.as_bytes(), false, token.as_bytes()),
     }
 }
 

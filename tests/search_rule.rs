@@ -555,6 +555,12 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
     // Tokens longer than a PostgreSQL lexeme, alike in their first 2,046 bytes.
     messages.push(format!("long {}", "x".repeat(3000)));
     messages.push(format!("long {}{}", "x".repeat(2500), "y".repeat(500)));
+    // Tokens longer than FTS5 keeps (32,768 bytes), alike in what it keeps;
+    // one cut inside a character.
+    messages.push(format!("huge {}", "z".repeat(40_000)));
+    messages.push(format!("huge {}{}", "z".repeat(35_000), "y".repeat(5_000)));
+    messages.push(format!("huge {}é{}", "z".repeat(32_767), "y".repeat(100)));
+    messages.push(format!("huge {}ж", "z".repeat(32_767)));
     for i in 0..30 {
         messages.push(if i % 3 == 0 {
             format!("beta alpha {i}")
@@ -573,7 +579,7 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
     ]);
     assert!(out.status.success(), "{out:?}");
     let long_query = "X".repeat(3000);
-    let queries: [&str; 11] = [
+    let queries: [&str; 17] = [
         "\"alpha beta\"",
         "alpha-beta",
         "\"filler alpha\"",
@@ -585,6 +591,12 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
         "alpha-b*",
         &long_query,
         &format!("long {}*", "x".repeat(2800)),
+        &"z".repeat(40_000),
+        &"z".repeat(33_000),
+        &format!("{}*", "z".repeat(33_000)),
+        &format!("{}è", "z".repeat(32_767)),
+        &format!("{}ж", "z".repeat(32_767)),
+        &"z".repeat(32_767),
     ];
     let wrong = disagreements(&queries, &sqlite, &file, Some(&team.archive));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

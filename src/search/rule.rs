@@ -10,6 +10,10 @@
 //! every Unicode scalar value. ASCII, most of any real text, never reaches
 //! the tables.
 //!
+//! FTS5 keeps a token's first [`MAX_TOKEN_BYTES`] bytes only, in the index
+//! and in a query alike, so two tokens that share them are one token to it:
+//! [`key_matches`] compares so too.
+//!
 //! This file needs nothing from the crate, so that a timing of the rule can
 //! compile it alone.
 
@@ -76,6 +80,25 @@ pub fn folded(token: &str) -> String {
     let mut out = String::with_capacity(token.len());
     fold_into(token, &mut out);
     out
+}
+
+/// The bytes of a folded token FTS5 keeps (`FTS5_MAX_TOKEN_SIZE`), in its
+/// index and in its queries: a longer token is cut there, even inside a
+/// character.
+pub const MAX_TOKEN_BYTES: usize = 32_768;
+
+/// Whether folded token `token` is what folded query token `term` asks for
+/// (`prefix`: starts with it), both cut to [`MAX_TOKEN_BYTES`] as FTS5 cuts
+/// them.
+#[inline]
+pub fn key_matches(term: &[u8], prefix: bool, token: &[u8]) -> bool {
+    let cut = |b: &[u8]| -> usize { b.len().min(MAX_TOKEN_BYTES) };
+    let (term, token) = (&term[..cut(term)], &token[..cut(token)]);
+    if prefix {
+        token.starts_with(term)
+    } else {
+        token == term
+    }
 }
 
 /// The byte ranges of the tokens of `text`, in order, lazily.
