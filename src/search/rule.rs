@@ -36,8 +36,11 @@ const BYTE_CLASS: [u8; 256] = {
     }
     class
 };
+/// An ASCII byte that is no letter or digit.
 const SEPARATOR: u8 = 0;
+/// An ASCII letter or digit.
 const ASCII_TOKEN: u8 = 1;
+/// A byte of a character beyond ASCII.
 const NON_ASCII: u8 = 2;
 
 /// Whether `c` is part of a token (FTS5: letters, digits, private use, and
