@@ -29,6 +29,8 @@ pub(crate) mod branch_cache;
 mod check;
 pub(crate) mod claim;
 mod handle;
+mod migrate;
+mod open;
 mod storage;
 mod writer;
 
