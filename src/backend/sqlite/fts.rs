@@ -237,36 +237,16 @@ fn with_scratch<T>(f: impl FnOnce(&Scratch) -> rusqlite::Result<T>) -> Result<T>
         .map_err(sql("tokenizing a search query"))
 }
 
-/// Schema version 8: indexes every entry's searchable text again (the
-/// position-less index replaces the positional one), in the migration's
-/// transaction; that version's index keeps each text's role and session.
-pub(super) fn reindex_all_entries(
-    tx: &Transaction,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<()> {
-    reindex(tx, IndexColumns::WithRoleAndSession, progress)
-}
-
-/// Schema version 10: indexes every entry's searchable text again (the index
-/// without its role and session columns replaces version 8's), in the
-/// migration's transaction.
-pub(super) fn reindex_text_only(
-    tx: &Transaction,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<()> {
-    reindex(tx, IndexColumns::TextOnly, progress)
-}
-
 /// The columns of the index a migration fills.
 #[derive(Clone, Copy)]
-enum IndexColumns {
+pub(in crate::backend::sqlite) enum IndexColumns {
     /// Versions 8 and 9: `text, role UNINDEXED, session_key UNINDEXED`.
     WithRoleAndSession,
     /// Version 10 on: `text`.
     TextOnly,
 }
 
-fn reindex(
+pub(in crate::backend::sqlite) fn reindex(
     tx: &Transaction,
     columns: IndexColumns,
     progress: &mut dyn FnMut(u64, u64),
