@@ -105,40 +105,18 @@ fn full_parse(entry: &Entry) -> Option<(String, String)> {
     (!text.trim().is_empty()).then_some((role, text))
 }
 
-/// A token as `unicode61` sees it: a run of letters and digits.
-fn is_token_char(c: char) -> bool {
-    c.is_alphanumeric()
-}
+mod rule;
+mod unicode61;
 
-/// A character folded as `unicode61 remove_diacritics 2` folds the common
-/// Latin letters: lower case, accents removed.
-fn fold(c: char) -> char {
-    let c = c.to_lowercase().next().unwrap_or(c);
-    match c {
-        'à'..='å' | 'ā' | 'ă' | 'ą' => 'a',
-        'ç' | 'ć' | 'ĉ' | 'ċ' | 'č' => 'c',
-        'è'..='ë' | 'ē' | 'ĕ' | 'ė' | 'ę' | 'ě' => 'e',
-        'ì'..='ï' | 'ĩ' | 'ī' | 'ĭ' | 'į' => 'i',
-        'ñ' | 'ń' | 'ņ' | 'ň' => 'n',
-        'ò'..='ö' | 'ø' | 'ō' | 'ŏ' | 'ő' => 'o',
-        'ù'..='ü' | 'ũ' | 'ū' | 'ŭ' | 'ů' | 'ű' | 'ų' => 'u',
-        'ý' | 'ÿ' => 'y',
-        'ś' | 'ŝ' | 'ş' | 'š' => 's',
-        'ź' | 'ż' | 'ž' => 'z',
-        other => other,
-    }
-}
-
-fn folded(token: &str) -> String {
-    token.chars().map(fold).collect()
-}
+use rule::{folded, tokens, FoldedText};
+pub use rule::{index_words, pg_lexeme, words};
 
 /// Tokens in a search hit's snippet (as FTS5's `snippet(…, 12)` showed).
 pub const SNIPPET_TOKENS: usize = 12;
 
 /// A part of what a person typed into search: the one reading of the query
-/// grammar, which the index query ([`fts_query`]) and the scan of a session
-/// file ([`text_matches`]) both follow.
+/// grammar, which every store follows — the FTS5 query ([`fts_query`]), the
+/// PostgreSQL `tsquery` and the scan of a session file ([`text_matches`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueryPart {
     /// A word (`prefix`: written `word*`, matching words that start with it).
@@ -150,6 +128,49 @@ pub enum QueryPart {
     },
     /// `"words in this order"`.
     Phrase(String),
+}
+
+/// One token a [`QueryPart`] asks for, folded by the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// The folded token.
+    pub text: String,
+    /// Whether a text's token need only start with it.
+    pub prefix: bool,
+}
+
+impl Term {
+    /// Whether a folded token of a text is what this term asks for: equal,
+    /// or for a prefix starting with it, compared as FTS5 compares (bytes,
+    /// each side's first [`rule::MAX_TOKEN_BYTES`]).
+    pub fn matches(&self, token: &str) -> bool {
+        rule::key_matches(self.text.as_bytes(), self.prefix, token.as_bytes())
+    }
+}
+
+impl QueryPart {
+    /// The tokens this part asks for, one after another: the rule's tokens of
+    /// its text (a word FTS5 splits, `foo-bar`, is several; a `*` inside a
+    /// word is a separator, not a prefix), the last a prefix when the word
+    /// was written `word*`. Empty when the text has no token (`🚀`, `-`):
+    /// such a part asks for nothing, and every store ignores it.
+    pub fn terms(&self) -> Vec<Term> {
+        let (text, prefix) = match self {
+            QueryPart::Word { text, prefix } => (text, *prefix),
+            QueryPart::Phrase(text) => (text, false),
+        };
+        let mut terms: Vec<Term> = words(text)
+            .into_iter()
+            .map(|text| Term {
+                text,
+                prefix: false,
+            })
+            .collect();
+        if let Some(last) = terms.last_mut() {
+            last.prefix = prefix;
+        }
+        terms
+    }
 }
 
 /// The parts of `query`: words in any order, `"a phrase"`, `prefix*`. NUL
@@ -187,8 +208,20 @@ pub fn query_parts(query: &str) -> Vec<QueryPart> {
     parts
 }
 
+/// The parts of `query` that ask for something, as their terms: what every
+/// store looks for (all groups, each group's terms one after another).
+/// Empty when the query asks for nothing (it matches nothing).
+pub fn query_groups(query: &str) -> Vec<Vec<Term>> {
+    query_parts(query)
+        .iter()
+        .map(QueryPart::terms)
+        .filter(|g| !g.is_empty())
+        .collect()
+}
+
 /// The FTS5 query for `query`: every part quoted, so user text is never read
-/// as FTS5 syntax; a phrase stays a phrase and `word*` a prefix query.
+/// as FTS5 syntax; a phrase stays a phrase and `word*` a prefix query. FTS5
+/// tokenizes each quoted part by the same rule as [`QueryPart::terms`].
 pub fn fts_query(query: &str) -> String {
     let quote = |w: &str| format!("\"{}\"", w.replace('"', "\"\""));
     query_parts(query)
@@ -204,99 +237,46 @@ pub fn fts_query(query: &str) -> String {
 /// Whether `text` matches `query` as the index matches it: every part, a
 /// word (or `word*`) anywhere, a phrase's tokens one after another (a word
 /// FTS5 splits into several tokens, `foo-bar`, is such a run too). For
-/// searching where there is no index (a session file).
+/// searching where there is no index (a session file); a scan of many texts
+/// reads the query once ([`groups_match`]).
 pub fn text_matches(text: &str, query: &str) -> bool {
-    let groups: Vec<Vec<String>> = query_parts(query)
-        .into_iter()
-        .map(|part| match part {
-            QueryPart::Word { text, prefix } => {
-                let mut terms = query_terms(&text);
-                if let Some(last) = terms.last_mut().filter(|_| prefix) {
-                    last.push('*');
-                }
-                terms
-            }
-            QueryPart::Phrase(text) => query_terms(&text),
-        })
-        .filter(|g| !g.is_empty())
-        .collect();
+    groups_match(&query_groups(query), text)
+}
+
+/// [`text_matches`] for a query already read into its [`query_groups`].
+pub fn groups_match(groups: &[Vec<Term>], text: &str) -> bool {
     if groups.is_empty() {
         return false;
     }
-    let tokens: Vec<String> = tokens(text).map(|r| folded(&text[r])).collect();
+    let tokens = FoldedText::new(text);
     groups.iter().all(|group| {
-        tokens.windows(group.len()).any(|window| {
-            window
+        (0..(tokens.count() + 1).saturating_sub(group.len())).any(|start| {
+            group
                 .iter()
-                .zip(group)
-                .all(|(token, term)| term_matches(term, token))
+                .enumerate()
+                .all(|(i, term)| term.matches(tokens.get(start + i)))
         })
     })
 }
 
-/// The folded tokens of a search query, to find in hit text; a token written
-/// with a trailing `*` (a prefix query) keeps it, and matches any token that
-/// starts with it.
+/// The folded terms of a search query, to mark in hit text ([`snippet`]):
+/// every term of every part ([`query_groups`]), a prefix term written with
+/// a trailing `*`.
 pub fn query_terms(query: &str) -> Vec<String> {
-    tokens(query)
-        .map(|r| {
-            let prefix = query[r.end..].starts_with('*');
-            let mut term = folded(&query[r]);
-            if prefix {
-                term.push('*');
-            }
-            term
-        })
+    query_groups(query)
+        .into_iter()
+        .flatten()
+        .map(|t| if t.prefix { t.text + "*" } else { t.text })
         .collect()
 }
 
-/// Whether a folded token of hit text is what `term` asks for.
+/// Whether a folded token of hit text is what `term` (of [`query_terms`])
+/// asks for.
 fn term_matches(term: &str, token: &str) -> bool {
     match term.strip_suffix('*') {
-        Some(prefix) => token.starts_with(prefix),
-        None => term == token,
+        Some(prefix) => rule::key_matches(prefix.as_bytes(), true, token.as_bytes()),
+        None => rule::key_matches(term.as_bytes(), false, token.as_bytes()),
     }
-}
-
-/// The words of `text` as the index reads them — runs of letters and
-/// digits, folded like [`query_terms`] — one space between each, for an
-/// index with its own tokenizer (PostgreSQL's `tsvector`) to read exactly
-/// these words; at most `limit` bytes of them.
-pub fn index_words(text: &str, limit: usize) -> String {
-    let mut out = String::new();
-    for r in tokens(text) {
-        let word = folded(&text[r]);
-        if out.len() + word.len() + 1 > limit {
-            break;
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(&word);
-    }
-    out
-}
-
-/// The byte ranges of the tokens of `text`, lazily.
-fn tokens(text: &str) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-    let mut chars = text.char_indices().peekable();
-    std::iter::from_fn(move || {
-        let start = loop {
-            let (i, c) = chars.next()?;
-            if is_token_char(c) {
-                break i;
-            }
-        };
-        let mut end = text.len();
-        while let Some(&(i, c)) = chars.peek() {
-            if !is_token_char(c) {
-                end = i;
-                break;
-            }
-            chars.next();
-        }
-        Some(start..end)
-    })
 }
 
 /// Text around the first match of `terms` in `text`: `window` tokens, each
@@ -458,6 +438,55 @@ mod tests {
         assert!(
             probed * 10 >= real * 9,
             "the fast path takes most real entries ({probed} of {real})"
+        );
+    }
+
+    #[test]
+    fn index_words_are_tsvector_input_of_the_rule() {
+        assert_eq!(
+            index_words("Das ist doğru, İstanbul! ＡＢＣ", 1000),
+            "'das':1 'ist':2 'dogru':3 'istanbul':4 'ａｂｃ':5"
+        );
+        assert_eq!(index_words("one two three", 7), "'one':1 'two':2");
+        assert_eq!(
+            index_words("\u{301} a\u{301}b", 100),
+            "'ab':1",
+            "no empty token"
+        );
+        let long = "é".repeat(1500);
+        assert_eq!(
+            index_words(&long, 10_000),
+            format!("'{}':1", "e".repeat(1500)),
+            "folded first, then cut"
+        );
+        let long = "ğ".repeat(1500);
+        assert_eq!(
+            index_words(&long, 10_000),
+            format!("'{}':1", "g".repeat(1500))
+        );
+        let long = "ж".repeat(1500);
+        assert_eq!(
+            index_words(&long, 10_000),
+            format!("'{}':1", "ж".repeat(1023)),
+            "cut at PostgreSQL's 2,046 bytes, on a character boundary"
+        );
+        assert_eq!(pg_lexeme("it's a \\"), "'it''s a \\\\'");
+    }
+
+    #[test]
+    fn query_parts_ask_for_the_rules_tokens() {
+        assert!(text_matches("foo bar", "foo*bar"), "a `*` inside separates");
+        assert!(!text_matches("food bar", "foo*bar"), "and makes no prefix");
+        assert!(text_matches("l'élève", "ELEVE"));
+        assert!(text_matches("ﬁle", "ﬁ*") && !text_matches("ﬁle", "file"));
+        assert!(
+            !text_matches("🚀 launch", "🚀"),
+            "no token: asks for nothing"
+        );
+        assert!(text_matches("🚀 launch", "🚀 launch"));
+        assert_eq!(
+            query_terms("Doğ* \"İstanbul ılık\" x-y*"),
+            ["dog*", "istanbul", "ılık", "x", "y*"]
         );
     }
 

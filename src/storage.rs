@@ -439,3 +439,17 @@ pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<
     problems.dedup();
     Ok(problems)
 }
+
+/// The entries a streaming read hands its sink (`visit_entries`,
+/// `visit_entries_of_type`), collected: what a store that streams its log
+/// answers `entries` and `find_entries` with.
+pub fn collect_entries(
+    visit: impl FnOnce(&mut dyn FnMut(String) -> Result<()>) -> Result<()>,
+) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    visit(&mut |text| {
+        out.push(Entry::from_checked_text(text));
+        Ok(())
+    })?;
+    Ok(out)
+}

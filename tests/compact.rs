@@ -742,7 +742,7 @@ fn an_archive_filled_by_appends_trains_its_first_dictionary() -> R {
 /// of the one before, at most `BLOCK_ENTRIES` members and `BLOCK_BYTES` of
 /// text, none of them holding a blob.
 fn assert_blocks_hold_parent_chains(archive: &Archive) {
-    use sessiontree::backend::sqlite::block::{place, BLOCK_BYTES, BLOCK_ENTRIES};
+    use sessiontree::backend::sqlite::internals::{place, BLOCK_BYTES, BLOCK_ENTRIES};
     let rows = archive
         .query_read_only(
             "SELECT e.session_key, e.json, entry_text(e.entry_key),

@@ -477,7 +477,7 @@ fn an_import_that_appends_takes_the_writer_claim() {
         .execute(
             "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms)
              SELECT session_key, 'dead', ?1, 999999999, ?2 FROM sessions WHERE id = 's'",
-            rusqlite::params![sessiontree::backend::sqlite::claim::host_name(), far],
+            rusqlite::params![sessiontree::backend::sqlite::internals::host_name(), far],
         )
         .unwrap();
     import("d", "b").unwrap();

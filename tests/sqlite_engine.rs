@@ -5,10 +5,8 @@
 mod support;
 
 use serde_json::json;
-use sessiontree::backend::sqlite::branch_cache::{
-    ReadCost, ANCESTRY_BLOCK, PATH_QUERY, SEGMENT_HOLDING_QUERY,
-};
-use sessiontree::backend::sqlite::migrate::latest_version;
+use sessiontree::backend::sqlite::internals::{ANCESTRY_BLOCK, PATH_QUERY, SEGMENT_HOLDING_QUERY};
+use sessiontree::backend::sqlite::{latest_version, ReadCost};
 use sessiontree::backend::sqlite::{Archive, NewSession, SqliteStorage};
 use sessiontree::{Durability, Entry, ErrorCode, SessionStorage};
 
@@ -137,7 +135,7 @@ fn dead_or_expired_claims_are_taken_over() -> R {
     let dir = tempfile::tempdir()?;
     let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
     drop(archive.create_session(&new_session("s"))?);
-    let host = sessiontree::backend::sqlite::claim::host_name();
+    let host = sessiontree::backend::sqlite::internals::host_name();
     let far_future = chrono::Utc::now().timestamp_millis() + 3_600_000;
     let set_claim = |host: &str, pid: i64, expires: i64| -> R {
         archive.conn()?.execute(
@@ -417,7 +415,7 @@ fn migration_4_recomputes_stats_and_keeps_labels() -> R {
     }
     let archive = Archive::open(&db, Durability::Relaxed)?;
     assert_eq!(
-        sessiontree::backend::sqlite::migrate::current_version(&rusqlite::Connection::open(&db)?)?,
+        sessiontree::backend::sqlite::current_version(&rusqlite::Connection::open(&db)?)?,
         latest_version()
     );
     let s = archive.open_session("s-old")?;

@@ -334,7 +334,7 @@ pub fn load(dir: &Path) -> Result<Dataset> {
 fn of_this_schema(archive: &Path) -> bool {
     rusqlite::Connection::open_with_flags(archive, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .and_then(|c| c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)))
-        .is_ok_and(|v| v == sessiontree::backend::sqlite::migrate::latest_version())
+        .is_ok_and(|v| v == sessiontree::backend::sqlite::latest_version())
 }
 
 /// Folds the archive's WAL into the main file, so copying the file copies the data.
@@ -442,8 +442,8 @@ pub fn branch_cache_sql_only(
     session_key: i64,
     id: &str,
 ) -> Result<usize> {
-    let mut cost = sessiontree::backend::sqlite::branch_cache::ReadCost::default();
-    sessiontree::backend::sqlite::branch_cache::path_rows_sql_only(conn, session_key, id, &mut cost)
+    let mut cost = sessiontree::backend::sqlite::ReadCost::default();
+    sessiontree::backend::sqlite::internals::path_rows_sql_only(conn, session_key, id, &mut cost)
 }
 
 /// Every store of one data set open for reading, with sample start entries.

@@ -101,7 +101,7 @@ use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 
 pub use crate::backend::branch_rules::{
-    entry_key, jump_for_child, split_key, Segment, ANCESTRY_BLOCK, DEPTH_BITS, OPEN_END,
+    entry_key, jump_for_child, split_key, Segment, ANCESTRY_BLOCK, OPEN_END,
 };
 
 /// A new segment's row before the store has numbered it.

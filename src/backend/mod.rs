@@ -1,15 +1,15 @@
 //! The storage backends. Each stores and indexes; none imports another.
 
-pub mod branch_cache;
-pub mod branch_rules;
-pub mod claim;
-pub mod holder;
+pub(crate) mod branch_cache;
+pub(crate) mod branch_rules;
+pub(crate) mod claim;
+pub(crate) mod holder;
 pub mod jsonl;
 mod log_index;
 pub mod memory;
-pub mod path_memo;
+pub(crate) mod path_memo;
 pub mod postgres;
-pub mod session_rows;
+pub(crate) mod session_rows;
 pub mod sqlite;
 
 use log_index::log_index_reads;

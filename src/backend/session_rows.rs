@@ -119,3 +119,79 @@ impl<'a> FactValues<'a> {
         }
     }
 }
+
+/// The `SessionStorage` methods both archives answer alike, written once:
+/// the reads of the session's maintained facts (a `facts()` method
+/// returning `leaf`, `name`, `stats` and `entry_count`), `entries` and
+/// `find_entries` collected from the streamed `visit_entries` and
+/// `visit_entries_of_type`, and appends through the store's own
+/// `write(&mut self, &[Entry])` (one transaction, under the writer claim).
+macro_rules! archive_fact_reads {
+    () => {
+        fn stored_leaf_id(&self) -> $crate::error::Result<Option<String>> {
+            Ok(self.facts()?.leaf)
+        }
+        fn append_entry(&mut self, entry: $crate::entry::Entry) -> $crate::error::Result<()> {
+            self.write(std::slice::from_ref(&entry))
+        }
+        fn append_entries(
+            &mut self,
+            entries: &[$crate::entry::Entry],
+        ) -> $crate::error::Result<()> {
+            self.write(entries)
+        }
+        fn session_name(&self) -> $crate::error::Result<Option<$crate::json::JsString>> {
+            Ok(self.facts()?.name)
+        }
+        fn session_stats(&self) -> $crate::error::Result<$crate::rules::SessionStats> {
+            self.facts()?.stats.result()
+        }
+        fn entry_count(&self) -> $crate::error::Result<usize> {
+            Ok(usize::try_from(self.facts()?.entry_count).unwrap_or(0))
+        }
+        fn entries(
+            &self,
+            after: usize,
+            limit: Option<usize>,
+        ) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
+            $crate::storage::collect_entries(|sink| self.visit_entries(after, limit, sink))
+        }
+        fn find_entries(
+            &self,
+            entry_type: &str,
+        ) -> $crate::error::Result<Vec<$crate::entry::Entry>> {
+            $crate::storage::collect_entries(|sink| self.visit_entries_of_type(entry_type, sink))
+        }
+    };
+}
+pub(crate) use archive_fact_reads;
+
+/// The accessors of an archive's session handle, alike in both archives
+/// (fields `archive: $archive`, `session_key`, `id` and
+/// `claim: Option<WriterClaim>`, where the archive is the claim's store).
+macro_rules! archive_session_handle {
+    ($archive:ty) => {
+        /// The archive this session lives in.
+        pub fn archive(&self) -> &$archive {
+            &self.archive
+        }
+
+        /// The session id.
+        pub fn id(&self) -> &str {
+            &self.id
+        }
+
+        /// Takes the writer claim now (it is otherwise taken at the first write).
+        pub fn claim_writer(&mut self) -> $crate::error::Result<()> {
+            if self.claim.is_none() {
+                self.claim = Some(WriterClaim::acquire(
+                    &self.archive,
+                    self.session_key,
+                    &self.id,
+                )?);
+            }
+            Ok(())
+        }
+    };
+}
+pub(crate) use archive_session_handle;

@@ -452,19 +452,20 @@ fn search_file(
     skip: usize,
 ) -> Result<Vec<SearchHit>> {
     use sessiontree::search::{
-        query_terms, searchable_text, snippet, text_matches, SNIPPET_TOKENS,
+        groups_match, query_groups, query_terms, searchable_text, snippet, SNIPPET_TOKENS,
     };
     let storage = sessiontree::backend::jsonl::JsonlStorage::open(path, cli.durability.into())?;
     let meta = storage.metadata()?;
     let name = storage.session_name()?;
     let terms = query_terms(query);
+    let groups = query_groups(query);
     Ok(storage
         .all_entries()
         .iter()
         .filter_map(|e| {
             let (role, text) = searchable_text(e)?;
             let wanted = args.role.as_deref().is_none_or(|r| r == role);
-            (wanted && text_matches(&text, query)).then(|| SearchHit {
+            (wanted && groups_match(&groups, &text)).then(|| SearchHit {
                 session_id: meta.id.clone(),
                 entry_id: e.id().to_owned(),
                 role,

@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sessiontree::archive::SessionArchive;
 use sessiontree::backend::postgres::PgArchive;
-use sessiontree::backend::sqlite::branch_cache::CacheSize;
+use sessiontree::backend::sqlite::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{export_path, session_file_name};

@@ -6,7 +6,6 @@ pub mod memory;
 pub mod postgres;
 pub mod sqlite;
 
-
 use crate::entry::{new_session_id, timestamp_millis, Entry};
 use crate::error::{Error, Result};
 use crate::header::Header;

@@ -3,14 +3,16 @@
 use super::claim::refuse_if_held;
 use super::handle::{col, pg, PgArchive};
 use super::storage::PgStorage;
-use super::writer::{metadata_at, stats_at, Appender, METADATA_COLUMNS, STATS_COLUMNS};
+use super::writer::{
+    metadata_at, stats_at, Appender, INDEXED_WORD_BYTES, METADATA_COLUMNS, STATS_COLUMNS,
+};
 use crate::backend::session_rows::stored_js_string;
-use crate::entry::Entry;
+use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::listing::{
     ArchiveTotals, ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary,
 };
-use crate::search::{self, QueryPart};
+use crate::search;
 use ::postgres::{GenericClient, Transaction};
 
 /// Inserts a session row; `SessionExists` when the id is taken.
@@ -226,8 +228,9 @@ impl PgArchive {
 
     /// Full-text search over message text with PostgreSQL's `tsvector` and
     /// its GIN index, best first (`ts_rank_cd`): `limit` hits after skipping
-    /// `offset`. The query grammar is the SQLite archive's
-    /// ([`search::query_parts`]): words in any order, `"a phrase"`, `foo*`.
+    /// `offset`. The query grammar and the tokens are the search rule every
+    /// store follows ([`search::query_groups`]): words in any order,
+    /// `"a phrase"`, `foo*`.
     pub fn search_page(
         &self,
         query: &str,
@@ -235,50 +238,52 @@ impl PgArchive {
         limit: usize,
         offset: usize,
     ) -> Result<Vec<SearchHit>> {
-        let Some(tsquery) = ts_query(query) else {
+        let groups = search::query_groups(query);
+        let Some(ranked_by) = ts_query_of(&groups, " <-> ") else {
             return Ok(Vec::new());
         };
-        let SearchFilter { session, cwd, role } = *filter;
-        let rows = self
-            .conn()?
-            .query(
-                "SELECT s.id, e.id, m.role, -ts_rank_cd(m.tsv, q)::FLOAT8, e.json, s.name, s.created_at
-                 FROM to_tsquery('simple', $1) q
-                 JOIN message_text m ON m.tsv @@ q
-                 JOIN entries e ON e.session_key = m.session_key AND e.entry_key = m.entry_key
-                 JOIN sessions s ON s.session_key = m.session_key
-                 WHERE ($2::TEXT IS NULL OR s.id = $2) AND ($3::TEXT IS NULL OR s.cwd = $3)
-                   AND ($4::TEXT IS NULL OR m.role = $4)
-                 ORDER BY 4, m.session_key, m.entry_key LIMIT $5 OFFSET $6",
-                &[
-                    &tsquery,
-                    &session,
-                    &cwd,
-                    &role,
-                    &i64::try_from(limit).unwrap_or(i64::MAX),
-                    &i64::try_from(offset).unwrap_or(i64::MAX),
-                ],
-            )
+        // Where token order matters (a phrase, a word of several tokens),
+        // PostgreSQL's positions do not decide: a tsvector keeps 256 of a
+        // lexeme's positions and counts none past 16,383. The index finds
+        // the entries holding every term, and the rule confirms each on its
+        // text, as the SQLite archive confirms its candidates.
+        // Likewise a term longer than a lexeme may be (cut to its first
+        // 2,046 bytes, on both sides) is confirmed whole.
+        let ordered = groups.iter().any(|g| g.len() > 1)
+            || groups
+                .iter()
+                .flatten()
+                .any(|t| search::pg_lexeme(&t.text).len() < t.text.len() + 2);
+        let found_by = if ordered {
+            ts_query_of(&groups, " & ").unwrap_or_default()
+        } else {
+            ranked_by.clone()
+        };
+        let page = Page {
+            groups: &groups,
+            ordered,
+            found_by: &found_by,
+            ranked_by: &ranked_by,
+            terms: search::query_terms(query),
+            filter: *filter,
+            limit,
+            offset,
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn()?;
+        if !ordered {
+            return page.hits(&mut *conn);
+        }
+        // One snapshot for every batch of candidates.
+        let mut tx = conn
+            .build_transaction()
+            .isolation_level(::postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
             .map_err(pg("searching"))?;
-        let terms = search::query_terms(query);
-        rows.iter()
-            .map(|r| {
-                // The snippet is cut from the entry, read only for the hits returned.
-                let entry = Entry::from_checked_text(col(r, 4)?);
-                let text = search::searchable_text(&entry)
-                    .map(|(_, text)| text)
-                    .unwrap_or_default();
-                Ok(SearchHit {
-                    session_id: col(r, 0)?,
-                    entry_id: col(r, 1)?,
-                    role: col(r, 2)?,
-                    rank: col(r, 3)?,
-                    snippet: search::snippet(&text, &terms, search::SNIPPET_TOKENS),
-                    session_name: col::<Option<String>>(r, 5)?.map(stored_js_string),
-                    session_created_at: col(r, 6)?,
-                })
-            })
-            .collect()
+        page.hits(&mut tx)
     }
 
     /// Makes sure session `new.id` exists (creating it empty) for a sync to
@@ -358,35 +363,171 @@ impl PgArchive {
     }
 }
 
-/// The `tsquery` text for what a person typed, `None` when it has no words.
-/// Its words are read as [`search::index_words`] stored them
-/// ([`search::query_terms`]), each quoted as a lexeme (user text is never
-/// tsquery syntax); a word that is several tokens (`foo-bar`) and a phrase
-/// are tokens one after another (`<->`); `word*` is a prefix match (`:*`);
-/// parts are ANDed.
-pub fn ts_query(query: &str) -> Option<String> {
-    let lexeme = |t: &str| match t.strip_suffix('*') {
-        Some(prefix) => format!("'{prefix}':*"),
-        None => format!("'{t}'"),
-    };
-    let parts: Vec<String> = search::query_parts(query)
-        .into_iter()
-        .filter_map(|part| {
-            let mut terms = match part {
-                QueryPart::Word { text, prefix } => {
-                    let mut terms = search::query_terms(&text);
-                    if let Some(last) = terms.last_mut().filter(|_| prefix) {
-                        last.push('*');
-                    }
-                    terms
+/// One page of [`PgArchive::search_page`].
+struct Page<'q> {
+    /// The query's groups of terms.
+    groups: &'q [Vec<search::Term>],
+    /// Whether token order matters, so each candidate is confirmed.
+    ordered: bool,
+    /// The `tsquery` that finds the candidates.
+    found_by: &'q str,
+    /// The `tsquery` they are ranked by (the query as written).
+    ranked_by: &'q str,
+    /// The terms a snippet marks.
+    terms: Vec<String>,
+    /// What the search is narrowed to.
+    filter: SearchFilter<'q>,
+    /// Hits on the page (more than 0).
+    limit: usize,
+    /// Hits skipped before it.
+    offset: usize,
+}
+
+impl Page<'_> {
+    /// The page's hits, best first: one statement when every candidate is a
+    /// hit, else batches of candidates, each confirmed by the rule on its
+    /// text, until the page is full.
+    fn hits<C: GenericClient>(&self, c: &mut C) -> Result<Vec<SearchHit>> {
+        let ctx = "searching";
+        let SearchFilter { session, cwd, role } = self.filter;
+        let select = c
+            .prepare(
+                "SELECT s.id, e.id, m.role, -ts_rank_cd(m.tsv, CAST($2::TEXT AS TSQUERY))::FLOAT8,
+                        e.json, s.name, s.created_at
+                 FROM message_text m
+                 JOIN entries e ON e.session_key = m.session_key AND e.entry_key = m.entry_key
+                 JOIN sessions s ON s.session_key = m.session_key
+                 WHERE m.tsv @@ CAST($1::TEXT AS TSQUERY)
+                   AND ($3::TEXT IS NULL OR s.id = $3) AND ($4::TEXT IS NULL OR s.cwd = $4)
+                   AND ($5::TEXT IS NULL OR m.role = $5)
+                 ORDER BY 4, m.session_key, m.entry_key LIMIT $6 OFFSET $7",
+            )
+            .map_err(pg(ctx))?;
+        let (batch, mut from, mut skip) = if self.ordered {
+            let wanted = self.offset.saturating_add(self.limit);
+            (wanted.clamp(64, 4096), 0, self.offset)
+        } else {
+            (self.limit, self.offset, 0)
+        };
+        let mut hits = Vec::new();
+        loop {
+            let rows = c
+                .query(
+                    &select,
+                    &[
+                        &self.found_by,
+                        &self.ranked_by,
+                        &session,
+                        &cwd,
+                        &role,
+                        &i64::try_from(batch).unwrap_or(i64::MAX),
+                        &i64::try_from(from).unwrap_or(i64::MAX),
+                    ],
+                )
+                .map_err(pg(ctx))?;
+            for r in &rows {
+                // The entry is read only for the candidates fetched.
+                let entry = Entry::from_checked_text(col(r, 4)?);
+                let text = search::searchable_text(&entry)
+                    .map(|(_, text)| text)
+                    .unwrap_or_default();
+                if self.ordered && !search::groups_match(self.groups, &text) {
+                    continue;
                 }
-                QueryPart::Phrase(text) => search::query_terms(&text),
-            };
-            // Terms are letters and digits (a `*` only at the end), so quoting
-            // needs no escapes.
-            terms.retain(|t| !t.is_empty() && t != "*");
-            let words: Vec<String> = terms.iter().map(|t| lexeme(t)).collect();
-            (!words.is_empty()).then(|| format!("({})", words.join(" <-> ")))
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                hits.push(SearchHit {
+                    session_id: col(r, 0)?,
+                    entry_id: col(r, 1)?,
+                    role: col(r, 2)?,
+                    rank: col(r, 3)?,
+                    snippet: search::snippet(&text, &self.terms, search::SNIPPET_TOKENS),
+                    session_name: col::<Option<String>>(r, 5)?.map(stored_js_string),
+                    session_created_at: col(r, 6)?,
+                });
+                if hits.len() == self.limit {
+                    return Ok(hits);
+                }
+            }
+            if !self.ordered || rows.len() < batch {
+                return Ok(hits);
+            }
+            from = from.saturating_add(batch);
+        }
+    }
+}
+
+/// Schema version 2: writes every searchable entry's row of `message_text`
+/// again (the migration's SQL emptied it), its words folded by the search
+/// rule, in the migration's transaction, a batch of entries at a time.
+pub(super) fn reindex_words(tx: &mut Transaction<'_>) -> Result<()> {
+    let ctx = "indexing message text for search";
+    let types: Vec<&str> = [
+        EntryType::Message,
+        EntryType::CustomMessage,
+        EntryType::Compaction,
+        EntryType::BranchSummary,
+    ]
+    .iter()
+    .map(EntryType::as_str)
+    .collect();
+    let select = tx
+        .prepare(
+            "SELECT session_key, entry_key, json FROM entries WHERE type = ANY($1)
+             ORDER BY session_key, entry_key",
+        )
+        .map_err(pg(ctx))?;
+    let portal = tx.bind(&select, &[&types]).map_err(pg(ctx))?;
+    loop {
+        let rows = tx.query_portal(&portal, 1000).map_err(pg(ctx))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (mut sessions, mut keys, mut roles, mut words) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in &rows {
+            let entry = Entry::from_checked_text(col(r, 2)?);
+            if let Some((role, text)) = search::searchable_text(&entry) {
+                sessions.push(col::<i64>(r, 0)?);
+                keys.push(col::<i64>(r, 1)?);
+                roles.push(role);
+                words.push(search::index_words(&text, INDEXED_WORD_BYTES));
+            }
+        }
+        tx.execute(
+            "INSERT INTO message_text (session_key, entry_key, role, words)
+             SELECT * FROM unnest($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[])",
+            &[&sessions, &keys, &roles, &words],
+        )
+        .map_err(pg(ctx))?;
+    }
+}
+
+/// The `tsquery` text for a query's groups ([`search::query_groups`]),
+/// `None` when it asks for nothing. It is read as `tsquery` input, never by
+/// a text search parser: each term (folded by the rule the index was written
+/// by) is a quoted lexeme ([`search::pg_lexeme`]), a prefix term `:*`; the
+/// terms of a group (a phrase, a word of several tokens) are joined by
+/// `within` (` <-> `: one after another; ` & `: in any order); groups are
+/// ANDed.
+fn ts_query_of(groups: &[Vec<search::Term>], within: &str) -> Option<String> {
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|group| {
+            let words: Vec<String> = group
+                .iter()
+                .map(|t| {
+                    let lexeme = search::pg_lexeme(&t.text);
+                    if t.prefix {
+                        lexeme + ":*"
+                    } else {
+                        lexeme
+                    }
+                })
+                .collect();
+            format!("({})", words.join(within))
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(" & "))
@@ -394,7 +535,9 @@ pub fn ts_query(query: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::ts_query;
+    fn ts_query(query: &str) -> Option<String> {
+        super::ts_query_of(&crate::search::query_groups(query), " <-> ")
+    }
 
     #[test]
     fn user_text_is_quoted_lexemes() {
@@ -409,5 +552,11 @@ mod tests {
             Some("('a' <-> 'b') & ('c')")
         );
         assert_eq!(ts_query("Ünï*").as_deref(), Some("('uni':*)"));
+        assert_eq!(
+            ts_query("foo*bar DOĞRU").as_deref(),
+            Some("('foo' <-> 'bar') & ('dogru')"),
+            "a `*` inside a word separates, as in FTS5"
+        );
+        assert_eq!(ts_query("🚀 \u{301}"), None, "no token: nothing asked for");
     }
 }

@@ -15,16 +15,14 @@
 //! append's own transaction. The price is that a writer killed on another
 //! machine holds its session until the lease ([`LEASE`]) runs out.
 
-use super::handle::{col, pg, Pool};
+use super::handle::{col, pg, PgArchive};
 use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, Use};
 use crate::error::{Error, Result};
 use ::postgres::types::ToSql;
 use ::postgres::GenericClient;
 
-pub use crate::backend::claim::LEASE;
-
 /// A held writer claim on a team archive; released when dropped.
-pub type WriterClaim = claim::WriterClaim<Pool>;
+pub type WriterClaim = claim::WriterClaim<PgArchive>;
 
 /// The claim statements on one client (a connection or a transaction).
 #[derive(Debug)]
@@ -92,14 +90,14 @@ impl<C: GenericClient> ClaimRows for PgClaims<'_, C> {
     }
 }
 
-impl ClaimStore for Pool {
+impl ClaimStore for PgArchive {
     const HEARTBEAT_THREAD: &'static str = "sessiontree-pg-claim";
 
     /// Locks the session row first (`FOR UPDATE`): a deleted session is not
     /// found, and two machines claiming at once take turns.
     fn in_claim_transaction(&self, session_key: i64, session_id: &str, take: Use) -> Result<()> {
         let ctx = "taking the writer claim";
-        let mut conn = self.get()?;
+        let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;
         let found = tx
             .query_opt(
@@ -115,7 +113,7 @@ impl ClaimStore for Pool {
     }
 
     fn on_connection(&self, f: Use) -> Result<()> {
-        f(&mut PgClaims(&mut *self.get()?))
+        f(&mut PgClaims(&mut *self.conn()?))
     }
 }
 

@@ -1,28 +1,19 @@
-//! A team archive's handle: its connection settings, the pool, and the
-//! migrations from `schema/postgres/` run at open; and how the archive's
-//! client errors and columns are read, for every part of it. Imports no
-//! other part of the PostgreSQL backend, which all build on it.
+//! A team archive's handle ([`PgArchive`]): its pool and connections, and
+//! how the archive's client errors and columns are read, for every part of
+//! it. Imports no other part of the PostgreSQL backend, which all build on
+//! it; opening one (which migrates) is `open.rs`'s, above them.
 
 use crate::error::{Error, Result};
-use crate::storage::Durability;
 use ::postgres::types::FromSql;
-use ::postgres::{Config, NoTls, Row};
+use ::postgres::{NoTls, Row};
 use r2d2_postgres::PostgresConnectionManager;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The connection pool.
 pub type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 
 /// A pooled connection.
 pub type Conn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
-
-/// The migration steps, oldest first; step `i` brings the schema to version `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../../../schema/postgres/0001_init.sql")];
-
-/// The advisory lock key that serializes migrations (any fixed number: only
-/// sessiontree's own migrations take it).
-const MIGRATION_LOCK: i64 = 0x5e55_1017_7ee0_0001;
 
 /// Whether `db` names a PostgreSQL archive rather than a file.
 pub fn is_postgres_url(db: &str) -> bool {
@@ -41,154 +32,17 @@ pub(crate) fn col<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
 }
 
 #[derive(Debug)]
-struct ArchiveInner {
-    pool: Pool,
-    url: String,
-    schema: Option<String>,
+pub(super) struct ArchiveInner {
+    pub(super) pool: Pool,
+    pub(super) url: String,
+    pub(super) schema: Option<String>,
 }
 
 /// A team archive: one PostgreSQL database (or one schema of it).
 #[derive(Debug, Clone)]
-pub struct PgArchive(Arc<ArchiveInner>);
-
-/// Whether `name` may be used as a schema name unquoted.
-fn plain_identifier(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
-/// The schema a connection's `options` set as its `search_path`, when it is
-/// one plain name.
-fn schema_in_options(options: &str) -> Option<String> {
-    let (_, rest) = options.split_once("search_path=")?;
-    let name: String = rest
-        .chars()
-        .take_while(|c| !c.is_whitespace() && *c != ',')
-        .collect();
-    plain_identifier(&name).then_some(name)
-}
+pub struct PgArchive(pub(super) Arc<ArchiveInner>);
 
 impl PgArchive {
-    /// Opens the archive at `url` (`postgres://…`), creating its tables on
-    /// first use and migrating them to the latest schema.
-    pub fn open(url: &str, durability: Durability) -> Result<Self> {
-        Self::open_inner(url, None, durability)
-    }
-
-    /// [`PgArchive::open`] inside schema `schema` of the database (created if
-    /// missing): several archives in one database, as the tests use it.
-    pub fn open_in_schema(url: &str, schema: &str, durability: Durability) -> Result<Self> {
-        if !plain_identifier(schema) {
-            return Err(Error::Usage(format!(
-                "{schema:?} is not a plain schema name (lower-case letters, digits, _)"
-            )));
-        }
-        Self::open_inner(url, Some(schema), durability)
-    }
-
-    fn open_inner(url: &str, schema: Option<&str>, durability: Durability) -> Result<Self> {
-        let mut config: Config = url
-            .parse()
-            .map_err(|e| Error::Usage(format!("{url} is not a PostgreSQL connection URL: {e}")))?;
-        let sync = match durability {
-            Durability::Full => "on",
-            Durability::Relaxed => "off",
-        };
-        let mut options = format!("-c synchronous_commit={sync}");
-        if let Some(s) = schema {
-            options.push_str(&format!(" -c search_path={s}"));
-        }
-        // A schema named in the URL (`?options=-csearch_path%3Dteam`) is
-        // created on first use like the tables in it.
-        let named = config.get_options().and_then(schema_in_options);
-        if let Some(given) = config.get_options() {
-            options = format!("{given} {options}");
-        }
-        let schema = schema.map(str::to_owned).or(named);
-        config.options(&options);
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("sessiontree");
-        }
-        let manager = PostgresConnectionManager::new(config, NoTls);
-        let pool = r2d2::Pool::builder()
-            .max_size(8)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(Duration::from_secs(30))
-            .build_unchecked(manager);
-        let archive = PgArchive(Arc::new(ArchiveInner {
-            pool,
-            url: url.to_owned(),
-            schema,
-        }));
-        archive.migrate()?;
-        Ok(archive)
-    }
-
-    /// Applies the migrations not yet applied, each in its own transaction,
-    /// under an advisory lock so that machines opening a new archive at once
-    /// create it once.
-    fn migrate(&self) -> Result<()> {
-        let mut conn = self.conn()?;
-        let ctx = "migrating the archive";
-        if let Some(schema) = &self.0.schema {
-            conn.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-                .or_else(|e| {
-                    // Two creators at once: the loser sees the winner's schema.
-                    if e.code() == Some(&::postgres::error::SqlState::UNIQUE_VIOLATION) {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
-                .map_err(pg(ctx))?;
-        }
-        for (i, sql_text) in MIGRATIONS.iter().enumerate() {
-            let version = i64::try_from(i + 1).unwrap_or(i64::MAX);
-            let mut tx = conn.transaction().map_err(pg(ctx))?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-                .map_err(pg(ctx))?;
-            tx.batch_execute(
-                "CREATE TABLE IF NOT EXISTS sessiontree_schema (version BIGINT NOT NULL)",
-            )
-            .map_err(pg(ctx))?;
-            let found: i64 = tx
-                .query_one(
-                    "SELECT coalesce(max(version), 0) FROM sessiontree_schema",
-                    &[],
-                )
-                .map_err(pg(ctx))
-                .and_then(|r| col(&r, 0))?;
-            if found > i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX) {
-                return Err(Error::Corrupt(format!(
-                    "the archive at {} has schema version {found}, newer than the {} this build knows; upgrade sessiontree",
-                    self.0.url,
-                    MIGRATIONS.len()
-                )));
-            }
-            if found >= version {
-                continue;
-            }
-            tx.batch_execute(sql_text).map_err(pg(ctx))?;
-            tx.execute("DELETE FROM sessiontree_schema", &[])
-                .map_err(pg(ctx))?;
-            tx.execute(
-                "INSERT INTO sessiontree_schema (version) VALUES ($1)",
-                &[&version],
-            )
-            .map_err(pg(ctx))?;
-            tx.commit().map_err(pg(ctx))?;
-        }
-        Ok(())
-    }
-
     /// The URL the archive was opened with.
     pub fn url(&self) -> &str {
         &self.0.url

@@ -25,10 +25,12 @@
 //! client crash loses nothing acknowledged).
 
 mod archive;
-pub mod branch_cache;
+pub(crate) mod branch_cache;
 mod check;
-pub mod claim;
+pub(crate) mod claim;
 mod handle;
+mod migrate;
+mod open;
 mod storage;
 mod writer;
 

@@ -9,7 +9,7 @@ use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
-use crate::rules::{Replay, SessionStats};
+use crate::rules::Replay;
 use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
 use ::postgres::types::ToSql;
 use std::cell::RefCell;
@@ -37,27 +37,7 @@ impl PgStorage {
         }
     }
 
-    /// The archive this session lives in.
-    pub fn archive(&self) -> &PgArchive {
-        &self.archive
-    }
-
-    /// The session id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Takes the writer claim now (it is otherwise taken at the first write).
-    pub fn claim_writer(&mut self) -> Result<()> {
-        if self.claim.is_none() {
-            self.claim = Some(WriterClaim::acquire(
-                self.archive.pool(),
-                self.session_key,
-                &self.id,
-            )?);
-        }
-        Ok(())
-    }
+    crate::backend::session_rows::archive_session_handle!(PgArchive);
 
     /// Whether this handle holds the writer claim.
     pub fn is_writer(&self) -> bool {
@@ -135,18 +115,6 @@ impl SessionStorage for PgStorage {
         metadata_at(&r, 0)
     }
 
-    fn stored_leaf_id(&self) -> Result<Option<String>> {
-        Ok(self.facts()?.leaf)
-    }
-
-    fn append_entry(&mut self, entry: Entry) -> Result<()> {
-        self.write(std::slice::from_ref(&entry))
-    }
-
-    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
-        self.write(entries)
-    }
-
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
         Ok(self
             .start(&mut *self.archive.conn()?, id)?
@@ -155,15 +123,6 @@ impl SessionStorage for PgStorage {
 
     fn contains_entry(&self, id: &str) -> Result<bool> {
         Ok(branch_cache::key_of(&mut *self.archive.conn()?, self.session_key, id)?.is_some())
-    }
-
-    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        self.visit_entries_of_type(entry_type, &mut |text| {
-            out.push(Entry::from_checked_text(text));
-            Ok(())
-        })?;
-        Ok(out)
     }
 
     fn visit_entries_of_type(
@@ -190,22 +149,7 @@ impl SessionStorage for PgStorage {
             .transpose()
     }
 
-    fn session_name(&self) -> Result<Option<JsString>> {
-        Ok(self.facts()?.name)
-    }
-
-    fn session_stats(&self) -> Result<SessionStats> {
-        self.facts()?.stats.result()
-    }
-
-    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        self.visit_entries(after, limit, &mut |text| {
-            out.push(Entry::from_checked_text(text));
-            Ok(())
-        })?;
-        Ok(out)
-    }
+    crate::backend::session_rows::archive_fact_reads!();
 
     fn visit_entries(
         &self,
@@ -220,10 +164,6 @@ impl SessionStorage for PgStorage {
             &[&self.session_key, &after, &limit],
             sink,
         )
-    }
-
-    fn entry_count(&self) -> Result<usize> {
-        Ok(usize::try_from(self.facts()?.entry_count).unwrap_or(0))
     }
 
     /// Read from `leaf_events` newest first through its primary key.

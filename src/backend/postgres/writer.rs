@@ -11,7 +11,7 @@ use crate::rules::Replay;
 use crate::search::{index_words, searchable_text};
 
 /// Bytes of a message's words that search indexes (a `tsvector` holds at most 1 MB).
-const INDEXED_WORD_BYTES: usize = 400_000;
+pub(super) const INDEXED_WORD_BYTES: usize = 400_000;
 use ::postgres::{GenericClient, Row};
 use std::collections::HashSet;
 

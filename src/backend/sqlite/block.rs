@@ -244,11 +244,6 @@ impl Unpacked {
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
-
-    /// Whether the block has no members (never, for one `compact` wrote).
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
 }
 
 /// Decodes a block from its member bodies, in order (keeping nothing: what

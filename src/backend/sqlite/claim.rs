@@ -8,7 +8,6 @@ use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, Use};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-pub use crate::backend::claim::LEASE;
 pub use crate::backend::holder::host_name;
 
 /// A held writer claim on an archive; released when dropped.

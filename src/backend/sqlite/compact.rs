@@ -14,12 +14,12 @@ use super::error::sql;
 use super::handle::Archive;
 use super::reencode_guard::reencoding;
 use crate::error::{Error, Result};
-use rusqlite::{params, Connection, Transaction};
+use rusqlite::{params, Connection};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
 /// Rows re-encoded per transaction by `compact`.
-const BATCH_ROWS: i64 = 2_000;
+pub(in crate::backend::sqlite) const BATCH_ROWS: i64 = 2_000;
 /// Bytes of text held per batch (bounds memory whatever the entry sizes).
 const BATCH_BYTES: usize = 16 << 20;
 /// The most threads that compress one batch.
@@ -119,7 +119,7 @@ fn training_samples(conn: &Connection, codec: &Codec) -> Result<Vec<Vec<u8>>> {
 }
 
 /// Trains a dictionary from the archive's entries and stores it (in `tx`).
-fn train_from_archive(
+pub(in crate::backend::sqlite) fn train_from_archive(
     tx: &Connection,
     codec: &Codec,
     training: Training,
@@ -133,7 +133,7 @@ fn train_from_archive(
 }
 
 /// Entries in the archive (the unit of re-encoding progress).
-fn entry_total(conn: &Connection) -> Result<u64> {
+pub(in crate::backend::sqlite) fn entry_total(conn: &Connection) -> Result<u64> {
     let n: i64 = conn
         .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
         .map_err(sql("re-encoding entries"))?;
@@ -141,15 +141,15 @@ fn entry_total(conn: &Connection) -> Result<u64> {
 }
 
 #[derive(Default)]
-struct Pass {
-    entries: u64,
+pub(in crate::backend::sqlite) struct Pass {
+    pub(in crate::backend::sqlite) entries: u64,
     reencoded: u64,
     blocks_refused: u64,
 }
 
 /// How a pass stores the entries it re-encodes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Packing {
+pub(in crate::backend::sqlite) enum Packing {
     /// Each entry alone; members of blocks are left in their blocks.
     Alone,
     /// Runs of a session's entries in blocks ([`block::runs`]), `compact`'s way.
@@ -171,7 +171,7 @@ struct Row {
 /// transaction, about `max_rows` of them; returns the last key seen, `None`
 /// at the end. A batch never ends inside a block: a reader between two
 /// batches finds every block whole (its members all old or all new).
-fn reencode_batch(
+pub(in crate::backend::sqlite) fn reencode_batch(
     conn: &Connection,
     codec: &Codec,
     pool: &EncodePool<'_>,
@@ -386,7 +386,7 @@ fn rewrite(
 /// caller's connection. Workers live for the whole pass, so each loads the
 /// dictionary into its compression context once (at level 16 a load of a
 /// 384 KB dictionary costs ~0.1 s).
-struct EncodePool<'a> {
+pub(in crate::backend::sqlite) struct EncodePool<'a> {
     encoder: &'a Encoder,
     workers: Vec<Worker>,
 }
@@ -398,7 +398,10 @@ type Worker = (Sender<Vec<String>>, Receiver<Vec<codec::Prepared>>);
 impl<'a> EncodePool<'a> {
     /// Runs `f` with a pool of workers encoding with `encoder`; the workers
     /// end with it.
-    fn run<T>(encoder: &'a Encoder, f: impl FnOnce(&EncodePool<'a>) -> T) -> T {
+    pub(in crate::backend::sqlite) fn run<T>(
+        encoder: &'a Encoder,
+        f: impl FnOnce(&EncodePool<'a>) -> T,
+    ) -> T {
         let threads = std::thread::available_parallelism()
             .map_or(1, std::num::NonZeroUsize::get)
             .min(MAX_ENCODE_THREADS);
@@ -455,31 +458,6 @@ impl<'a> EncodePool<'a> {
         }
         prepared
     }
-}
-
-/// Schema version 6: trains the archive's first dictionary from its
-/// entries and encodes every entry, in the migration's transaction.
-pub(super) fn migrate_to_v6(tx: &Transaction, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
-    let codec = Codec::default();
-    let encoder = Encoder::new(train_from_archive(tx, &codec, Training::Search)?);
-    let total = entry_total(tx)?;
-    let mut pass = Pass::default();
-    let mut after = i64::MIN;
-    progress(0, total);
-    EncodePool::run(&encoder, |pool| {
-        while let Some(last) = reencode_batch(
-            tx,
-            &codec,
-            pool,
-            (after, BATCH_ROWS),
-            Packing::Alone,
-            &mut pass,
-        )? {
-            after = last;
-            progress(pass.entries, total);
-        }
-        Ok(())
-    })
 }
 
 fn file_bytes(path: &std::path::Path) -> u64 {

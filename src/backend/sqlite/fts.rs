@@ -60,7 +60,19 @@ impl IndexQuery {
                 ordered |= tokens.len() > 1;
                 let last = tokens.len().saturating_sub(1);
                 for (i, token) in tokens.iter().enumerate() {
-                    let star = if prefix && i == last { "*" } else { "" };
+                    let mut star = prefix && i == last;
+                    // FTS5 cut a token of more than 32 KB inside a character:
+                    // the candidates are those starting with its whole
+                    // characters, and the query as written confirms them.
+                    let token = match std::str::from_utf8(token) {
+                        Ok(token) => token,
+                        Err(e) => {
+                            star = true;
+                            ordered = true;
+                            std::str::from_utf8(&token[..e.valid_up_to()]).unwrap_or_default()
+                        }
+                    };
+                    let star = if star { "*" } else { "" };
                     terms.push(format!("{}{star}", quote(token)));
                 }
             }
@@ -189,10 +201,12 @@ impl Scratch {
         found
     }
 
-    fn tokens(&self, text: &str) -> rusqlite::Result<Vec<String>> {
+    /// The tokens of `text` as the index keeps them: bytes, since FTS5
+    /// cuts a token of more than 32 KB even inside a character.
+    fn tokens(&self, text: &str) -> rusqlite::Result<Vec<Vec<u8>>> {
         self.holding(text, |conn| {
             conn.prepare_cached("SELECT term FROM scratch_tokens ORDER BY offset")?
-                .query_map([], |r| r.get(0))?
+                .query_map([], |r| Ok(r.get_ref(0)?.as_bytes()?.to_vec()))?
                 .collect()
         })
     }
@@ -223,36 +237,16 @@ fn with_scratch<T>(f: impl FnOnce(&Scratch) -> rusqlite::Result<T>) -> Result<T>
         .map_err(sql("tokenizing a search query"))
 }
 
-/// Schema version 8: indexes every entry's searchable text again (the
-/// position-less index replaces the positional one), in the migration's
-/// transaction; that version's index keeps each text's role and session.
-pub(super) fn reindex_all_entries(
-    tx: &Transaction,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<()> {
-    reindex(tx, IndexColumns::WithRoleAndSession, progress)
-}
-
-/// Schema version 10: indexes every entry's searchable text again (the index
-/// without its role and session columns replaces version 8's), in the
-/// migration's transaction.
-pub(super) fn reindex_text_only(
-    tx: &Transaction,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<()> {
-    reindex(tx, IndexColumns::TextOnly, progress)
-}
-
 /// The columns of the index a migration fills.
 #[derive(Clone, Copy)]
-enum IndexColumns {
+pub(in crate::backend::sqlite) enum IndexColumns {
     /// Versions 8 and 9: `text, role UNINDEXED, session_key UNINDEXED`.
     WithRoleAndSession,
     /// Version 10 on: `text`.
     TextOnly,
 }
 
-fn reindex(
+pub(in crate::backend::sqlite) fn reindex(
     tx: &Transaction,
     columns: IndexColumns,
     progress: &mut dyn FnMut(u64, u64),

@@ -30,18 +30,18 @@
 //! after COMMIT, which with `synchronous=FULL` has reached the disk.
 
 mod archive;
-pub mod block;
-pub mod branch_cache;
+pub(crate) mod block;
+pub(crate) mod branch_cache;
 mod check;
 mod checkpointer;
-pub mod claim;
-pub mod codec;
+pub(crate) mod claim;
+pub(crate) mod codec;
 mod compact;
 mod connection;
 mod error;
-pub mod fts;
+pub(crate) mod fts;
 mod handle;
-pub mod migrate;
+mod migrations;
 mod open;
 mod query;
 mod reencode_guard;
@@ -52,10 +52,23 @@ mod stored;
 mod writer;
 
 pub use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
+pub use branch_cache::{CacheSize, ReadCost};
 pub use compact::{CompactReport, StorageSplit};
 pub use connection::{damage_marker, ConnectionManager, Pool};
 pub use handle::{Archive, ArchiveConn, TRAIN_AFTER_APPENDING};
+pub use migrations::{current_version, latest_version, MigrationProgress};
 pub use query::QueryResult;
 pub use rows::{ImportRecord, NewSession};
 pub use storage::SqliteStorage;
 pub use writer::{SessionWriter, STAGED_GAP};
+
+/// What the counting tests and the benchmarks measure of the engine's
+/// internals (the path query's SQL, a path read's statements, the block
+/// bounds). Not part of the API: it may change with any release.
+#[doc(hidden)]
+pub mod internals {
+    pub use super::block::{place, BLOCK_BYTES, BLOCK_ENTRIES};
+    pub use super::branch_cache::{path_rows_sql_only, PATH_QUERY, SEGMENT_HOLDING_QUERY};
+    pub use super::claim::host_name;
+    pub use crate::backend::branch_rules::ANCESTRY_BLOCK;
+}

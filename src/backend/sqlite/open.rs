@@ -5,7 +5,7 @@
 use super::codec;
 use super::connection::{switch_to_wal, ConnectionManager};
 use super::handle::{Archive, ArchiveInner};
-use super::migrate;
+use super::migrations;
 use crate::error::{Error, Result};
 use crate::storage::Durability;
 use rusqlite::Connection;
@@ -24,7 +24,7 @@ impl Archive {
     pub fn open_with_progress(
         path: impl AsRef<Path>,
         durability: Durability,
-        progress: &mut dyn FnMut(migrate::MigrationProgress),
+        progress: &mut dyn FnMut(migrations::MigrationProgress),
     ) -> Result<Self> {
         let path = path.as_ref().to_owned();
         let manager = ConnectionManager {
@@ -39,7 +39,7 @@ impl Archive {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::JournalMode { path, mode });
         }
-        migrate::migrate(&mut conn, &path, progress)?;
+        migrations::migrate(&mut conn, &path, progress)?;
         Ok(Archive::with_connection(manager, path, conn))
     }
 
@@ -65,7 +65,7 @@ impl Archive {
         };
         let probe = |m: &ConnectionManager| -> Result<(i64, Connection)> {
             let conn = m.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
-            Ok((migrate::current_version(&conn)?, conn))
+            Ok((migrations::current_version(&conn)?, conn))
         };
         let (found, conn) = match probe(&manager) {
             Ok(found) => found,
@@ -74,21 +74,21 @@ impl Archive {
                 probe(&manager)?
             }
         };
-        if found < migrate::latest_version() {
+        if found < migrations::latest_version() {
             return Archive::open(&path, Durability::Full).map_err(|e| match e.code() {
                 crate::ErrorCode::Storage => Error::Corrupt(format!(
                     "{} has schema version {found} and must be migrated to {} before it can be read, which needs write access ({e}); run `sessiontree check` where it can be written",
                     path.display(),
-                    migrate::latest_version()
+                    migrations::latest_version()
                 )),
                 _ => e,
             });
         }
-        if found > migrate::latest_version() {
+        if found > migrations::latest_version() {
             return Err(Error::SchemaTooNew {
                 path,
                 found,
-                supported: migrate::latest_version(),
+                supported: migrations::latest_version(),
             });
         }
         Ok(Archive::with_connection(manager, path, conn))

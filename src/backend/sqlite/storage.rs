@@ -10,7 +10,6 @@ use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
-use crate::rules::SessionStats;
 use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
 use branch_cache::{EntryCache, ReadCost};
 use claim::WriterClaim;
@@ -43,27 +42,7 @@ impl SqliteStorage {
         }
     }
 
-    /// The archive this session lives in.
-    pub fn archive(&self) -> &Archive {
-        &self.archive
-    }
-
-    /// The session id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Takes the writer claim now (it is otherwise taken at the first write).
-    pub fn claim_writer(&mut self) -> Result<()> {
-        if self.claim.is_none() {
-            self.claim = Some(WriterClaim::acquire(
-                &self.archive,
-                self.session_key,
-                &self.id,
-            )?);
-        }
-        Ok(())
-    }
+    crate::backend::session_rows::archive_session_handle!(Archive);
 
     /// Whether this handle holds the writer claim.
     pub fn is_writer(&self) -> bool {
@@ -163,18 +142,6 @@ impl SessionStorage for SqliteStorage {
         .map_err(sql("reading session metadata"))
     }
 
-    fn stored_leaf_id(&self) -> Result<Option<String>> {
-        Ok(self.facts()?.leaf)
-    }
-
-    fn append_entry(&mut self, entry: Entry) -> Result<()> {
-        self.write(std::slice::from_ref(&entry))
-    }
-
-    fn append_entries(&mut self, entries: &[Entry]) -> Result<()> {
-        self.write(entries)
-    }
-
     /// Through the handle's decoded-entry cache, as a path read goes.
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
         let entry = branch_cache::entry_by_id(
@@ -190,15 +157,6 @@ impl SessionStorage for SqliteStorage {
 
     fn contains_entry(&self, id: &str) -> Result<bool> {
         Ok(branch_cache::key_of(&*self.archive.conn()?, self.session_key, id)?.is_some())
-    }
-
-    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        self.visit_entries_of_type(entry_type, &mut |text| {
-            out.push(Entry::from_checked_text(text));
-            Ok(())
-        })?;
-        Ok(out)
     }
 
     fn visit_entries_of_type(
@@ -232,22 +190,7 @@ impl SessionStorage for SqliteStorage {
             .map_err(sql("reading a label"))
     }
 
-    fn session_name(&self) -> Result<Option<JsString>> {
-        Ok(self.facts()?.name)
-    }
-
-    fn session_stats(&self) -> Result<SessionStats> {
-        self.facts()?.stats.result()
-    }
-
-    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        self.visit_entries(after, limit, &mut |text| {
-            out.push(Entry::from_checked_text(text));
-            Ok(())
-        })?;
-        Ok(out)
-    }
+    crate::backend::session_rows::archive_fact_reads!();
 
     fn visit_entries(
         &self,
@@ -262,10 +205,6 @@ impl SessionStorage for SqliteStorage {
             params![self.session_key, after, limit],
             sink,
         )
-    }
-
-    fn entry_count(&self) -> Result<usize> {
-        Ok(usize::try_from(self.facts()?.entry_count).unwrap_or(0))
     }
 
     /// Read from `leaf_events` newest first through its primary key: the

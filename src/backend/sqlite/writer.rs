@@ -59,7 +59,7 @@ pub(super) fn session_facts(conn: &Connection, key: i64) -> Result<SessionFacts>
 
 /// The facts of a session as a replay of its log gives them: the session row's
 /// facts and the labels.
-pub(super) fn replay_session_facts(
+pub(in crate::backend::sqlite) fn replay_session_facts(
     conn: &Connection,
     codec: &Codec,
     key: i64,
@@ -92,41 +92,12 @@ pub(super) fn stored_labels(conn: &Connection, key: i64) -> Result<HashMap<Strin
         .map_err(sql("reading labels"))
 }
 
-/// Rewrites every session's maintained facts and labels from a replay of its
-/// log (schema version 4: correctly rounded statistics, labels and names as
-/// JSON literals).
-pub(super) fn refresh_all_session_facts(
-    tx: &Transaction,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<()> {
-    let keys: Vec<i64> = tx
-        .prepare("SELECT session_key FROM sessions ORDER BY session_key")
-        .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
-        .map_err(sql("listing sessions to refresh"))?;
-    let total = keys.len() as u64;
-    for (done, key) in keys.into_iter().enumerate() {
-        progress(done as u64, total);
-        // Version 4 predates compressed text: every row is plain TEXT.
-        let (facts, labels) = replay_session_facts(tx, &Codec::default(), key)?;
-        write_session_facts(tx, key, &facts)?;
-        tx.execute("DELETE FROM labels WHERE session_key = ?1", [key])
-            .map_err(sql("refreshing labels"))?;
-        let mut insert = tx
-            .prepare_cached(
-                "INSERT INTO labels (session_key, target_id, label) VALUES (?1, ?2, ?3)",
-            )
-            .map_err(sql("refreshing labels"))?;
-        for (target, label) in &labels {
-            insert
-                .execute(params![key, target, label.json()])
-                .map_err(sql("refreshing labels"))?;
-        }
-    }
-    Ok(())
-}
-
 /// Stores a session row's maintained facts.
-fn write_session_facts(tx: &Transaction, key: i64, facts: &SessionFacts) -> Result<()> {
+pub(in crate::backend::sqlite) fn write_session_facts(
+    tx: &Transaction,
+    key: i64,
+    facts: &SessionFacts,
+) -> Result<()> {
     let v = FactValues::of(facts);
     tx.prepare_cached(
         "UPDATE sessions SET leaf_id = ?2, name = ?3, entry_count = ?4, message_count = ?5,

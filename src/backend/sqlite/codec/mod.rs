@@ -61,8 +61,7 @@ pub use body::{message_trails, stored_message_trails};
 pub use dictionary::Dictionary;
 pub use frame::{COMPACT_LEVEL, LEVEL};
 pub use train::{
-    train, training_sample, Training, IMPORT_TRAINING_BUDGET, MAX_DICTIONARY, MIN_TRAINING_BYTES,
-    QUICK_ACCEL, QUICK_SEGMENT, SAMPLE_LIMIT, TRAINING_BUDGET,
+    train, training_sample, Training, IMPORT_TRAINING_BUDGET, SAMPLE_LIMIT, TRAINING_BUDGET,
 };
 
 use super::error::sql;

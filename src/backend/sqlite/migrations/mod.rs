@@ -1,7 +1,14 @@
 //! Schema migrations: the files in `schema/`, applied in order, with SQLite's
 //! `user_version` as the cursor. Released files are never edited or reordered;
 //! each step runs in its own IMMEDIATE transaction (a new database gets
-//! them all in one).
+//! them all in one). A step that rewrites rows the SQL cannot has its code
+//! in a module of its own here, named after its schema file.
+
+mod v10_role_in_entries;
+mod v4_exact_facts;
+mod v5_branch_cache_v2;
+mod v6_compact_archive;
+mod v8_search_without_positions;
 
 use crate::error::{Error, Result};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
@@ -34,51 +41,51 @@ pub struct MigrationProgress {
 /// The migration steps, oldest first; step `i` brings the schema to version `i + 1`.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
-        sql: include_str!("../../../schema/0001_init.sql"),
+        sql: include_str!("../../../../schema/0001_init.sql"),
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../schema/0002_search.sql"),
+        sql: include_str!("../../../../schema/0002_search.sql"),
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../schema/0003_imports.sql"),
+        sql: include_str!("../../../../schema/0003_imports.sql"),
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../schema/0004_exact_facts.sql"),
-        rewrite: Some(super::writer::refresh_all_session_facts),
+        sql: include_str!("../../../../schema/0004_exact_facts.sql"),
+        rewrite: Some(v4_exact_facts::refresh_all_session_facts),
     },
     Migration {
-        sql: include_str!("../../../schema/0005_branch_cache_v2.sql"),
-        rewrite: Some(|tx, progress| super::branch_cache::migrate_to_v2(tx, progress)),
+        sql: include_str!("../../../../schema/0005_branch_cache_v2.sql"),
+        rewrite: Some(|tx, progress| v5_branch_cache_v2::migrate_to_v2(tx, progress)),
     },
     Migration {
-        sql: include_str!("../../../schema/0006_compact_archive.sql"),
-        rewrite: Some(super::compact::migrate_to_v6),
+        sql: include_str!("../../../../schema/0006_compact_archive.sql"),
+        rewrite: Some(v6_compact_archive::migrate_to_v6),
     },
     Migration {
-        sql: include_str!("../../../schema/0007_staged_imports.sql"),
+        sql: include_str!("../../../../schema/0007_staged_imports.sql"),
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../schema/0008_search_without_positions.sql"),
-        rewrite: Some(super::fts::reindex_all_entries),
+        sql: include_str!("../../../../schema/0008_search_without_positions.sql"),
+        rewrite: Some(v8_search_without_positions::reindex_all_entries),
     },
     Migration {
-        sql: include_str!("../../../schema/0009_trailing_message.sql"),
+        sql: include_str!("../../../../schema/0009_trailing_message.sql"),
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../schema/0010_role_in_entries.sql"),
-        rewrite: Some(super::fts::reindex_text_only),
+        sql: include_str!("../../../../schema/0010_role_in_entries.sql"),
+        rewrite: Some(v10_role_in_entries::reindex_text_only),
     },
     Migration {
-        sql: include_str!("../../../schema/0011_entry_blocks.sql"),
+        sql: include_str!("../../../../schema/0011_entry_blocks.sql"),
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../schema/0012_wide_prefix_hash.sql"),
+        sql: include_str!("../../../../schema/0012_wide_prefix_hash.sql"),
         rewrite: None,
     },
 ];
@@ -164,7 +171,7 @@ fn apply(
 /// The schema as the migrations up to [`FRESH_SCHEMA_VERSION`] leave an
 /// empty database, written out as one script: a new archive runs it instead
 /// of replaying them (a test holds the two ways to the same schema and rows).
-pub const FRESH_SCHEMA: &str = include_str!("../../../schema/fresh.sql");
+pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
 pub const FRESH_SCHEMA_VERSION: i64 = 12;
 
