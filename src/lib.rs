@@ -45,7 +45,8 @@
 //! [`repo`] repositories of many sessions, [`convert`] import and export between
 //! formats, [`rpc`] the contract over stdio; [`header`] and [`layout`] are pi's
 //! session header and directory layout, [`preview`] what a person reads of an
-//! entry, [`session_ref`] how a person names a session. The workload generator
+//! entry, [`session_ref`] how a person names a session, [`skeleton`] and
+//! [`tree_index`] a session's tree shape without its text. The workload generator
 //! and the benchmarks live in the `sessiontree-bench` crate (`benches/`).
 
 pub mod archive;
@@ -69,6 +70,7 @@ pub mod session_ref;
 pub mod skeleton;
 pub mod storage;
 pub mod sync;
+pub mod tree_index;
 
 /// pi's fixture session files, for unit tests: read in place (never
 /// copied) from `PI_FIXTURES_DIR`, else `shared/fixtures/pi-sessions`

@@ -10,10 +10,11 @@
 //! Memory stays bounded: the session's skeleton ([`sessiontree::skeleton`]:
 //! ids, parents, types, labels; from the SQLite archive's indexes without
 //! any text, from other backends the log read in pages) goes into a compact
-//! index (ids interned to `u32`, parents, flag bits, subtree sizes), and
-//! only entries that get a line are read, one at a time, as their line is
-//! written — plus, where the skeleton does not say, the messages a fold may
-//! hide, to learn which are the user's (in batches, only on folded paths).
+//! index ([`sessiontree::tree_index`]: ids interned to `u32`, parents, flag
+//! bits, subtree sizes), and only entries that get a line are read, one at a
+//! time, as their line is written — plus, where the skeleton does not say,
+//! the messages a fold may hide, to learn which are the user's (in batches,
+//! only on folded paths).
 //! Nothing here recurses over the tree: every walk is a loop or an explicit
 //! stack, so a deep or caterpillar-shaped tree cannot overflow the stack.
 
@@ -23,10 +24,9 @@ use super::{target, Cli};
 use clap::Args;
 use serde_json::{json, Value};
 use sessiontree::preview::preview_in;
-use sessiontree::skeleton::{SkeletonEntry, SkeletonItem, SkeletonParent};
+use sessiontree::tree_index::{Index, ACTIVE, LABELLED, LEAF, NONE, PRESENT, ROLE_OPEN};
 use sessiontree::{Entry, EntryType, Error, Result, SessionStorage};
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 
 /// Arguments of `tree`.
 #[derive(Debug, Args)]
@@ -108,364 +108,6 @@ const READ_AHEAD: usize = 256;
 /// when its line comes (a batch of screenshots must not fill memory).
 const READ_AHEAD_BYTES: usize = 8 << 20;
 
-/// No node (a root's parent, no leaf).
-const NONE: u32 = u32::MAX;
-
-// Flag bits of a node.
-/// An entry answers to this id (not only named as a parent or label target).
-const PRESENT: u16 = 1;
-/// A user message (kept when a run is folded).
-const USER: u16 = 1 << 1;
-/// A compaction or branch summary (kept when a run is folded).
-const MILESTONE: u16 = 1 << 2;
-/// Has a label (per the log's label entries, latest wins).
-const LABELLED: u16 = 1 << 3;
-/// On the active path.
-const ACTIVE: u16 = 1 << 4;
-/// The leaf.
-const LEAF: u16 = 1 << 5;
-/// Reachable from a root: in the forest, not in or under a parent cycle.
-const REACHED: u16 = 1 << 6;
-/// On the spine being built (guards the upward walk against cycles).
-const SPINE: u16 = 1 << 7;
-/// A message whose role the skeleton left open (its text says whether it is
-/// [`USER`]); looked up only where a fold asks.
-const ROLE_OPEN: u16 = 1 << 8;
-/// `parent` holds a log position (a [`SkeletonParent::At`]) until the
-/// skeleton is read, then the node at it.
-const PARENT_AT: u16 = 1 << 9;
-
-/// Entry ids interned to dense `u32` numbers: one string arena and an
-/// open-addressing table of numbers (about 20 bytes per id beyond its text,
-/// where a `HashMap<String, u32>` costs three times that).
-struct Ids {
-    arena: String,
-    ends: Vec<usize>,
-    slots: Vec<u32>,
-    hasher: std::hash::RandomState,
-}
-
-impl Ids {
-    fn new() -> Self {
-        Ids {
-            arena: String::new(),
-            ends: Vec::new(),
-            slots: vec![NONE; 1024],
-            hasher: std::hash::RandomState::new(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    fn get(&self, n: u32) -> &str {
-        let n = n as usize;
-        let start = if n == 0 { 0 } else { self.ends[n - 1] };
-        &self.arena[start..self.ends[n]]
-    }
-
-    /// The slot holding `id`, or the empty slot where it would go.
-    fn slot(&self, id: &str) -> usize {
-        let mask = self.slots.len() - 1;
-        // Truncating the hash to usize keeps its low bits, which the mask uses.
-        let mut s = self.hasher.hash_one(id) as usize & mask;
-        while self.slots[s] != NONE && self.get(self.slots[s]) != id {
-            s = (s + 1) & mask;
-        }
-        s
-    }
-
-    fn find(&self, id: &str) -> Option<u32> {
-        Some(self.slots[self.slot(id)]).filter(|&n| n != NONE)
-    }
-
-    /// The number of `id`, and whether it is new.
-    fn intern(&mut self, id: &str) -> Result<(u32, bool)> {
-        let s = self.slot(id);
-        if self.slots[s] != NONE {
-            return Ok((self.slots[s], false));
-        }
-        let n = u32::try_from(self.len())
-            .ok()
-            .filter(|&n| n < NONE)
-            .ok_or_else(|| Error::InvalidSession("too many entries for `tree`".into()))?;
-        self.arena.push_str(id);
-        self.ends.push(self.arena.len());
-        self.slots[s] = n;
-        // Keep the table at most half full, so probes stay short.
-        if self.len() * 2 > self.slots.len() {
-            let mut slots = vec![NONE; self.slots.len() * 2];
-            let mask = slots.len() - 1;
-            for m in 0..self.len() as u32 {
-                let mut s = self.hasher.hash_one(self.get(m)) as usize & mask;
-                while slots[s] != NONE {
-                    s = (s + 1) & mask;
-                }
-                slots[s] = m;
-            }
-            self.slots = slots;
-        }
-        Ok((n, true))
-    }
-}
-
-/// The session's shape, without its text: per node (an id), its parent,
-/// log position, flags, subtree size and children (ordered as pi's `/tree`
-/// lists them: the branch holding the leaf first, then log order).
-struct Index {
-    ids: Ids,
-    parent: Vec<u32>,
-    pos: Vec<u32>,
-    flags: Vec<u16>,
-    /// Entries in the subtree (0 for nodes not [`REACHED`]).
-    size: Vec<u32>,
-    /// `children[child_start[n]..child_start[n + 1]]` are `n`'s children.
-    child_start: Vec<u32>,
-    children: Vec<u32>,
-    roots: Vec<u32>,
-    leaf: u32,
-    /// Entries read.
-    entries: usize,
-}
-
-impl Index {
-    /// Reads the session's skeleton and builds the index.
-    fn build(storage: &dyn SessionStorage) -> Result<Index> {
-        let leaf_id = storage.leaf_id()?;
-        let mut idx = Index {
-            ids: Ids::new(),
-            parent: Vec::new(),
-            pos: Vec::new(),
-            flags: Vec::new(),
-            size: Vec::new(),
-            child_start: Vec::new(),
-            children: Vec::new(),
-            roots: Vec::new(),
-            leaf: NONE,
-            entries: 0,
-        };
-        // The node at each log position, for parents given by position.
-        let mut at: Vec<u32> = Vec::new();
-        storage.visit_skeleton(&mut |item| match item {
-            SkeletonItem::Entry(e) => idx.add(&e, &mut at),
-            SkeletonItem::Label { target, set } => {
-                let t = idx.node(target)? as usize;
-                if set {
-                    idx.flags[t] |= LABELLED;
-                } else {
-                    idx.flags[t] &= !LABELLED;
-                }
-                Ok(())
-            }
-        })?;
-        for n in 0..idx.ids.len() {
-            if idx.flags[n] & PARENT_AT != 0 {
-                idx.flags[n] &= !PARENT_AT;
-                idx.parent[n] = at.get(idx.parent[n] as usize).copied().unwrap_or(NONE);
-            }
-        }
-        drop(at);
-        if let Some(id) = leaf_id {
-            idx.leaf = idx
-                .ids
-                .find(&id)
-                .filter(|&n| idx.has(n, PRESENT))
-                .ok_or(Error::DanglingReference(id))?;
-            idx.flags[idx.leaf as usize] |= LEAF;
-            // The active path as pi's /tree marks it: every ancestor of the
-            // leaf up to the root (a parent cycle just ends the walk).
-            let mut n = idx.leaf;
-            while n != NONE && idx.has(n, PRESENT) && !idx.has(n, ACTIVE) {
-                idx.flags[n as usize] |= ACTIVE;
-                n = idx.parent[n as usize];
-            }
-        }
-        idx.link();
-        Ok(idx)
-    }
-
-    /// Folds one entry in; where an id repeats, the entry later in the log
-    /// replaces the other (it is the one `entry(id)` answers with).
-    fn add(&mut self, e: &SkeletonEntry<'_>, at: &mut Vec<u32>) -> Result<()> {
-        let n = self.node(e.id)?;
-        let pos = u32::try_from(e.pos).unwrap_or(NONE - 1);
-        if at.len() <= e.pos {
-            at.resize(e.pos + 1, NONE);
-        }
-        at[e.pos] = n;
-        self.entries += 1;
-        let n = n as usize;
-        if self.flags[n] & PRESENT != 0 && self.pos[n] > pos {
-            return Ok(());
-        }
-        let mut flags = PRESENT | (self.flags[n] & LABELLED);
-        match e.user {
-            Some(true) => flags |= USER,
-            Some(false) => {}
-            None => flags |= ROLE_OPEN,
-        }
-        if e.entry_type == EntryType::Compaction.as_str()
-            || e.entry_type == EntryType::BranchSummary.as_str()
-        {
-            flags |= MILESTONE;
-        }
-        self.pos[n] = pos;
-        self.parent[n] = match e.parent {
-            SkeletonParent::None => NONE,
-            SkeletonParent::Id(p) => self.node(p)?,
-            SkeletonParent::At(p) => {
-                flags |= PARENT_AT;
-                u32::try_from(p).unwrap_or(NONE)
-            }
-        };
-        self.flags[n] = flags;
-        Ok(())
-    }
-
-    /// The node of `id`, made if new.
-    fn node(&mut self, id: &str) -> Result<u32> {
-        let (n, new) = self.ids.intern(id)?;
-        if new {
-            self.parent.push(NONE);
-            self.pos.push(0);
-            self.flags.push(0);
-        }
-        Ok(n)
-    }
-
-    fn has(&self, n: u32, flag: u16) -> bool {
-        self.flags[n as usize] & flag != 0
-    }
-
-    /// Children lists (one flat array), roots, and subtree sizes, without recursion.
-    fn link(&mut self) {
-        let len = self.ids.len();
-        let present = |s: &Self, n: u32| n != NONE && s.has(n, PRESENT);
-        let mut start = vec![0u32; len + 1];
-        for n in 0..len as u32 {
-            let p = self.parent[n as usize];
-            if present(self, n) && present(self, p) {
-                start[p as usize + 1] += 1;
-            }
-        }
-        for i in 0..len {
-            start[i + 1] += start[i];
-        }
-        let mut fill = start.clone();
-        let mut children = vec![0u32; start[len] as usize];
-        let mut roots = Vec::new();
-        for n in 0..len as u32 {
-            if !present(self, n) {
-                continue;
-            }
-            let p = self.parent[n as usize];
-            if present(self, p) {
-                children[fill[p as usize] as usize] = n;
-                fill[p as usize] += 1;
-            } else {
-                roots.push(n);
-            }
-        }
-        drop(fill);
-        // pi lists the branch holding the leaf first, then the others in log order.
-        let key = |n: &u32| (self.flags[*n as usize] & ACTIVE == 0, self.pos[*n as usize]);
-        for i in 0..len {
-            let list = &mut children[start[i] as usize..start[i + 1] as usize];
-            if list.len() > 1 {
-                list.sort_by_key(key);
-            }
-        }
-        roots.sort_by_key(key);
-        // Preorder from the roots with an explicit stack; sizes summed in
-        // reverse preorder (children before parents).
-        let mut order = Vec::with_capacity(len);
-        let mut stack: Vec<u32> = roots.iter().rev().copied().collect();
-        while let Some(n) = stack.pop() {
-            if self.flags[n as usize] & REACHED != 0 {
-                continue;
-            }
-            self.flags[n as usize] |= REACHED;
-            order.push(n);
-            stack.extend(
-                children[start[n as usize] as usize..start[n as usize + 1] as usize]
-                    .iter()
-                    .rev(),
-            );
-        }
-        let mut size = vec![0u32; len];
-        for &n in order.iter().rev() {
-            size[n as usize] += 1;
-            let p = self.parent[n as usize];
-            if present(self, p) {
-                size[p as usize] = size[p as usize].saturating_add(size[n as usize]);
-            }
-        }
-        self.size = size;
-        self.child_start = start;
-        self.children = children;
-        self.roots = roots;
-    }
-
-    /// The children of `n` in the forest (none for a node in or under a
-    /// parent cycle, so no walk can loop).
-    fn kids(&self, n: u32) -> &[u32] {
-        if !self.has(n, REACHED) {
-            return &[];
-        }
-        let n = n as usize;
-        &self.children[self.child_start[n] as usize..self.child_start[n + 1] as usize]
-    }
-
-    /// The path down from `n` through each first child (the active child
-    /// where there is one), stopping at the leaf if `to_leaf`.
-    fn descend(&self, n: u32, to_leaf: bool) -> Vec<u32> {
-        let mut path = vec![n];
-        let mut cur = n;
-        while !(to_leaf && cur == self.leaf) {
-            match self.kids(cur).first() {
-                Some(&c) => {
-                    path.push(c);
-                    cur = c;
-                }
-                None => break,
-            }
-        }
-        path
-    }
-
-    /// The path from the root down to `n` (up the parents; a parent cycle ends it).
-    fn ascend(&mut self, n: u32) -> Vec<u32> {
-        let mut path = Vec::new();
-        let mut cur = n;
-        while cur != NONE && self.has(cur, PRESENT) && !self.has(cur, SPINE) {
-            self.flags[cur as usize] |= SPINE;
-            path.push(cur);
-            cur = self.parent[cur as usize];
-        }
-        for &m in &path {
-            self.flags[m as usize] &= !SPINE;
-        }
-        path.reverse();
-        path
-    }
-
-    /// Whether a folded run still shows `n`: user messages (the turns, and
-    /// the only `fork --position before` targets), compactions, branch
-    /// summaries, labelled entries and the leaf.
-    /// (A message with [`ROLE_OPEN`] is decided by [`Writer::learn_roles`].)
-    fn keeps(&self, n: u32) -> bool {
-        self.has(n, USER | MILESTONE | LABELLED | LEAF)
-    }
-
-    fn entries_under(&self, heads: &[u32]) -> u64 {
-        heads
-            .iter()
-            .map(|&h| u64::from(self.size[h as usize]))
-            .sum()
-    }
-}
-
 /// What the spine is.
 enum SpineStart {
     /// The active path.
@@ -496,8 +138,7 @@ pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
     let storage = target::open_for_reading(cli, &args.session)?;
     let idx = Index::build(&*storage)?;
     let find = |id: &str| {
-        idx.ids
-            .find(id)
+        idx.find(id)
             .filter(|&n| idx.has(n, PRESENT))
             .ok_or_else(|| Error::EntryNotFound(id.to_owned()))
     };
@@ -541,8 +182,8 @@ impl View {
     /// Writes the tree, line by line, as text or JSON.
     pub fn write(mut self, out: &mut Printer) -> Result<()> {
         let spine = match self.start {
-            SpineStart::Active if self.idx.leaf == NONE => Vec::new(),
-            SpineStart::Active => self.idx.ascend(self.idx.leaf),
+            SpineStart::Active if self.idx.leaf() == NONE => Vec::new(),
+            SpineStart::Active => self.idx.ascend(self.idx.leaf()),
             SpineStart::From(n) => self.idx.descend(n, true),
             SpineStart::Around(n) => {
                 let mut path = self.idx.ascend(n);
@@ -550,10 +191,10 @@ impl View {
                 path
             }
         };
-        let leaf = (self.idx.leaf != NONE).then(|| self.idx.ids.get(self.idx.leaf));
+        let leaf = (self.idx.leaf() != NONE).then(|| self.idx.id(self.idx.leaf()));
         if out.json() {
             out.raw(&format!(r#"{{"leaf":{},"lines":["#, json!(leaf)));
-        } else if self.idx.entries == 0 {
+        } else if self.idx.entries() == 0 {
             out.piece(Style::Plain, "empty session");
             out.end_line();
         } else if leaf.is_none() {
@@ -616,7 +257,7 @@ impl Writer<'_, '_> {
         if at_root {
             let top = spine.first().copied();
             let others: Vec<u32> = idx
-                .roots
+                .roots()
                 .iter()
                 .copied()
                 .filter(|&r| Some(r) != top)
@@ -702,7 +343,7 @@ impl Writer<'_, '_> {
     fn learn_roles(&mut self, nodes: &[u32]) -> Result<()> {
         for batch in nodes.chunks(ROLE_BATCH) {
             let idx = &self.view.idx;
-            let ids: Vec<&str> = batch.iter().map(|&n| idx.ids.get(n)).collect();
+            let ids: Vec<&str> = batch.iter().map(|&n| idx.id(n)).collect();
             let users = &mut self.users;
             for &n in batch {
                 users.insert(n, false);
@@ -740,7 +381,7 @@ impl Writer<'_, '_> {
         }
         self.ahead.clear();
         let idx = &self.view.idx;
-        let ids: Vec<&str> = nodes.iter().map(|&n| idx.ids.get(n)).collect();
+        let ids: Vec<&str> = nodes.iter().map(|&n| idx.id(n)).collect();
         let ahead = &mut self.ahead;
         let mut kept = 0;
         self.view.storage.visit_entries_by_id(&ids, &mut |at, e| {
@@ -874,7 +515,7 @@ impl Writer<'_, '_> {
         if let Some(e) = self.ahead.remove(&n) {
             return Ok(e);
         }
-        let id = self.idx().ids.get(n);
+        let id = self.idx().id(n);
         self.view
             .storage
             .entry(id)?
@@ -888,7 +529,7 @@ impl Writer<'_, '_> {
         Ok(self
             .view
             .storage
-            .label(self.idx().ids.get(n))?
+            .label(self.idx().id(n))?
             .map(|l| l.to_string_lossy()))
     }
 
@@ -906,7 +547,7 @@ impl Writer<'_, '_> {
         let label = self.label_of(n)?;
         let idx = self.idx();
         // The index's id is the entry's (asking the entry would parse it).
-        let entry_id = idx.ids.get(n);
+        let entry_id = idx.id(n);
         let active = idx.has(n, ACTIVE);
         let is_leaf = idx.has(n, LEAF);
         let cwd = self.view.cwd.as_deref();
@@ -923,7 +564,7 @@ impl Writer<'_, '_> {
                 "leaf": is_leaf,
             });
             if let Some(b) = branch_of {
-                v["branchOf"] = json!((b.fork != NONE).then(|| idx.ids.get(b.fork)));
+                v["branchOf"] = json!((b.fork != NONE).then(|| idx.id(b.fork)));
             }
             self.json_line(v);
             return Ok(());
@@ -931,7 +572,7 @@ impl Writer<'_, '_> {
         let mark = if active { "*" } else { " " };
         let from = match branch_of {
             Some(b) if b.announce && b.fork != NONE => {
-                format!("(from {}) ", fit(&safe(idx.ids.get(b.fork)), 24))
+                format!("(from {}) ", fit(&safe(idx.id(b.fork)), 24))
             }
             _ => String::new(),
         };
@@ -999,8 +640,8 @@ impl Writer<'_, '_> {
         let entries = idx.entries_under(heads);
         let unfolded = level < self.view.depth;
         if self.out.json() {
-            let ids: Vec<&str> = heads.iter().map(|&h| idx.ids.get(h)).collect();
-            let at = (fork != NONE).then(|| idx.ids.get(fork));
+            let ids: Vec<&str> = heads.iter().map(|&h| idx.id(h)).collect();
+            let at = (fork != NONE).then(|| idx.id(fork));
             self.json_line(json!({
                 "kind": "branches", "level": level, "at": at, "branches": heads.len(),
                 "entries": entries, "heads": ids, "unfolded": unfolded,
@@ -1030,7 +671,7 @@ impl Writer<'_, '_> {
                 .saturating_sub(width(tee) + width(&text) + 2);
             let head = format!(
                 "{} {}",
-                safe(self.idx().ids.get(*only)),
+                safe(self.idx().id(*only)),
                 safe(&preview_in(
                     &e,
                     4 * self.view.preview,
@@ -1046,7 +687,7 @@ impl Writer<'_, '_> {
                 .saturating_sub(width(tee) + width(&text) + 2);
             let mut list = String::new();
             for (j, &h) in heads.iter().enumerate() {
-                let id = safe(self.idx().ids.get(h));
+                let id = safe(self.idx().id(h));
                 let sep = if j == 0 { "" } else { ", " };
                 // Room for this id, and for `, …` if more follow.
                 let tail = if j + 1 < k { 3 } else { 0 };

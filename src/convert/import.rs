@@ -1,0 +1,316 @@
+//! Importing pi session files into an archive: one file, or many in
+//! grouped transactions.
+
+use super::append::append_new_lines;
+use super::hash::hash_prefix;
+use super::pipeline::{pipelined, FileRead, Source};
+use super::plan::{file_facts, plan_import, FileImport, ImportOutcome, NewFile, Plan};
+use super::progress::ByteProgress;
+use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter};
+use crate::error::{Error, Result};
+use crate::header::Header;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+/// Trains the archive's first compression dictionary from the files about
+/// to be imported, unless it has one (a later `compact` retrains on the
+/// whole archive). Reads at most the training budget, spread over the
+/// files; returns the dictionary's size if one was trained.
+pub fn train_dictionary_for(
+    archive: &Archive,
+    files: &[std::path::PathBuf],
+) -> Result<Option<usize>> {
+    use crate::backend::sqlite::codec::IMPORT_TRAINING_BUDGET as TRAINING_BUDGET;
+    if files.is_empty() || archive.has_dictionary()? {
+        return Ok(None);
+    }
+    let per_file = (TRAINING_BUDGET / files.len()).max(64 << 10);
+    let mut samples = Vec::new();
+    let mut total = 0;
+    for file in files {
+        let Ok(f) = File::open(file) else { continue };
+        let mut taken = 0;
+        // The header line teaches nothing entries share.
+        for line in BufReader::new(f).split(b'\n').skip(1) {
+            let Ok(line) = line else { break };
+            taken += line.len();
+            total += line.len();
+            samples.push(line);
+            if taken >= per_file || total >= TRAINING_BUDGET {
+                break;
+            }
+        }
+        if total >= TRAINING_BUDGET {
+            break;
+        }
+    }
+    archive.train_first_dictionary(&samples)
+}
+
+/// Imports a pi session file (version 1, 2 or 3) into the archive, streaming
+/// (memory bounded by the longest line, not the file) and atomically (a bad
+/// line imports nothing of the file, and the error names the file and line).
+pub fn import_jsonl(archive: &Archive, path: &Path) -> Result<FileImport> {
+    import_jsonl_with_progress(archive, path, &mut |_| {})
+}
+
+/// [`import_jsonl`], telling `progress` how far into the file it has got, in
+/// bytes: increasing, about every megabyte, and at the end the bytes read
+/// (the file's size for a file read whole; a file appended to counts from
+/// the start, its prefix being hashed). Not called for a file whose size and
+/// modification time are as last imported. Called on this thread, so the
+/// callback need not be `Send`.
+pub fn import_jsonl_with_progress(
+    archive: &Archive,
+    path: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<FileImport> {
+    let mut progress = ByteProgress::new(progress);
+    let plan = plan_import(archive, path, file_facts(path)?, &mut progress)?;
+    carry_out(archive, path, plan, &mut progress)
+}
+
+/// Writes what `plan` says for the file at `path`, alone.
+fn carry_out(
+    archive: &Archive,
+    path: &Path,
+    plan: Plan,
+    progress: &mut ByteProgress<'_>,
+) -> Result<FileImport> {
+    match plan {
+        Plan::Done(done) => Ok(done),
+        Plan::New(file) => import_new(archive, &file, progress),
+        Plan::Append {
+            record,
+            size,
+            mtime,
+        } => append_new_lines(archive, path, &record, size, mtime, progress),
+    }
+}
+
+/// The most bytes of files [`import_jsonl_files`] writes in one transaction:
+/// about as long a hold of the write lock as one batch of a staged import
+/// (100 ms) at the import's speed. Bigger files are each imported in a
+/// staged write of their own.
+const GROUP_BYTES: u64 = 4 << 20;
+
+/// Imports many files, as [`import_jsonl`] each, returning each file's
+/// result in `paths`' order; `progress` hears (file index, bytes into it),
+/// a file at a time (a file whose group is rolled back is heard again when
+/// it is imported alone). A first dictionary is trained from all of them.
+/// New files up to [`GROUP_BYTES`] are written first, several to a
+/// transaction, while the next ones are read: one commit, one sync and one
+/// search-index flush per group instead of per file (a group with a bad file
+/// in it is imported a file at a time, so a bad file still imports nothing
+/// of itself and the others go on). The other files follow, each alone.
+pub fn import_jsonl_files(
+    archive: &Archive,
+    paths: &[PathBuf],
+    progress: &mut dyn FnMut(usize, u64),
+) -> Result<Vec<Result<FileImport>>> {
+    if paths.len() > 1 {
+        train_dictionary_for(archive, paths)?;
+    }
+    let mut results: Vec<Option<Result<FileImport>>> = paths.iter().map(|_| None).collect();
+    let mut grouped: Vec<(usize, NewFile)> = Vec::new();
+    let mut alone: Vec<(usize, Plan)> = Vec::new();
+    // A file left without a result here is imported last, as if alone, in
+    // the order named: a file named again (two roots holding it, a symlink)
+    // finds its record; of two files holding one session the first named is
+    // imported whatever their sizes (groups go before the files imported
+    // alone); a group rolled back (a bad file in it, the lock, the commit)
+    // has its files planned again, as they are now.
+    let mut canons = std::collections::HashSet::new();
+    let mut session_ids = std::collections::HashSet::new();
+    for (index, path) in paths.iter().enumerate() {
+        let facts = match file_facts(path) {
+            Ok(facts) => facts,
+            Err(e) => {
+                results[index] = Some(Err(e));
+                continue;
+            }
+        };
+        if !canons.insert(facts.0.clone()) {
+            continue;
+        }
+        let mut report = |at| progress(index, at);
+        match plan_import(archive, path, facts, &mut ByteProgress::new(&mut report)) {
+            Err(e) => results[index] = Some(Err(e)),
+            Ok(Plan::Done(done)) => results[index] = Some(Ok(done)),
+            Ok(Plan::New(file)) if !session_ids.insert(file.header.id.clone()) => {}
+            Ok(Plan::New(file)) if file.size <= GROUP_BYTES => grouped.push((index, file)),
+            Ok(plan) => alone.push((index, plan)),
+        }
+    }
+    write_grouped(archive, &grouped, progress, &mut results);
+    for (index, plan) in alone {
+        let mut report = |at| progress(index, at);
+        let mut file_progress = ByteProgress::new(&mut report);
+        results[index] = Some(carry_out(archive, &paths[index], plan, &mut file_progress));
+    }
+    Ok(results
+        .into_iter()
+        .enumerate()
+        .map(|(index, result)| {
+            result.unwrap_or_else(|| {
+                import_jsonl_with_progress(archive, &paths[index], &mut |at| progress(index, at))
+            })
+        })
+        .collect())
+}
+
+/// Imports a new file in a staged write of its own: in short transactions
+/// (other writers get the lock between them), invisible until published,
+/// so the file is imported whole or not at all as far as any reader can tell.
+fn import_new(
+    archive: &Archive,
+    file: &NewFile,
+    progress: &mut ByteProgress<'_>,
+) -> Result<FileImport> {
+    // An archive without a dictionary gets its first one from this file,
+    // trained while the reader parses ahead.
+    let train = || train_dictionary_for(archive, std::slice::from_ref(&file.path)).map(drop);
+    let imported = pipelined(vec![Source::new_file(file)], train, |feed| {
+        archive.write_session(|w| {
+            w.begin_staged(&new_session_from_header(&file.header), &file.canon)?;
+            let read = feed.write(w, progress)?;
+            let imported = record_new_file(w, file, read)?;
+            w.publish()?;
+            Ok(imported)
+        })
+    });
+    imported.or_else(|e| lost_race(archive, file, e))
+}
+
+/// Writes `files` (all new, none bigger than [`GROUP_BYTES`]) in groups of
+/// at most that many bytes, a transaction each, while one reader reads
+/// ahead through all of them; puts each file's result in `results` once its
+/// group has committed. A group
+/// is written whole or not at all: one failing file (a bad line, a session
+/// already there) rolls it back, and its files get no results here, to be
+/// imported one by one. (A savepoint per file instead would cost every
+/// file a search-index flush and a sub-journal of the pages it touches.)
+fn write_grouped(
+    archive: &Archive,
+    files: &[(usize, NewFile)],
+    progress: &mut dyn FnMut(usize, u64),
+    results: &mut [Option<Result<FileImport>>],
+) {
+    if files.is_empty() {
+        return;
+    }
+    let mut groups: Vec<&[(usize, NewFile)]> = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (at, (_, file)) in files.iter().enumerate() {
+        if at > from && bytes + file.size > GROUP_BYTES {
+            groups.push(&files[from..at]);
+            (from, bytes) = (at, 0);
+        }
+        bytes += file.size;
+    }
+    groups.push(&files[from..]);
+    let paths: Vec<PathBuf> = files.iter().map(|(_, f)| f.path.clone()).collect();
+    let train = || train_dictionary_for(archive, &paths).map(drop);
+    let sources = files.iter().map(|(_, f)| Source::new_file(f)).collect();
+    // A failure here leaves the files without results, to be imported alone.
+    let _ = pipelined(sources, train, |feed| {
+        for (n, group) in groups.iter().enumerate() {
+            if n > 0 {
+                // Writers waiting for the lock get it between two groups.
+                std::thread::sleep(crate::backend::sqlite::STAGED_GAP);
+            }
+            let first = feed.next_file;
+            let written = archive.write_session(|w| {
+                let mut imported = Vec::with_capacity(group.len());
+                for (index, file) in *group {
+                    let mut report = |at| progress(*index, at);
+                    w.begin(&new_session_from_header(&file.header))?;
+                    let read = feed.write(w, &mut ByteProgress::new(&mut report))?;
+                    imported.push(record_new_file(w, file, read)?);
+                    w.end_session()?;
+                }
+                Ok(imported)
+            });
+            match written {
+                Ok(imported) => {
+                    for ((index, _), one) in group.iter().zip(imported) {
+                        results[*index] = Some(Ok(one));
+                    }
+                }
+                Err(_) => feed.skip_until(first + group.len()),
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Records a new file's import in the write that imported it.
+fn record_new_file(
+    w: &mut SessionWriter<'_>,
+    file: &NewFile,
+    read: FileRead,
+) -> Result<FileImport> {
+    let summary = read.summary;
+    // The session row was made from the header read when the file was
+    // planned; pi may have rewritten the file since.
+    if summary.header.json != file.header.json {
+        return Err(Error::InvalidHeader {
+            path: file.path.clone(),
+            reason: "its header changed while it was being imported (import it again)".into(),
+        });
+    }
+    let prefix_hash = match read.hash {
+        Some(hash) if summary.torn_tail.is_none() => hash,
+        _ => hash_prefix(&file.path, summary.complete_bytes)?,
+    };
+    w.record_import(&ImportRecord {
+        source_path: file.canon.clone(),
+        session_id: summary.header.id.clone(),
+        bytes: summary.complete_bytes,
+        prefix_hash,
+        lines: summary.lines,
+        file_size: file.size,
+        file_mtime: file.mtime,
+    })?;
+    Ok(FileImport {
+        session_id: summary.header.id,
+        outcome: ImportOutcome::Imported,
+        entries: summary.entries,
+        bytes_read: summary.bytes,
+        torn_tail: summary.torn_tail,
+    })
+}
+
+/// Another import (another process, or a file before this one) created the
+/// session between our look and our write: what it did stands, as if it had
+/// come first. Any other error is `error`.
+fn lost_race(archive: &Archive, file: &NewFile, error: Error) -> Result<FileImport> {
+    let Error::SessionExists(id) = error else {
+        return Err(error);
+    };
+    Ok(FileImport {
+        session_id: id,
+        outcome: match archive.import_record(&file.canon)? {
+            Some(r) if r.file_size == file.size && r.file_mtime == file.mtime => {
+                ImportOutcome::Unchanged
+            }
+            _ => ImportOutcome::AlreadyPresent,
+        },
+        entries: 0,
+        bytes_read: 0,
+        torn_tail: None,
+    })
+}
+
+/// The session row of an import, from the file's header.
+pub fn new_session_from_header(h: &Header) -> NewSession {
+    NewSession {
+        id: h.id.clone(),
+        created_at: h.timestamp.clone(),
+        cwd: h.cwd.clone(),
+        parent_session: h.parent_session.clone(),
+        metadata: h.metadata.clone(),
+        header: h.json.clone(),
+    }
+}

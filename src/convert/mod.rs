@@ -1,0 +1,32 @@
+//! Conversion between formats, above the backends: pi JSONL files into an
+//! SQLite archive and back. Neither backend knows the other; this module
+//! reads with one and writes with the other.
+//!
+//! Imports are idempotent: each imported file is recorded with the bytes
+//! imported and their hash. Re-importing an unchanged file does nothing; a file
+//! pi has appended to since imports only its new lines; a file changed in any
+//! other way is refused (delete the session to import it afresh).
+//!
+//! The parts: `progress` (byte progress reports), `hash` (the prefix hash an
+//! import record holds), `plan` (what importing a file comes to),
+//! `pipeline` (the reader and writer threads), `append` (importing the new
+//! lines of a file imported before), `import` (the import functions) and
+//! `export`.
+
+mod append;
+mod export;
+mod hash;
+mod import;
+mod pipeline;
+mod plan;
+mod progress;
+
+pub use export::{
+    export_file_to_file, export_jsonl, export_storage_to_file, export_to_file,
+    export_to_file_with_progress, ExportOutcome,
+};
+pub use import::{
+    import_jsonl, import_jsonl_files, import_jsonl_with_progress, new_session_from_header,
+    train_dictionary_for,
+};
+pub use plan::{FileImport, ImportOutcome};

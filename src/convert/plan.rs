@@ -1,0 +1,161 @@
+//! The import plan: what importing a file comes to (unchanged, appended
+//! to, changed, or new), decided before anything is written.
+
+use super::hash::{hash_prefix_reporting, PrefixHash};
+use super::progress::ByteProgress;
+use crate::backend::jsonl::{read_open_header, TornTail};
+use crate::backend::sqlite::{Archive, ImportRecord};
+use crate::error::{Error, Result};
+use crate::header::Header;
+use crate::layout::check_session_id;
+use std::path::{Path, PathBuf};
+
+/// What importing one file did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportOutcome {
+    /// A new session was created.
+    Imported,
+    /// The file grew since its last import; its new entries were appended.
+    Appended,
+    /// Nothing to do: the file is as it was last imported.
+    Unchanged,
+    /// The session id is already in the archive from another source; skipped.
+    AlreadyPresent,
+    /// Another process is importing this file right now; skipped.
+    InProgressElsewhere,
+}
+
+/// The result of importing one file.
+#[derive(Debug, Clone)]
+pub struct FileImport {
+    /// The session id.
+    pub session_id: String,
+    /// What happened.
+    pub outcome: ImportOutcome,
+    /// Entries written.
+    pub entries: u64,
+    /// Bytes of the file read.
+    pub bytes_read: u64,
+    /// A torn final line left out (pi may be writing it right now); a later
+    /// import picks it up once complete.
+    pub torn_tail: Option<TornTail>,
+}
+
+pub(super) fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
+    let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
+    let canon = std::fs::canonicalize(path).map_err(io)?;
+    let meta = std::fs::metadata(&canon).map_err(io)?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Ok((canon.to_string_lossy().into_owned(), meta.len(), mtime))
+}
+
+/// What importing a file comes to, decided before anything is written.
+pub(super) enum Plan {
+    /// Nothing (more) to write.
+    Done(FileImport),
+    /// A file not imported before.
+    New(NewFile),
+    /// A file pi has appended to since its import `record`.
+    Append {
+        record: ImportRecord,
+        size: u64,
+        mtime: i64,
+    },
+}
+
+/// A file to import as a new session.
+pub(super) struct NewFile {
+    pub(super) path: PathBuf,
+    /// Its canonical path, as its import record names it.
+    pub(super) canon: String,
+    pub(super) size: u64,
+    pub(super) mtime: i64,
+    pub(super) header: Header,
+}
+
+/// Looks at `path` and the archive's record of it: unchanged, appended to
+/// (the imported prefix is hashed, reported to `progress`), changed (an
+/// error), or new (its header read and checked).
+pub(super) fn plan_import(
+    archive: &Archive,
+    path: &Path,
+    (canon, size, mtime): (String, u64, i64),
+    progress: &mut ByteProgress<'_>,
+) -> Result<Plan> {
+    let unchanged = |r: &ImportRecord| {
+        Plan::Done(FileImport {
+            session_id: r.session_id.clone(),
+            outcome: ImportOutcome::Unchanged,
+            entries: 0,
+            bytes_read: 0,
+            torn_tail: None,
+        })
+    };
+    match archive.import_record(&canon)? {
+        Some(r) if r.file_size == size && r.file_mtime == mtime => Ok(unchanged(&r)),
+        Some(r)
+            if size >= r.bytes
+                && hash_prefix_reporting(
+                    path,
+                    r.bytes,
+                    PrefixHash::like(&r.prefix_hash),
+                    Some(progress),
+                )? == r.prefix_hash =>
+        {
+            if size == r.bytes {
+                archive.write_session(|w| {
+                    w.resume(&r.session_id)?;
+                    w.record_import(&ImportRecord {
+                        file_size: size,
+                        file_mtime: mtime,
+                        ..r.clone()
+                    })
+                })?;
+                return Ok(unchanged(&r));
+            }
+            Ok(Plan::Append {
+                record: r,
+                size,
+                mtime,
+            })
+        }
+        Some(r) => Err(Error::ImportedFileChanged {
+            path: path.to_owned(),
+            session: r.session_id.clone(),
+            how: "not only appended to",
+        }),
+        None => {
+            let header = read_open_header(path)?;
+            // An id that could not be exported (a path, `..`) is refused at the door.
+            check_session_id(&header.id)?;
+            let skipped = |session_id, outcome| {
+                Plan::Done(FileImport {
+                    session_id,
+                    outcome,
+                    entries: 0,
+                    bytes_read: 0,
+                    torn_tail: None,
+                })
+            };
+            // An earlier import of this file that never published: another
+            // process is still at it, or it died and its batches go.
+            if let Some(id) = archive.discard_dead_staged_import(&canon)? {
+                return Ok(skipped(id, ImportOutcome::InProgressElsewhere));
+            }
+            if archive.has_session(&header.id)? {
+                return Ok(skipped(header.id, ImportOutcome::AlreadyPresent));
+            }
+            Ok(Plan::New(NewFile {
+                path: path.to_owned(),
+                canon,
+                size,
+                mtime,
+                header,
+            }))
+        }
+    }
+}
