@@ -208,12 +208,15 @@ export interface ExportResult {
   backup: string | null;
 }
 
-/** A sessiontree archive: many sessions in one SQLite file. */
+/** A sessiontree archive: many sessions in one SQLite file, or a team archive on PostgreSQL. */
 export declare class Archive {
   private constructor();
-  /** Opens (creating if needed) the archive at `path`, by default the CLI's default archive. */
+  /**
+   * Opens (creating if needed) the archive at `path`, by default the CLI's default archive;
+   * a `postgres://` URL opens a team archive (import rejects there: `sessiontree sync` fills one).
+   */
   static open(path?: string, options?: { durability?: Durability }): Promise<Archive>;
-  /** The archive file. */
+  /** The archive file, or the team archive's URL. */
   readonly path: string;
   /** pi's `SessionStorage` for one session (`not_found` if there is none). */
   storage(sessionId: string): Promise<ArchiveStorage>;

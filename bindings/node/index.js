@@ -202,7 +202,7 @@ export class ArchiveRepo {
   }
 }
 
-/** A sessiontree archive (one SQLite file of many sessions). */
+/** A sessiontree archive: one SQLite file of many sessions, or a team archive on PostgreSQL. */
 export class Archive {
   #native;
 
@@ -212,7 +212,8 @@ export class Archive {
 
   /**
    * Opens (creating if needed) the archive at `path`, by default the CLI's
-   * (`$XDG_DATA_HOME/sessiontree/archive.db` or `~/.local/share/sessiontree/archive.db`).
+   * (`$XDG_DATA_HOME/sessiontree/archive.db` or `~/.local/share/sessiontree/archive.db`);
+   * a `postgres://` URL opens a team archive (import then rejects: `sessiontree sync` fills one).
    */
   static async open(path, { durability } = {}) {
     return new Archive(await engine(native.openArchive(path ?? undefined, durability)));
@@ -223,7 +224,7 @@ export class Archive {
     return this.#native;
   }
 
-  /** The archive file. */
+  /** The archive file, or the team archive's URL. */
   get path() {
     return this.#native.path;
   }

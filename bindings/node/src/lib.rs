@@ -13,9 +13,10 @@ use napi_derive::napi;
 use serde_json::{json, Value};
 use sessiontree::archive::SessionArchive;
 use sessiontree::backend::jsonl::JsonlStorage;
+use sessiontree::backend::postgres::{is_postgres_url, PgArchive};
 use sessiontree::backend::sqlite::{Archive, ListQuery, SearchFilter};
 use sessiontree::convert::{self, ExportOutcome, ImportOutcome};
-use sessiontree::repo::sqlite::SqliteRepo;
+use sessiontree::repo::archive::ArchiveRepo;
 use sessiontree::repo::{CreateOptions, ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
 use sessiontree::{Durability, Error, JsonText, Result, Session, SessionMetadata, SessionStorage};
@@ -188,27 +189,58 @@ pub fn open_jsonl(path: String, durability_name: Option<String>) -> AsyncTask<Jo
     })
 }
 
-/// An open archive.
+/// An open archive: an SQLite file or a team archive on PostgreSQL, held
+/// as one [`SessionArchive`] as the CLI holds it.
 #[napi]
 pub struct NativeArchive {
-    archive: Archive,
+    archive: Arc<dyn SessionArchive>,
+    /// The SQLite file, for what only a local archive does (import); `None`
+    /// for a team archive.
+    local: Option<Archive>,
+    /// The file's path or the team archive's URL.
+    location: String,
+}
+
+impl NativeArchive {
+    /// The local SQLite archive, or the refusal a team archive gets (as the
+    /// CLI's: a team archive is filled by `sessiontree sync`).
+    fn local(&self, what: &str) -> Result<Archive> {
+        self.local.clone().ok_or_else(|| {
+            Error::Usage(format!(
+                "{what} works on a local SQLite archive only; to fill a team archive, use `sessiontree sync --to URL [PATH…]`"
+            ))
+        })
+    }
 }
 
 /// Opens (creating if needed) the archive at `path`, or at the CLI's
-/// default archive when `path` is absent.
+/// default archive when `path` is absent; a `postgres://` URL opens a team
+/// archive.
 #[napi]
 pub fn open_archive(
     path: Option<String>,
     durability_name: Option<String>,
 ) -> AsyncTask<Job<NativeArchive>> {
     job(move || {
+        let durability = durability(durability_name.as_deref())?;
+        if let Some(url) = path.as_deref().filter(|p| is_postgres_url(p)) {
+            return Ok(NativeArchive {
+                archive: Arc::new(PgArchive::open(url, durability)?),
+                local: None,
+                location: url.to_owned(),
+            });
+        }
         let path = path.map_or_else(sessiontree::layout::default_archive_path, PathBuf::from);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
-        let archive = Archive::open(&path, durability(durability_name.as_deref())?)?;
-        Ok(NativeArchive { archive })
+        let archive = Archive::open(&path, durability)?;
+        Ok(NativeArchive {
+            archive: Arc::new(archive.clone()),
+            local: Some(archive),
+            location: path.display().to_string(),
+        })
     })
 }
 
@@ -218,10 +250,10 @@ fn metadata_json(m: &SessionMetadata) -> Value {
 
 #[napi]
 impl NativeArchive {
-    /// The archive file.
+    /// The archive file (or the team archive's URL).
     #[napi(getter)]
     pub fn path(&self) -> String {
-        self.archive.path().display().to_string()
+        self.location.clone()
     }
 
     /// Opens one session for reading; its writer claim is taken at the first write.
@@ -229,8 +261,8 @@ impl NativeArchive {
     pub fn open_session(&self, id: String) -> AsyncTask<Job<NativeSession>> {
         let archive = self.archive.clone();
         job(move || {
-            let storage = archive.open_session(&id)?;
-            Ok(NativeSession::new(Box::new(storage), id))
+            let storage = archive.open_storage(&id)?;
+            Ok(NativeSession::new(storage, id))
         })
     }
 
@@ -247,7 +279,7 @@ impl NativeArchive {
                 parent_session: opt_str(&o, "parentSessionPath")?,
                 metadata: opt_metadata(&o)?,
             };
-            let session = SqliteRepo::new(archive).create(&create)?;
+            let session = ArchiveRepo::new(archive).create(&create)?;
             Ok(metadata_json(&session.storage().metadata()?).to_string())
         })
     }
@@ -301,8 +333,8 @@ impl NativeArchive {
                 parent_session: opt_str(&o, "parentSessionPath")?,
                 metadata: opt_metadata(&o)?,
             };
-            let mut repo = SqliteRepo::new(archive);
-            let source = repo.archive().open_session(&source_id)?.metadata()?;
+            let source = archive.open_storage(&source_id)?.metadata()?;
+            let mut repo = ArchiveRepo::new(archive);
             let session = repo.fork(&source, &fork)?;
             Ok(metadata_json(&session.storage().metadata()?).to_string())
         })
@@ -376,8 +408,9 @@ impl NativeArchive {
     /// first compression dictionary from them, as `sessiontree import` does.
     #[napi]
     pub fn prepare_import(&self, path: Option<String>) -> AsyncTask<Job<String>> {
-        let archive = self.archive.clone();
+        let archive = self.local("import");
         job(move || {
+            let archive = archive?;
             let path = path.map_or_else(sessiontree::layout::pi_sessions_dir, PathBuf::from);
             let mut files = Vec::new();
             sessiontree::layout::collect_jsonl_files(&path, &mut files)?;
@@ -394,8 +427,9 @@ impl NativeArchive {
     /// resolves to what it did as JSON text.
     #[napi]
     pub fn import_file(&self, path: String) -> AsyncTask<Job<String>> {
-        let archive = self.archive.clone();
+        let archive = self.local("import");
         job(move || {
+            let archive = archive?;
             let r = convert::import_jsonl(&archive, Path::new(&path))?;
             let outcome = match r.outcome {
                 ImportOutcome::Imported => "imported",

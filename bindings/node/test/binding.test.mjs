@@ -339,3 +339,50 @@ test("pi's files and the archive stay consistent: one source of truth per sessio
   await assert.rejects(archive.exportSession("s1", root), (e) => e.code === "storage");
   await reader.close();
 });
+
+// The team archive through the same `Archive`: opened by URL, each run in a
+// schema of its own (`search_path`, created on first use). Skipped without a
+// server; CI sets SESSIONTREE_REQUIRE_PG so that a missing one fails.
+test("a postgres:// URL opens a team archive with the same API; import is refused there", async (t) => {
+  const url = process.env.SESSIONTREE_TEST_PG;
+  if (!url) {
+    assert.ok(!process.env.SESSIONTREE_REQUIRE_PG, "SESSIONTREE_TEST_PG is required (SESSIONTREE_REQUIRE_PG is set)");
+    t.skip("no SESSIONTREE_TEST_PG");
+    return;
+  }
+  const schema = `node_binding_${process.pid}_${Date.now()}`;
+  const team = `${url}${url.includes("?") ? "&" : "?"}options=-csearch_path%3D${schema}`;
+  const archive = await Archive.open(team, { durability: "relaxed" });
+  assert.equal(archive.path, team);
+  const repo = archive.repo();
+  const session = await repo.create({ cwd: "/team" });
+  const u = await session.appendMessage(user("deploy the rocket"));
+  const a = await session.appendMessage({ role: "assistant", content: [{ type: "text", text: "launched" }], timestamp: 2 });
+  await session.appendLabel(a, "done");
+  const meta = await session.getMetadata();
+  await session.getStorage().close();
+  assert.deepEqual(
+    (await repo.list()).map((m) => m.id),
+    [meta.id],
+  );
+  const again = await repo.open(meta);
+  assert.deepEqual(
+    (await again.getBranch()).slice(0, 2).map((e) => e.id),
+    [u, a],
+  );
+  assert.equal(await again.getLabel(a), "done");
+  await again.getStorage().close();
+  const hits = await archive.search("rocket");
+  assert.deepEqual(
+    hits.map((h) => h.entryId),
+    [u],
+  );
+  assert.equal((await archive.stats()).sessions, 1);
+  const fork = await repo.fork(meta, { entryId: u, position: "at" });
+  assert.deepEqual(
+    (await fork.getEntries()).map((e) => e.id),
+    [u],
+  );
+  await fork.getStorage().close();
+  await rejects(archive.importPiSessions(fixturesDir), "usage", /local SQLite archive only/);
+});
