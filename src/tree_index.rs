@@ -399,3 +399,91 @@ impl Index {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory::MemoryStorage;
+    use crate::entry::Entry;
+    use crate::storage::SessionMetadata;
+
+    fn message(id: &str, parent: Option<&str>, role: &str) -> Entry {
+        let parent = parent.map_or("null".to_owned(), |p| format!("{p:?}"));
+        Entry::from_json(&format!(
+            r#"{{"type":"message","id":"{id}","parentId":{parent},"timestamp":"t","message":{{"role":"{role}","content":"x"}}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn index(entries: Vec<Entry>) -> Index {
+        Index::build(&MemoryStorage::loaded(SessionMetadata::default(), entries)).unwrap()
+    }
+
+    fn ids(idx: &Index, nodes: &[u32]) -> Vec<String> {
+        nodes.iter().map(|&n| idx.id(n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_fork_lists_the_branch_holding_the_leaf_first_and_paths_run_root_down() {
+        // u1 → a1 → {x1 (a side branch, first in the log), u2 → a2 (the leaf)}.
+        let mut idx = index(vec![
+            message("u1", None, "user"),
+            message("a1", Some("u1"), "assistant"),
+            message("x1", Some("a1"), "user"),
+            message("u2", Some("a1"), "user"),
+            message("a2", Some("u2"), "assistant"),
+        ]);
+        assert_eq!(idx.entries(), 5);
+        let node = |id: &str| idx.find(id).unwrap();
+        let (u1, a1, x1, u2, a2) = (node("u1"), node("a1"), node("x1"), node("u2"), node("a2"));
+        assert_eq!(idx.leaf(), a2);
+        assert_eq!(idx.roots(), &[u1]);
+        assert_eq!(ids(&idx, idx.kids(a1)), ["u2", "x1"]);
+        assert_eq!(ids(&idx, &idx.descend(u1, true)), ["u1", "a1", "u2", "a2"]);
+        let up = idx.ascend(a2);
+        assert_eq!(ids(&idx, &up), ["u1", "a1", "u2", "a2"]);
+        let up = idx.ascend(x1);
+        assert_eq!(ids(&idx, &up), ["u1", "a1", "x1"]);
+        assert!(idx.has(u1, USER) && idx.has(x1, USER) && !idx.has(a1, USER));
+        assert!(idx.has(a2, LEAF) && !idx.has(u2, LEAF));
+        for n in [u1, a1, u2, a2] {
+            assert!(idx.has(n, ACTIVE), "{}", idx.id(n));
+        }
+        assert!(!idx.has(x1, ACTIVE));
+        assert_eq!(idx.entries_under(&[x1]), 1);
+        assert_eq!(idx.entries_under(&[a1]), 4);
+        assert!(idx.find("nowhere").is_none());
+    }
+
+    #[test]
+    fn a_missing_parent_is_named_but_not_present() {
+        let idx = index(vec![
+            message("u1", None, "user"),
+            message("m1", Some("ghost"), "user"),
+        ]);
+        let ghost = idx.find("ghost").expect("a named parent gets a node");
+        assert!(!idx.has(ghost, PRESENT));
+        assert!(idx.has(idx.find("m1").unwrap(), PRESENT));
+        assert_eq!(idx.entries(), 2);
+    }
+
+    #[test]
+    fn a_deep_chain_is_walked_without_recursion() {
+        // Deep enough that a recursive walk would overflow a test thread's stack.
+        let n = 200_000;
+        let mut entries = vec![message("e0", None, "user")];
+        for i in 1..n {
+            entries.push(message(
+                &format!("e{i}"),
+                Some(&format!("e{}", i - 1)),
+                "user",
+            ));
+        }
+        let mut idx = index(entries);
+        let leaf = idx.leaf();
+        assert_eq!(idx.id(leaf), format!("e{}", n - 1));
+        assert_eq!(idx.ascend(leaf).len(), n);
+        assert_eq!(idx.descend(idx.roots()[0], true).len(), n);
+        assert_eq!(idx.entries_under(idx.roots()), n as u64);
+    }
+}
