@@ -536,8 +536,13 @@ fn damaged_real_lines() {
                 let forward = e
                     .to_string()
                     .contains("missing parent of entries already stored");
+                // An id that could never be exported as a file name (a path,
+                // `..`): refused at the door, as documented, so that no export
+                // writes outside its directory.
+                let unexportable = sessiontree::layout::check_session_id(&s.header().id).is_err()
+                    && e.code() == ErrorCode::InvalidSession;
                 prop_assert!(
-                    (dup || forward) && e.code() == ErrorCode::InvalidEntry,
+                    ((dup || forward) && e.code() == ErrorCode::InvalidEntry) || unexportable,
                     "import refused what opens: {}",
                     e
                 );
@@ -604,6 +609,32 @@ fn damaged_real_lines() {
         imported > 0,
         "no case got through import: the test proves little"
     );
+}
+
+/// The case `damaged_real_lines` met by chance, every time: damage made the
+/// header's id a path (`/fae…`). pi (and the JSONL backend) opens the file;
+/// import refuses it as `invalid_session`, since exporting it would write
+/// outside the export directory, and writes nothing.
+#[test]
+fn an_id_that_is_a_path_opens_but_is_not_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed).unwrap();
+    for id in ["/fae836b", "../up", "a/b", "..", "back\\slash"] {
+        let header = Header::new(id, "2025-01-01T00:00:00.000Z", "/p", None, None).json;
+        let entry = message_entry("u1", None, "user", "hello");
+        let path = dir.path().join("case.jsonl");
+        std::fs::write(&path, format!("{header}\n{}\n", entry.json())).unwrap();
+        let opened = JsonlStorage::open(&path, Durability::Relaxed).unwrap();
+        assert_eq!(opened.header().id, id);
+        let before = archive_dump(archive.path());
+        let e = import_jsonl(&archive, &path).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSession, "{id}: {e}");
+        assert!(e.to_string().contains("cannot be a file name"), "{id}: {e}");
+        assert!(
+            archive_dump(archive.path()) == before,
+            "{id}: the refused import wrote"
+        );
+    }
 }
 
 /// Gives the header of case `n` its own session id, so each case imports as
