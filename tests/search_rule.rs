@@ -471,14 +471,7 @@ fn every_store_finds_the_same_entries_for_every_query() {
     let (file, db, sqlite) = file_and_archive(dir.path(), &messages());
     let team = pg::TempArchive::new();
     if let Some(team) = &team {
-        let out = run_cli([
-            "--db",
-            db.to_str().expect("utf-8"),
-            "sync",
-            "--to",
-            &team.schema_url(),
-        ]);
-        assert!(out.status.success(), "{out:?}");
+        sync_to(&db, team);
     }
     let wrong = disagreements(QUERIES, &sqlite, &file, team.as_ref().map(|t| &t.archive));
     assert!(
@@ -500,14 +493,7 @@ fn a_version_1_team_archive_is_indexed_again_by_the_rule() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let (file, db, sqlite) = file_and_archive(dir.path(), &messages());
-    let out = run_cli([
-        "--db",
-        db.to_str().expect("utf-8"),
-        "sync",
-        "--to",
-        &team.schema_url(),
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    sync_to(&db, &team);
     // What version 1 left: its own words (here stale ones), its tsvector.
     team.archive
         .conn()
@@ -570,14 +556,7 @@ fn phrases_in_long_messages_and_their_pages_answer_alike() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let (file, db, sqlite) = file_and_archive(dir.path(), &messages);
-    let out = run_cli([
-        "--db",
-        db.to_str().expect("utf-8"),
-        "sync",
-        "--to",
-        &team.schema_url(),
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    sync_to(&db, &team);
     let long_query = "X".repeat(3000);
     let queries: [&str; 17] = [
         "\"alpha beta\"",
@@ -778,4 +757,16 @@ fn the_rule_is_fts5_unicode61_on_every_scalar_value() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Pushes the SQLite archive `db` to the team archive, as `sessiontree sync --to` does.
+fn sync_to(db: &Path, team: &pg::TempArchive) {
+    let out = run_cli([
+        "--db",
+        db.to_str().expect("utf-8"),
+        "sync",
+        "--to",
+        &team.schema_url(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
 }
