@@ -52,6 +52,7 @@
 pub mod archive;
 pub mod backend;
 pub mod context;
+pub mod contract;
 pub mod convert;
 pub mod entry;
 pub mod error;
@@ -96,6 +97,7 @@ pub(crate) fn pi_fixture_files() -> Vec<std::path::PathBuf> {
     files
 }
 
+pub use contract::Contract;
 pub use entry::{Entry, EntryType};
 pub use error::{Error, ErrorCode, Result};
 pub use json::JsonText;
