@@ -312,5 +312,6 @@ pub fn new_session_from_header(h: &Header) -> NewSession {
         parent_session: h.parent_session.clone(),
         metadata: h.metadata.clone(),
         header: h.json.clone(),
+        contract: crate::contract::Contract::App,
     }
 }

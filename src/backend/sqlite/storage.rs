@@ -142,6 +142,41 @@ impl SessionStorage for SqliteStorage {
         .map_err(sql("reading session metadata"))
     }
 
+    fn contract(&self) -> Result<crate::contract::Contract> {
+        let conn = self.archive.conn()?;
+        conn.prepare_cached("SELECT contract FROM sessions WHERE session_key = ?1")
+            .and_then(|mut s| {
+                s.query_row([self.session_key], |r| {
+                    crate::backend::session_rows::contract_at(r, 0)
+                })
+            })
+            .map_err(sql("reading the session's contract"))
+    }
+
+    fn kept_lines(&self) -> Result<crate::storage::KeptLines> {
+        let conn = self.archive.conn()?;
+        let open_end: Option<i64> = conn
+            .prepare_cached("SELECT open_end FROM sessions WHERE session_key = ?1")
+            .and_then(|mut s| s.query_row([self.session_key], |r| r.get(0)))
+            .map_err(sql("reading kept lines"))?;
+        let lines = conn
+            .prepare_cached(
+                "SELECT position, text FROM kept_lines WHERE session_key = ?1
+                 ORDER BY position, kept_key",
+            )
+            .and_then(|mut s| {
+                s.query_map([self.session_key], |r| {
+                    Ok(crate::storage::KeptLine {
+                        position: r.get(0)?,
+                        text: r.get(1)?,
+                    })
+                })
+                .and_then(Iterator::collect)
+            })
+            .map_err(sql("reading kept lines"))?;
+        Ok(crate::storage::KeptLines { lines, open_end })
+    }
+
     /// Through the handle's decoded-entry cache, as a path read goes.
     fn entry(&self, id: &str) -> Result<Option<Entry>> {
         let entry = branch_cache::entry_by_id(

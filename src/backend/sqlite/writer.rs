@@ -30,8 +30,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
         return Err(Error::SessionExists(new.id.clone()));
     }
     tx.execute(
-        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header, contract)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             new.id,
             new.created_at,
@@ -39,7 +39,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
             new.cwd,
             new.parent_session,
             new.metadata,
-            new.header
+            new.header,
+            new.contract.as_str()
         ],
     )
     .map_err(sql("creating a session"))?;
@@ -161,6 +162,9 @@ pub(super) struct Appender {
     encoder: Encoder,
     /// `roles` rows looked up or added in this transaction (a handful).
     role_ids: Vec<(String, i64)>,
+    /// An SDK-only entry (`leaf`, `active_tools_change`) was appended: the
+    /// session follows the SDK's rules from now on.
+    sdk_only_seen: bool,
 }
 
 /// Search text buffered before it is written (bounds import memory).
@@ -239,6 +243,7 @@ impl Appender {
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
             role_ids: Vec::new(),
+            sdk_only_seen: false,
         })
     }
 
@@ -346,6 +351,9 @@ impl Appender {
                 self.pending.flush(tx)?;
             }
         }
+        if crate::contract::Contract::is_sdk_only_type(f.entry_type.as_str()) {
+            self.sdk_only_seen = true;
+        }
         // The label change is already in the table; the rest of the fold is kept here.
         let _ = self.facts.push(entry);
         Ok(())
@@ -361,6 +369,14 @@ impl Appender {
         self.tail
             .flush(&mut branch_cache::SqliteCache::new(tx, self.key))?;
         write_session_facts(tx, self.key, &self.facts)?;
+        if self.sdk_only_seen {
+            // A session holding an SDK-only entry follows the SDK's rules.
+            tx.prepare_cached(
+                "UPDATE sessions SET contract = 'sdk' WHERE session_key = ?1 AND contract <> 'sdk'",
+            )
+            .and_then(|mut st| st.execute([self.key]))
+            .map_err(sql("recording the session's contract"))?;
+        }
         Ok(self.pending)
     }
 }
@@ -707,6 +723,43 @@ impl SessionWriter<'_> {
             )
             .map_err(sql("recording an import"))?;
         Ok(())
+    }
+
+    /// Keeps lines of the session's file that pi skips, verbatim, each
+    /// `position` entries into the session's log (`-1`: before the header).
+    pub fn keep_lines(&mut self, lines: &[crate::storage::KeptLine]) -> Result<()> {
+        let key = self.open_key()?;
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO kept_lines (session_key, position, text) VALUES (?1, ?2, ?3)",
+            )
+            .map_err(sql("keeping a skipped line"))?;
+        for line in lines {
+            st.execute(params![key, line.position, line.text])
+                .map_err(sql("keeping a skipped line"))?;
+        }
+        Ok(())
+    }
+
+    /// Records that the session's file ended without its final `\n` after
+    /// `entries` entries (`None`: it ended with one).
+    pub fn set_open_end(&mut self, entries: Option<i64>) -> Result<()> {
+        let key = self.open_key()?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET open_end = ?2 WHERE session_key = ?1",
+                params![key, entries],
+            )
+            .map_err(sql("recording the file's end"))?;
+        Ok(())
+    }
+
+    /// The key of the session being written.
+    fn open_key(&self) -> Result<i64> {
+        self.appender.as_ref().map(|a| a.key).ok_or_else(|| {
+            Error::Unknown("a session's lines were written before the session".into())
+        })
     }
 
     /// Appends one entry to the new session.
