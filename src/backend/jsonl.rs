@@ -25,6 +25,7 @@
 //! message role `hookMessage` renamed `custom`.
 
 use super::LogIndex;
+use crate::contract::Contract;
 use crate::entry::{Entry, EntryProblem};
 use crate::error::{Error, Result};
 pub use crate::header::Header;
@@ -62,6 +63,9 @@ pub struct ReadSummary {
     pub complete_bytes: u64,
     /// Non-blank lines read, the header included, a torn tail excluded.
     pub lines: u64,
+    /// An entry read is of a type only the SDK writes (`leaf`,
+    /// `active_tools_change`): the session follows the SDK's rules.
+    pub sdk_only_entries: bool,
 }
 
 /// Where reading starts: at the top, or after lines already read (a file pi
@@ -251,6 +255,7 @@ pub fn read_session_leniently<R: BufRead>(
     let mut missing_final_newline = false;
     let mut entries = 0;
     let mut physical = number;
+    let mut sdk_only_entries = false;
     // Ids seen and parents wanted, for a store that needs unique ids.
     let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
@@ -339,6 +344,7 @@ pub fn read_session_leniently<R: BufRead>(
             Ok(entry) => {
                 missing_final_newline = !terminated;
                 entries += 1;
+                sdk_only_entries |= Contract::is_sdk_only_type(entry.entry_type().as_str());
                 sink(h, entry)?;
             }
             Err(_) if !terminated => {
@@ -371,6 +377,7 @@ pub fn read_session_leniently<R: BufRead>(
         bytes: offset,
         complete_bytes,
         lines,
+        sdk_only_entries,
     })
 }
 
@@ -530,8 +537,9 @@ pub fn read_header(path: &Path) -> Result<Header> {
     Header::parse(line, path)
 }
 
-/// The header as opening reads it: the first line that is not blank (unlike
-/// [`read_header`], which follows pi's listing and reads only line 1).
+/// The header as opening reads it: the first line that is JSON (not blank,
+/// not malformed, not falsy: pi 1.6 skips those) — unlike [`read_header`],
+/// which follows pi's listing and reads only line 1.
 pub fn read_open_header(path: &Path) -> Result<Header> {
     let io = |e| {
         Error::io(
@@ -549,11 +557,21 @@ pub fn read_open_header(path: &Path) -> Result<Header> {
                 reason: "missing session header".to_owned(),
             });
         }
+        let terminated = buf.ends_with(b"\n");
         let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let text = String::from_utf8_lossy(body);
-        if !js_trim(&text).is_empty() {
-            return Header::parse(&text, path);
+        if js_trim(&text).is_empty() {
+            continue;
         }
+        // pi 1.6 skips what is not JSON (or is falsy) before the header.
+        let trimmed = stored_text(&text);
+        if terminated
+            && (serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
+                || falsy_json(trimmed))
+        {
+            continue;
+        }
+        return Header::parse(&text, path);
     }
 }
 
@@ -570,6 +588,10 @@ pub struct JsonlStorage {
     truncate_to: Option<u64>,
     missing_final_newline: bool,
     poisoned: Option<String>,
+    /// The contract it was told it follows; detected from the log when `None`.
+    contract: Option<Contract>,
+    /// Lines of the file pi skips, as read at open (the file keeps them).
+    skipped: Vec<SkippedLine>,
 }
 
 /// What [`JsonlStorage::check`] found in a session file.
@@ -600,16 +622,61 @@ impl JsonlStorage {
         }
     }
 
-    /// Opens an existing session file.
+    /// Opens an existing session file by the rules of the contract its
+    /// entries imply ([`Contract::detect`]): an app file (the pi program's)
+    /// opens as pi 1.6 opens it, skipping the lines pi skips (kept in the
+    /// file, handed out by [`JsonlStorage::skipped_lines`]); an SDK file (one
+    /// with `leaf` or `active_tools_change` entries) opens by pi-agent-core
+    /// 0.83's checks, a bad line failing the open.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self> {
-        let path = path.as_ref().to_owned();
+        let opened = Self::read(path.as_ref(), durability, Leniency::APP)?;
+        let problem_lines = opened
+            .skipped
+            .iter()
+            .any(|l| !matches!(l.why, SkipReason::Blank));
+        if problem_lines && opened.contract()? == Contract::Sdk {
+            return Self::open_as(path, durability, Contract::Sdk);
+        }
+        Ok(opened)
+    }
+
+    /// Opens an existing session file by `contract`'s rules (see
+    /// [`JsonlStorage::open`]), whatever its entries imply; the storage
+    /// answers that contract.
+    pub fn open_as(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        contract: Contract,
+    ) -> Result<Self> {
+        let leniency = match contract {
+            Contract::App => Leniency::APP,
+            Contract::Sdk => Leniency::default(),
+        };
+        let mut opened = Self::read(path.as_ref(), durability, leniency)?;
+        opened.contract = Some(contract);
+        Ok(opened)
+    }
+
+    fn read(path: &Path, durability: Durability, leniency: Leniency) -> Result<Self> {
+        let path = path.to_owned();
         let file = File::open(&path)
             .map_err(|e| Error::io(format!("Failed to read session {}", path.display()), e))?;
         let mut log = LogIndex::default();
-        let summary = read_session(BufReader::with_capacity(1 << 16, file), &path, |_, e| {
-            log.push(e);
-            Ok(())
-        })?;
+        let mut skipped = Vec::new();
+        let summary = read_session_leniently(
+            BufReader::with_capacity(1 << 16, file),
+            &path,
+            ReadStart::Beginning,
+            leniency,
+            |_, e| {
+                log.push(e);
+                Ok(())
+            },
+            |line| {
+                skipped.push(line);
+                Ok(())
+            },
+        )?;
         Ok(JsonlStorage {
             path,
             header: summary.header,
@@ -620,7 +687,21 @@ impl JsonlStorage {
             torn_tail: summary.torn_tail,
             missing_final_newline: summary.missing_final_newline,
             poisoned: None,
+            contract: None,
+            skipped,
         })
+    }
+
+    /// Tells the storage whose rules the session follows (else detected
+    /// from its entries): a session created through the SDK contract.
+    pub fn set_contract(&mut self, contract: Contract) {
+        self.contract = Some(contract);
+    }
+
+    /// The lines of the file pi skips (blank ones included), with their
+    /// line numbers and why, as read at open.
+    pub fn skipped_lines(&self) -> &[SkippedLine] {
+        &self.skipped
     }
 
     /// Creates a new session file holding only `header`; refuses to overwrite.
@@ -665,6 +746,8 @@ impl JsonlStorage {
             truncate_to: None,
             missing_final_newline: false,
             poisoned: None,
+            contract: None,
+            skipped: Vec::new(),
         })
     }
 
@@ -764,6 +847,26 @@ fn sync_dir(path: &Path) {
 }
 
 impl SessionStorage for JsonlStorage {
+    fn contract(&self) -> Result<Contract> {
+        Ok(self.contract.unwrap_or_else(|| {
+            Contract::detect(self.log.all().iter().map(|e| e.entry_type().as_str()))
+        }))
+    }
+    fn kept_lines(&self) -> Result<crate::storage::KeptLines> {
+        Ok(crate::storage::KeptLines {
+            lines: self
+                .skipped
+                .iter()
+                .map(|l| crate::storage::KeptLine {
+                    position: l.entries_before,
+                    text: l.text.clone(),
+                })
+                .collect(),
+            open_end: self
+                .missing_final_newline
+                .then(|| i64::try_from(self.log.all().len()).unwrap_or(i64::MAX)),
+        })
+    }
     fn metadata(&self) -> Result<SessionMetadata> {
         Ok(self.header.metadata_for(&self.path))
     }

@@ -69,6 +69,17 @@ impl PgStorage {
         }
         appender.push_all(&mut tx, entries)?;
         appender.finish(&mut tx)?;
+        if entries
+            .iter()
+            .any(|e| crate::contract::Contract::is_sdk_only_type(e.entry_type().as_str()))
+        {
+            // A session holding an SDK-only entry follows the SDK's rules.
+            tx.execute(
+                "UPDATE sessions SET contract = 'sdk' WHERE session_key = $1 AND contract <> 'sdk'",
+                &[&self.session_key],
+            )
+            .map_err(pg(ctx))?;
+        }
         tx.commit().map_err(pg("committing an append"))
     }
 

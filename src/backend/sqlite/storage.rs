@@ -7,6 +7,7 @@ use super::writer::{session_facts, Appender, SessionFacts};
 use super::{branch_cache, claim};
 use crate::backend::path_memo::{PathMemo, PathSource};
 use crate::backend::session_rows::stored_js_string;
+use crate::contract::Contract;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
@@ -91,6 +92,17 @@ impl SqliteStorage {
             }
             let untrained = appender.dictionary_id().is_none();
             appender.finish(&tx)?;
+            if entries
+                .iter()
+                .any(|e| Contract::is_sdk_only_type(e.entry_type().as_str()))
+            {
+                // A session holding an SDK-only entry follows the SDK's rules.
+                tx.prepare_cached(
+                    "UPDATE sessions SET contract = 'sdk' WHERE session_key = ?1 AND contract <> 'sdk'",
+                )
+                .and_then(|mut st| st.execute([self.session_key]))
+                .map_err(sql("recording the session's contract"))?;
+            }
             tx.commit().map_err(sql("committing an append"))?;
             untrained
         };

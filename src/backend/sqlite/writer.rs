@@ -162,9 +162,6 @@ pub(super) struct Appender {
     encoder: Encoder,
     /// `roles` rows looked up or added in this transaction (a handful).
     role_ids: Vec<(String, i64)>,
-    /// An SDK-only entry (`leaf`, `active_tools_change`) was appended: the
-    /// session follows the SDK's rules from now on.
-    sdk_only_seen: bool,
 }
 
 /// Search text buffered before it is written (bounds import memory).
@@ -243,7 +240,6 @@ impl Appender {
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
             role_ids: Vec::new(),
-            sdk_only_seen: false,
         })
     }
 
@@ -351,9 +347,6 @@ impl Appender {
                 self.pending.flush(tx)?;
             }
         }
-        if crate::contract::Contract::is_sdk_only_type(f.entry_type.as_str()) {
-            self.sdk_only_seen = true;
-        }
         // The label change is already in the table; the rest of the fold is kept here.
         let _ = self.facts.push(entry);
         Ok(())
@@ -369,14 +362,6 @@ impl Appender {
         self.tail
             .flush(&mut branch_cache::SqliteCache::new(tx, self.key))?;
         write_session_facts(tx, self.key, &self.facts)?;
-        if self.sdk_only_seen {
-            // A session holding an SDK-only entry follows the SDK's rules.
-            tx.prepare_cached(
-                "UPDATE sessions SET contract = 'sdk' WHERE session_key = ?1 AND contract <> 'sdk'",
-            )
-            .and_then(|mut st| st.execute([self.key]))
-            .map_err(sql("recording the session's contract"))?;
-        }
         Ok(self.pending)
     }
 }
@@ -752,6 +737,18 @@ impl SessionWriter<'_> {
                 params![key, entries],
             )
             .map_err(sql("recording the file's end"))?;
+        Ok(())
+    }
+
+    /// Sets whose rules the session being written follows.
+    pub fn set_contract(&mut self, contract: crate::contract::Contract) -> Result<()> {
+        let key = self.open_key()?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET contract = ?2 WHERE session_key = ?1",
+                params![key, contract.as_str()],
+            )
+            .map_err(sql("recording the session's contract"))?;
         Ok(())
     }
 
