@@ -615,10 +615,20 @@ impl JsonlStorage {
                 entries: 0,
                 problems: vec![e.to_string()],
             }),
-            Ok(storage) => Ok(FileCheck {
-                entries: storage.all_entries().len(),
-                problems: crate::storage::contract_problems(&storage)?,
-            }),
+            Ok(storage) => {
+                // Lines pi 1.6 skips open, but they are damage all the same.
+                let mut problems: Vec<String> = storage
+                    .skipped
+                    .iter()
+                    .filter(|l| !matches!(l.why, SkipReason::Blank))
+                    .map(|l| format!("line {}: kept in the file, {}", l.line, l.why.describe()))
+                    .collect();
+                problems.extend(crate::storage::contract_problems(&storage)?);
+                Ok(FileCheck {
+                    entries: storage.all_entries().len(),
+                    problems,
+                })
+            }
         }
     }
 

@@ -150,7 +150,11 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                 if let Some(note) = &note {
                     bar.suspend(|| eprintln!("note: {note}"));
                 }
-                written.push(json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup, "note": note}));
+                let mut row = json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup});
+                if let Some(note) = note {
+                    row["note"] = json!(note);
+                }
+                written.push(row);
             }
             Err(e) => {
                 text.push_str(&format!("failed [{}]: {name}: {e}\n", e.code()));
