@@ -20,6 +20,7 @@ mod labels;
 mod path;
 mod stats;
 mod tree;
+mod v8sort;
 mod value;
 mod write;
 
