@@ -163,3 +163,6 @@ impl<S: SessionStorage> AppSession<S> {
         self.leaf = None;
     }
 }
+
+#[cfg(test)]
+mod tests;
