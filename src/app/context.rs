@@ -242,14 +242,12 @@ fn settings(path: &[(Entry, JsValue)]) -> Result<(Option<JsValue>, JsValue)> {
                     ("modelId", v.get("modelId").cloned()),
                 ]);
             }
-            EntryType::Message => {
-                if message_role(v)?.is_some_and(|r| r.is_str("assistant")) {
-                    let m = v.get("message");
-                    model = object(vec![
-                        ("provider", m.and_then(|m| m.get("provider")).cloned()),
-                        ("modelId", m.and_then(|m| m.get("model")).cloned()),
-                    ]);
-                }
+            EntryType::Message if message_role(v)?.is_some_and(|r| r.is_str("assistant")) => {
+                let m = v.get("message");
+                model = object(vec![
+                    ("provider", m.and_then(|m| m.get("provider")).cloned()),
+                    ("modelId", m.and_then(|m| m.get("model")).cloned()),
+                ]);
             }
             _ => {}
         }
