@@ -161,7 +161,9 @@ impl<S: SessionStorage> AppSession<S> {
             }
         }
         for e in &entries {
-            let node = index[e.id()];
+            let Some(&node) = index.get(e.id()) else {
+                continue;
+            };
             match e.parent_id() {
                 None => arena.roots.push(node),
                 Some(p) if p == e.id() => arena.roots.push(node),
