@@ -242,14 +242,12 @@ fn settings(path: &[(Entry, JsValue)]) -> Result<(Option<JsValue>, JsValue)> {
                     ("modelId", v.get("modelId").cloned()),
                 ]);
             }
-            EntryType::Message => {
-                if message_role(v)?.is_some_and(|r| r.is_str("assistant")) {
-                    let m = v.get("message");
-                    model = object(vec![
-                        ("provider", m.and_then(|m| m.get("provider")).cloned()),
-                        ("modelId", m.and_then(|m| m.get("model")).cloned()),
-                    ]);
-                }
+            EntryType::Message if message_role(v)?.is_some_and(|r| r.is_str("assistant")) => {
+                let m = v.get("message");
+                model = object(vec![
+                    ("provider", m.and_then(|m| m.get("provider")).cloned()),
+                    ("modelId", m.and_then(|m| m.get("model")).cloned()),
+                ]);
             }
             _ => {}
         }
@@ -365,25 +363,30 @@ impl<S: SessionStorage> AppSession<S> {
 }
 
 /// pi-ai's `contentText(content)`: a string as is, else the `text` blocks
-/// joined with newlines.
-fn content_text(content: Option<&JsValue>) -> Result<String> {
+/// joined with newlines; as UTF-16 code units (lone surrogates kept).
+fn content_text(content: Option<&JsValue>) -> Result<Vec<u16>> {
     match content {
-        Some(JsValue::String(s)) => Ok(s.to_string_lossy()),
+        Some(JsValue::String(s)) => Ok(s.to_utf16()),
         Some(JsValue::Array(blocks)) => {
-            let mut parts = Vec::new();
+            let mut out: Vec<u16> = Vec::new();
+            let mut first = true;
             for b in blocks {
                 if matches!(b, JsValue::Null) {
                     return Err(type_error(Some(b), "type"));
                 }
                 if b.get("type").is_some_and(|t| t.is_str("text")) {
-                    parts.push(match b.get("text") {
-                        None | Some(JsValue::Null) => String::new(),
-                        Some(JsValue::String(s)) => s.to_string_lossy(),
-                        Some(other) => JsValue::js_to_string(Some(other)).to_string_lossy(),
-                    });
+                    if !first {
+                        out.push(u16::from(b'\n'));
+                    }
+                    first = false;
+                    // `Array.prototype.join` writes null and undefined as "".
+                    match b.get("text") {
+                        None | Some(JsValue::Null) => {}
+                        other => out.extend(JsValue::js_to_string(other).to_utf16()),
+                    }
                 }
             }
-            Ok(parts.join("\n"))
+            Ok(out)
         }
         other => Err(Error::InvalidEntry(format!(
             "content.filter is not a function ({})",
@@ -395,7 +398,7 @@ fn content_text(content: Option<&JsValue>) -> Result<String> {
 /// pi-ai's `getCurrentSystemMessage(messages)`: every system message replayed
 /// into one (`None` when there is none and no tools).
 pub(crate) fn current_system_message(messages: &[JsValue]) -> Result<Option<JsValue>> {
-    let mut content: Vec<String> = Vec::new();
+    let mut content: Vec<Vec<u16>> = Vec::new();
     let mut sections: Vec<(crate::json::JsString, JsValue)> = Vec::new();
     let mut timestamp: Option<JsValue> = None;
     let mut tools: Vec<(String, JsValue)> = Vec::new();
@@ -444,7 +447,11 @@ pub(crate) fn current_system_message(messages: &[JsValue]) -> Result<Option<JsVa
     }
     let mut out = JsValue::Object(Vec::new());
     out.set("role", JsValue::str("system"));
-    out.set("content", JsValue::str(&content.join("\n\n")));
+    let joined = content.join(&[u16::from(b'\n'), u16::from(b'\n')][..]);
+    out.set(
+        "content",
+        JsValue::String(crate::json::JsString::from_utf16(&joined)),
+    );
     if !sections.is_empty() {
         out.set("sections", JsValue::Object(sections));
     }

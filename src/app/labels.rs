@@ -81,7 +81,7 @@ impl<S: SessionStorage> AppSession<S> {
 
     /// pi's `getLabel(id)`: the label as written, with its timestamp.
     pub fn label(&self, id: &str) -> Result<Option<AppLabel>> {
-        self.label_by_key(&JsString::new(id).json().to_owned())
+        self.label_by_key(JsString::new(id).json())
     }
 
     /// [`AppSession::label`] for an id given as JSON text (any JSON value, as

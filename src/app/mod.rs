@@ -20,6 +20,7 @@ mod labels;
 mod path;
 mod stats;
 mod tree;
+mod v8sort;
 mod value;
 mod write;
 
@@ -162,3 +163,6 @@ impl<S: SessionStorage> AppSession<S> {
         self.leaf = None;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -33,49 +33,7 @@ pub(crate) struct TreeArena {
     pub(crate) roots: Vec<usize>,
 }
 
-/// `Array.prototype.sort` as V8 runs it (TimSort: a run found and then
-/// binary insertion; for lists of fewer than 64 items that is the whole
-/// algorithm), with a comparator that may answer NaN. Lists of 64 or more are
-/// sorted by binary insertion as well, which is V8's answer whenever the
-/// comparator is consistent (no NaN).
-pub(crate) fn v8_sort<T: Clone>(items: &mut [T], cmp: impl Fn(&T, &T) -> f64) {
-    let n = items.len();
-    if n < 2 {
-        return;
-    }
-    // CountAndMakeRun.
-    let mut run = 2;
-    let descending = cmp(&items[1], &items[0]) < 0.0;
-    while run < n {
-        let order = cmp(&items[run], &items[run - 1]);
-        let stop = if descending {
-            order >= 0.0
-        } else {
-            order < 0.0
-        };
-        if stop {
-            break;
-        }
-        run += 1;
-    }
-    if descending {
-        items[..run].reverse();
-    }
-    // BinaryInsertionSort from the end of the run.
-    for start in run..n {
-        let pivot = items[start].clone();
-        let (mut left, mut right) = (0, start);
-        while left < right {
-            let mid = left + ((right - left) >> 1);
-            if cmp(&pivot, &items[mid]) < 0.0 {
-                right = mid;
-            } else {
-                left = mid + 1;
-            }
-        }
-        items[left..=start].rotate_right(1);
-    }
-}
+pub(crate) use super::v8sort::v8_sort;
 
 /// The JavaScript time of a timestamp (`NaN` for an invalid date).
 fn time(e: &Entry) -> f64 {

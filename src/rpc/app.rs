@@ -35,7 +35,7 @@ impl Params {
         match JsValue::parse(text) {
             Ok(v @ JsValue::Object(_)) => Ok(Params(v)),
             Ok(JsValue::Null) => Ok(Params(JsValue::Object(Vec::new()))),
-            _ => Err(Error::Usage("params must be a JSON object".into())),
+            _ => Err(Error::Unknown("params must be a JSON object".into())),
         }
     }
     /// The param (`None`: undefined).
@@ -251,7 +251,7 @@ impl<S: SessionStorage> AppRpc<S> {
                 };
                 id_literal(&s.branch_with_summary(from.as_deref(), args)?)
             }
-            other => return Err(Error::Usage(format!("unknown method {other:?}"))),
+            other => return Err(Error::Unknown(format!("unknown method {other:?}"))),
         })
     }
 }
@@ -290,7 +290,7 @@ pub fn serve<S: SessionStorage>(
                 respond(
                     &mut output,
                     id.as_deref(),
-                    &answer(Err(Error::Usage(format!("invalid request: {e}")))),
+                    &answer(Err(Error::Unknown(format!("invalid request: {e}")))),
                 )?;
                 continue;
             }
