@@ -72,12 +72,13 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
     let mut text = String::new();
     if !rows.is_empty() {
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<5}  {}  {}\n",
             "ID",
             "CREATED",
             "ENTRIES",
             "MSGS",
             "COST",
+            "RULES",
             pad("NAME", 24),
             "CWD"
         ));
@@ -92,12 +93,13 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .as_ref()
             .map_or_else(|| "-".to_owned(), JsString::to_string_lossy);
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
             m.id,
             m.created_at,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
+            r.contract.as_str(),
             pad(&super::terminal_safe(&name), 24),
             m.cwd.as_deref().unwrap_or("")
         ));
@@ -109,7 +111,8 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .value("entries", &json!(r.entry_count))
             .value("messages", &json!(r.stats.message_count))
             .value("cost", &js_number(r.stats.cost_total))
-            .value("totalTokens", &js_number(r.stats.total_tokens));
+            .value("totalTokens", &js_number(r.stats.total_tokens))
+            .str("contract", r.contract.as_str());
         list.push(row.finish());
     }
     let shown_to = offset as u64 + rows.len() as u64;
@@ -492,17 +495,20 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
     if let Some(s) = &args.session {
         let storage = target::open_for_reading(cli, s)?;
         let st = storage.session_stats()?;
+        let contract = storage.contract()?;
         let text = format!(
-            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}\n",
+            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}  rules {}\n",
             st.message_count,
             st.total_tokens,
             st.cached_tokens,
             st.uncached_tokens,
             st.cost_total,
-            storage.entry_count()?
+            storage.entry_count()?,
+            contract.as_str()
         );
         let mut j = st.to_json();
         j["entries"] = json!(storage.entry_count()?);
+        j["contract"] = json!(contract.as_str());
         return Ok(Report::new(j, text));
     }
     let totals = super::db::open(cli, super::db::Access::Read)?.totals()?;

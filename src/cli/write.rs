@@ -140,7 +140,17 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                     ExportOutcome::Appended { .. } => "appended",
                     ExportOutcome::Replaced { .. } => "replaced",
                 };
-                written.push(json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup}));
+                // An app session whose leaf pi will not resume at: said on stderr.
+                let note = match &source {
+                    ExportSource::Archive(id) => archive()
+                        .and_then(|a| sessiontree::convert::app_resume_note(&*a.open_storage(id)?))
+                        .unwrap_or(None),
+                    ExportSource::File(_) => None,
+                };
+                if let Some(note) = &note {
+                    bar.suspend(|| eprintln!("note: {note}"));
+                }
+                written.push(json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup, "note": note}));
             }
             Err(e) => {
                 text.push_str(&format!("failed [{}]: {name}: {e}\n", e.code()));
