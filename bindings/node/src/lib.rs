@@ -22,12 +22,13 @@ use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::postgres::{is_postgres_url, PgArchive};
 use sessiontree::backend::sqlite::{Archive, ListQuery, SearchFilter};
 use sessiontree::convert::{self, ExportOutcome, ImportOutcome};
+use sessiontree::listing::NewSession;
 use sessiontree::repo::archive::ArchiveRepo;
 use sessiontree::repo::{CreateOptions, ForkOptions, SessionRepo};
 use sessiontree::rpc::app::AppRpc;
 use sessiontree::rules::ForkPosition;
 use sessiontree::{
-    Durability, Entry, Error, JsonText, Result, Session, SessionMetadata, SessionStorage,
+    Contract, Durability, Entry, Error, JsonText, Result, Session, SessionMetadata, SessionStorage,
 };
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -340,11 +341,18 @@ impl NativeArchive {
     }
 
     /// Opens one session under the pi app's rules, synchronously; its writer
-    /// claim is taken at the first write.
+    /// claim is taken at the first write. A session that follows the SDK's
+    /// rules is refused: app writes (no `leaf` entries) would move its leaf
+    /// for pi 1.6 but not for the SDK's `Session`.
     #[napi]
     pub fn open_app_session(&self, id: String) -> napi::Result<NativeAppSession> {
         let open = || {
             let storage = self.archive.open_storage(&id)?;
+            if storage.contract()? == Contract::Sdk {
+                return Err(Error::Usage(format!(
+                    "session {id} follows the SDK contract (pi-agent-core 0.83's Session: it was created through the SDK, or holds leaf or active_tools_change entries), not the pi app's; open it with archive.storage(id) or archive.repo(), not archive.sessionManager(id)"
+                )));
+            }
             NativeAppSession::open(storage, id.clone())
         };
         open().map_err(|e| thrown(&e))
@@ -370,6 +378,10 @@ impl NativeArchive {
             }
             .fields()?
             .new_session();
+            let new = NewSession {
+                contract: Contract::App,
+                ..new
+            };
             let entries = entries
                 .unwrap_or_default()
                 .iter()

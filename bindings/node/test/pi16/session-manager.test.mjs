@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { Archive, ArchiveSessionManager } from "../../index.js";
-import { sessiontreeBin, tempDir } from "../helpers.mjs";
+import { run, sessiontreeBin, tempDir } from "../helpers.mjs";
 import { pi, pi16Modules } from "./pi16.mjs";
 
 const plain = (value) => (value === undefined ? undefined : JSON.parse(JSON.stringify(value)));
@@ -348,4 +348,34 @@ test("the managers are ArchiveSessionManager instances", async (t) => {
   const manager = archive.createSessionManager("/w");
   assert.ok(manager instanceof ArchiveSessionManager);
   manager.close();
+});
+
+test("sessions the managers create follow the app's rules; an SDK session is refused", async (t) => {
+  const dir = tempDir(t);
+  const db = join(dir, "a.db");
+  const archive = await Archive.open(db, { durability: "relaxed" });
+  const manager = archive.createSessionManager("/w");
+  manager.appendMessage({ role: "user", content: "x", timestamp: 1 });
+  manager.newSession();
+  manager.appendMessage({ role: "user", content: "y", timestamp: 2 });
+  const appIds = [manager.getSessionId()];
+  manager.close();
+  class Session {
+    constructor(storage) {
+      this.storage = storage;
+    }
+  }
+  const sdk = await archive.repo({ Session }).create({ cwd: "/w" });
+  const sdkId = sdk.storage.sessionId;
+  await sdk.storage.close();
+  const listed = JSON.parse(run(sessiontreeBin(), ["--db", db, "ls", "--json"])).sessions;
+  const contracts = Object.fromEntries(listed.map((s) => [s.id, s.contract]));
+  assert.equal(contracts[appIds[0]], "app");
+  assert.equal(Object.values(contracts).filter((c) => c === "app").length, 2);
+  assert.equal(contracts[sdkId], "sdk");
+  assert.throws(() => archive.sessionManager(sdkId), (e) => {
+    assert.equal(e.code, "usage");
+    assert.match(e.message, /follows the SDK contract .*archive\.storage\(id\)/);
+    return true;
+  });
 });
