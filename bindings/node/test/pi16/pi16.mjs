@@ -59,5 +59,5 @@ export async function agentSession(sessionManager, dir) {
     tools: ["read"],
     sessionManager,
   });
-  return { session, faux };
+  return { session, faux, modelRuntime };
 }
