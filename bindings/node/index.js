@@ -50,8 +50,12 @@ function installedVersion(name) {
  */
 function installedAgentCore() {
   const version = installedVersion("@earendil-works/pi-agent-core");
-  if (pi === null || version === undefined) return "@earendil-works/pi-agent-core is not installed";
-  return `the installed @earendil-works/pi-agent-core ${version} has no Session (pi 1.x's agent-core ships only the agent loop; pi 1.x runs on archive.sessionManager(id): createAgentSession({ sessionManager }) of @earendil-works/pi-coding-agent)`;
+  if (version === undefined) return "@earendil-works/pi-agent-core is not installed";
+  if (pi === null) return `the installed @earendil-works/pi-agent-core ${version} could not be loaded`;
+  const pi1 = Number(version.split(".")[0]) >= 1;
+  return pi1
+    ? `the installed @earendil-works/pi-agent-core ${version} has no Session (pi 1.x's agent-core ships only the agent loop; pi 1.x runs on archive.sessionManager(id): createAgentSession({ sessionManager }) of @earendil-works/pi-coding-agent)`
+    : `the installed @earendil-works/pi-agent-core ${version} has no Session`;
 }
 
 /** pi's error shape: `code` (the contract's codes) and `message`. */
