@@ -315,6 +315,9 @@ pub fn read_session_leniently<R: BufRead>(
             let why = match &parsed {
                 Err(EntryProblem::NotJson) => Some(SkipReason::NotJson),
                 Err(_) if falsy_json(stored) => Some(SkipReason::FalsyJson),
+                Err(_) if !stored.starts_with('{') => {
+                    Some(SkipReason::NotAnEntry(EntryProblem::NotObject))
+                }
                 Err(problem) => Some(SkipReason::NotAnEntry(problem.clone())),
                 Ok(e) if e.entry_type().as_str() == "session" => Some(SkipReason::Header),
                 Ok(e) if leniency.unique_ids && seen.contains(e.id()) => {
@@ -615,10 +618,20 @@ impl JsonlStorage {
                 entries: 0,
                 problems: vec![e.to_string()],
             }),
-            Ok(storage) => Ok(FileCheck {
-                entries: storage.all_entries().len(),
-                problems: crate::storage::contract_problems(&storage)?,
-            }),
+            Ok(storage) => {
+                // Lines pi 1.6 skips open, but they are damage all the same.
+                let mut problems: Vec<String> = storage
+                    .skipped
+                    .iter()
+                    .filter(|l| !matches!(l.why, SkipReason::Blank))
+                    .map(|l| format!("line {}: kept in the file, {}", l.line, l.why.describe()))
+                    .collect();
+                problems.extend(crate::storage::contract_problems(&storage)?);
+                Ok(FileCheck {
+                    entries: storage.all_entries().len(),
+                    problems,
+                })
+            }
         }
     }
 

@@ -158,14 +158,14 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
                         "why": why,
                     }));
                 }
-                if !r.report.pi_rewrites.is_empty() {
+                for rewrite in &r.report.pi_rewrites {
                     rewrites_text.push_str(&format!(
-                        "{}: pi 1.6 will {} when it opens this file (not done to it here)\n",
+                        "{}: pi 1.6 will {rewrite} (not done to it here)\n",
                         super::terminal_safe(&shown),
-                        r.report.pi_rewrites.join(", and ")
                     ));
-                    rewrites_json
-                        .push(json!({"file": shown, "piWillRewrite": r.report.pi_rewrites}));
+                }
+                if !r.report.pi_rewrites.is_empty() {
+                    rewrites_json.push(json!({"file": shown, "piWill": r.report.pi_rewrites}));
                 }
                 match r.outcome {
                     ImportOutcome::Imported => imported += 1,
@@ -183,10 +183,10 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
             Err(e) => {
                 if std::fs::metadata(file).is_ok_and(|m| m.len() == 0) {
                     rewrites_text.push_str(&format!(
-                        "{}: pi 1.6 will write a new session header into this empty file when it opens it (not done to it here)\n",
+                        "{}: pi 1.6 will write a session header into this empty file on open (not done to it here)\n",
                         super::terminal_safe(&shown)
                     ));
-                    rewrites_json.push(json!({"file": shown, "piWillRewrite": ["write a session header into the empty file"]}));
+                    rewrites_json.push(json!({"file": shown, "piWill": ["write a session header into this empty file on open"]}));
                 }
                 failed.push((shown, e))
             }
@@ -249,7 +249,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
         })).collect::<Vec<_>>(),
         "tornTails": torn,
         "keptLines": kept_json,
-        "piWillRewrite": rewrites_json,
+        "piWill": rewrites_json,
         "entries": entries,
         "bytes": bytes,
         "seconds": secs,

@@ -54,7 +54,7 @@ pub struct ImportReport {
     pub kept: Vec<SkippedLine>,
     /// The contract the session follows, if it was written.
     pub contract: Option<Contract>,
-    /// What pi 1.6 would do to the file on open, one sentence each.
+    /// What pi 1.6 would do to the file on open, each to follow `pi 1.6 will `.
     pub pi_rewrites: Vec<String>,
 }
 
@@ -64,15 +64,14 @@ impl ImportReport {
         let mut pi_rewrites = Vec::new();
         match summary.header.version {
             1 => pi_rewrites.push(
-                "upgrade from version 1 to 3 and rewrite the file (every entry gets a new random id, branches flattened into one chain in file order; the archive holds it upgraded with ids v1-NNNNN)".into(),
+                "upgrade this file on open: version 1 to 3, every entry given a new random id"
+                    .into(),
             ),
-            2 => pi_rewrites.push(
-                "upgrade from version 2 to 3 and rewrite the file (message role hookMessage becomes custom; the archive holds it upgraded)".into(),
-            ),
+            2 => pi_rewrites.push("upgrade this file on open: version 2 to 3".into()),
             _ => {}
         }
         if summary.missing_final_newline || summary.torn_tail.is_some() {
-            pi_rewrites.push("append the missing final newline".into());
+            pi_rewrites.push("append a final newline to this file on open".into());
         }
         ImportReport {
             kept,
