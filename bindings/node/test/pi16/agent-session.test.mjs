@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { Archive, ArchiveSessionManager } from "../../index.js";
 import { tempDir } from "../helpers.mjs";
-import { agentSession, ai, pi } from "./pi16.mjs";
+import { agentSession, ai, assertSameReads, pi, plain } from "./pi16.mjs";
 
 const { fauxAssistantMessage: answer, fauxToolCall: toolCall } = ai;
 
@@ -81,9 +81,6 @@ async function scenario(sessionManager, dir) {
   }
 }
 
-/** JSON as it is stored (`undefined` fields dropped). */
-const plain = (value) => (value === undefined ? undefined : JSON.parse(JSON.stringify(value)));
-
 /**
  * The entries of a run with what differs between two runs taken out: ids
  * * named by order of first appearance, times (timestamps, a tool's duration) dropped.
@@ -118,30 +115,6 @@ function piOver(manager) {
   if (leaf === null) pim.resetLeaf();
   else pim.branch(leaf);
   return pim;
-}
-
-/** Every read of `ours` answers as pi's `theirs` does. */
-function assertSameReads(ours, theirs) {
-  assert.deepEqual(ours.getHeader(), plain(theirs.getHeader()));
-  assert.deepEqual(ours.getEntries(), plain(theirs.getEntries()));
-  assert.equal(ours.getEntryCount(), theirs.getEntryCount());
-  assert.equal(ours.getLeafId(), theirs.getLeafId());
-  assert.deepEqual(ours.getLeafEntry(), plain(theirs.getLeafEntry()));
-  assert.deepEqual(ours.getBranch(), plain(theirs.getBranch()));
-  assert.deepEqual(ours.buildSessionContext(), plain(theirs.buildSessionContext()));
-  assert.deepEqual(ours.buildContextEntries(), plain(theirs.buildContextEntries()));
-  assert.deepEqual(ours.buildSessionProjection(), plain(theirs.buildSessionProjection()));
-  assert.deepEqual(ours.getTree(), plain(theirs.getTree()));
-  assert.equal(ours.getSessionName(), theirs.getSessionName());
-  assert.equal(ours.getSessionId(), theirs.getSessionId());
-  for (const { id } of theirs.getEntries()) {
-    assert.deepEqual(ours.getEntry(id), plain(theirs.getEntry(id)), `getEntry ${id}`);
-    assert.deepEqual(ours.getBranch(id), plain(theirs.getBranch(id)), `getBranch ${id}`);
-    assert.deepEqual(ours.getChildren(id), plain(theirs.getChildren(id)), `getChildren ${id}`);
-    assert.equal(ours.getLabel(id), theirs.getLabel(id), `getLabel ${id}`);
-  }
-  assert.deepEqual(ours.getBranch("nope"), []);
-  assert.equal(ours.getEntry("nope"), undefined);
 }
 
 test("pi 1.6's AgentSession runs on archive.sessionManager as on pi's own SessionManager", async (t) => {

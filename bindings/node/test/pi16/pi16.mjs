@@ -2,6 +2,7 @@
 // pi-coding-agent 1.6.0 and its pi-ai, imported by path from tests/pi16
 // (ESM ignores NODE_PATH), and an AgentSession on any SessionManager, its
 // model pi's faux provider (scripted answers, no network).
+import assert from "node:assert/strict";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { repoRoot } from "../helpers.mjs";
@@ -60,4 +61,31 @@ export async function agentSession(sessionManager, dir) {
     sessionManager,
   });
   return { session, faux, modelRuntime };
+}
+
+/** JSON as it is stored (`undefined` fields dropped). */
+export const plain = (value) => (value === undefined ? undefined : JSON.parse(JSON.stringify(value)));
+
+/** Every read of `ours` answers as pi's `theirs` does. */
+export function assertSameReads(ours, theirs) {
+  assert.deepEqual(ours.getHeader(), plain(theirs.getHeader()));
+  assert.deepEqual(ours.getEntries(), plain(theirs.getEntries()));
+  assert.equal(ours.getEntryCount(), theirs.getEntryCount());
+  assert.equal(ours.getLeafId(), theirs.getLeafId());
+  assert.deepEqual(ours.getLeafEntry(), plain(theirs.getLeafEntry()));
+  assert.deepEqual(ours.getBranch(), plain(theirs.getBranch()));
+  assert.deepEqual(ours.buildSessionContext(), plain(theirs.buildSessionContext()));
+  assert.deepEqual(ours.buildContextEntries(), plain(theirs.buildContextEntries()));
+  assert.deepEqual(ours.buildSessionProjection(), plain(theirs.buildSessionProjection()));
+  assert.deepEqual(ours.getTree(), plain(theirs.getTree()));
+  assert.equal(ours.getSessionName(), theirs.getSessionName());
+  assert.equal(ours.getSessionId(), theirs.getSessionId());
+  for (const { id } of theirs.getEntries()) {
+    assert.deepEqual(ours.getEntry(id), plain(theirs.getEntry(id)), `getEntry ${id}`);
+    assert.deepEqual(ours.getBranch(id), plain(theirs.getBranch(id)), `getBranch ${id}`);
+    assert.deepEqual(ours.getChildren(id), plain(theirs.getChildren(id)), `getChildren ${id}`);
+    assert.equal(ours.getLabel(id), theirs.getLabel(id), `getLabel ${id}`);
+  }
+  assert.deepEqual(ours.getBranch("nope"), []);
+  assert.equal(ours.getEntry("nope"), undefined);
 }
