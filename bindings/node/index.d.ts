@@ -27,7 +27,7 @@ export type { SessionEntryCursorOptions, SessionStats, SessionTreeEntry };
 /** pi's error codes, and `usage` for a request that makes no sense. */
 export type SessionErrorCode = PiSessionErrorCode | "usage";
 
-/** Thrown by every call: pi's `SessionError` where pi is installed (same class), else one of the same shape. */
+/** Thrown by the storages and the repository: pi-agent-core 0.83's `SessionError` where it is installed (same class), else one of the same shape (also with pi 1.x, whose agent-core has none). `sessionManager()` throws pi 1.6's plain `Error`, with a `code`. */
 export declare class SessionError extends Error {
   code: SessionErrorCode;
   constructor(code: SessionErrorCode, message: string, cause?: Error);
