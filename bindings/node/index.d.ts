@@ -1,9 +1,18 @@
-// Types of the npm package `sessiontree`, written by hand against pi's
-// storage interfaces (`SessionStorage`, `SessionRepo` in
-// @earendil-works/pi-agent-core 0.83.0, dist/harness/types.d.ts): the
-// storages implement pi's `SessionStorage` with pi's own entry types, the
-// repository pi's `SessionRepo` shape. pi is a peer dependency, so its types
-// are those of the pi the application uses.
+// Types of the npm package `sessiontree`, written by hand against pi's own
+// types. Two contracts, two pis:
+// - `archive.sessionManager(id)` is pi 1.6's `SessionManager`
+//   (@earendil-works/pi-coding-agent 1.6.0, dist/core/session-manager.d.ts:
+//   the pi app's session rules), which `createAgentSession({ sessionManager })`
+//   takes;
+// - `archive.storage(id)` and `archive.repo()` are pi's SDK storage interfaces
+//   (`SessionStorage`, `SessionRepo` of @earendil-works/pi-agent-core 0.83.0,
+//   dist/harness/types.d.ts), with pi's own entry types.
+// pi is a peer dependency, so these are the types of the pi the application
+// installed; a part whose pi is not installed types as `any`.
+import type {
+  NewSessionOptions,
+  SessionManager as PiSessionManager,
+} from "@earendil-works/pi-coding-agent";
 import type {
   Session,
   SessionEntryCursorOptions,
@@ -18,7 +27,7 @@ export type { SessionEntryCursorOptions, SessionStats, SessionTreeEntry };
 /** pi's error codes, and `usage` for a request that makes no sense. */
 export type SessionErrorCode = PiSessionErrorCode | "usage";
 
-/** Thrown by every call: pi's `SessionError` where pi is installed (same class), else one of the same shape. */
+/** Thrown by the storages and the repository: pi-agent-core 0.83's `SessionError` where it is installed (same class), else one of the same shape (also with pi 1.x, whose agent-core has none). `sessionManager()` throws pi 1.6's plain `Error`, with a `code`. */
 export declare class SessionError extends Error {
   code: SessionErrorCode;
   constructor(code: SessionErrorCode, message: string, cause?: Error);
@@ -208,6 +217,33 @@ export interface ExportResult {
   backup: string | null;
 }
 
+/**
+ * pi 1.6's `SessionManager` (pi-coding-agent 1.6.0) over one archive session:
+ * every public method, synchronous as pi's, answered by the rules
+ * `sessiontree rpc --contract app` serves; pi's `createAgentSession({
+ * sessionManager })` runs on it. Each entry is written to the archive as it
+ * is appended; `branch`/`resetLeaf` move the leaf in this object only, as in
+ * pi. There is no JSONL file: `isPersisted()` is false, `getSessionFile()`
+ * undefined, `getSessionDir()` "" (as pi's in-memory manager);
+ * `newSession` and `createBranchedSession` start a new archive session that
+ * this object answers for from then on. `setSessionFile` and `_persist` (about
+ * files) throw an error naming them. Errors are pi's (`Error`, with the
+ * engine's `code`).
+ */
+export interface ArchiveSessionManager extends PiSessionManager {
+  /**
+   * Any method `sessiontree rpc --contract app` serves, answered in process
+   * (e.g. `getSessionStats`: AgentSession's `/session` stats without
+   * `contextUsage`; `getUsageCostBreakdown`).
+   */
+  request(method: string, params?: Record<string, unknown>): unknown;
+  /** Closes the session: its writer claim, if taken, is released. Later calls throw. */
+  close(): void;
+}
+
+/** The class of the managers `archive.sessionManager` returns (for `instanceof`); not constructed directly. */
+export declare const ArchiveSessionManager: abstract new (never: never) => ArchiveSessionManager;
+
 /** A sessiontree archive: many sessions in one SQLite file, or a team archive on PostgreSQL. */
 export declare class Archive {
   private constructor();
@@ -218,9 +254,20 @@ export declare class Archive {
   static open(path?: string, options?: { durability?: Durability }): Promise<Archive>;
   /** The archive file, or the team archive's URL. */
   readonly path: string;
-  /** pi's `SessionStorage` for one session (`not_found` if there is none). */
+  /**
+   * pi 1.6's `SessionManager` over one session (`not_found` if there is
+   * none), for `createAgentSession({ sessionManager })`; its leaf is the
+   * session's last entry. Synchronous, as pi's `SessionManager.open`.
+   */
+  sessionManager(sessionId: string): ArchiveSessionManager;
+  /** A new, empty archive session as pi 1.6's `SessionManager` (as pi's `SessionManager.create(cwd, undefined, options)`). */
+  createSessionManager(cwd: string, options?: NewSessionOptions): ArchiveSessionManager;
+  /** pi 0.83's `SessionStorage` (pi-agent-core's SDK) for one session (`not_found` if there is none). */
   storage(sessionId: string): Promise<ArchiveStorage>;
-  /** pi's `SessionRepo`; sessions are pi's `Session` (or the class given). */
+  /**
+   * pi 0.83's `SessionRepo`; sessions are pi-agent-core 0.83's `Session` (or the
+   * class given): without either, it throws naming the pi it needs.
+   */
   repo<TSession = Session<SessionMetadata>>(options?: { Session?: SessionClass<TSession> }): ArchiveRepo<TSession>;
   /** Full-text search over message text, best first. */
   search(query: string, options?: SearchOptions): Promise<SearchHit[]>;

@@ -6,20 +6,30 @@
 //! binding answers exactly as the rpc does. Errors reject with a message
 //! that is a JSON object `{code, message}` (the contract's codes), which
 //! `index.js` turns into pi's `SessionError`.
+//!
+//! pi 1.6's `SessionManager` is synchronous, so its calls
+//! ([`NativeAppSession`]) run on the JS thread: each goes through
+//! [`sessiontree::rpc::app::AppRpc::call`], the dispatch `sessiontree rpc
+//! --contract app` serves, and throws the same `{code, message}`.
 
 use napi::bindgen_prelude::{AsyncTask, ToNapiValue, TypeName};
 use napi::{Env, Status, Task};
 use napi_derive::napi;
 use serde_json::{json, Value};
-use sessiontree::archive::SessionArchive;
+use sessiontree::app::AppSession;
+use sessiontree::archive::{BoxedStorage, SessionArchive};
 use sessiontree::backend::jsonl::JsonlStorage;
 use sessiontree::backend::postgres::{is_postgres_url, PgArchive};
 use sessiontree::backend::sqlite::{Archive, ListQuery, SearchFilter};
 use sessiontree::convert::{self, ExportOutcome, ImportOutcome};
+use sessiontree::listing::NewSession;
 use sessiontree::repo::archive::ArchiveRepo;
 use sessiontree::repo::{CreateOptions, ForkOptions, SessionRepo};
+use sessiontree::rpc::app::AppRpc;
 use sessiontree::rules::ForkPosition;
-use sessiontree::{Durability, Error, JsonText, Result, Session, SessionMetadata, SessionStorage};
+use sessiontree::{
+    Contract, Durability, Entry, Error, JsonText, Result, Session, SessionMetadata, SessionStorage,
+};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -179,6 +189,70 @@ impl NativeSession {
     }
 }
 
+/// The error a synchronous call throws: the contract's code and message as
+/// JSON, which `index.js` turns into pi's error.
+fn thrown(e: &Error) -> napi::Error {
+    rejection(e)
+}
+
+/// One archive session under the pi app's rules (pi-coding-agent 1.6's
+/// `SessionManager`): the app dispatcher `sessiontree rpc --contract app`
+/// serves, behind a mutex, called synchronously (pi's `SessionManager` is
+/// synchronous). `None` once closed, which releases the writer claim.
+#[napi]
+pub struct NativeAppSession {
+    rpc: Mutex<Option<AppRpc<BoxedStorage>>>,
+    id: String,
+}
+
+impl NativeAppSession {
+    /// Opens the app session over `storage` (its leaf is the last entry).
+    fn open(storage: BoxedStorage, id: String) -> Result<Self> {
+        let session = AppSession::open(storage)?;
+        Ok(NativeAppSession {
+            rpc: Mutex::new(Some(AppRpc::new(session, id.clone()))),
+            id,
+        })
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Option<AppRpc<BoxedStorage>>>> {
+        self.rpc
+            .lock()
+            .map_err(|_| Error::Unknown("a previous call on this session panicked".into()))
+    }
+}
+
+#[napi]
+impl NativeAppSession {
+    /// The session id.
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// One `SessionManager` method (pi's name) with its parameters as a
+    /// JSON object; returns the answer as JSON text (`null` for pi's `undefined`).
+    #[napi]
+    pub fn call(&self, method: String, params: String) -> napi::Result<String> {
+        let answer = self.lock().and_then(|mut guard| match guard.as_mut() {
+            Some(rpc) => rpc.call(&method, &params),
+            None => Err(Error::io(
+                "the session manager was closed",
+                std::io::Error::other("closed"),
+            )),
+        });
+        answer.map_err(|e| thrown(&e))
+    }
+
+    /// Closes the session: the writer claim (if taken) is released. Later calls fail.
+    #[napi]
+    pub fn close(&self) -> napi::Result<()> {
+        let closed = self.lock().map_err(|e| thrown(&e))?.take();
+        drop(closed);
+        Ok(())
+    }
+}
+
 /// Opens a pi JSONL session file with the Rust JSONL backend.
 #[napi]
 pub fn open_jsonl(path: String, durability_name: Option<String>) -> AsyncTask<Job<NativeSession>> {
@@ -264,6 +338,69 @@ impl NativeArchive {
             let storage = archive.open_storage(&id)?;
             Ok(NativeSession::new(storage, id))
         })
+    }
+
+    /// Opens one session under the pi app's rules, synchronously; its writer
+    /// claim is taken at the first write. A session that follows the SDK's
+    /// rules is refused: app writes (no `leaf` entries) would move its leaf
+    /// for pi 1.6 but not for the SDK's `Session`.
+    #[napi]
+    pub fn open_app_session(&self, id: String) -> napi::Result<NativeAppSession> {
+        let open = || {
+            let storage = self.archive.open_storage(&id)?;
+            if storage.contract()? == Contract::Sdk {
+                return Err(Error::Usage(format!(
+                    "session {id} follows the SDK contract (pi-agent-core 0.83's Session: it was created through the SDK, or holds leaf or active_tools_change entries), not the pi app's; open it with archive.storage(id) or archive.repo(), not archive.sessionManager(id)"
+                )));
+            }
+            NativeAppSession::open(storage, id.clone())
+        };
+        open().map_err(|e| thrown(&e))
+    }
+
+    /// Creates a session under the pi app's rules, synchronously (options
+    /// JSON: `id`, `cwd`, `parentSession`), with pi's header and, in one
+    /// transaction, `entries` (one entry's JSON text each, written as
+    /// given); returns it open.
+    #[napi]
+    pub fn create_app_session(
+        &self,
+        options_json: String,
+        entries: Option<Vec<String>>,
+    ) -> napi::Result<NativeAppSession> {
+        let create = || {
+            let o = options(Some(&options_json))?;
+            let new = CreateOptions {
+                id: opt_str(&o, "id")?,
+                cwd: opt_str(&o, "cwd")?.unwrap_or_default(),
+                parent_session: opt_str(&o, "parentSession")?,
+                metadata: None,
+            }
+            .fields()?
+            .new_session();
+            let new = NewSession {
+                contract: Contract::App,
+                ..new
+            };
+            let entries = entries
+                .unwrap_or_default()
+                .iter()
+                .map(|text| {
+                    Entry::parse(text).map_err(|p| {
+                        Error::Usage(format!(
+                            "an entry to write is not a pi entry ({p:?}): {text}"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<Entry>>>()?;
+            self.archive.write_session(&mut |w| {
+                w.begin(&new)?;
+                entries.iter().try_for_each(|e| w.push(e))
+            })?;
+            let storage = self.archive.open_storage(&new.id)?;
+            NativeAppSession::open(storage, new.id.clone())
+        };
+        create().map_err(|e| thrown(&e))
     }
 
     /// Creates an empty session (options JSON: `id`, `cwd`, `parentSessionPath`,
