@@ -49,6 +49,7 @@
 //! [`tree_index`] a session's tree shape without its text. The workload generator
 //! and the benchmarks live in the `sessiontree-bench` crate (`benches/`).
 
+pub mod app;
 pub mod archive;
 pub mod backend;
 pub mod context;

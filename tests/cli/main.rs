@@ -31,6 +31,7 @@ mod browse;
 mod import;
 mod readme;
 mod rpc;
+mod rpc_app;
 mod tree;
 mod write;
 
