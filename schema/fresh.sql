@@ -25,7 +25,7 @@ CREATE TABLE sessions (
     total_tokens      REAL NOT NULL DEFAULT 0,
     cost_total        REAL NOT NULL DEFAULT 0,
     broken_message_id TEXT                     -- first message entry without a message
-, staged_from TEXT);
+, staged_from TEXT, contract TEXT NOT NULL DEFAULT 'app', open_end INTEGER);
 
 CREATE TABLE segments (
     segment_id           INTEGER PRIMARY KEY,
@@ -127,6 +127,13 @@ CREATE TABLE entry_blocks (
     head_key    INTEGER NOT NULL         -- entry_key of the block's first member
 );
 
+CREATE TABLE kept_lines (
+    kept_key    INTEGER PRIMARY KEY,
+    session_key INTEGER NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
+    position    INTEGER NOT NULL,          -- entries before it; -1: before the header
+    text        BLOB NOT NULL              -- the line's bytes, without its `\n`
+);
+
 CREATE VIRTUAL TABLE message_text USING fts5 (
     text,
     content = '',
@@ -161,6 +168,8 @@ CREATE INDEX entries_by_type ON entries (session_key, type, seq) WHERE type <> '
 CREATE INDEX sessions_staged ON sessions (staged_from) WHERE staged_from IS NOT NULL;
 
 CREATE INDEX entry_blocks_by_session ON entry_blocks (session_key);
+
+CREATE INDEX kept_lines_by_session ON kept_lines (session_key, position);
 
 CREATE TRIGGER leaf_events_are_append_only BEFORE UPDATE ON leaf_events
 BEGIN SELECT RAISE(ABORT, 'leaf_events are append-only'); END;

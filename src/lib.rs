@@ -104,4 +104,4 @@ pub use error::{Error, ErrorCode, Result};
 pub use json::JsonText;
 pub use session::Session;
 pub use session_ref::SessionRef;
-pub use storage::{Durability, LeafMove, SessionMetadata, SessionStorage};
+pub use storage::{Durability, KeptLine, KeptLines, LeafMove, SessionMetadata, SessionStorage};

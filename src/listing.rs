@@ -2,6 +2,7 @@
 //! it: a new session's row, the rows of a listing, the totals, the query of a listing and a search's filter and
 //! hits. (The SQLite and PostgreSQL archives return the same types.)
 
+use crate::contract::Contract;
 use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::SessionMetadata;
@@ -17,6 +18,8 @@ pub struct SessionSummary {
     pub entry_count: i64,
     /// Statistics.
     pub stats: SessionStats,
+    /// Whose rules the session follows.
+    pub contract: Contract,
 }
 
 /// Archive-wide totals.
@@ -113,4 +116,7 @@ pub struct NewSession {
     pub metadata: Option<String>,
     /// The exact header line, for export.
     pub header: String,
+    /// Whose rules the session follows: the SDK's for a session created
+    /// through the SDK contract, detected (or told) at import.
+    pub contract: Contract,
 }

@@ -24,6 +24,7 @@ fn new_session(id: &str) -> NewSession {
         header: format!(
             r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#
         ),
+        contract: sessiontree::Contract::Sdk,
     }
 }
 

@@ -72,12 +72,13 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
     let mut text = String::new();
     if !rows.is_empty() {
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<5}  {}  {}\n",
             "ID",
             "CREATED",
             "ENTRIES",
             "MSGS",
             "COST",
+            "RULES",
             pad("NAME", 24),
             "CWD"
         ));
@@ -92,12 +93,13 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .as_ref()
             .map_or_else(|| "-".to_owned(), JsString::to_string_lossy);
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
             m.id,
             m.created_at,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
+            r.contract.as_str(),
             pad(&super::terminal_safe(&name), 24),
             m.cwd.as_deref().unwrap_or("")
         ));
@@ -109,7 +111,8 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .value("entries", &json!(r.entry_count))
             .value("messages", &json!(r.stats.message_count))
             .value("cost", &js_number(r.stats.cost_total))
-            .value("totalTokens", &js_number(r.stats.total_tokens));
+            .value("totalTokens", &js_number(r.stats.total_tokens))
+            .str("contract", r.contract.as_str());
         list.push(row.finish());
     }
     let shown_to = offset as u64 + rows.len() as u64;
@@ -151,9 +154,15 @@ pub struct BranchArgs {
 
 /// `branch`.
 pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
-    let session = Session::new(target::open_for_reading(cli, &args.session)?);
-    let path = session.branch(args.from.as_deref())?;
-    let cwd = session.storage().metadata()?.cwd;
+    let storage = target::open_for_reading(cli, &args.session)?;
+    let cwd = storage.metadata()?.cwd;
+    // An app session's branch is pi 1.6's `getBranch`: the whole path to the
+    // root from the last entry (or `--from`); an SDK session's is cut at a compaction.
+    let path = if storage.contract()? == sessiontree::Contract::App {
+        sessiontree::app::AppSession::open(storage)?.branch(args.from.as_deref())?
+    } else {
+        Session::new(storage).branch(args.from.as_deref())?
+    };
     let mut text = String::new();
     for e in &path {
         let line = preview_in(e, 100, cwd.as_deref());
@@ -213,7 +222,11 @@ pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
 
 /// `context`.
 pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
-    let session = Session::new(target::open_for_reading(cli, &args.session)?);
+    let storage = target::open_for_reading(cli, &args.session)?;
+    if storage.contract()? == sessiontree::Contract::App {
+        return context_app(cli, storage, args);
+    }
+    let session = Session::new(storage);
     let ctx = session.build_context(args.from.as_deref())?;
     if cli.json {
         // The JSON is the stored text passed through, never re-parsed (a
@@ -261,6 +274,73 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
         text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
     // `--json` returned above: no JSON is made for the readable form.
+    Ok(Report::raw(String::new(), text))
+}
+
+/// `stats` of an app session: pi 1.6's `AgentSession.getSessionStats()`
+/// (without `contextUsage`), with the entry count and the contract.
+fn stats_app(storage: sessiontree::archive::BoxedStorage) -> Result<Report> {
+    let entries = storage.entry_count()?;
+    let app = sessiontree::app::AppSession::open(storage)?;
+    let st = app.session_stats()?;
+    let mut json = st.to_json_text();
+    json.pop();
+    json.push_str(&format!(",\"entries\":{entries},\"contract\":\"app\"}}"));
+    let t = &st.totals;
+    let text = format!(
+        "messages {} (user {}, assistant {}, tool results {}, tool calls {})  tokens {} (input {}, output {}, cache read {}, cache write {})  cost ${:.4}  entries {entries}  rules app\n",
+        st.total_messages,
+        st.user_messages,
+        st.assistant_messages,
+        st.tool_results,
+        st.tool_calls,
+        t.input.plus(&t.output).plus(&t.cache_read).plus(&t.cache_write).to_json(),
+        t.input.to_json(),
+        t.output.to_json(),
+        t.cache_read.to_json(),
+        t.cache_write.to_json(),
+        t.cost.to_number(),
+    );
+    Ok(Report::raw(json, text))
+}
+
+/// `context` of an app session: pi 1.6's `buildSessionContext` (at the
+/// last entry, or at `--from` after `branch(from)`).
+fn context_app(
+    cli: &Cli,
+    storage: sessiontree::archive::BoxedStorage,
+    args: &BranchArgs,
+) -> Result<Report> {
+    let cwd = storage.metadata()?.cwd;
+    let mut app = sessiontree::app::AppSession::open(storage)?;
+    if let Some(from) = &args.from {
+        app.branch_to(from)?;
+    }
+    let ctx = app.session_context()?;
+    if cli.json {
+        return Ok(Report::raw(ctx.to_json_text(), String::new()));
+    }
+    let show = |v: Option<&sessiontree::app::JsValue>| match v {
+        Some(v) => match sessiontree::json::parse_value_lossy(&v.to_json()) {
+            Ok(Value::String(s)) => s,
+            Ok(Value::Null) => "-".into(),
+            Ok(other) => other.to_string(),
+            Err(_) => "?".into(),
+        },
+        None => "-".into(),
+    };
+    let model = match (ctx.model.get("provider"), ctx.model.get("modelId")) {
+        (None, None) => "-".to_owned(),
+        (p, m) => format!("{}/{}", show(p), show(m)),
+    };
+    let mut text = format!(
+        "thinking: {}  model: {model}\n",
+        show(ctx.thinking_level.as_ref())
+    );
+    for m in &ctx.messages {
+        let (role, body) = context_line(&m.to_json(), cwd.as_deref());
+        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+    }
     Ok(Report::raw(String::new(), text))
 }
 
@@ -491,18 +571,24 @@ pub struct StatsArgs {
 pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
     if let Some(s) = &args.session {
         let storage = target::open_for_reading(cli, s)?;
+        let contract = storage.contract()?;
+        if contract == sessiontree::Contract::App {
+            return stats_app(storage);
+        }
         let st = storage.session_stats()?;
         let text = format!(
-            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}\n",
+            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}  rules {}\n",
             st.message_count,
             st.total_tokens,
             st.cached_tokens,
             st.uncached_tokens,
             st.cost_total,
-            storage.entry_count()?
+            storage.entry_count()?,
+            contract.as_str()
         );
         let mut j = st.to_json();
         j["entries"] = json!(storage.entry_count()?);
+        j["contract"] = json!(contract.as_str());
         return Ok(Report::new(j, text));
     }
     let totals = super::db::open(cli, super::db::Access::Read)?.totals()?;

@@ -19,8 +19,8 @@ use ::postgres::{GenericClient, Transaction};
 fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> {
     let row = c
         .query_opt(
-            "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header, contract)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (id) DO NOTHING RETURNING session_key",
             &[
                 &new.id,
@@ -30,6 +30,7 @@ fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> 
                 &new.parent_session,
                 &new.metadata,
                 &new.header,
+                &new.contract.as_str(),
             ],
         )
         .map_err(pg("creating a session"))?;
@@ -124,7 +125,7 @@ impl PgArchive {
             .conn()?
             .query(
                 &format!(
-                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
+                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract
                      FROM sessions WHERE {LIST_FILTER}
                      ORDER BY created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
                 ),
@@ -138,6 +139,7 @@ impl PgArchive {
                     name: col::<Option<String>>(r, 5)?.map(stored_js_string),
                     entry_count: col(r, 6)?,
                     stats: stats_at(r, 7)?,
+                    contract: crate::backend::session_rows::contract_at(r, 12)?,
                 })
             })
             .collect()
@@ -308,6 +310,39 @@ impl PgArchive {
             }
             other => other.map(|_| ()),
         }
+    }
+
+    /// Sets what a session's source says beside its entries: its contract,
+    /// the lines of its file pi skips and where the file ended without its
+    /// final `\n` (the team copy's are replaced, in one transaction: a sync
+    /// run again writes the same).
+    pub fn sync_session_extras(
+        &self,
+        id: &str,
+        contract: crate::contract::Contract,
+        kept: &crate::storage::KeptLines,
+    ) -> Result<()> {
+        let ctx = "syncing a session's kept lines";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key: i64 = tx
+            .query_opt(
+                "UPDATE sessions SET contract = $2, open_end = $3 WHERE id = $1 RETURNING session_key",
+                &[&id, &contract.as_str(), &kept.open_end],
+            )
+            .map_err(pg(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+            .and_then(|r| col(&r, 0))?;
+        tx.execute("DELETE FROM kept_lines WHERE session_key = $1", &[&key])
+            .map_err(pg(ctx))?;
+        for line in &kept.lines {
+            tx.execute(
+                "INSERT INTO kept_lines (session_key, position, text) VALUES ($1, $2, $3)",
+                &[&key, &line.position, &line.text],
+            )
+            .map_err(pg(ctx))?;
+        }
+        tx.commit().map_err(pg(ctx))
     }
 
     /// The id and exact text of the entry at log position `seq` of session

@@ -16,6 +16,10 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         include_str!("../../../schema/postgres/0002_search_rule.sql"),
         Some(archive::reindex_words),
     ),
+    (
+        include_str!("../../../schema/postgres/0003_contract.sql"),
+        None,
+    ),
 ];
 
 /// The advisory lock key that serializes migrations (any fixed number: only

@@ -181,7 +181,7 @@ impl Archive {
         let conn = self.conn()?;
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
+                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract
                  FROM sessions WHERE {LIST_FILTER}
                  ORDER BY created_ms DESC, session_key DESC LIMIT ?5 OFFSET ?6"
             ))
@@ -196,6 +196,7 @@ impl Archive {
                     name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
                     entry_count: r.get(6)?,
                     stats: rows::stats_at(r, 7)?,
+                    contract: crate::backend::session_rows::contract_at(r, 12)?,
                 })
             })
             .and_then(Iterator::collect)

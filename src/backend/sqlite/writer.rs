@@ -30,8 +30,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
         return Err(Error::SessionExists(new.id.clone()));
     }
     tx.execute(
-        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header, contract)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             new.id,
             new.created_at,
@@ -39,7 +39,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
             new.cwd,
             new.parent_session,
             new.metadata,
-            new.header
+            new.header,
+            new.contract.as_str()
         ],
     )
     .map_err(sql("creating a session"))?;
@@ -707,6 +708,55 @@ impl SessionWriter<'_> {
             )
             .map_err(sql("recording an import"))?;
         Ok(())
+    }
+
+    /// Keeps lines of the session's file that pi skips, verbatim, each
+    /// `position` entries into the session's log (`-1`: before the header).
+    pub fn keep_lines(&mut self, lines: &[crate::storage::KeptLine]) -> Result<()> {
+        let key = self.open_key()?;
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO kept_lines (session_key, position, text) VALUES (?1, ?2, ?3)",
+            )
+            .map_err(sql("keeping a skipped line"))?;
+        for line in lines {
+            st.execute(params![key, line.position, line.text])
+                .map_err(sql("keeping a skipped line"))?;
+        }
+        Ok(())
+    }
+
+    /// Records that the session's file ended without its final `\n` after
+    /// `entries` entries (`None`: it ended with one).
+    pub fn set_open_end(&mut self, entries: Option<i64>) -> Result<()> {
+        let key = self.open_key()?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET open_end = ?2 WHERE session_key = ?1",
+                params![key, entries],
+            )
+            .map_err(sql("recording the file's end"))?;
+        Ok(())
+    }
+
+    /// Sets whose rules the session being written follows.
+    pub fn set_contract(&mut self, contract: crate::contract::Contract) -> Result<()> {
+        let key = self.open_key()?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET contract = ?2 WHERE session_key = ?1",
+                params![key, contract.as_str()],
+            )
+            .map_err(sql("recording the session's contract"))?;
+        Ok(())
+    }
+
+    /// The key of the session being written.
+    fn open_key(&self) -> Result<i64> {
+        self.appender.as_ref().map(|a| a.key).ok_or_else(|| {
+            Error::Unknown("a session's lines were written before the session".into())
+        })
     }
 
     /// Appends one entry to the new session.

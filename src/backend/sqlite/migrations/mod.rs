@@ -88,6 +88,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0012_wide_prefix_hash.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../../schema/0013_contract.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -173,7 +177,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 12;
+pub const FRESH_SCHEMA_VERSION: i64 = 13;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step
