@@ -8,12 +8,16 @@
 //   huge         strings of 100,000-300,000 characters
 //   deep         `details`/`data` nested 100-400 levels deep
 //   bad-dates    entry timestamps JavaScript cannot parse (getTree sorts them as equal)
+//   empty-timestamp  entries whose timestamp is "" (pi reads them as entries)
 //   no-usage     assistant messages without `usage` (pi's /session stats throw)
-//   duplicate-ids  starting files where an id occurs twice
+//   duplicate-ids  starting files where an id occurs twice (jsonl and memory backends)
+//   duplicate-ids-archive  the same imported into an archive
 //   malformed    starting files with lines pi skips (garbage, truncated JSON, `null`)
-//   v1           starting files in version 1 (no ids; pi migrates them on open)
+//   v1           starting files in version 1 (no ids; pi migrates them on open), on
+//                memory and archive backends
+//   v1-jsonl     the same on the jsonl backend, which opens them read-only
 
-export const EXOTIC_CATEGORIES = ["surrogates", "huge", "deep", "bad-dates", "no-usage", "duplicate-ids", "malformed", "v1"];
+export const EXOTIC_CATEGORIES = ["surrogates", "huge", "deep", "bad-dates", "empty-timestamp", "no-usage", "duplicate-ids", "duplicate-ids-archive", "malformed", "v1", "v1-jsonl"];
 
 const TEXTS = [
   "hello",
@@ -47,13 +51,14 @@ const ISO = [
   "2023-03-01T10:00:00.000+05:30",
   "2023-03-01T10:00:00-08:00",
 ];
-const BAD_DATES = ["garbage", "not a date", ""];
+const BAD_DATES = ["garbage", "not a date"];
 const OLD_MS = [1700000000000, 1600000000123, 1234567890123, 1763681581544];
 
 export class AppGen {
-  constructor(rng, exotic) {
+  constructor(rng, exotic, { archive = false } = {}) {
     this.rng = rng;
     this.exotic = exotic;
+    this.archive = archive;
     this.unknown = 0;
   }
 
@@ -75,6 +80,7 @@ export class AppGen {
   }
   timestamp() {
     if (this.ex("bad-dates")) return this.rng.pick(BAD_DATES);
+    if (this.ex("empty-timestamp", 0.02)) return "";
     return this.rng.pick(ISO);
   }
 
@@ -230,7 +236,7 @@ export class AppGen {
     const r = this.rng;
     const out = [];
     const id = () => {
-      if (out.length && this.ex("duplicate-ids", 0.08)) return r.pick(out).id;
+      if (out.length && this.ex(this.archive ? "duplicate-ids-archive" : "duplicate-ids", 0.08)) return r.pick(out).id;
       return (r.next() >>> 0).toString(16).padStart(8, "0");
     };
     let leaf = null;
