@@ -315,6 +315,9 @@ pub fn read_session_leniently<R: BufRead>(
             let why = match &parsed {
                 Err(EntryProblem::NotJson) => Some(SkipReason::NotJson),
                 Err(_) if falsy_json(stored) => Some(SkipReason::FalsyJson),
+                Err(_) if !stored.starts_with('{') => {
+                    Some(SkipReason::NotAnEntry(EntryProblem::NotObject))
+                }
                 Err(problem) => Some(SkipReason::NotAnEntry(problem.clone())),
                 Ok(e) if e.entry_type().as_str() == "session" => Some(SkipReason::Header),
                 Ok(e) if leniency.unique_ids && seen.contains(e.id()) => {

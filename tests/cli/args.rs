@@ -35,7 +35,7 @@ fn session_arguments_by_id_prefix_and_path() {
         assert_eq!(sb.run(&["tree", arg]).ok(), full, "{arg}");
     }
     assert_eq!(
-        sb.json(&["stats", "01950000-0000-7000-8000-000000000102"])["messageCount"],
+        sb.json(&["stats", "01950000-0000-7000-8000-000000000102"])["totalMessages"],
         2
     );
 

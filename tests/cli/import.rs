@@ -75,8 +75,10 @@ fn import_real_pi_files_then_reimport_is_a_no_op() {
     );
     assert_eq!(ls["sessions"][0]["name"], Value::Null);
 
+    // An app session's statistics are pi 1.6's `getSessionStats`.
     let st = sb.json(&["stats", COMPACTION_ID]);
-    assert_eq!(st["messageCount"], 990);
+    assert_eq!(st["totalMessages"], 990);
+    assert_eq!(st["contract"], "app");
     assert_eq!(st["entries"], 1002);
     let total = sb.json(&["stats"]);
     assert_eq!(total["sessions"], 2);

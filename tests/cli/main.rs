@@ -28,6 +28,7 @@ mod support;
 mod abuse;
 mod args;
 mod browse;
+mod contract;
 mod import;
 mod readme;
 mod rpc;

@@ -558,7 +558,10 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP INDEX sessions_staged;
+        "DROP TABLE kept_lines;
+         ALTER TABLE sessions DROP COLUMN contract;
+         ALTER TABLE sessions DROP COLUMN open_end;
+         DROP INDEX sessions_staged;
          ALTER TABLE sessions DROP COLUMN staged_from;
          DROP INDEX entries_by_type;
          ALTER TABLE entries ADD COLUMN parent_id TEXT;
