@@ -128,11 +128,13 @@ impl<S: SessionStorage> AppRpc<S> {
                 let cwd = s.storage().metadata()?.cwd.unwrap_or_default();
                 id_literal(&cwd)
             }
-            "getSessionFile" => s
-                .storage()
-                .metadata()?
-                .path
-                .map_or_else(|| "null".into(), |p| id_literal(&p)),
+            "getSessionFile" => s.storage().metadata()?.path.map_or_else(
+                || "null".into(),
+                |p| {
+                    // As pi holds it: resolved to an absolute path.
+                    id_literal(&std::path::absolute(&p).map_or(p, |a| a.display().to_string()))
+                },
+            ),
             "getLeafId" => s.leaf_id().map_or_else(|| "null".into(), id_literal),
             "getLeafEntry" => opt_entry(s.leaf_entry()?),
             "getEntry" => match p.id("id") {
