@@ -199,6 +199,7 @@ function norm(ans, side) {
 
 /** `sessionFile` means nothing where a side has no file (pi in memory, an archive): compared only between two files. */
 function dropSessionFile(method, a) {
+  if (method === "getSessionFile" && a.ok) return { ok: true, value: "<no file>" };
   if (method !== "getSessionStats" || !a.ok || !a.value || typeof a.value !== "object") return a;
   const { sessionFile, ...rest } = a.value;
   return { ok: true, value: rest };

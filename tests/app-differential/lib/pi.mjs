@@ -132,6 +132,12 @@ export class PiAppSide {
         return sm.getSessionName();
       case "getHeader":
         return sm.getHeader();
+      case "getSessionId":
+        return sm.getSessionId();
+      case "getCwd":
+        return sm.getCwd();
+      case "getSessionFile":
+        return sm.getSessionFile();
       case "getChildren":
         return sm.getChildren(p.parentId);
       case "buildSessionContext":
