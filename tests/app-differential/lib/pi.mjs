@@ -61,6 +61,11 @@ function sessionStats(sm) {
   return stats;
 }
 
+function headerCwd(entries) {
+  const cwd = entries.find((e) => e?.type === "session")?.cwd;
+  return typeof cwd === "string" && cwd !== "" ? cwd : undefined;
+}
+
 export class PiAppSide {
   /**
    * @param kind  "pi-jsonl" (SessionManager.open over `path`) or "pi-memory"
@@ -81,7 +86,9 @@ export class PiAppSide {
       this.sm = SessionManager.open(this.path);
     } else {
       // loadEntriesFromFile repairs a missing final newline: read a file pi may write.
-      this.sm = SessionManager.inMemory(this.cwd, undefined, loadEntriesFromFile(this.sourcePath));
+      // The caller of inMemory passes the cwd: the header's, as a caller holding the file would.
+      const entries = loadEntriesFromFile(this.sourcePath);
+      this.sm = SessionManager.inMemory(headerCwd(entries) ?? this.cwd, undefined, entries);
     }
   }
 
@@ -92,7 +99,7 @@ export class PiAppSide {
     } else {
       const header = this.sm.getHeader();
       const entries = JSON.parse(JSON.stringify([...(header ? [header] : []), ...this.sm.getEntries()]));
-      this.sm = SessionManager.inMemory(this.cwd, undefined, entries);
+      this.sm = SessionManager.inMemory(headerCwd(entries) ?? this.cwd, undefined, entries);
     }
   }
 
