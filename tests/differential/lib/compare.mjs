@@ -20,12 +20,12 @@ export class Clock {
   }
 }
 
-export function normalize(value, side, clock, { now = true } = {}) {
+export function normalize(value, side, clock, { now = true, nowKeys = ["timestamp"] } = {}) {
   const walk = (v, key) => {
     if (typeof v === "string") {
       const c = side.ids.r2c.get(v);
       if (c !== undefined) return c;
-      if (now && key === "timestamp" && clock.isNowIso(v)) return "<now>";
+      if (now && nowKeys.includes(key) && clock.isNowIso(v)) return "<now>";
       if (side.path && v === side.path) return "<path>";
       return v;
     }
