@@ -404,6 +404,9 @@ pub struct FileCheck {
     pub entries: usize,
     /// The problems found; empty for a valid session file.
     pub problems: Vec<String>,
+    /// What pi tolerates and reads here tolerate too: entries whose parent
+    /// is missing, where paths stop ([`crate::storage::contract_findings`]).
+    pub warnings: Vec<String>,
 }
 
 impl JsonlStorage {
@@ -417,11 +420,16 @@ impl JsonlStorage {
             Err(e) => Ok(FileCheck {
                 entries: 0,
                 problems: vec![e.to_string()],
+                warnings: Vec::new(),
             }),
-            Ok(storage) => Ok(FileCheck {
-                entries: storage.all_entries().len(),
-                problems: crate::storage::contract_problems(&storage)?,
-            }),
+            Ok(storage) => {
+                let found = crate::storage::contract_findings(&storage)?;
+                Ok(FileCheck {
+                    entries: storage.all_entries().len(),
+                    problems: found.problems,
+                    warnings: found.warnings,
+                })
+            }
         }
     }
 

@@ -10,6 +10,7 @@ mod import;
 mod maintain;
 mod pager;
 mod rpc;
+mod show;
 mod sync;
 mod target;
 mod tree;
@@ -78,8 +79,9 @@ Examples:
   sessiontree ls --cwd /Users/badlogic/workspaces/pi-mono --page 2")]
     Ls(browse::LsArgs),
     /// Show a session's tree, pi `/tree` style.
-    #[command(alias = "show")]
     Tree(tree::TreeArgs),
+    /// Print an entry, or a whole path, in full: text, Markdown or one HTML page.
+    Show(show::ShowArgs),
     /// Print the active path (or the path from an entry).
     #[command(after_help = "\
 Examples:
@@ -307,6 +309,7 @@ pub fn run() -> i32 {
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
+        Command::Show(args) => return print_show(&cli, args),
         Command::Completions(args) => return print_completions(&cli, args),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
@@ -374,6 +377,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Fork(_)
         | Command::Delete(_)
         | Command::Tree(_)
+        | Command::Show(_)
         | Command::Check(_) => return None,
         Command::Sync(_) => {
             let explicit = cli.db.as_ref().map(|p| p.to_string_lossy().into_owned());
@@ -411,8 +415,32 @@ fn print_tree(cli: &Cli, args: &tree::TreeArgs) -> i32 {
         Ok(view) => view,
         Err(e) => return report_error(cli, &e),
     };
-    let mut printer = pager::Printer::open(cli.json, args.display());
+    let mut printer = pager::Printer::open_at(cli.json, args.display(), view.pager_start());
     let written = view.write(&mut printer);
+    let failed = printer.finish();
+    match (written, failed) {
+        (Err(e), _) => report_error(cli, &e),
+        (Ok(()), Some(e)) => {
+            eprintln!("sessiontree: error [storage]: writing output: {e}");
+            exit::STORAGE
+        }
+        (Ok(()), None) => exit::OK,
+    }
+}
+
+/// `show` streams like `tree`: the target is resolved first, so a bad
+/// argument fails before any output or pager.
+fn print_show(cli: &Cli, args: &show::ShowArgs) -> i32 {
+    let shown = match show::prepare(cli, args) {
+        Ok(shown) => shown,
+        Err(e) => return report_error(cli, &e),
+    };
+    let mut printer = pager::Printer::open(cli.json, show::display(args));
+    let written = if cli.json {
+        shown.write_json(&mut printer)
+    } else {
+        shown.write(args.format, &mut show::PrinterSink::new(&mut printer))
+    };
     let failed = printer.finish();
     match (written, failed) {
         (Err(e), _) => report_error(cli, &e),

@@ -43,7 +43,7 @@ branches follow as blocks of their own at the same indentation, headed \
 Examples:
   sessiontree tree ffae                                # the active path, linear runs folded
   sessiontree tree ffae --around v1-00176 --no-pager   # the entries either side of one, whole
-  sessiontree show session.jsonl --all --fold 0        # a pi file, every branch, nothing folded")]
+  sessiontree tree session.jsonl --all --fold 0        # a pi file, every branch, nothing folded")]
 pub struct TreeArgs {
     /// Session id, unique id prefix, or `.jsonl` path.
     pub session: String,
@@ -164,6 +164,20 @@ pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
         width,
         preview: PREVIEW * width / DEFAULT_WIDTH,
     })
+}
+
+/// What the pager searches for to open at the leaf: the marker that ends
+/// the leaf's line (the first line ending so; a preview cut to fit ends with
+/// `…`, and only one ending exactly in "  ← leaf" could come first).
+pub const LEAF_PATTERN: &str = "  ← leaf$";
+
+impl View {
+    /// Where the pager opens: at the `← leaf` line when the tree shows it
+    /// (the active path is the spine), else at the top.
+    pub fn pager_start(&self) -> Option<&'static str> {
+        (matches!(self.start, SpineStart::Active) && self.idx.leaf() != NONE)
+            .then_some(LEAF_PATTERN)
+    }
 }
 
 /// Where a path is drawn.

@@ -29,6 +29,7 @@ mod abuse;
 mod args;
 mod browse;
 mod import;
+mod read;
 mod readme;
 mod rpc;
 mod tree;
