@@ -23,10 +23,9 @@ use std::path::Path;
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
-  sessiontree show ffae                           # the active path, every entry whole
-  sessiontree show v1-00176 --session ffae        # one entry in full
-  sessiontree show ffae --from v1-00020 --format md > path.md
-  sessiontree show ffae --format html > ffae.html # one page: inline CSS, images embedded")]
+  sessiontree show ffae                             # the active path, every entry whole
+  sessiontree show v1-00176 --session ffae          # one entry in full
+  sessiontree show ffae --format html > ffae.html   # one page: inline CSS, images embedded")]
 pub struct ShowArgs {
     /// A session (id, unique id prefix, or `.jsonl` path): its active path;
     /// or an entry id: that entry (looked up in `--session`, else in every
@@ -405,7 +404,7 @@ impl<'a> Document<'a> {
             Format::Text => {}
             Format::Md => self.out.put(&format!("# {}\n", md_inline(title))),
             Format::Html => {
-                self.out.put("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>");
+                self.out.put("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<meta name=\"generator\" content=\"sessiontree show\">\n<title>");
                 self.out.put(&html_escape(title));
                 self.out.put("</title>\n<style>\n");
                 self.out.put(CSS);
