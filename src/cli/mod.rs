@@ -4,6 +4,7 @@
 
 mod browse;
 mod columns;
+mod complete;
 mod db;
 mod demo;
 mod import;
@@ -194,6 +195,9 @@ Examples:
   sessiontree completions zsh > ~/.zfunc/_sessiontree   # with fpath+=~/.zfunc in ~/.zshrc
   sessiontree completions fish > ~/.config/fish/completions/sessiontree.fish")]
     Completions(CompletionsArgs),
+    /// Sessions whose id or name starts with PREFIX, for the completion scripts.
+    #[command(hide = true)]
+    CompleteSessions(complete::CompleteSessionsArgs),
 }
 
 /// Arguments of `completions`.
@@ -311,6 +315,7 @@ pub fn run() -> i32 {
         Command::Tree(args) => return print_tree(&cli, args),
         Command::Show(args) => return print_show(&cli, args),
         Command::Completions(args) => return print_completions(&cli, args),
+        Command::CompleteSessions(args) => return write_stdout(&complete::candidates(&cli, args)),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
         Command::History(args) => browse::history(&cli, args).map(Some),
@@ -367,6 +372,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Rpc(_)
         | Command::Export(_)
         | Command::Completions(_)
+        | Command::CompleteSessions(_)
         | Command::Branch(_)
         | Command::Context(_)
         | Command::History(_)
@@ -484,9 +490,7 @@ fn argument_error(e: &clap::Error) -> i32 {
 /// `{shell, script}`, like every other command's one JSON value.
 fn print_completions(cli: &Cli, args: &CompletionsArgs) -> i32 {
     use clap::CommandFactory;
-    let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "sessiontree", &mut script);
-    let script = String::from_utf8_lossy(&script);
+    let script = complete::script(&mut Cli::command(), args.shell);
     if cli.json {
         let json = serde_json::json!({"shell": args.shell.to_string(), "script": script});
         write_stdout(&format!("{json}\n"))

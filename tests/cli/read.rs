@@ -254,3 +254,126 @@ fn check_warns_about_a_missing_parent_that_reads_tolerate() {
         json!([CUT_WARNING.trim_start_matches("session 01950000-cccc-7000-8000-000000000001: ")])
     );
 }
+
+/// Two named sessions to complete: `01950000-1111…` "Parser refactor" and
+/// `01950000-2222…` "pager work".
+fn two_named_sessions(sb: &Sandbox) {
+    let a = small_session(
+        "01950000-1111-7000-8000-000000000001",
+        "/home/ada/p",
+        "2025-03-01T10:00:00.000Z",
+        "parsing",
+        Some("Parser refactor"),
+    )
+    .save(sb, "pi/a");
+    let b = small_session(
+        "01950000-2222-7000-8000-000000000001",
+        "/home/ada/p",
+        "2025-03-02T10:00:00.000Z",
+        "paging",
+        Some("pager work"),
+    )
+    .save(sb, "pi/b");
+    sb.import(&[&a, &b]);
+}
+
+#[test]
+fn complete_sessions_offers_ids_and_names_from_the_archive() {
+    let sb = Sandbox::new();
+    // No archive: nothing, and no error.
+    let r = sb.run(&["complete-sessions", "0195"]);
+    assert_eq!((r.status, r.stdout.as_str()), (0, ""), "{r:#?}");
+    two_named_sessions(&sb);
+    let all = sb.run(&["complete-sessions", "0195"]).ok().to_owned();
+    assert_eq!(
+        all,
+        "01950000-2222-7000-8000-000000000001\n01950000-1111-7000-8000-000000000001\n"
+    );
+    // By name, any case: the id is what goes on the command line.
+    assert_eq!(
+        sb.run(&["complete-sessions", "PARSER"]).ok(),
+        "01950000-1111-7000-8000-000000000001\n"
+    );
+    assert_eq!(
+        sb.run(&["complete-sessions", "--shell", "fish", "01950000-2"])
+            .ok(),
+        "01950000-2222-7000-8000-000000000001\tpager work\n"
+    );
+    assert_eq!(
+        sb.run(&["complete-sessions", "--shell", "zsh", "pa"]).ok(),
+        "01950000-2222-7000-8000-000000000001:pager work\n01950000-1111-7000-8000-000000000001:Parser refactor\n"
+    );
+    assert_eq!(sb.run(&["complete-sessions", "nope"]).ok(), "");
+    // Hidden: not in the help's command list.
+    assert!(!sb.run(&["--help"]).ok().contains("complete-sessions"));
+}
+
+#[test]
+fn the_bash_script_completes_session_arguments_from_the_archive() {
+    let sb = Sandbox::new();
+    two_named_sessions(&sb);
+    let script = sb.write("sessiontree.bash", sb.run(&["completions", "bash"]).ok());
+    let bin_dir = Path::new(support::bin()).parent().expect("bin dir");
+    // COMP_WORDS and the arguments as bash gives them (command, word,
+    // previous word), the completion function run in a subshell.
+    let complete = |words: &[&str]| -> Vec<String> {
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let program = format!(
+            "source {script}; COMP_WORDS=({words}); COMP_CWORD={cword}; _sessiontree_sessions sessiontree \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script = s(&script),
+            words = quoted.join(" "),
+            cword = words.len() - 1,
+        );
+        let mut c = std::process::Command::new("bash");
+        c.env_clear()
+            .env("HOME", sb.home())
+            .env("XDG_DATA_HOME", sb.path("data"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin_dir.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .current_dir(sb.dir.path())
+            .arg("-c")
+            .arg(program);
+        let run = c.output().expect("bash");
+        assert!(run.status.success(), "{run:?}");
+        String::from_utf8_lossy(&run.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let a = "01950000-1111-7000-8000-000000000001".to_owned();
+    let b = "01950000-2222-7000-8000-000000000001".to_owned();
+    assert_eq!(
+        complete(&["sessiontree", "tree", "0195"]),
+        [b.as_str(), a.as_str()]
+    );
+    assert_eq!(
+        complete(&["sessiontree", "show", "01950000-1"]),
+        [a.as_str()]
+    );
+    assert_eq!(
+        complete(&["sessiontree", "--json", "branch", "pager"]),
+        [b.as_str()]
+    );
+    assert_eq!(
+        complete(&["sessiontree", "delete", &a, "01950000-2"]),
+        [b.as_str()]
+    );
+    assert_eq!(
+        complete(&["sessiontree", "search", "foo", "--session", "Pars"]),
+        [a.as_str()]
+    );
+    // Not a session argument: clap's own completion (options, files).
+    let second = complete(&["sessiontree", "label", &a, "0195"]);
+    assert!(!second.contains(&b), "{second:?}");
+    let option_value = complete(&["sessiontree", "tree", "--from", "0195"]);
+    assert!(!option_value.contains(&b), "{option_value:?}");
+    let options = complete(&["sessiontree", "tree", "--no-p"]);
+    assert_eq!(options, ["--no-pager"]);
+}
