@@ -174,6 +174,11 @@ impl Parser {
             Tok::Word(w) => Ok(Expr::Part(w)),
             Tok::Phrase(p) => Ok(Expr::Part(format!("\"{p}\""))),
             Tok::Open => {
+                if self.peek().is_none() {
+                    return Err(Error::Usage(format!(
+                        "search query: the `(` at position {position} is never closed"
+                    )));
+                }
                 let inner = self.any()?;
                 if self.peek() != Some(&Tok::Close) {
                     return Err(Error::Usage(format!(
@@ -459,6 +464,7 @@ mod tests {
         assert!(error("a OR -b").contains("only excludes (-b)"));
         assert!(error("a OR").contains("position 5"));
         assert!(error("()").contains("position 2"));
+        assert!(error("NEAR(").contains("`(` at position 5 is never closed"));
     }
 
     #[test]

@@ -539,8 +539,25 @@ fn search_with_filters() {
         "no matches\n"
     );
     // User text is never FTS5 syntax.
-    for q in ["\"unbalanced", "rust AND", "NEAR(", "*", "a:b", "-x", "^"] {
+    for q in [
+        "\"unbalanced",
+        "rust AND",
+        "NEAR(rust)",
+        "*",
+        "a:b",
+        "rust -x",
+        "^",
+    ] {
         sb.run(&["search", "--", q]).ok();
+    }
+    // Our own grammar's mistakes are usage errors naming the position.
+    for (q, at) in [
+        ("NEAR(", "position 5"),
+        ("-x", "only excludes"),
+        ("a - b", "position 3"),
+    ] {
+        let stderr = sb.run(&["search", "--", q]).fails(2, "usage").to_owned();
+        assert!(stderr.contains(at), "{q}: {stderr}");
     }
 
     let v = sb.json(&["search", "escapes", "--role", "user"]);
