@@ -389,7 +389,7 @@ const MALFORMED: &[(&str, &str)] = &[
     ("dogru) reka", "`)` that closes no `(` at position 6"),
     ("-dogru", "only excludes (-dogru)"),
     ("dogru OR -reka", "only excludes (-reka)"),
-    ("dogru OR", "position 9"),
+    ("(dogru reka) -(x", "`(` at position 15 is never closed"),
 ];
 
 /// [`MESSAGES`], owned.

@@ -56,13 +56,14 @@ fn tokens(query: &str) -> Result<Option<Vec<(Tok, usize)>>> {
             out.push((Tok::Phrase(chars[i + 1..end].iter().collect()), at));
             i = end + 1;
         } else if c == '(' || c == ')' {
+            // At the start of a word: `(` opens a group, `)` closes one.
             boolean = true;
             out.push((if c == '(' { Tok::Open } else { Tok::Close }, at));
             i += 1;
-        } else if c == '-' {
+        } else if c == '-' && chars.get(i + 1) != Some(&'-') {
             boolean = true;
             match chars.get(i + 1) {
-                Some(&n) if !blank(n) && n != ')' && n != '-' => {
+                Some(&n) if !blank(n) && n != ')' => {
                     out.push((Tok::Minus, at));
                     i += 1;
                 }
@@ -73,20 +74,48 @@ fn tokens(query: &str) -> Result<Option<Vec<(Tok, usize)>>> {
                 }
             }
         } else {
+            // A word runs to a blank or a quote; `)`s that end it close
+            // groups (one inside it, `robert');`, is part of the word).
             let end = chars[i..]
                 .iter()
-                .position(|&c| blank(c) || c == '"' || c == '(' || c == ')')
+                .position(|&c| blank(c) || c == '"')
                 .map_or(chars.len(), |p| i + p);
-            let word: String = chars[i..end].iter().collect();
-            if word == "OR" {
+            let mut closes = end;
+            while closes > i && chars[closes - 1] == ')' {
+                closes -= 1;
+            }
+            if closes > i {
+                let word: String = chars[i..closes].iter().collect();
+                if word == "OR" {
+                    out.push((Tok::Or, at));
+                } else {
+                    out.push((Tok::Word(word), at));
+                }
+            }
+            for k in closes..end {
                 boolean = true;
-                out.push((Tok::Or, at));
-            } else {
-                out.push((Tok::Word(word), at));
+                out.push((Tok::Close, k + 1));
             }
             i = end;
         }
     }
+    // `OR` with a side missing (first, last, beside another `OR`, next to a
+    // parenthesis that leaves it nothing) is the word "or", as before.
+    let operand_before =
+        |k: usize| k > 0 && matches!(out[k - 1].0, Tok::Word(_) | Tok::Phrase(_) | Tok::Close);
+    let operand_after = |k: usize| {
+        matches!(
+            out.get(k + 1).map(|t| &t.0),
+            Some(Tok::Word(_) | Tok::Phrase(_) | Tok::Open | Tok::Minus)
+        )
+    };
+    let lone: Vec<usize> = (0..out.len())
+        .filter(|&k| out[k].0 == Tok::Or && !(operand_before(k) && operand_after(k)))
+        .collect();
+    for k in lone {
+        out[k].0 = Tok::Word("OR".to_owned());
+    }
+    boolean = boolean || out.iter().any(|(t, _)| *t == Tok::Or);
     Ok(boolean.then_some(out))
 }
 
@@ -462,9 +491,19 @@ mod tests {
         assert!(error("-").contains("lone `-` at position 1"));
         assert!(error("-foo").contains("only excludes (-foo)"));
         assert!(error("a OR -b").contains("only excludes (-b)"));
-        assert!(error("a OR").contains("position 5"));
+        assert!(
+            alternatives("a OR").unwrap().is_none(),
+            "a trailing OR is a word"
+        );
+        assert!(alternatives("OR").unwrap().is_none());
+        assert!(alternatives("x --").unwrap().is_none(), "dashes are a word");
         assert!(error("()").contains("position 2"));
-        assert!(error("NEAR(").contains("`(` at position 5 is never closed"));
+        assert!(error("(NEAR").contains("`(` at position 1 is never closed"));
+        assert!(
+            alternatives("NEAR( robert');").unwrap().is_none(),
+            "inside words"
+        );
+        assert!(error("NEAR(a b, 2)").contains("`)` that closes no `(` at position 12"));
     }
 
     #[test]

@@ -543,7 +543,7 @@ fn search_with_filters() {
     for q in [
         "\"unbalanced",
         "rust AND",
-        "NEAR(rust)",
+        "NEAR(",
         "*",
         "a:b",
         "rust -x",
@@ -553,7 +553,7 @@ fn search_with_filters() {
     }
     // Our own grammar's mistakes are usage errors naming the position.
     for (q, at) in [
-        ("NEAR(", "position 5"),
+        ("(NEAR", "position 1"),
         ("-x", "only excludes"),
         ("a - b", "position 3"),
     ] {
