@@ -105,6 +105,7 @@ fn full_parse(entry: &Entry) -> Option<(String, String)> {
     (!text.trim().is_empty()).then_some((role, text))
 }
 
+pub mod boolean;
 mod rule;
 mod unicode61;
 

@@ -422,13 +422,35 @@ pub fn reader_problems<S: SessionStorage + ?Sized>(storage: &S) -> Vec<String> {
     problems
 }
 
+/// What `check` found in an archive: problems (stored data disagrees with
+/// its log, or a read fails: exit status 8) and warnings (something pi
+/// tolerates and every read here tolerates too, reported so it is known).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckFindings {
+    /// What fails or disagrees.
+    pub problems: Vec<String>,
+    /// What reads tolerate.
+    pub warnings: Vec<String>,
+}
+
+/// The warning for an entry whose parent is not in its session where no
+/// compaction cuts the walk before it (a file cut from a longer one): pi
+/// opens such a file, and its path stops at the entry.
+pub fn missing_parent_warning(entry: &str, parent: &str) -> String {
+    format!(
+        "entry {entry} names parent {parent}, which is not in the session (a file cut from a longer one?); \
+         pi opens it and a path through it stops there, at {entry}"
+    )
+}
+
 /// What a path walk from an entry came to.
 #[derive(Debug, Clone)]
 enum WalkOutcome {
     /// It reached the root or a compaction's stop.
     Ok,
-    /// It reached a parent that does not exist (the error's text).
-    Fails(String),
+    /// It reached a parent that does not exist (reported once, as a
+    /// warning on the entry that names it).
+    Fails,
     /// It came back to an entry it had visited (the error's text).
     Cycle(String),
 }
@@ -437,7 +459,19 @@ enum WalkOutcome {
 /// every entry (newest first, skipping entries an earlier walk covered), the
 /// active path, the statistics and the context. The problems found, in log
 /// order of the entry they concern; empty when every read would succeed.
+/// (A walk that fails only at a root's missing parent is a warning of
+/// [`contract_findings`], not a problem.)
 pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<String>> {
+    Ok(contract_findings(storage)?.problems)
+}
+
+/// [`contract_problems`] and its warnings: an entry whose parent is missing
+/// where the walk from it fails there (no compaction stops it first) is
+/// what pi opens, the path stopping at that entry — a warning naming it, as
+/// the archives' `check` reports it; walks from entries below it fail for
+/// the same reason and are not reported again. The active path and the
+/// context still have to build (else a problem).
+pub fn contract_findings<S: SessionStorage + ?Sized>(storage: &S) -> Result<CheckFindings> {
     let entries = storage.entries(0, None)?;
     let mut covered = std::collections::HashSet::new();
     let mut found = Vec::new();
@@ -478,7 +512,7 @@ pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<
                 covered.extend(walk.path.iter().map(|p| p.id().to_owned()));
                 WalkOutcome::Ok
             }
-            Err(err @ Error::DanglingReference(_)) => WalkOutcome::Fails(err.to_string()),
+            Err(Error::DanglingReference(_)) => WalkOutcome::Fails,
             Err(err @ Error::ParentCycle(_)) => WalkOutcome::Cycle(err.to_string()),
             Err(err) => return Err(err),
         };
@@ -489,7 +523,7 @@ pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<
                 known.insert(id, outcome.clone());
             }
         }
-        if let WalkOutcome::Fails(err) | WalkOutcome::Cycle(err) = outcome {
+        if let WalkOutcome::Cycle(err) = outcome {
             found.push((i, format!("entry {}: {err}", e.id())));
         }
     }
@@ -500,7 +534,23 @@ pub fn contract_problems<S: SessionStorage + ?Sized>(storage: &S) -> Result<Vec<
         problems.push(format!("statistics: {e}"));
     }
     problems.dedup();
-    Ok(problems)
+    let mut warnings = Vec::new();
+    for e in &entries {
+        let Some(parent) = e.facts().parent() else {
+            continue;
+        };
+        if storage.entry(parent)?.is_some() {
+            continue;
+        }
+        if let Err(Error::DanglingReference(missing)) =
+            walk_joining(Some(e.id()), |id| storage.entry(id), |_| false)
+        {
+            if missing == parent {
+                warnings.push(missing_parent_warning(e.id(), parent));
+            }
+        }
+    }
+    Ok(CheckFindings { problems, warnings })
 }
 
 /// The entries a streaming read hands its sink (`visit_entries`,

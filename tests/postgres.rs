@@ -704,6 +704,56 @@ fn check_finds_a_team_archive_whole_and_reports_a_damaged_cache_or_row() {
         .is_some_and(|p| p.starts_with("session d703a1a9"))));
 }
 
+/// A session whose root names a missing parent, cut after a compaction (pi
+/// opens it; `tree` and `context` read it): `check` warns, naming the entry,
+/// its session and what pi does, and exits 0 — as on the SQLite archive.
+#[test]
+fn check_warns_about_a_missing_parent_that_reads_tolerate_on_a_team_archive() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let line = |id: &str, parent: &str| {
+        format!(
+            r#"{{"type":"message","id":"{id}","parentId":"{parent}","timestamp":"2025-03-01T10:00:01.000Z","message":{{"role":"user","content":"{id} text","timestamp":1}}}}"#
+        )
+    };
+    let file = dir.path().join("cut.jsonl");
+    std::fs::write(
+        &file,
+        [
+            r#"{"type":"session","version":3,"id":"01950000-cccc-7000-8000-000000000001","timestamp":"2025-03-01T10:00:00.000Z","cwd":"/home/ada/cut"}"#.to_owned(),
+            line("c0000001", "c75b2564"),
+            line("c0000002", "c0000001"),
+            r#"{"type":"compaction","id":"k0000001","parentId":"c0000002","timestamp":"2025-03-01T10:00:02.000Z","summary":"so far","firstKeptEntryId":"c0000002","tokensBefore":1000}"#.to_owned(),
+            line("c0000003", "k0000001"),
+        ]
+        .join("\n")
+            + "\n",
+    )
+    .expect("write");
+    let url = team.schema_url();
+    let (v, status) = cli_json(&["sync", "--to", &url, s(&file)]);
+    assert_eq!(status, 0, "{v}");
+    for args in [
+        &["tree", "01950000-cccc", "--no-pager"][..],
+        &["context", "01950000-cccc"],
+    ] {
+        let (v, status) = cli_json(&[&["--db", url.as_str()][..], args].concat());
+        assert_eq!(status, 0, "{args:?}: {v}");
+    }
+    let warning = "session 01950000-cccc-7000-8000-000000000001: entry c0000001 names parent c75b2564, which is not in the session (a file cut from a longer one?); pi opens it and a path through it stops there, at c0000001";
+    for args in [&["check"][..], &["check", "01950000-cccc"]] {
+        let (v, status) = cli_json(&[&["--db", url.as_str()][..], args].concat());
+        assert_eq!(status, 0, "{args:?}: {v}");
+        assert_eq!(
+            (&v["ok"], &v["problems"], &v["warnings"]),
+            (&json!(true), &json!([]), &json!([warning])),
+            "{args:?}"
+        );
+    }
+}
+
 /// An entry key as (segment rank, depth).
 type RankedKey = (usize, i64);
 

@@ -323,7 +323,6 @@ const QUERIES: &[&str] = &[
     "*",
     "**",
     "\"\"",
-    "-",
     "\"",
     "foo**",
     "\"doğru\"*",
@@ -362,6 +361,35 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("foo*bar", &["m13"]),
     ("\"ten doğru\"", &["m21"]),
     ("t* f*", &["m13", "m21"]),
+    ("dogru OR reka", &["m01", "m02", "m21"]),
+    ("naive -cafe", &["m04"]),
+];
+
+/// `OR`, `-exclusion` and grouping (issue 41), beside words and phrases.
+const BOOLEAN_QUERIES: &[&str] = &[
+    "dogru OR reka",
+    "naive -cafe",
+    "naive -\"cafe naive\"",
+    "(dogru OR reka) (istanbul OR teče)",
+    "(alpha OR beta) -gamma",
+    "\"alpha beta gamma\" OR ONE",
+    "t* -f*",
+    "dogru -\"ten doğru\"",
+    "x -(a OR b) OR t*",
+    "ΣΟΦΊΑ OR 日本* OR ﬁle OR \"here control chars\"",
+    "deploy -(rocket party)",
+    "(((dogru)))",
+];
+
+/// Malformed queries: a `usage` error naming the position, on every store.
+const MALFORMED: &[(&str, &str)] = &[
+    ("-", "lone `-` at position 1"),
+    ("dogru - reka", "lone `-` at position 7"),
+    ("(dogru reka", "`(` at position 1 is never closed"),
+    ("dogru) reka", "`)` that closes no `(` at position 6"),
+    ("-dogru", "only excludes (-dogru)"),
+    ("dogru OR -reka", "only excludes (-reka)"),
+    ("(dogru reka) -(x", "`(` at position 15 is never closed"),
 ];
 
 /// [`MESSAGES`], owned.
@@ -481,6 +509,52 @@ fn every_store_finds_the_same_entries_for_every_query() {
         QUERIES.len(),
         wrong.join("\n")
     );
+}
+
+/// `OR`, `-word` and groups find the same entries on every store, and a
+/// malformed query is the same `usage` error on every store.
+#[test]
+fn or_exclusion_and_groups_answer_alike_on_every_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (file, db, sqlite) = file_and_archive(dir.path(), &messages());
+    let team = pg::TempArchive::new();
+    if let Some(team) = &team {
+        sync_to(&db, team);
+    }
+    let wrong = disagreements(
+        BOOLEAN_QUERIES,
+        &sqlite,
+        &file,
+        team.as_ref().map(|t| &t.archive),
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for (query, message) in MALFORMED {
+        let sqlite_error = sqlite.search(query, None, None, None, 10).unwrap_err();
+        assert_eq!(sqlite_error.code().as_str(), "usage", "{query}");
+        assert!(
+            sqlite_error.to_string().contains(message),
+            "{query}: {sqlite_error}"
+        );
+        if let Some(team) = &team {
+            let e = team
+                .archive
+                .search(query, None, None, None, 10)
+                .unwrap_err();
+            assert_eq!(e.to_string(), sqlite_error.to_string(), "{query}");
+        }
+        let out = run_cli([
+            "search",
+            "--session",
+            file.to_str().expect("utf-8"),
+            "--",
+            query,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{query}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&sqlite_error.to_string()),
+            "{query}: {out:?}"
+        );
+    }
 }
 
 /// A team archive of schema version 1 (words folded by the old rule, read by

@@ -619,6 +619,9 @@ pub struct FileCheck {
     pub entries: usize,
     /// The problems found; empty for a valid session file.
     pub problems: Vec<String>,
+    /// What pi tolerates and reads here tolerate too: entries whose parent
+    /// is missing, where paths stop ([`crate::storage::contract_findings`]).
+    pub warnings: Vec<String>,
 }
 
 impl JsonlStorage {
@@ -632,19 +635,22 @@ impl JsonlStorage {
             Err(e) => Ok(FileCheck {
                 entries: 0,
                 problems: vec![e.to_string()],
+                warnings: Vec::new(),
             }),
             Ok(storage) => {
                 // Lines pi 1.6 skips open, but they are damage all the same.
+                let found = crate::storage::contract_findings(&storage)?;
                 let mut problems: Vec<String> = storage
                     .skipped
                     .iter()
                     .filter(|l| !matches!(l.why, SkipReason::Blank))
                     .map(|l| format!("line {}: kept in the file, {}", l.line, l.why.describe()))
                     .collect();
-                problems.extend(crate::storage::contract_problems(&storage)?);
+                problems.extend(found.problems);
                 Ok(FileCheck {
                     entries: storage.all_entries().len(),
                     problems,
+                    warnings: found.warnings,
                 })
             }
         }

@@ -377,7 +377,10 @@ pub struct SearchArgs {
     /// Words to find: a message matches when it has all of them, in any order
     /// (`search rust lifetimes` = `search "rust lifetimes"`); `'"exact phrase"'`
     /// (quotes the shell passes on) for words in that order; `migrat*` for
-    /// words starting with `migrat`.
+    /// words starting with `migrat`; `a OR b` for either, `-word` (or
+    /// `-"a phrase"`) to leave out messages that have it, `( … )` to group:
+    /// quote a query that starts a word with `-` (`'abort -controller'`), or
+    /// put it after `--`.
     #[arg(required = true, num_args = 1..)]
     pub query: Vec<String>,
     /// Only this session: an id or unique prefix, or a `.jsonl` file
@@ -532,20 +535,27 @@ fn search_file(
     skip: usize,
 ) -> Result<Vec<SearchHit>> {
     use sessiontree::search::{
-        groups_match, query_groups, query_terms, searchable_text, snippet, SNIPPET_TOKENS,
+        groups_match, query_groups, searchable_text, snippet, SNIPPET_TOKENS,
     };
     let storage = sessiontree::backend::jsonl::JsonlStorage::open(path, cli.durability.into())?;
     let meta = storage.metadata()?;
     let name = storage.session_name()?;
-    let terms = query_terms(query);
+    // `OR`, `-word` and groups as the archives read them (a malformed query
+    // is refused before the scan).
+    let alternatives = sessiontree::search::boolean::alternatives(query)?;
+    let terms = sessiontree::search::boolean::marked_terms(query);
     let groups = query_groups(query);
+    let matches = |text: &str| match &alternatives {
+        Some(alts) => sessiontree::search::boolean::alternatives_match(alts, text),
+        None => groups_match(&groups, text),
+    };
     Ok(storage
         .all_entries()
         .iter()
         .filter_map(|e| {
             let (role, text) = searchable_text(e)?;
             let wanted = args.role.as_deref().is_none_or(|r| r == role);
-            (wanted && groups_match(&groups, &text)).then(|| SearchHit {
+            (wanted && matches(&text)).then(|| SearchHit {
                 session_id: meta.id.clone(),
                 entry_id: e.id().to_owned(),
                 role,

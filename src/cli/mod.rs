@@ -4,12 +4,14 @@
 
 mod browse;
 mod columns;
+mod complete;
 mod db;
 mod demo;
 mod import;
 mod maintain;
 mod pager;
 mod rpc;
+mod show;
 mod sync;
 mod target;
 mod tree;
@@ -78,8 +80,9 @@ Examples:
   sessiontree ls --cwd /Users/badlogic/workspaces/pi-mono --page 2")]
     Ls(browse::LsArgs),
     /// Show a session's tree, pi `/tree` style.
-    #[command(alias = "show")]
     Tree(tree::TreeArgs),
+    /// Print an entry, or a whole path, in full: text, Markdown or one HTML page.
+    Show(show::ShowArgs),
     /// Print the active path (or the path from an entry).
     #[command(after_help = "\
 Examples:
@@ -192,6 +195,9 @@ Examples:
   sessiontree completions zsh > ~/.zfunc/_sessiontree   # with fpath+=~/.zfunc in ~/.zshrc
   sessiontree completions fish > ~/.config/fish/completions/sessiontree.fish")]
     Completions(CompletionsArgs),
+    /// Sessions whose id or name starts with PREFIX, for the completion scripts.
+    #[command(hide = true)]
+    CompleteSessions(complete::CompleteSessionsArgs),
 }
 
 /// Arguments of `completions`.
@@ -307,7 +313,9 @@ pub fn run() -> i32 {
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
+        Command::Show(args) => return print_show(&cli, args),
         Command::Completions(args) => return print_completions(&cli, args),
+        Command::CompleteSessions(args) => return write_stdout(&complete::candidates(&cli, args)),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
         Command::Context(args) => browse::context(&cli, args).map(Some),
         Command::History(args) => browse::history(&cli, args).map(Some),
@@ -364,6 +372,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Rpc(_)
         | Command::Export(_)
         | Command::Completions(_)
+        | Command::CompleteSessions(_)
         | Command::Branch(_)
         | Command::Context(_)
         | Command::History(_)
@@ -374,6 +383,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Fork(_)
         | Command::Delete(_)
         | Command::Tree(_)
+        | Command::Show(_)
         | Command::Check(_) => return None,
         Command::Sync(_) => {
             let explicit = cli.db.as_ref().map(|p| p.to_string_lossy().into_owned());
@@ -411,8 +421,32 @@ fn print_tree(cli: &Cli, args: &tree::TreeArgs) -> i32 {
         Ok(view) => view,
         Err(e) => return report_error(cli, &e),
     };
-    let mut printer = pager::Printer::open(cli.json, args.display());
+    let mut printer = pager::Printer::open_at(cli.json, args.display(), view.pager_start());
     let written = view.write(&mut printer);
+    let failed = printer.finish();
+    match (written, failed) {
+        (Err(e), _) => report_error(cli, &e),
+        (Ok(()), Some(e)) => {
+            eprintln!("sessiontree: error [storage]: writing output: {e}");
+            exit::STORAGE
+        }
+        (Ok(()), None) => exit::OK,
+    }
+}
+
+/// `show` streams like `tree`: the target is resolved first, so a bad
+/// argument fails before any output or pager.
+fn print_show(cli: &Cli, args: &show::ShowArgs) -> i32 {
+    let shown = match show::prepare(cli, args) {
+        Ok(shown) => shown,
+        Err(e) => return report_error(cli, &e),
+    };
+    let mut printer = pager::Printer::open(cli.json, show::display(args));
+    let written = if cli.json {
+        shown.write_json(&mut printer)
+    } else {
+        shown.write(args.format, &mut show::PrinterSink::new(&mut printer))
+    };
     let failed = printer.finish();
     match (written, failed) {
         (Err(e), _) => report_error(cli, &e),
@@ -456,9 +490,7 @@ fn argument_error(e: &clap::Error) -> i32 {
 /// `{shell, script}`, like every other command's one JSON value.
 fn print_completions(cli: &Cli, args: &CompletionsArgs) -> i32 {
     use clap::CommandFactory;
-    let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "sessiontree", &mut script);
-    let script = String::from_utf8_lossy(&script);
+    let script = complete::script(&mut Cli::command(), args.shell);
     if cli.json {
         let json = serde_json::json!({"shell": args.shell.to_string(), "script": script});
         write_stdout(&format!("{json}\n"))

@@ -98,11 +98,20 @@ impl Printer {
     /// is unset, as git does, so a short tree prints and exits). If the pager
     /// cannot be started the text goes to stdout.
     pub fn open(json: bool, display: Display) -> Printer {
+        Printer::open_at(json, display, None)
+    }
+
+    /// [`Printer::open`], with the pager opening where a line matches
+    /// `pattern` (a `less` regular expression, e.g. `tree`'s `← leaf$`)
+    /// instead of at the top, when the pager is `less` (the default, or a
+    /// `$PAGER` that runs `less`): `less +/PATTERN -j-4`, so the line
+    /// shows near the bottom of the screen with what leads to it above.
+    pub fn open_at(json: bool, display: Display, pattern: Option<&str>) -> Printer {
         let terminal = std::io::stdout().is_terminal();
         let colour = !json && display.color.enabled();
         let mut pager = None;
         if !json && display.pager && terminal {
-            pager = spawn_pager();
+            pager = spawn_pager(pattern);
         }
         let out: Box<dyn Write> = match pager.as_mut().and_then(|p: &mut Child| p.stdin.take()) {
             Some(stdin) => Box::new(stdin),
@@ -193,18 +202,43 @@ impl Printer {
     }
 }
 
+/// The `less` arguments that open it at the first line matching `pattern`,
+/// that line 4 lines from the bottom of the screen.
+fn start_args(pattern: Option<&str>) -> Vec<String> {
+    match pattern {
+        Some(p) => vec!["-j-4".to_owned(), format!("+/{p}")],
+        None => Vec::new(),
+    }
+}
+
+/// Whether a `$PAGER` command runs `less` (its first word is `less` or a
+/// path to it), which takes [`start_args`].
+fn runs_less(pager: &str) -> bool {
+    pager
+        .split_whitespace()
+        .next()
+        .is_some_and(|cmd| cmd.rsplit('/').next() == Some("less"))
+}
+
 /// Starts `$PAGER` (through the shell, as git does: it may carry options),
-/// else `less -R`.
-fn spawn_pager() -> Option<Child> {
+/// else `less -R`; a `less` is given [`start_args`] for `pattern`.
+fn spawn_pager(pattern: Option<&str>) -> Option<Child> {
     let mut cmd = match std::env::var("PAGER") {
         Ok(p) if !p.trim().is_empty() => {
             let mut c = Command::new("sh");
-            c.arg("-c").arg(p);
+            if runs_less(&p) && pattern.is_some() {
+                // The arguments follow the user's own: `sh -c 'less -S "$@"' sh ARGS`.
+                c.arg("-c").arg(format!("{p} \"$@\"")).arg("sh");
+                c.args(start_args(pattern));
+            } else {
+                c.arg("-c").arg(p);
+            }
             c
         }
         _ => {
             let mut c = Command::new("less");
             c.arg("-R");
+            c.args(start_args(pattern));
             c
         }
     };
@@ -212,4 +246,17 @@ fn spawn_pager() -> Option<Child> {
         cmd.env("LESS", "FRX");
     }
     cmd.stdin(Stdio::piped()).spawn().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{runs_less, start_args};
+
+    #[test]
+    fn a_less_pager_opens_at_the_pattern() {
+        assert!(runs_less("less") && runs_less("/usr/bin/less -S"));
+        assert!(!runs_less("more") && !runs_less("bat --paging=always") && !runs_less(""));
+        assert_eq!(start_args(Some("← leaf$")), ["-j-4", "+/← leaf$"]);
+        assert!(start_args(None).is_empty());
+    }
 }

@@ -43,7 +43,7 @@ branches follow as blocks of their own at the same indentation, headed \
 Examples:
   sessiontree tree ffae                                # the active path, linear runs folded
   sessiontree tree ffae --around v1-00176 --no-pager   # the entries either side of one, whole
-  sessiontree show session.jsonl --all --fold 0        # a pi file, every branch, nothing folded")]
+  sessiontree tree session.jsonl --all --fold 0        # a pi file, every branch, nothing folded")]
 pub struct TreeArgs {
     /// Session id, unique id prefix, or `.jsonl` path.
     pub session: String,
@@ -162,8 +162,38 @@ pub fn prepare(cli: &Cli, args: &TreeArgs) -> Result<View> {
         fold: args.fold,
         depth: if args.all { usize::MAX } else { args.depth },
         width,
-        preview: PREVIEW * width / DEFAULT_WIDTH,
+        preview: preview_width(width),
     })
+}
+
+/// What the pager searches for to open at the leaf: the marker that ends
+/// the leaf's line (the first line ending so; a preview cut to fit ends with
+/// `…`, and only one ending exactly in "  ← leaf" could come first).
+pub const LEAF_PATTERN: &str = "  ← leaf$";
+
+impl View {
+    /// Where the pager opens: at the `← leaf` line when the tree shows it
+    /// (the active path is the spine), else at the top.
+    pub fn pager_start(&self) -> Option<&'static str> {
+        (matches!(self.start, SpineStart::Active) && self.idx.leaf() != NONE)
+            .then_some(LEAF_PATTERN)
+    }
+}
+
+/// The widest preview on lines `width` columns wide: [`PREVIEW`] at
+/// [`DEFAULT_WIDTH`] and in proportion above it; below it, what is left of
+/// the line after the id and the markers (about 24 columns), shrinking by a
+/// column per 4 below [`DEFAULT_WIDTH`] — so an 80-column terminal still
+/// reads 56 columns of each entry (in proportion it would be 48).
+fn preview_width(width: usize) -> usize {
+    let proportional = PREVIEW * width / DEFAULT_WIDTH;
+    if width >= DEFAULT_WIDTH {
+        return proportional;
+    }
+    let rest = width
+        .saturating_sub(24)
+        .min(PREVIEW - (DEFAULT_WIDTH - width).div_ceil(4));
+    proportional.max(rest)
 }
 
 /// Where a path is drawn.
@@ -723,4 +753,19 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 /// idempotent), so that its width can be measured here.
 fn safe(s: &str) -> String {
     super::terminal_safe(s)
+}
+
+#[cfg(test)]
+mod preview_tests {
+    use super::preview_width;
+
+    #[test]
+    fn previews_take_72_columns_at_120_and_most_of_a_narrow_line() {
+        assert_eq!(preview_width(120), 72);
+        assert_eq!(preview_width(200), 120);
+        assert_eq!(preview_width(80), 56);
+        assert_eq!(preview_width(96), 66);
+        assert_eq!(preview_width(119), 71);
+        assert_eq!(preview_width(40), 24);
+    }
 }

@@ -38,6 +38,11 @@ pub struct ExportArgs {
     /// archive's copy only has the rest appended.
     #[arg(long)]
     pub force: bool,
+    /// Write one self-contained HTML page per session (`SESSION_ID.html`
+    /// directly in DIR: the active path in full, inline CSS, images
+    /// embedded) instead of pi JSONL, as pi's `/export` does.
+    #[arg(long)]
+    pub html: bool,
 }
 
 /// What `export` is asked to write: an archive session, or a pi file (any
@@ -112,6 +117,17 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         bar.set_message(format!("session {} / {total}", i + 1));
         let mut reached = |n: u64| bar.set_position(done_entries + n.min(entries));
         let (name, result) = match &source {
+            ExportSource::Archive(id) if args.html => (
+                id.clone(),
+                archive().and_then(|a| {
+                    super::show::export_html(a.open_storage(id)?, &args.out, args.force)
+                }),
+            ),
+            ExportSource::File(path) if args.html => (
+                path.display().to_string(),
+                target::open_for_reading(cli, &path.to_string_lossy())
+                    .and_then(|s| super::show::export_html(s, &args.out, args.force)),
+            ),
             ExportSource::Archive(id) => (
                 id.clone(),
                 archive().and_then(|a| {
@@ -432,16 +448,18 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let problems = with_check_progress(cli, |p| archive.check_with_progress(id.as_deref(), p))?;
+    let found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    let problems = &found.problems;
     let mut text = if problems.is_empty() {
         "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };
+    text.push_str(&warning_lines(&found.warnings));
     let (cache_text, cache_json) = cache_report(&archive.cache_sizes(id.as_deref())?);
     text.push_str(&cache_text);
     let mut report = Report::new(
-        json!({"ok": problems.is_empty(), "problems": problems, "cache": cache_json}),
+        json!({"ok": problems.is_empty(), "problems": problems, "warnings": found.warnings, "cache": cache_json}),
         text,
     );
     if !problems.is_empty() {
@@ -451,10 +469,10 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
 }
 
 /// Runs a check with a progress bar over the sessions it checks.
-fn with_check_progress(
+fn with_check_progress<T>(
     cli: &Cli,
-    check: impl FnOnce(&mut dyn FnMut(u64, u64)) -> Result<Vec<String>>,
-) -> Result<Vec<String>> {
+    check: impl FnOnce(&mut dyn FnMut(u64, u64)) -> Result<T>,
+) -> Result<T> {
     let bar = super::progress_bar(cli, "checking {bar:30} {pos}/{len} sessions ({eta} left)");
     let problems = check(&mut |done, total| {
         bar.set_length(total);
@@ -472,20 +490,28 @@ fn check_team(cli: &Cli, archive: &PgArchive, args: &CheckArgs) -> Result<Report
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let problems = with_check_progress(cli, |p| archive.check_with_progress(id.as_deref(), p))?;
-    let text = if problems.is_empty() {
+    let found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    let problems = &found.problems;
+    let mut text = if problems.is_empty() {
         "ok: every path read from the branch cache equals the walk of the log, and every session's leaf, name, statistics and labels equal a replay\n".to_owned()
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };
+    text.push_str(&warning_lines(&found.warnings));
     let mut report = Report::new(
-        json!({"ok": problems.is_empty(), "problems": problems}),
+        json!({"ok": problems.is_empty(), "problems": problems, "warnings": found.warnings}),
         text,
     );
     if !problems.is_empty() {
         report.status = super::exit::CHECK_PROBLEMS;
     }
     Ok(report)
+}
+
+/// `warning: …` lines: what pi tolerates and reads here tolerate too (the
+/// exit status stays 0 for them).
+fn warning_lines(warnings: &[String]) -> String {
+    warnings.iter().map(|w| format!("warning: {w}\n")).collect()
 }
 
 /// The branch cache's size: in all, and the sessions with the most cache
@@ -537,8 +563,9 @@ fn check_file(path: &Path) -> Result<Report> {
     let sessiontree::backend::jsonl::FileCheck {
         entries: entries_checked,
         problems,
+        warnings,
     } = sessiontree::backend::jsonl::JsonlStorage::check(path)?;
-    let text = if problems.is_empty() {
+    let mut text = if problems.is_empty() {
         format!(
             "ok: {} is a valid session file ({entries_checked} entries)\n",
             path.display()
@@ -546,8 +573,9 @@ fn check_file(path: &Path) -> Result<Report> {
     } else {
         problems.iter().map(|p| format!("problem: {p}\n")).collect()
     };
+    text.push_str(&warning_lines(&warnings));
     let mut report = Report::new(
-        json!({"ok": problems.is_empty(), "problems": problems}),
+        json!({"ok": problems.is_empty(), "problems": problems, "warnings": warnings}),
         text,
     );
     if !problems.is_empty() {

@@ -255,9 +255,10 @@ fn tree_snapshot() {
         "tree output changed; if deliberate, rerun with UPDATE_SNAPSHOTS=1\n--- got ---\n{text}"
     );
 
-    // The same from the file itself, through the alias, and by prefix.
+    // The same from the file itself, and by prefix (`show` is no alias
+    // any more: it prints the entries in full).
     assert_eq!(sb.run(&["tree", s(&path)]).ok(), expected);
-    assert_eq!(sb.run(&["show", "01950000-aaaa"]).ok(), expected);
+    assert_eq!(sb.run(&["tree", "01950000-aaaa"]).ok(), expected);
 
     // No folding, every branch: every entry has its line, and each fork one.
     let all = sb.run(&["tree", TREE_ID, "--all", "--fold", "0"]);
@@ -539,8 +540,25 @@ fn search_with_filters() {
         "no matches\n"
     );
     // User text is never FTS5 syntax.
-    for q in ["\"unbalanced", "rust AND", "NEAR(", "*", "a:b", "-x", "^"] {
+    for q in [
+        "\"unbalanced",
+        "rust AND",
+        "NEAR(",
+        "*",
+        "a:b",
+        "rust -x",
+        "^",
+    ] {
         sb.run(&["search", "--", q]).ok();
+    }
+    // Our own grammar's mistakes are usage errors naming the position.
+    for (q, at) in [
+        ("(NEAR", "position 1"),
+        ("-x", "only excludes"),
+        ("a - b", "position 3"),
+    ] {
+        let stderr = sb.run(&["search", "--", q]).fails(2, "usage").to_owned();
+        assert!(stderr.contains(at), "{q}: {stderr}");
     }
 
     let v = sb.json(&["search", "escapes", "--role", "user"]);

@@ -927,3 +927,91 @@ fn in_a_terminal_lines_take_the_terminal_s_width() {
         "96 columns show less than 120"
     );
 }
+
+#[test]
+fn in_a_terminal_the_pager_opens_at_the_leaf_and_lines_fit_80_columns() {
+    // The leaf of the large session is its last line, 1,018 lines down:
+    // the pager (less, as by default) must open there, not at the root, and
+    // at 80 columns every line shown is one whole line of `--width 80`.
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("SESSIONTREE_REQUIRE_TMUX").is_none(),
+            "tmux is required (SESSIONTREE_REQUIRE_TMUX is set)"
+        );
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let sb = Sandbox::new();
+    let file = pi_fixtures().join("large-session.jsonl");
+    let socket = format!("sessiontree-leaf-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux")
+    };
+    let script = format!(
+        "unset PAGER LESS; HOME={home} NO_COLOR=1 TERM=xterm {bin} tree {file} --fold 0; echo END-OF-PAGER; sleep 60",
+        home = s(&sb.home()),
+        bin = support::bin(),
+        file = s(&file),
+    );
+    let started = tmux(&["new-session", "-d", "-x", "80", "-y", "24", &script]);
+    assert!(started.status.success(), "{started:?}");
+    let mut screen = String::new();
+    for _ in 0..100 {
+        let out = tmux(&["capture-pane", "-p"]);
+        screen = String::from_utf8_lossy(&out.stdout).into_owned();
+        if screen.contains("← leaf") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    tmux(&["send-keys", "q"]);
+    let mut quit = false;
+    for _ in 0..50 {
+        let out = tmux(&["capture-pane", "-p"]);
+        if String::from_utf8_lossy(&out.stdout).contains("END-OF-PAGER") {
+            quit = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    tmux(&["kill-server"]);
+    assert!(
+        screen.contains("  ← leaf"),
+        "the leaf is in view:\n{screen}"
+    );
+    assert!(!screen.contains("v1-00001 "), "not at the root:\n{screen}");
+    assert!(quit, "q quits the pager");
+    let asked = sb
+        .run(&[
+            "tree",
+            s(&file),
+            "--fold",
+            "0",
+            "--no-pager",
+            "--width",
+            "80",
+        ])
+        .ok()
+        .to_owned();
+    let whole: std::collections::HashSet<&str> = asked.lines().map(str::trim_end).collect();
+    let shown: Vec<&str> = screen
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| l.contains(" v1-"))
+        .collect();
+    assert!(shown.len() >= 15, "a screenful of entries:\n{screen}");
+    for line in shown {
+        assert!(
+            whole.contains(line.trim_start_matches(':')),
+            "{line:?} is not a whole line of --width 80 (wrapped?)"
+        );
+    }
+}

@@ -293,11 +293,19 @@ fn writes_on_an_archive_session() {
         problems[0],
         "entry a: Entry a is its own ancestor: the parentId chain has a cycle"
     );
+    // c's missing parent is what pi opens (its path stops at c): a warning;
+    // the active path through it still fails here, a problem.
     assert!(
         problems
             .as_array()
-            .is_some_and(|p| p.contains(&json!("entry c: Entry zz not found"))),
+            .is_some_and(|p| p.contains(&json!("the active path: Entry zz not found"))),
         "{problems}"
+    );
+    assert!(
+        r.parse()["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.starts_with("entry c names parent zz, which is not in the session")),
+        "{r:#?}"
     );
     let r = sb.run(&["check", s(&broken)]);
     assert_eq!(r.status, 8);
@@ -380,7 +388,7 @@ fn writes_on_a_jsonl_path() {
     );
     assert_eq!(
         sb.json(&["check", s(&fork_path)]),
-        json!({"ok": true, "problems": []})
+        json!({"ok": true, "problems": [], "warnings": []})
     );
     sb.run(&["fork", s(&sb.path("missing.jsonl")), "--entry", "usr00004"])
         .fails(3, "not_found");

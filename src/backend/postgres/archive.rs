@@ -233,7 +233,35 @@ impl PgArchive {
     /// `offset`. The query grammar and the tokens are the search rule every
     /// store follows ([`search::query_groups`]): words in any order,
     /// `"a phrase"`, `foo*`.
+    /// `a OR b`, `-word` and `( … )` as [`search::boolean`] reads them: each
+    /// alternative a plain search here, as on the SQLite archive.
     pub fn search_page(
+        &self,
+        query: &str,
+        filter: &SearchFilter<'_>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<SearchHit>> {
+        let Some(alternatives) = search::boolean::alternatives(query)? else {
+            return self.plain_search_page(query, filter, limit, offset);
+        };
+        search::boolean::search_page(
+            &alternatives,
+            limit,
+            offset,
+            |q, l, o| self.plain_search_page(q, filter, l, o),
+            |hit| {
+                let entry = crate::storage::SessionStorage::entry(
+                    &self.open_session(&hit.session_id)?,
+                    &hit.entry_id,
+                )?;
+                Ok(entry.and_then(|e| search::searchable_text(&e).map(|(_, t)| t)))
+            },
+        )
+    }
+
+    /// [`PgArchive::search_page`] of a plain query (no `OR`, `-`, groups).
+    fn plain_search_page(
         &self,
         query: &str,
         filter: &SearchFilter<'_>,

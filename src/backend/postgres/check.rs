@@ -5,9 +5,10 @@
 
 use super::handle::{col, pg, PgArchive};
 use crate::backend::log_index::LogIndex;
+use crate::error::Error;
 use crate::error::Result;
 use crate::rules::walk_to_root_or_compaction;
-use crate::storage::{reader_problems, SessionStorage};
+use crate::storage::{missing_parent_warning, reader_problems, CheckFindings, SessionStorage};
 use std::collections::HashSet;
 
 impl PgArchive {
@@ -20,6 +21,18 @@ impl PgArchive {
         session: Option<&str>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Vec<String>> {
+        Ok(self.check_findings(session, progress)?.problems)
+    }
+
+    /// [`PgArchive::check_with_progress`] with its warnings: entries whose
+    /// parent is missing where the walk from them stops there (no compaction
+    /// cuts it first), which pi opens and reads tolerate, as the SQLite
+    /// archive's check reports them.
+    pub fn check_findings(
+        &self,
+        session: Option<&str>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<CheckFindings> {
         let ids: Vec<String> = match session {
             Some(id) => vec![id.to_owned()],
             None => self
@@ -32,23 +45,47 @@ impl PgArchive {
         };
         let total = ids.len() as u64;
         progress(0, total);
-        let mut problems = Vec::new();
+        let mut found = CheckFindings::default();
         for (done, id) in ids.iter().enumerate() {
             let storage = self.open_session(id)?;
-            problems.extend(
-                session_problems(&storage)?
+            let mut warnings = Vec::new();
+            found.problems.extend(
+                session_problems(&storage, &mut warnings)?
                     .into_iter()
                     .map(|p| format!("session {id}: {p}")),
             );
+            found
+                .warnings
+                .extend(warnings.into_iter().map(|w| format!("session {id}: {w}")));
             progress(done as u64 + 1, total);
         }
-        Ok(problems)
+        Ok(found)
     }
 }
 
-/// One session's differences from its rebuild.
-fn session_problems(storage: &dyn SessionStorage) -> Result<Vec<String>> {
+/// One session's differences from its rebuild; its missing parents that
+/// walks stop at go to `warnings`.
+fn session_problems(
+    storage: &dyn SessionStorage,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<String>> {
     let log = LogIndex::from_entries(storage.entries(0, None)?);
+    // Roots whose parent is missing, in log order, where the walk from them
+    // fails at that parent (a compaction's stop before it is fine).
+    for e in log.all() {
+        let Some(parent) = e.facts().parent() else {
+            continue;
+        };
+        if log.get(parent).is_some() {
+            continue;
+        }
+        match walk_to_root_or_compaction(Some(e.id()), |id| Ok(log.get(id).cloned())) {
+            Err(Error::DanglingReference(missing)) if missing == parent => {
+                warnings.push(missing_parent_warning(e.id(), parent));
+            }
+            _ => {}
+        }
+    }
     let mut problems = Vec::new();
     let mut differ = |what: &str, stored: String, rebuilt: String| {
         if stored != rebuilt {

@@ -319,8 +319,35 @@ impl Archive {
 
     /// Full-text search, best first: `limit` hits after skipping `offset`.
     /// Words match in any order; `"a b"` is a phrase; `foo*` matches words
-    /// starting with `foo`.
+    /// starting with `foo`; `a OR b`, `-word` and `( … )` as
+    /// [`search::boolean`] reads them (each alternative a plain search here).
     pub fn search_page(
+        &self,
+        query: &str,
+        filter: &SearchFilter<'_>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<SearchHit>> {
+        let Some(alternatives) = search::boolean::alternatives(query)? else {
+            return self.plain_search_page(query, filter, limit, offset);
+        };
+        search::boolean::search_page(
+            &alternatives,
+            limit,
+            offset,
+            |q, l, o| self.plain_search_page(q, filter, l, o),
+            |hit| {
+                let entry = crate::storage::SessionStorage::entry(
+                    &self.open_session(&hit.session_id)?,
+                    &hit.entry_id,
+                )?;
+                Ok(entry.and_then(|e| search::searchable_text(&e).map(|(_, t)| t)))
+            },
+        )
+    }
+
+    /// [`Archive::search_page`] of a plain query (no `OR`, `-`, groups).
+    fn plain_search_page(
         &self,
         query: &str,
         filter: &SearchFilter<'_>,

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::json::JsString;
 use crate::rules::WalkEnd;
 use crate::search;
-use crate::storage::SessionStorage;
+use crate::storage::{CheckFindings, SessionStorage};
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::{BTreeSet, HashMap};
 
@@ -157,7 +157,15 @@ pub(super) fn verify_stored_text(
 /// itself) unless a compaction stops walks there (as `check FILE`, which
 /// walks from every entry no other walk covered), the active path, and the
 /// context built from it.
-fn verify_walks(conn: &Connection, storage: &SqliteStorage, key: i64) -> Result<Vec<String>> {
+/// A root whose parent is missing is a warning when the walk from it fails
+/// only at that parent (pi opens the file, its path stopping there); what
+/// the active path and context need is still a problem if it fails.
+fn verify_walks(
+    conn: &Connection,
+    storage: &SqliteStorage,
+    key: i64,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let roots: Vec<String> = conn
         .prepare(
@@ -175,8 +183,12 @@ fn verify_walks(conn: &Connection, storage: &SqliteStorage, key: i64) -> Result<
         })
         .map_err(sql("checking dangling roots"))?;
     for id in roots {
-        if let Err(e) = storage.path_to_root_or_compaction(Some(&id)) {
-            problems.push(format!("entry {id}: {e}"));
+        match storage.path_to_root_or_compaction(Some(&id)) {
+            Ok(_) => {}
+            Err(Error::DanglingReference(parent)) => {
+                warnings.push(crate::storage::missing_parent_warning(&id, &parent));
+            }
+            Err(e) => problems.push(format!("entry {id}: {e}")),
         }
     }
     problems.extend(crate::storage::reader_problems(storage));
@@ -244,6 +256,17 @@ impl Archive {
         session: Option<&str>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Vec<String>> {
+        Ok(self.check_findings(session, progress)?.problems)
+    }
+
+    /// [`Archive::check_with_progress`] with its warnings: roots whose
+    /// parent is missing where the walk from them stops there, which pi
+    /// opens and reads tolerate (each prefixed with its session).
+    pub fn check_findings(
+        &self,
+        session: Option<&str>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<CheckFindings> {
         self.run_checks(session, true, progress)
     }
 
@@ -254,7 +277,7 @@ impl Archive {
     /// table and the search index's own check. The problems found, empty when
     /// what is stored is exactly what the log implies (whatever the log holds).
     pub fn check_consistency(&self, session: Option<&str>) -> Result<Vec<String>> {
-        self.run_checks(session, false, &mut |_, _| {})
+        Ok(self.run_checks(session, false, &mut |_, _| {})?.problems)
     }
 
     fn run_checks(
@@ -262,9 +285,10 @@ impl Archive {
         session: Option<&str>,
         reads: bool,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<Vec<String>> {
+    ) -> Result<CheckFindings> {
         let conn = self.conn()?;
         let mut problems = Vec::new();
+        let mut warnings = Vec::new();
         // On a damaged file SQLite may refuse the pragma itself; that is
         // damage found too. Nothing else is checked then: every derived check
         // would read the same broken pages.
@@ -280,7 +304,7 @@ impl Archive {
         }
         if !damage.is_empty() {
             problems.extend(damage);
-            return Ok(problems);
+            return Ok(CheckFindings { problems, warnings });
         }
         let mut st = conn
             .prepare("SELECT session_key, id FROM sessions WHERE ?1 IS NULL OR id = ?1")
@@ -332,6 +356,7 @@ impl Archive {
             let snapshot = Archive::begin_read(&conn, "checking sessions")?;
             // A text that does not decode stops the checks that read it; it
             // is a problem of this session, and the others are still checked.
+            let mut found_warnings = Vec::new();
             let found = [
                 found_or_damage(verify_branch_cache(&conn, codec, key))?,
                 found_or_damage(verify_stored_text(&conn, codec, key))?,
@@ -341,12 +366,18 @@ impl Archive {
                         &conn,
                         &SqliteStorage::new(self.clone(), key, &id),
                         key,
+                        &mut found_warnings,
                     ))?
                 } else {
                     Vec::new()
                 },
             ];
             drop(snapshot);
+            warnings.extend(
+                found_warnings
+                    .into_iter()
+                    .map(|w| format!("session {id}: {w}")),
+            );
             problems.extend(
                 found
                     .into_iter()
@@ -355,7 +386,7 @@ impl Archive {
             );
             progress(done as u64 + 1, total);
         }
-        Ok(problems)
+        Ok(CheckFindings { problems, warnings })
     }
 }
 
