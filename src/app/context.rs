@@ -2,8 +2,8 @@
 //! `buildSessionProjection`, `buildSessionContext`, and the system message
 //! a compaction keeps (`getCurrentSystemMessage`).
 
+use super::session::AppSession;
 use super::value::JsValue;
-use super::AppSession;
 use crate::entry::{timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::storage::SessionStorage;

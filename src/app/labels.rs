@@ -2,11 +2,9 @@
 //! truthy value sets, anything else clears) with the label entry's timestamp.
 
 use super::value::JsValue;
-use super::AppSession;
 use crate::entry::{Entry, EntryType};
 use crate::error::Result;
 use crate::json::JsString;
-use crate::storage::SessionStorage;
 use std::collections::HashMap;
 
 /// A label and when it was set (pi's `labelsById` / `labelTimestampsById`).
@@ -54,52 +52,5 @@ impl LabelMap {
     /// The label of the entry whose id is `key` (a JSON text).
     pub(crate) fn get(&self, key: &str) -> Option<&AppLabel> {
         self.0.get(key)
-    }
-}
-
-impl<S: SessionStorage> AppSession<S> {
-    /// Runs `f` on the label map, building it first if this is its first use
-    /// (one pass over the label entries).
-    pub(crate) fn with_labels<T>(&self, f: impl FnOnce(&LabelMap) -> T) -> Result<T> {
-        if self.labels.borrow().is_none() {
-            let mut map = LabelMap::default();
-            let mut failed = None;
-            self.storage.visit_entries_of_type("label", &mut |text| {
-                if let Err(e) = map.apply(&Entry::from_checked_text(text)) {
-                    failed.get_or_insert(e);
-                }
-                Ok(())
-            })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            *self.labels.borrow_mut() = Some(map);
-        }
-        let labels = self.labels.borrow();
-        let empty = LabelMap::default();
-        Ok(f(labels.as_ref().unwrap_or(&empty)))
-    }
-
-    /// pi's `getLabel(id)`: the label as written, with its timestamp.
-    pub fn label(&self, id: &str) -> Result<Option<AppLabel>> {
-        self.label_by_key(JsString::new(id).json())
-    }
-
-    /// [`AppSession::label`] for an id given as JSON text (any JSON value, as
-    /// pi's `Map` takes any key).
-    pub fn label_by_key(&self, key: &str) -> Result<Option<AppLabel>> {
-        self.with_labels(|m| m.get(key).cloned())
-    }
-
-    /// Keeps a built label map current after `entry` was appended.
-    pub(crate) fn note_appended(&mut self, entry: &Entry) -> Result<()> {
-        if let Some(map) = self.labels.get_mut().as_mut() {
-            map.apply(entry)?;
-        }
-        if let Some(n) = self.distinct_ids.get_mut().as_mut() {
-            *n += 1;
-        }
-        self.leaf = Some(entry.id().to_owned());
-        Ok(())
     }
 }

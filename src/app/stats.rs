@@ -3,9 +3,9 @@
 //! JavaScript's `+`, so every total is bit for bit pi's.
 
 use super::context::type_error;
-use super::tree::v8_sort;
+use super::session::AppSession;
+use super::v8sort::v8_sort;
 use super::value::{JsSum, JsValue};
-use super::AppSession;
 use crate::entry::{Entry, EntryType};
 use crate::error::Result;
 use crate::json::{string_literal, JsString};

@@ -6,7 +6,7 @@
 //! them). Built and written without recursion, however deep.
 
 use super::labels::AppLabel;
-use super::AppSession;
+use super::session::AppSession;
 use crate::entry::{timestamp_millis, Entry};
 use crate::error::{Error, Result};
 use crate::storage::SessionStorage;

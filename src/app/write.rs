@@ -4,8 +4,8 @@
 //! appends at the in-memory leaf and moves the leaf to the new entry.
 
 use super::context::{current_system_message, type_error};
+use super::session::AppSession;
 use super::value::JsValue;
-use super::AppSession;
 use crate::entry::{iso_timestamp, timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;

@@ -20,7 +20,7 @@ pub(super) fn append_new_lines(
     r: &ImportRecord,
     size: u64,
     mtime: i64,
-    options: &super::import::ImportOptions,
+    options: &super::plan::ImportOptions,
     progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
@@ -112,7 +112,7 @@ pub(super) fn append_new_lines(
                 {
                     skipped.remove(0);
                 }
-                super::import::keep_lines(w, &skipped, base, &summary)?;
+                super::pipeline::keep_lines(w, &skipped, base, &summary)?;
                 let contract = match options.rules {
                     Some(rules) => rules,
                     None if summary.sdk_only_entries => Contract::Sdk,

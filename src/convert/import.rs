@@ -3,17 +3,15 @@
 
 use super::append::append_new_lines;
 use super::hash::hash_prefix;
-use super::pipeline::{pipelined, FileRead, Source};
+use super::pipeline::{keep_lines, pipelined, FileRead, Source};
 use super::plan::{
-    file_facts, plan_import, FileImport, ImportOutcome, ImportReport, NewFile, Plan,
+    file_facts, plan_import, FileImport, ImportOptions, ImportOutcome, ImportReport, NewFile, Plan,
 };
 use super::progress::ByteProgress;
-use crate::backend::jsonl::{ReadSummary, SkippedLine};
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter};
 use crate::contract::Contract;
 use crate::error::{Error, Result};
 use crate::header::Header;
-use crate::storage::KeptLine;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -72,15 +70,6 @@ pub fn import_jsonl_with_progress(
     progress: &mut dyn FnMut(u64),
 ) -> Result<FileImport> {
     import_jsonl_with(archive, path, &ImportOptions::default(), progress)
-}
-
-/// How files are imported.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ImportOptions {
-    /// Whose rules the imported sessions follow; detected from each file's
-    /// entries when `None` (the SDK's if it holds a `leaf` or
-    /// `active_tools_change` entry, else the pi app's). `import --rules`.
-    pub rules: Option<Contract>,
 }
 
 /// [`import_jsonl_with_progress`] with `options`.
@@ -335,34 +324,6 @@ fn record_new_file(
         torn_tail: summary.torn_tail,
         report,
     })
-}
-
-/// Keeps a read's skipped lines in the session being written, `base`
-/// entries in (the entries it held before the read), and where the file
-/// ended without its final `\n`.
-pub(super) fn keep_lines(
-    w: &mut SessionWriter<'_>,
-    skipped: &[SkippedLine],
-    base: i64,
-    summary: &ReadSummary,
-) -> Result<()> {
-    let kept: Vec<KeptLine> = skipped
-        .iter()
-        .map(|l| KeptLine {
-            position: if l.entries_before < 0 {
-                -1
-            } else {
-                base + l.entries_before
-            },
-            text: l.text.clone(),
-        })
-        .collect();
-    if !kept.is_empty() {
-        w.keep_lines(&kept)?;
-    }
-    let open_end = (summary.missing_final_newline && summary.torn_tail.is_none())
-        .then(|| base + i64::try_from(summary.entries).unwrap_or(i64::MAX));
-    w.set_open_end(open_end)
 }
 
 /// Another import (another process, or a file before this one) created the

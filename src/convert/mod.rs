@@ -27,6 +27,6 @@ pub use export::{
 };
 pub use import::{
     import_jsonl, import_jsonl_files, import_jsonl_files_with, import_jsonl_with,
-    import_jsonl_with_progress, new_session_from_header, train_dictionary_for, ImportOptions,
+    import_jsonl_with_progress, new_session_from_header, train_dictionary_for,
 };
-pub use plan::{FileImport, ImportOutcome, ImportReport};
+pub use plan::{FileImport, ImportOptions, ImportOutcome, ImportReport};

@@ -12,6 +12,7 @@ use crate::backend::sqlite::SessionWriter;
 use crate::error::{Error, Result};
 use crate::fnv::WideFnv;
 use crate::search::searchable_text;
+use crate::storage::KeptLine;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
@@ -547,4 +548,32 @@ impl<R: BufRead> BufRead for Counting<'_, R> {
         self.consumed.set(self.consumed.get() + amt as u64);
         self.inner.consume(amt);
     }
+}
+
+/// Keeps a read's skipped lines in the session being written, `base`
+/// entries in (the entries it held before the read), and where the file
+/// ended without its final `\n`.
+pub(super) fn keep_lines(
+    w: &mut SessionWriter<'_>,
+    skipped: &[SkippedLine],
+    base: i64,
+    summary: &ReadSummary,
+) -> Result<()> {
+    let kept: Vec<KeptLine> = skipped
+        .iter()
+        .map(|l| KeptLine {
+            position: if l.entries_before < 0 {
+                -1
+            } else {
+                base + l.entries_before
+            },
+            text: l.text.clone(),
+        })
+        .collect();
+    if !kept.is_empty() {
+        w.keep_lines(&kept)?;
+    }
+    let open_end = (summary.missing_final_newline && summary.torn_tail.is_none())
+        .then(|| base + i64::try_from(summary.entries).unwrap_or(i64::MAX));
+    w.set_open_end(open_end)
 }

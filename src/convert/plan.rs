@@ -201,3 +201,12 @@ pub(super) fn plan_import(
         }
     }
 }
+
+/// How files are imported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Whose rules the imported sessions follow; detected from each file's
+    /// entries when `None` (the SDK's if it holds a `leaf` or
+    /// `active_tools_change` entry, else the pi app's). `import --rules`.
+    pub rules: Option<Contract>,
+}
