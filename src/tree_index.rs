@@ -8,6 +8,7 @@
 //! Nothing here recurses over the tree: every walk is a loop or an explicit
 //! stack, so a deep or caterpillar-shaped tree cannot overflow the stack.
 
+use crate::contract::Contract;
 use crate::entry::EntryType;
 use crate::error::{Error, Result};
 use crate::skeleton::{SkeletonEntry, SkeletonItem, SkeletonParent};
@@ -135,10 +136,25 @@ pub struct Index {
     entries: usize,
 }
 
+/// The id of the session's last entry in log order (the app contract's leaf on open).
+fn last_entry_id(storage: &dyn SessionStorage) -> Result<Option<String>> {
+    let Some(last) = storage.entry_count()?.checked_sub(1) else {
+        return Ok(None);
+    };
+    Ok(storage
+        .entries(last, Some(1))?
+        .first()
+        .map(|e| e.id().to_owned()))
+}
+
 impl Index {
     /// Reads the session's skeleton and builds the index.
     pub fn build(storage: &dyn SessionStorage) -> Result<Index> {
-        let leaf_id = storage.leaf_id()?;
+        let leaf_id = match storage.contract()? {
+            // pi 1.6 resumes at the last entry, whatever the log's `leaf` entries say.
+            Contract::App => last_entry_id(storage)?,
+            Contract::Sdk => storage.leaf_id()?,
+        };
         let mut idx = Index {
             ids: Ids::new(),
             parent: Vec::new(),
