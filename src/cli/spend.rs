@@ -102,7 +102,9 @@ impl Sums {
         obj.insert("cacheRead".into(), js_number(self.cache_read));
         obj.insert("cacheWrite".into(), js_number(self.cache_write));
         obj.insert("tokens".into(), js_number(self.tokens()));
-        obj.insert("cost".into(), js_number(self.cost));
+        // Cost to a ten-billionth of a dollar: sums of floating-point costs
+        // differ in their last bits between SQLite's and PostgreSQL's `sum`.
+        obj.insert("cost".into(), js_number((self.cost * 1e10).round() / 1e10));
     }
 }
 

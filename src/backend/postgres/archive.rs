@@ -130,7 +130,7 @@ impl PgArchive {
                             last_active_ms
                      FROM sessions WHERE {LIST_FILTER}
                      ORDER BY coalesce(last_active_ms, created_ms) DESC NULLS LAST,
-                              session_key DESC LIMIT $5 OFFSET $6"
+                              created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
                 ),
                 &[&cwd, &under, &since, &name, &limit, &offset],
             )

@@ -185,7 +185,7 @@ impl Archive {
                 "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
                         last_active_ms
                  FROM sessions WHERE {LIST_FILTER}
-                 ORDER BY coalesce(last_active_ms, created_ms) DESC, session_key DESC
+                 ORDER BY coalesce(last_active_ms, created_ms) DESC, created_ms DESC, session_key DESC
                  LIMIT ?5 OFFSET ?6"
             ))
             .map_err(sql("listing sessions"))?;
