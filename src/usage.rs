@@ -232,3 +232,49 @@ pub fn week_start(day: i64) -> i64 {
     // 1970-01-01 was a Thursday: day 4 was a Monday.
     day - (day - 4).rem_euclid(7)
 }
+
+/// Where an archive finds the usage a [`UsageQuery`] asks for: whole UTC
+/// days in the per-day sums (`usage_daily`), and the days `since` or `until`
+/// cut in two in the facts themselves (`usage_facts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsagePlan {
+    /// Whether any whole day is asked for.
+    pub daily: bool,
+    /// The first whole day (inclusive), if bounded.
+    pub day_from: Option<i64>,
+    /// The day after the last whole day, if bounded.
+    pub day_to: Option<i64>,
+    /// Times (ms, from inclusive, to exclusive) read from the facts, at most
+    /// two spans (archives read `None` as the empty span `(0, 0)`, which an
+    /// index answers without a scan).
+    pub cut: [Option<(i64, i64)>; 2],
+}
+
+impl UsageQuery {
+    /// The [`UsagePlan`] of this query.
+    pub fn plan(&self) -> UsagePlan {
+        let first_whole = |s: i64| s.div_euclid(DAY_MS) + i64::from(s.rem_euclid(DAY_MS) != 0);
+        let mut plan = UsagePlan {
+            daily: true,
+            day_from: self.since_ms.map(first_whole),
+            day_to: self.until_ms.map(|u| u.div_euclid(DAY_MS)),
+            cut: [None, None],
+        };
+        if let (Some(s), Some(u), Some(from), Some(to)) =
+            (self.since_ms, self.until_ms, plan.day_from, plan.day_to)
+        {
+            if from >= to {
+                plan.daily = false;
+                plan.cut[0] = (s < u).then_some((s, u));
+                return plan;
+            }
+        }
+        if let (Some(s), Some(from)) = (self.since_ms, plan.day_from) {
+            plan.cut[0] = (s < from * DAY_MS).then_some((s, from * DAY_MS));
+        }
+        if let (Some(u), Some(to)) = (self.until_ms, plan.day_to) {
+            plan.cut[1] = (to * DAY_MS < u).then_some((to * DAY_MS, u));
+        }
+        plan
+    }
+}

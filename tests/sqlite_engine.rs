@@ -1344,7 +1344,7 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
         let conn = rusqlite::Connection::open(&old)?;
         conn.execute_batch(
             "PRAGMA wal_checkpoint(TRUNCATE);
-             DROP TRIGGER usage_facts_recount; DROP TABLE usage_facts;
+             DROP TABLE usage_daily; DROP TRIGGER usage_facts_recount; DROP TABLE usage_facts;
              ALTER TABLE sessions DROP COLUMN last_active_ms;
              PRAGMA user_version = 13;",
         )?;

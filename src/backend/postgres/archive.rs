@@ -165,6 +165,7 @@ impl PgArchive {
     /// Usage summed by session, UTC day and model from the maintained
     /// `usage_facts` (each entry once across forks), no entry read.
     pub fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+        let plan = q.plan();
         let under = q
             .cwd_under
             .as_deref()
@@ -173,18 +174,33 @@ impl PgArchive {
             .conn()?
             .query(
                 "WITH f AS (
-                   SELECT session_key, floor(at_ms / 86400000.0)::BIGINT AS day, model,
-                          count(*) AS n, sum(input) AS i, sum(output) AS o, sum(cache_read) AS cr,
-                          sum(cache_write) AS cw, sum(cost) AS c
+                   SELECT session_key, day, model, entries AS n, input AS i, output AS o,
+                          cache_read AS cr, cache_write AS cw, cost AS c
+                     FROM usage_daily
+                    WHERE $1 AND entries > 0 AND ($2::BIGINT IS NULL OR day >= $2)
+                      AND ($3::BIGINT IS NULL OR day < $3)
+                   UNION ALL
+                   SELECT session_key, floor(at_ms / 86400000.0)::BIGINT, model, 1,
+                          input, output, cache_read, cache_write, cost
                      FROM usage_facts
-                    WHERE counted AND ($1::BIGINT IS NULL OR at_ms >= $1)
-                      AND ($2::BIGINT IS NULL OR at_ms < $2)
-                    GROUP BY session_key, day, model)
-                 SELECT s.id, s.cwd, f.day, f.model, f.n, f.i, f.o, f.cr, f.cw, f.c
+                    WHERE counted
+                      AND ((at_ms >= $4 AND at_ms < $5) OR (at_ms >= $6 AND at_ms < $7)))
+                 SELECT s.id, s.cwd, f.day, f.model, sum(f.n)::BIGINT, sum(f.i), sum(f.o),
+                        sum(f.cr), sum(f.cw), sum(f.c)
                    FROM f JOIN sessions s ON s.session_key = f.session_key
-                  WHERE ($3::TEXT IS NULL OR s.cwd = $3 OR left(s.cwd, length($3) + 1) = $3 || '/')
+                  WHERE ($8::TEXT IS NULL OR s.cwd = $8 OR left(s.cwd, length($8) + 1) = $8 || '/')
+                  GROUP BY s.id, s.cwd, f.day, f.model
                   ORDER BY f.day, s.id, f.model",
-                &[&q.since_ms, &q.until_ms, &under],
+                &[
+                    &plan.daily,
+                    &plan.day_from,
+                    &plan.day_to,
+                    &plan.cut[0].unwrap_or_default().0,
+                    &plan.cut[0].unwrap_or_default().1,
+                    &plan.cut[1].unwrap_or_default().0,
+                    &plan.cut[1].unwrap_or_default().1,
+                    &under,
+                ],
             )
             .map_err(pg("summing usage"))?;
         rows.iter()

@@ -226,6 +226,7 @@ impl Archive {
     /// `usage_facts` (each entry once across forks), no entry read.
     pub fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
         let conn = self.conn()?;
+        let plan = q.plan();
         let under = q
             .cwd_under
             .as_deref()
@@ -233,34 +234,52 @@ impl Archive {
         let mut st = conn
             .prepare_cached(
                 "WITH f AS (
-                   SELECT session_key, at_ms / 86400000 - (at_ms % 86400000 < 0) AS day, model,
-                          count(*) AS n, sum(input) AS i, sum(output) AS o, sum(cache_read) AS cr,
-                          sum(cache_write) AS cw, sum(cost) AS c
+                   SELECT session_key, day, model, entries AS n, input AS i, output AS o,
+                          cache_read AS cr, cache_write AS cw, cost AS c
+                     FROM usage_daily
+                    WHERE ?1 AND entries > 0 AND (?2 IS NULL OR day >= ?2) AND (?3 IS NULL OR day < ?3)
+                   UNION ALL
+                   SELECT session_key, at_ms / 86400000 - (at_ms % 86400000 < 0), model, 1,
+                          input, output, cache_read, cache_write, cost
                      FROM usage_facts
-                    WHERE counted = 1 AND (?1 IS NULL OR at_ms >= ?1) AND (?2 IS NULL OR at_ms < ?2)
-                    GROUP BY session_key, day, model)
-                 SELECT s.id, s.cwd, f.day, f.model, f.n, f.i, f.o, f.cr, f.cw, f.c
+                    WHERE counted = 1
+                      AND ((at_ms >= ?4 AND at_ms < ?5) OR (at_ms >= ?6 AND at_ms < ?7)))
+                 SELECT s.id, s.cwd, f.day, f.model, sum(f.n), sum(f.i), sum(f.o), sum(f.cr),
+                        sum(f.cw), sum(f.c)
                    FROM f JOIN sessions s ON s.session_key = f.session_key
                   WHERE s.staged_from IS NULL
-                    AND (?3 IS NULL OR s.cwd = ?3 OR substr(s.cwd, 1, length(?3) + 1) = ?3 || '/')
+                    AND (?8 IS NULL OR s.cwd = ?8 OR substr(s.cwd, 1, length(?8) + 1) = ?8 || '/')
+                  GROUP BY f.session_key, f.day, f.model
                   ORDER BY f.day, s.id, f.model",
             )
             .map_err(sql("summing usage"))?;
         let rows = st
-            .query_map(params![q.since_ms, q.until_ms, under], |r| {
-                Ok(UsageRow {
-                    session: r.get(0)?,
-                    cwd: r.get(1)?,
-                    day: r.get::<_, Option<i64>>(2)?.unwrap_or(0),
-                    model: r.get(3)?,
-                    entries: r.get(4)?,
-                    input: r.get(5)?,
-                    output: r.get(6)?,
-                    cache_read: r.get(7)?,
-                    cache_write: r.get(8)?,
-                    cost: r.get(9)?,
-                })
-            })
+            .query_map(
+                params![
+                    plan.daily,
+                    plan.day_from,
+                    plan.day_to,
+                    plan.cut[0].unwrap_or_default().0,
+                    plan.cut[0].unwrap_or_default().1,
+                    plan.cut[1].unwrap_or_default().0,
+                    plan.cut[1].unwrap_or_default().1,
+                    under
+                ],
+                |r| {
+                    Ok(UsageRow {
+                        session: r.get(0)?,
+                        cwd: r.get(1)?,
+                        day: r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                        model: r.get(3)?,
+                        entries: r.get(4)?,
+                        input: r.get(5)?,
+                        output: r.get(6)?,
+                        cache_read: r.get(7)?,
+                        cache_write: r.get(8)?,
+                        cost: r.get(9)?,
+                    })
+                },
+            )
             .and_then(Iterator::collect)
             .map_err(sql("summing usage"));
         rows
