@@ -1009,4 +1009,21 @@ fn stats_and_ls_agree_between_sqlite_and_the_team_archive() {
         before,
         "the fork adds nothing on the team archive either"
     );
+    // Deleting the original counts the fork's copies instead, on both.
+    for db in [s(&db), url.as_str()] {
+        let (deleted, status) = cli_json(&[
+            "--db",
+            db,
+            "delete",
+            "ffae836b-9420-4060-ac13-7745215f90ff",
+        ]);
+        assert_eq!(status, 0, "{deleted}");
+        let after = cli_json(&["--db", db, "stats", "--by", "model"]).0;
+        assert_eq!(after["total"], before["total"], "{db}");
+    }
+    for args in [vec!["stats", "--by", "session,day,model"], vec!["ls"]] {
+        let ours = cli_json(&[&["--db", s(&db)], args.as_slice()].concat());
+        let theirs = cli_json(&[&["--db", url.as_str()], args.as_slice()].concat());
+        assert_eq!(ours, theirs, "{args:?} after the delete");
+    }
 }
