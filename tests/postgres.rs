@@ -1011,12 +1011,8 @@ fn stats_and_ls_agree_between_sqlite_and_the_team_archive() {
     );
     // Deleting the original counts the fork's copies instead, on both.
     for db in [s(&db), url.as_str()] {
-        let (deleted, status) = cli_json(&[
-            "--db",
-            db,
-            "delete",
-            "ffae836b-9420-4060-ac13-7745215f90ff",
-        ]);
+        let (deleted, status) =
+            cli_json(&["--db", db, "delete", "ffae836b-9420-4060-ac13-7745215f90ff"]);
         assert_eq!(status, 0, "{deleted}");
         let after = cli_json(&["--db", db, "stats", "--by", "model"]).0;
         assert_eq!(after["total"], before["total"], "{db}");
@@ -1026,4 +1022,56 @@ fn stats_and_ls_agree_between_sqlite_and_the_team_archive() {
         let theirs = cli_json(&[&["--db", url.as_str()], args.as_slice()].concat());
         assert_eq!(ours, theirs, "{args:?} after the delete");
     }
+}
+
+/// Schema step 4 fills the usage facts, their per-day sums and the last
+/// activity of a team archive written before it, as the writer does.
+#[test]
+fn migration_4_fills_usage_facts_as_the_writer_does() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(db) = fixture_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return;
+    };
+    let (fork, status) = cli_json(&[
+        "--db",
+        s(&db),
+        "fork",
+        "d703a1a9-1b7b-4fb1-b512-c9738b1fe617",
+    ]);
+    assert_eq!(status, 0, "{fork}");
+    let (synced, status) = cli_json(&["--db", s(&db), "sync", "--to", &team.schema_url()]);
+    assert_eq!(status, 0, "{synced}");
+    let queries = [
+        sessiontree::usage::UsageQuery::default(),
+        sessiontree::usage::UsageQuery {
+            since_ms: Some(1_763_700_000_000),
+            until_ms: Some(1_765_250_000_000),
+            cwd_under: None,
+        },
+    ];
+    let written: Vec<_> = queries
+        .iter()
+        .map(|q| team.archive.usage(q).expect("usage"))
+        .collect();
+    let listed = team.archive.list(&Default::default()).expect("list");
+    {
+        let mut conn = team.archive.conn().expect("conn");
+        conn.batch_execute(
+            "DROP TABLE usage_daily; DROP TABLE usage_facts;
+             DROP FUNCTION usage_daily_add; DROP FUNCTION usage_daily_remove;
+             DROP FUNCTION usage_facts_recount;
+             ALTER TABLE sessions DROP COLUMN last_active_ms;
+             UPDATE sessiontree_schema SET version = 3;",
+        )
+        .expect("back to step 3");
+    }
+    let reopened = team.reopen();
+    for (q, before) in queries.iter().zip(&written) {
+        assert_eq!(&reopened.usage(q).expect("usage"), before, "{q:?}");
+    }
+    assert_eq!(reopened.list(&Default::default()).expect("list"), listed);
 }
