@@ -278,3 +278,110 @@ impl UsageQuery {
         plan
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(v: serde_json::Value) -> Entry {
+        Entry::from_value(&v).expect("entry")
+    }
+
+    fn usage(cost: f64) -> Value {
+        serde_json::json!({"input": 1, "output": 2, "cacheRead": 3, "cacheWrite": 4,
+                           "cost": {"total": cost}})
+    }
+
+    #[test]
+    fn facts_are_keyed_as_pi_s_cost_breakdown_keys_usage() {
+        let t = "2026-12-01T10:00:00.000Z";
+        let asst = entry(
+            serde_json::json!({"type": "message", "id": "a1", "parentId": null,
+            "timestamp": t, "message": {"role": "assistant", "provider": "anthropic",
+            "model": "m", "responseModel": "m-2026", "usage": usage(0.5)}}),
+        );
+        let f = usage_fact(&asst).expect("assistant usage");
+        assert_eq!(f.model, "anthropic/m-2026");
+        assert_eq!((f.tokens(), f.cost), (10.0, 0.5));
+        assert_eq!(f.at_ms, timestamp_millis(t));
+        assert_eq!(f.dedup, dedup_key("a1", t));
+        let own = entry(
+            serde_json::json!({"type": "usage", "id": "u1", "parentId": "a1",
+            "timestamp": t, "provider": "openai", "model": "gpt", "usage": usage(0.25)}),
+        );
+        assert_eq!(usage_fact(&own).expect("usage entry").model, "openai/gpt");
+        let tool = entry(
+            serde_json::json!({"type": "message", "id": "t1", "parentId": "a1",
+            "timestamp": t, "message": {"role": "toolResult", "usage": usage(0.125)}}),
+        );
+        assert_eq!(usage_fact(&tool).expect("tool usage").model, TOOLS_KEY);
+        let summary = entry(serde_json::json!({"type": "branch_summary", "id": "b1",
+            "parentId": "a1", "timestamp": t, "fromId": "a1", "summary": "s",
+            "usage": usage(0.125)}));
+        assert_eq!(
+            usage_fact(&summary).expect("summary usage").model,
+            TOOLS_KEY
+        );
+        // No usage, a user message, or a falsy usage: nothing.
+        let user = entry(
+            serde_json::json!({"type": "message", "id": "q1", "parentId": null,
+            "timestamp": t, "message": {"role": "user", "content": "hi", "usage": usage(1.0)}}),
+        );
+        assert_eq!(usage_fact(&user), None);
+        let bare = entry(
+            serde_json::json!({"type": "compaction", "id": "c1", "parentId": "a1",
+            "timestamp": t, "summary": "s", "firstKeptEntryId": "a1", "tokensBefore": 1,
+            "usage": null}),
+        );
+        assert_eq!(usage_fact(&bare), None);
+        // The same id at another time is another entry.
+        assert_ne!(
+            dedup_key("a1", t),
+            dedup_key("a1", "2026-12-01T10:00:00.001Z")
+        );
+    }
+
+    #[test]
+    fn a_plan_reads_whole_days_from_the_sums_and_cut_days_from_the_facts() {
+        let d = |day: i64, ms: i64| day * DAY_MS + ms;
+        let q = |s: Option<i64>, u: Option<i64>| UsageQuery {
+            since_ms: s,
+            until_ms: u,
+            cwd_under: None,
+        };
+        let all = q(None, None).plan();
+        assert_eq!(
+            (all.daily, all.day_from, all.day_to, all.cut),
+            (true, None, None, [None, None])
+        );
+        let days = q(Some(d(10, 0)), Some(d(12, 0))).plan();
+        assert_eq!(
+            (days.daily, days.day_from, days.day_to),
+            (true, Some(10), Some(12))
+        );
+        assert_eq!(days.cut, [None, None]);
+        let cut = q(Some(d(10, 5)), Some(d(12, 7))).plan();
+        assert_eq!((cut.day_from, cut.day_to), (Some(11), Some(12)));
+        assert_eq!(
+            cut.cut,
+            [Some((d(10, 5), d(11, 0))), Some((d(12, 0), d(12, 7)))]
+        );
+        let within = q(Some(d(10, 5)), Some(d(10, 9))).plan();
+        assert!(!within.daily);
+        assert_eq!(within.cut, [Some((d(10, 5), d(10, 9))), None]);
+        let before_1970 = q(Some(-5), None).plan();
+        assert_eq!(before_1970.day_from, Some(0));
+        assert_eq!(before_1970.cut[0], Some((-5, 0)));
+    }
+
+    #[test]
+    fn weeks_start_on_monday() {
+        // 2026-11-30 was a Monday.
+        let monday = timestamp_millis("2026-11-30T00:00:00Z").expect("date") / DAY_MS;
+        for d in monday..monday + 7 {
+            assert_eq!(week_start(d), monday);
+        }
+        assert_eq!(week_start(monday - 1), monday - 7);
+        assert_eq!(day_string(monday), "2026-11-30");
+    }
+}
