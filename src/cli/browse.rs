@@ -646,10 +646,19 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
         },
     };
     let archive = super::db::open(cli, super::db::Access::Read)?;
-    super::spend::archive_stats(
+    let mut report = super::spend::archive_stats(
         &*archive,
         &query,
         &args.by,
         super::columns::terminal_width(),
-    )
+    )?;
+    // What the archive holds (a fork's copies included), from the session rows.
+    let totals = archive.totals()?;
+    if let Ok(Value::Object(mut j)) = serde_json::from_str::<Value>(&report.json) {
+        j.insert("sessions".into(), json!(totals.sessions));
+        j.insert("entries".into(), json!(totals.entries));
+        j.insert("messageCount".into(), json!(totals.stats.message_count));
+        report.json = Value::Object(j).to_string();
+    }
+    Ok(report)
 }

@@ -465,6 +465,7 @@ compactionSummary: Hand-written parser in src/parser.rs; 12 tests pass.
     assert_eq!(
         all,
         json!({"by": ["project"], "since": null, "until": null, "cwd": null,
+               "sessions": 1, "entries": 36, "messageCount": 26,
                "rows": [{"project": "/home/ada/tinyjson", "entries": 14, "input": 2300, "output": 460,
                          "cacheRead": 5200, "cacheWrite": 0, "tokens": 7960, "cost": 3.75}],
                "total": {"entries": 14, "input": 2300, "output": 460, "cacheRead": 5200,

@@ -253,11 +253,14 @@ fn stats_filters_groups_and_charts_usage() {
 fn a_forked_session_is_not_counted_twice() {
     let sb = Sandbox::new();
     three_sessions(&sb);
-    let before = sb.json(&["stats", "--by", "model"]);
+    let before = sb.json(&["stats", "--by", "model"])["rows"].clone();
+    let before_total = sb.json(&["stats"])["total"].clone();
     let fork = sb.json(&["fork", A]);
     let fork_id = fork["session"].as_str().expect("fork id").to_owned();
-    assert_eq!(sb.json(&["stats", "--by", "model"]), before);
-    assert_eq!(sb.json(&["stats"])["total"], before["total"]);
+    let after = sb.json(&["stats", "--by", "model"]);
+    assert_eq!(after["rows"], before);
+    assert_eq!(after["sessions"], 4, "the fork is in the archive");
+    assert_eq!(sb.json(&["stats"])["total"], before_total);
     // Its spending stays with the original, and moves to the fork when the original goes.
     let by_session = sb.json(&["stats", "--by", "session"]);
     assert!(by_session["rows"]
@@ -267,6 +270,6 @@ fn a_forked_session_is_not_counted_twice() {
         .all(|r| r["session"] != fork_id.as_str()));
     sb.json(&["delete", A]);
     let after = sb.json(&["stats", "--by", "session"]);
-    assert_eq!(after["total"], before["total"]);
+    assert_eq!(after["total"], before_total);
     assert_eq!(row(&after, "session", &fork_id)["cost"], 3.0);
 }
