@@ -723,7 +723,8 @@ fn torn_tail_at_every_offset() {
 }
 
 /// A torn tail that is followed by a later complete line is not a tail: it is
-/// a broken line in the middle, and open refuses it with `invalid_entry`.
+/// a broken line in the middle, and the SDK's open refuses it with
+/// `invalid_entry`; the app's (pi 1.6's) skips it, the file unchanged.
 #[test]
 fn torn_line_in_the_middle_is_invalid_entry() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -734,8 +735,13 @@ fn torn_line_in_the_middle_is_invalid_entry() {
     bytes.extend_from_slice(message_entry("z9", None, "user", "later").json().as_bytes());
     bytes.push(b'\n');
     std::fs::write(&path, &bytes).unwrap();
-    let err = JsonlStorage::open(&path, Durability::Relaxed).expect_err("refused");
+    let err = JsonlStorage::open_as(&path, Durability::Relaxed, sessiontree::Contract::Sdk)
+        .expect_err("refused");
     assert_eq!(err.code(), sessiontree::ErrorCode::InvalidEntry, "{err}");
     assert!(err.to_string().contains("line 4"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "open changed nothing");
+    let app = JsonlStorage::open(&path, Durability::Relaxed).expect("pi 1.6 opens it");
+    assert_eq!(app.skipped_lines()[0].line, 4);
+    assert_eq!(app.all_entries().len(), 3);
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "open changed nothing");
 }

@@ -30,9 +30,37 @@ fn write(dir: &tempfile::TempDir, text: &[u8]) -> PathBuf {
 
 /// Opening `text` fails with `code` and exactly `message` (after the path), and the file is untouched.
 fn refused(text: &str, code: ErrorCode, message: &str) {
+    refused_by(text, code, message, |p| {
+        JsonlStorage::open(p, Durability::Full)
+    });
+}
+
+/// [`refused`] by the SDK contract's rules (pi-agent-core 0.83's checks),
+/// and opened by the app's (pi 1.6 skips the line).
+fn refused_as_sdk(text: &str, code: ErrorCode, message: &str) {
+    refused_by(text, code, message, |p| {
+        JsonlStorage::open_as(p, Durability::Full, sessiontree::Contract::Sdk)
+    });
     let dir = tempfile::tempdir().expect("dir");
     let p = write(&dir, text.as_bytes());
-    let err = JsonlStorage::open(&p, Durability::Full).expect_err(text);
+    let s = JsonlStorage::open(&p, Durability::Full).expect("an app file opens as pi 1.6 opens it");
+    assert!(
+        s.skipped_lines()
+            .iter()
+            .any(|l| !matches!(l.why, sessiontree::backend::jsonl::SkipReason::Blank)),
+        "{text:?}"
+    );
+}
+
+fn refused_by(
+    text: &str,
+    code: ErrorCode,
+    message: &str,
+    open: impl Fn(&Path) -> sessiontree::Result<JsonlStorage>,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let p = write(&dir, text.as_bytes());
+    let err = open(&p).expect_err(text);
     assert_eq!(err.code(), code, "{text:?}: {err}");
     assert_eq!(
         err.to_string(),
@@ -122,51 +150,51 @@ fn entry_problems_are_invalid_entry_naming_the_non_blank_line() {
             entry_line("")
         )
     };
-    refused(&with("{oops"), IE, "line 3 is not valid JSON");
-    refused(&with("42"), IE, "line 3 is not a valid session entry");
-    refused(&with("null"), IE, "line 3 is not a valid session entry");
-    refused(&with("[]"), IE, "line 3 is missing entry type");
-    refused(
+    refused_as_sdk(&with("{oops"), IE, "line 3 is not valid JSON");
+    refused_as_sdk(&with("42"), IE, "line 3 is not a valid session entry");
+    refused_as_sdk(&with("null"), IE, "line 3 is not a valid session entry");
+    refused_as_sdk(&with("[]"), IE, "line 3 is missing entry type");
+    refused_as_sdk(
         &with(r#"{"id":"b","parentId":null,"timestamp":"t"}"#),
         IE,
         "line 3 is missing entry type",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":5,"id":"b","parentId":null,"timestamp":"t"}"#),
         IE,
         "line 3 is missing entry type",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"x","id":"","parentId":null,"timestamp":"t"}"#),
         IE,
         "line 3 is missing entry id",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"x","id":1,"parentId":null,"timestamp":"t"}"#),
         IE,
         "line 3 is missing entry id",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"x","id":"b","timestamp":"t"}"#),
         IE,
         "line 3 has invalid parentId",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"x","id":"b","parentId":false,"timestamp":"t"}"#),
         IE,
         "line 3 has invalid parentId",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"x","id":"b","parentId":null,"timestamp":""}"#),
         IE,
         "line 3 is missing timestamp",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"leaf","id":"b","parentId":null,"timestamp":"t"}"#),
         IE,
         "line 3 has invalid targetId",
     );
-    refused(
+    refused_as_sdk(
         &with(r#"{"type":"leaf","id":"b","parentId":null,"timestamp":"t","targetId":[]}"#),
         IE,
         "line 3 has invalid targetId",
@@ -258,11 +286,13 @@ fn torn_last_line_is_left_out_reported_and_cut_before_the_next_append(
         format!("{HEADER}\n{{\"type\":\"mess\n{}\n", entry_line("")),
     )?;
     assert_eq!(
-        JsonlStorage::open(&p2, Durability::Full)
+        JsonlStorage::open_as(&p2, Durability::Full, sessiontree::Contract::Sdk)
             .expect_err("corrupt")
             .code(),
         ErrorCode::InvalidEntry
     );
+    // pi 1.6 skips it (an app file): opened without it.
+    assert_eq!(JsonlStorage::open(&p2, Durability::Full)?.entry_count()?, 1);
     // A complete last line without its newline is kept, and the next append adds the newline first.
     let p3 = dir.path().join("nonl.jsonl");
     std::fs::write(&p3, format!("{HEADER}\n{}", entry_line("")))?;
@@ -383,20 +413,27 @@ fn version_3_files_reexport_byte_for_byte() -> Result<(), Box<dyn std::error::Er
 }
 
 #[test]
-fn a_bad_line_imports_nothing_of_its_file() -> Result<(), Box<dyn std::error::Error>> {
+fn a_bad_line_is_kept_verbatim_and_the_rest_imports() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let p = write(
-        &dir,
-        format!("{HEADER}\n{}\nbroken\n{}\n", entry_line(""), entry_line("")).as_bytes(),
-    );
+    let text = format!("{HEADER}\n{}\nbroken\n{}\n", entry_line(""), entry_line(""));
+    let p = write(&dir, text.as_bytes());
     let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
-    let err = import_jsonl(&archive, &p).expect_err("bad line");
-    assert_eq!(err.code(), ErrorCode::InvalidEntry);
-    assert!(
-        err.to_string().contains("line 3 is not valid JSON"),
-        "{err}"
+    let report = import_jsonl(&archive, &p)?;
+    let kept: Vec<(u64, String)> = report
+        .report
+        .kept
+        .iter()
+        .map(|k| (k.line, k.why.describe()))
+        .collect();
+    assert_eq!(kept[0], (3, "pi skips it: not valid JSON".to_owned()));
+    assert_eq!(
+        kept[1].0, 4,
+        "the repeated id a: the archive keeps the first"
     );
-    assert!(archive.list(&Default::default())?.is_empty());
+    assert_eq!(report.entries, 1);
+    let mut out = Vec::new();
+    export_jsonl(&archive.open_session(&report.session_id)?, &mut out)?;
+    assert_eq!(String::from_utf8(out)?, text, "byte-identical");
     Ok(())
 }
 
@@ -771,20 +808,17 @@ fn a_bad_file_or_a_session_met_twice_among_many_fails_alone(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let mut paths = generated_archive(dir.path(), 600, 12, 29);
-    // A bad line in the middle of the fourth file.
+    // The fourth file's first JSON line is no header (a bad line in the
+    // middle imports, kept verbatim, as pi 1.6 opens it).
     let text = std::fs::read(&paths[3])?;
-    let cut = first_line_end_past_half(&text);
-    std::fs::write(
-        &paths[3],
-        [&text[..cut], b"{\"type\":\"message\",\n", &text[cut..]].concat(),
-    )?;
+    std::fs::write(&paths[3], [&b"{\"hello\":1}\n"[..], &text[..]].concat())?;
     // The second file's session under another name, and the first file named twice.
     let copy = dir.path().join("sessions/copy.jsonl");
     std::fs::copy(&paths[1], &copy)?;
     paths.insert(6, copy);
     paths.push(paths[0].clone());
     let outcomes = grouped_like_one_at_a_time(dir.path(), &paths)?;
-    assert_eq!(outcomes[3], Err(ErrorCode::InvalidEntry));
+    assert_eq!(outcomes[3], Err(ErrorCode::InvalidSession));
     assert_eq!(outcomes[6], Ok(ImportOutcome::AlreadyPresent));
     assert_eq!(outcomes.last(), Some(&Ok(ImportOutcome::Unchanged)));
     let imported = outcomes

@@ -1194,6 +1194,75 @@ fn check_reports_a_body_that_wrongly_says_its_message_trails() -> R {
     Ok(())
 }
 
+/// An archive written before schema version 13 (no `sessions.contract`, no
+/// kept lines) learns each session's contract from its entries' types when
+/// it opens: `sdk` for a session with a `leaf` entry, `app` for the others.
+#[test]
+fn migration_13_sets_each_sessions_contract_from_its_entries() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("old.db");
+    {
+        let archive = Archive::open(&db, Durability::Relaxed)?;
+        let mut app = archive.create_session(&NewSession {
+            contract: sessiontree::Contract::App,
+            ..new_session("app-session")
+        })?;
+        app.append_entry(msg("a", None))?;
+        let mut sdk = archive.create_session(&NewSession {
+            contract: sessiontree::Contract::App,
+            ..new_session("sdk-session")
+        })?;
+        sdk.append_entry(msg("a", None))?;
+        sdk.append_entry(msg("b", Some("a")))?;
+        sdk.set_leaf_id(Some("a"))?;
+    }
+    // What a version-12 build left: the step's columns and table gone.
+    {
+        let conn = rusqlite::Connection::open(&db)?;
+        conn.execute_batch(
+            "DROP TABLE kept_lines;
+             ALTER TABLE sessions DROP COLUMN contract;
+             ALTER TABLE sessions DROP COLUMN open_end;
+             PRAGMA user_version = 12;",
+        )?;
+    }
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    let contracts: Vec<(String, sessiontree::Contract)> = archive
+        .list(&Default::default())?
+        .into_iter()
+        .map(|s| (s.metadata.id, s.contract))
+        .collect();
+    assert!(contracts.contains(&("app-session".into(), sessiontree::Contract::App)));
+    assert!(contracts.contains(&("sdk-session".into(), sessiontree::Contract::Sdk)));
+    assert_eq!(
+        archive.open_session("sdk-session")?.contract()?,
+        sessiontree::Contract::Sdk
+    );
+    assert!(archive
+        .open_session("app-session")?
+        .kept_lines()?
+        .is_empty());
+    assert!(archive.check_consistency(None)?.is_empty());
+    Ok(())
+}
+
+/// A session created through the SDK contract is `sdk`; an app session
+/// becomes `sdk` when an SDK-only entry is appended to it.
+#[test]
+fn sdk_only_entries_make_a_session_sdk() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut s = archive.create_session(&NewSession {
+        contract: sessiontree::Contract::App,
+        ..new_session("s")
+    })?;
+    s.append_entry(msg("a", None))?;
+    assert_eq!(s.contract()?, sessiontree::Contract::App);
+    s.set_leaf_id(Some("a"))?;
+    assert_eq!(s.contract()?, sessiontree::Contract::Sdk);
+    Ok(())
+}
+
 /// An archive of pi's real files and the app fixture with `usage` entries,
 /// tool-result and summary usage (imported by the binary, as a user would).
 fn usage_archive(dir: &std::path::Path) -> Option<std::path::PathBuf> {

@@ -76,7 +76,8 @@ impl<S: SessionStorage> AppSession<S> {
             *self.labels.borrow_mut() = Some(map);
         }
         let labels = self.labels.borrow();
-        Ok(f(labels.as_ref().expect("built above")))
+        let empty = LabelMap::default();
+        Ok(f(labels.as_ref().unwrap_or(&empty)))
     }
 
     /// pi's `getLabel(id)`: the label as written, with its timestamp.

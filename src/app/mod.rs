@@ -91,9 +91,8 @@ impl<S: SessionStorage> AppSession<S> {
     /// Forgets what was derived from the log (label map, id count) and puts
     /// the leaf back on the last entry, as reopening would.
     pub fn reload(&mut self) -> Result<()> {
-        let storage = std::mem::replace(&mut self.labels, RefCell::new(None));
-        drop(storage);
-        *self.distinct_ids.borrow_mut() = None;
+        *self.labels.get_mut() = None;
+        *self.distinct_ids.get_mut() = None;
         let count = self.storage.entry_count()?;
         self.leaf = match count.checked_sub(1) {
             Some(last) => self

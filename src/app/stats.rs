@@ -186,7 +186,10 @@ impl<S: SessionStorage> AppSession<S> {
     pub fn session_stats(&self) -> Result<AppStats> {
         let meta = self.storage.metadata()?;
         let mut s = AppStats {
-            session_file: meta.path.clone(),
+            // pi resolves the file's path (`path.resolve`): absolute, not canonical.
+            session_file: meta.path.as_ref().map(|p| {
+                std::path::absolute(p).map_or_else(|_| p.clone(), |a| a.display().to_string())
+            }),
             session_id: meta.id.clone(),
             user_messages: 0,
             assistant_messages: 0,

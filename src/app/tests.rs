@@ -390,7 +390,8 @@ fn deep_chains_need_no_recursion() {
         depth += 1;
     }
     assert_eq!(depth, n - 1);
-    std::mem::forget(tree); // a 100,000-deep drop would recurse
+    assert_eq!(super::AppTreeNode::list_to_json_text(&tree), json);
+    drop(tree); // dropped without recursion
 }
 
 /// Ids as pi's `generateId` makes them: 8 hex characters (the head of a
@@ -405,4 +406,144 @@ fn ids_are_pi_shaped() {
     let full = super::new_app_entry_id(|_| Ok(true)).unwrap();
     assert_eq!(full.len(), 36);
     assert_eq!(&full[14..15], "4", "a version 4 UUID");
+}
+
+/// A SQLite store keeping count of what its path reads cost (its own
+/// measure: statements and rows), and of any read that scans the log.
+struct Measured {
+    inner: crate::backend::sqlite::SqliteStorage,
+    walks: Cell<usize>,
+    statements: Cell<u64>,
+    rows: Cell<u64>,
+    scans: Cell<usize>,
+}
+
+impl SessionStorage for Measured {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        self.inner.metadata()
+    }
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        self.inner.stored_leaf_id()
+    }
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        self.inner.append_entry(entry)
+    }
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        self.inner.entry(id)
+    }
+    fn contains_entry(&self, id: &str) -> Result<bool> {
+        self.inner.contains_entry(id)
+    }
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        self.scans.set(self.scans.get() + 1);
+        self.inner.find_entries(entry_type)
+    }
+    fn label(&self, id: &str) -> Result<Option<crate::json::JsString>> {
+        self.inner.label(id)
+    }
+    fn session_name(&self) -> Result<Option<crate::json::JsString>> {
+        self.inner.session_name()
+    }
+    fn session_stats(&self) -> Result<crate::rules::SessionStats> {
+        self.inner.session_stats()
+    }
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        if limit != Some(1) {
+            self.scans.set(self.scans.get() + 1);
+        }
+        self.inner.entries(after, limit)
+    }
+    fn entry_count(&self) -> Result<usize> {
+        self.inner.entry_count()
+    }
+    fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
+        let path = self.inner.path_to_root_or_compaction(id)?;
+        let cost = self.inner.last_read_cost();
+        self.walks.set(self.walks.get() + 1);
+        self.statements
+            .set(self.statements.get() + u64::from(cost.statements));
+        self.rows.set(self.rows.get() + cost.rows);
+        Ok(path)
+    }
+}
+
+/// On SQLite the whole path is the branch cache's reads chained: a handful
+/// of statements per compaction on the path, rows in proportion to the
+/// answer, no scan (a 20,000-entry chain with 200 compactions and a fork).
+#[test]
+fn sqlite_paths_are_cached_reads_chained() {
+    use crate::repo::{sqlite::SqliteRepo, CreateOptions, SessionRepo};
+    let dir = tempfile::tempdir().unwrap();
+    let archive =
+        crate::backend::sqlite::Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed)
+            .unwrap();
+    let mut repo = SqliteRepo::new(archive);
+    let mut storage = repo
+        .create(&CreateOptions {
+            cwd: "/w".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .into_storage();
+    let ts = "2026-01-01T00:00:00.000Z";
+    let mut batch = Vec::new();
+    for i in 0..20_000 {
+        let p = if i == 0 {
+            "null".to_owned()
+        } else {
+            format!("\"e{}\"", i - 1)
+        };
+        let text = if i % 100 == 99 {
+            format!(
+                r#"{{"type":"compaction","id":"e{i}","parentId":{p},"timestamp":"{ts}","summary":"s","firstKeptEntryId":"e{}","tokensBefore":1}}"#,
+                i - 50
+            )
+        } else {
+            format!(
+                r#"{{"type":"message","id":"e{i}","parentId":{p},"timestamp":"{ts}","message":{{"role":"user","content":"m{i}","timestamp":1}}}}"#
+            )
+        };
+        batch.push(Entry::from_json(&text).unwrap());
+    }
+    batch.push(Entry::from_json(&format!(r#"{{"type":"message","id":"f","parentId":"e15000","timestamp":"{ts}","message":{{"role":"user","content":"fork","timestamp":1}}}}"#)).unwrap());
+    storage.append_entries(&batch).unwrap();
+    let store = Measured {
+        inner: storage,
+        walks: Cell::new(0),
+        statements: Cell::new(0),
+        rows: Cell::new(0),
+        scans: Cell::new(0),
+    };
+    let app = AppSession::open(store).unwrap();
+    assert_eq!(app.leaf_id(), Some("f"));
+    let path = app.branch(Some("e19999")).unwrap();
+    assert_eq!(path.len(), 20_000);
+    let st = app.storage();
+    assert!(st.walks.get() <= 201, "{} walks", st.walks.get());
+    assert!(
+        st.statements.get() <= 8 * 201,
+        "{} statements for {} walks",
+        st.statements.get(),
+        st.walks.get()
+    );
+    assert!(
+        st.rows.get() <= 2 * 20_000 + 1_000,
+        "{} rows",
+        st.rows.get()
+    );
+    eprintln!(
+        "{} walks, {} statements, {} rows",
+        st.walks.get(),
+        st.statements.get(),
+        st.rows.get()
+    );
+    let fork = app.branch(None).unwrap();
+    assert_eq!(fork.len(), 15_002);
+    let ctx = app.session_context().unwrap();
+    assert_eq!(
+        ctx.messages.len(),
+        1 + 50 + 2,
+        "summary, kept entries, e15000 and the fork"
+    );
+    assert_eq!(st.scans.get(), 0, "no read scanned the log");
 }

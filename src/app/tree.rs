@@ -12,8 +12,10 @@ use crate::error::{Error, Result};
 use crate::storage::SessionStorage;
 use std::collections::HashMap;
 
-/// One node of pi's `getTree()`: the entry, its children, its label.
-#[derive(Debug, Clone)]
+/// One node of pi's `getTree()`: the entry, its children, its label. Not
+/// `Clone` (a derived clone would recurse as deep as the tree); dropped
+/// without recursion.
+#[derive(Debug)]
 pub struct AppTreeNode {
     /// The entry (written as its stored text).
     pub entry: Entry,
@@ -21,6 +23,64 @@ pub struct AppTreeNode {
     pub children: Vec<AppTreeNode>,
     /// The label, with its timestamp.
     pub label: Option<AppLabel>,
+}
+
+impl Drop for AppTreeNode {
+    /// Dropped without recursion: a chain of 100,000 nodes would overflow
+    /// the stack if each node dropped its children in turn.
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.children);
+        while let Some(mut node) = stack.pop() {
+            stack.append(&mut node.children);
+        }
+    }
+}
+
+impl AppTreeNode {
+    /// A list of nodes as pi's `JSON.stringify(getTree())` writes it
+    /// (entries as their stored text), written without recursion.
+    pub fn list_to_json_text(nodes: &[AppTreeNode]) -> String {
+        enum Step<'a> {
+            Node(&'a AppTreeNode),
+            Text(&'static str),
+            Tail(&'a AppTreeNode),
+        }
+        let mut out = String::from("[");
+        let mut stack: Vec<Step<'_>> = Vec::new();
+        fn push_list<'a>(stack: &mut Vec<Step<'a>>, list: &'a [AppTreeNode]) {
+            for (i, n) in list.iter().enumerate().rev() {
+                stack.push(Step::Node(n));
+                if i > 0 {
+                    stack.push(Step::Text(","));
+                }
+            }
+        }
+        push_list(&mut stack, nodes);
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Text(t) => out.push_str(t),
+                Step::Tail(n) => {
+                    out.push(']');
+                    if let Some(label) = &n.label {
+                        out.push_str(",\"label\":");
+                        label.label.write_json(&mut out);
+                        out.push_str(",\"labelTimestamp\":");
+                        out.push_str(label.timestamp.json());
+                    }
+                    out.push('}');
+                }
+                Step::Node(n) => {
+                    out.push_str("{\"entry\":");
+                    out.push_str(n.entry.json());
+                    out.push_str(",\"children\":[");
+                    stack.push(Step::Tail(n));
+                    push_list(&mut stack, &n.children);
+                }
+            }
+        }
+        out.push(']');
+        out
+    }
 }
 
 /// The tree as an arena: nodes by index (one per distinct id, the latest
@@ -161,7 +221,9 @@ impl<S: SessionStorage> AppSession<S> {
             }
         }
         for e in &entries {
-            let node = index[e.id()];
+            let Some(&node) = index.get(e.id()) else {
+                continue;
+            };
             match e.parent_id() {
                 None => arena.roots.push(node),
                 Some(p) if p == e.id() => arena.roots.push(node),

@@ -256,6 +256,7 @@ pub fn read_session_leniently<R: BufRead>(
     let mut entries = 0;
     let mut physical = number;
     let mut sdk_only_entries = false;
+    let mut skipped_before_header = false;
     // Ids seen and parents wanted, for a store that needs unique ids.
     let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
@@ -296,6 +297,7 @@ pub fn read_session_leniently<R: BufRead>(
                     || falsy_json(trimmed)
                 {
                     skip(SkipReason::BeforeHeader)?;
+                    skipped_before_header = true;
                     continue;
                 }
             }
@@ -368,7 +370,13 @@ pub fn read_session_leniently<R: BufRead>(
     }
     let header = header.ok_or_else(|| Error::InvalidHeader {
         path: path.to_owned(),
-        reason: "missing session header".to_owned(),
+        // Lines were skipped where the header should be: none of them is one.
+        reason: if skipped_before_header {
+            "first line is not a valid session header"
+        } else {
+            "missing session header"
+        }
+        .to_owned(),
     })?;
     let complete_bytes = offset - torn_tail.as_ref().map_or(0, |t: &TornTail| t.len);
     let lines = number - u64::from(torn_tail.is_some());
@@ -552,12 +560,18 @@ pub fn read_open_header(path: &Path) -> Result<Header> {
     };
     let mut reader = BufReader::new(File::open(path).map_err(io)?);
     let mut buf = Vec::new();
+    let mut skipped = false;
     loop {
         buf.clear();
         if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
             return Err(Error::InvalidHeader {
                 path: path.to_owned(),
-                reason: "missing session header".to_owned(),
+                reason: if skipped {
+                    "first line is not a valid session header"
+                } else {
+                    "missing session header"
+                }
+                .to_owned(),
             });
         }
         let terminated = buf.ends_with(b"\n");
@@ -572,6 +586,7 @@ pub fn read_open_header(path: &Path) -> Result<Header> {
             && (serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
                 || falsy_json(trimmed))
         {
+            skipped = true;
             continue;
         }
         return Header::parse(&text, path);

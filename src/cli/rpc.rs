@@ -47,6 +47,7 @@ pub struct RpcArgs {
 /// Serves `storage` (or its opening error) by `contract`'s rules.
 fn serve<S: SessionStorage>(
     storage: Result<S>,
+    header: Option<String>,
     contract: RpcContract,
     input: impl BufRead,
     output: impl Write,
@@ -57,7 +58,11 @@ fn serve<S: SessionStorage>(
         RpcContract::App => {
             let served = storage.and_then(|s| {
                 let id = s.metadata()?.id;
-                Ok(AppRpc::new(AppSession::open(s)?, id))
+                let rpc = AppRpc::new(AppSession::open(s)?, id);
+                Ok(match header {
+                    Some(h) => rpc.with_header(h),
+                    None => rpc,
+                })
             });
             rpc::app::serve(served, input, output).map_err(io)
         }
@@ -74,12 +79,14 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
             // The session is opened for reading; its writer claim is taken
             // at the first write. An error is the answer to every request.
             let session = super::target::open_in_archive(cli, &prefix, Access::Write);
-            return serve(session, args.contract, stdin, stdout);
+            return serve(session, None, args.contract, stdin, stdout);
         }
     };
     let jsonl = JsonlStorage::open(&path, cli.durability.into());
+    // pi's getHeader is the file's header line as pi parsed it.
+    let header = jsonl.as_ref().ok().map(|j| j.header().json.clone());
     match args.backend {
-        Backend::Jsonl => serve(jsonl, args.contract, stdin, stdout),
+        Backend::Jsonl => serve(jsonl, header, args.contract, stdin, stdout),
         Backend::Memory => {
             let memory = jsonl.and_then(|j| {
                 Ok(MemoryStorage::loaded(
@@ -87,7 +94,7 @@ pub fn run(cli: &Cli, args: &RpcArgs) -> Result<()> {
                     j.all_entries().iter().cloned(),
                 ))
             });
-            serve(memory, args.contract, stdin, stdout)
+            serve(memory, header, args.contract, stdin, stdout)
         }
     }
 }

@@ -164,6 +164,7 @@ impl SessionRepo for JsonlRepo {
         let storage = source_session.storage();
         let entries = entries_to_fork(storage, options.entry_id.as_deref(), options.position)?;
         let mut target = self.create_file(&options.inherit(&storage.metadata()?)?)?;
+        target.set_contract(crate::contract::Contract::Sdk);
         target.append_entries(&entries)?;
         Ok(Session::new(target))
     }

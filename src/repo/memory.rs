@@ -30,6 +30,12 @@ impl SessionStorage for SharedMemoryStorage {
     fn metadata(&self) -> Result<SessionMetadata> {
         self.lock().metadata()
     }
+    fn contract(&self) -> Result<crate::contract::Contract> {
+        self.lock().contract()
+    }
+    fn kept_lines(&self) -> Result<crate::storage::KeptLines> {
+        self.lock().kept_lines()
+    }
     fn stored_leaf_id(&self) -> Result<Option<String>> {
         self.lock().stored_leaf_id()
     }
@@ -98,9 +104,11 @@ impl SessionRepo for MemoryRepo {
     type Storage = SharedMemoryStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<SharedMemoryStorage>> {
-        self.insert(MemoryStorage::with_metadata(new_metadata(
-            options.fields()?,
-        )))
+        // Created through the SDK contract: it follows the SDK's rules.
+        self.insert(
+            MemoryStorage::with_metadata(new_metadata(options.fields()?))
+                .with_contract(crate::contract::Contract::Sdk),
+        )
     }
 
     fn open(&self, session: &SessionMetadata) -> Result<Session<SharedMemoryStorage>> {
@@ -138,7 +146,8 @@ impl SessionRepo for MemoryRepo {
             options.position,
         )?;
         let fields = options.inherit(&source.storage().metadata()?)?;
-        let storage = MemoryStorage::with_entries(new_metadata(fields), entries)?;
+        let storage = MemoryStorage::with_entries(new_metadata(fields), entries)?
+            .with_contract(crate::contract::Contract::Sdk);
         self.insert(storage)
     }
 }

@@ -22,6 +22,8 @@ use std::io::{BufRead, Write};
 pub struct AppRpc<S> {
     session: AppSession<S>,
     session_id: String,
+    /// The session's header line as stored, where the caller has it.
+    header: Option<String>,
 }
 
 /// The params object (`{}` when none was given).
@@ -73,7 +75,15 @@ impl<S: SessionStorage> AppRpc<S> {
         AppRpc {
             session,
             session_id,
+            header: None,
         }
+    }
+
+    /// Answers `getHeader` with the session's stored header line (a JSONL
+    /// file's, as pi parsed it) instead of one rebuilt from the metadata.
+    pub fn with_header(mut self, header_json: String) -> Self {
+        self.header = Some(header_json);
+        self
     }
 
     /// The session.
@@ -86,8 +96,12 @@ impl<S: SessionStorage> AppRpc<S> {
         &mut self.session
     }
 
-    /// pi's `getHeader()`: the session line as pi holds it.
+    /// pi's `getHeader()`: the session line as pi holds it (rebuilt from
+    /// the metadata where the stored line was not handed over).
     fn header(&self) -> Result<String> {
+        if let Some(h) = &self.header {
+            return Ok(h.clone());
+        }
         let m = self.session.storage().metadata()?;
         let mut w = ObjectWriter::new();
         w.str("type", "session")
@@ -114,11 +128,13 @@ impl<S: SessionStorage> AppRpc<S> {
                 let cwd = s.storage().metadata()?.cwd.unwrap_or_default();
                 id_literal(&cwd)
             }
-            "getSessionFile" => s
-                .storage()
-                .metadata()?
-                .path
-                .map_or_else(|| "null".into(), |p| id_literal(&p)),
+            "getSessionFile" => s.storage().metadata()?.path.map_or_else(
+                || "null".into(),
+                |p| {
+                    // As pi holds it: resolved to an absolute path.
+                    id_literal(&std::path::absolute(&p).map_or(p, |a| a.display().to_string()))
+                },
+            ),
             "getLeafId" => s.leaf_id().map_or_else(|| "null".into(), id_literal),
             "getLeafEntry" => opt_entry(s.leaf_entry()?),
             "getEntry" => match p.id("id") {

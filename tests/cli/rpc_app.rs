@@ -209,3 +209,24 @@ fn app_rpc_writes_attach_at_the_moved_leaf_and_persist() {
         );
     }
 }
+
+/// `getHeader` of a file is its header line as pi parsed it.
+#[test]
+fn app_rpc_header_of_a_file_is_its_header_line() {
+    let sb = Sandbox::new();
+    let text = cli_fixture("app/h2.jsonl");
+    let file = sb.write("pi/h2.jsonl", &text);
+    for backend in ["memory", "jsonl"] {
+        let lines = rpc_lines(
+            &sb,
+            &["--contract", "app", "--backend", backend, s(&file)],
+            "{\"id\":1,\"method\":\"getHeader\"}\n",
+        );
+        let header = text.lines().next().unwrap();
+        assert_eq!(
+            lines[0],
+            format!(r#"{{"id":1,"ok":true,"value":{header}}}"#),
+            "{backend}"
+        );
+    }
+}

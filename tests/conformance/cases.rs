@@ -1037,4 +1037,17 @@ cases! {
         assert_eq!(session.build_context(None)?.messages.len(), 2);
         Ok(())
     }
+
+    fn a_session_holding_an_sdk_only_entry_follows_the_sdk_and_keeps_no_lines(h) {
+        let mut s = h.fresh();
+        chain(&mut s);
+        assert!(s.kept_lines()?.is_empty(), "nothing kept without an import");
+        s.append_entry(entry(
+            json!({"type":"leaf","id":"l1","parentId":"c","timestamp":"t","targetId":"a"}),
+        ))?;
+        assert_eq!(s.contract()?, sessiontree::Contract::Sdk);
+        let s = h.reopen(s);
+        assert_eq!(s.contract()?, sessiontree::Contract::Sdk);
+        Ok(())
+    }
 }

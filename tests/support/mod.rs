@@ -509,7 +509,10 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "CREATE TRIGGER entries_are_append_only BEFORE UPDATE ON entries
+        "DROP TABLE kept_lines;
+         ALTER TABLE sessions DROP COLUMN contract;
+         ALTER TABLE sessions DROP COLUMN open_end;
+         CREATE TRIGGER entries_are_append_only BEFORE UPDATE ON entries
          WHEN sessiontree_may_reencode() IS NOT 1
            OR NEW.entry_key IS NOT OLD.entry_key OR NEW.session_key IS NOT OLD.session_key
            OR NEW.seq IS NOT OLD.seq OR NEW.id IS NOT OLD.id OR NEW.type IS NOT OLD.type
@@ -558,7 +561,10 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP INDEX sessions_staged;
+        "DROP TABLE kept_lines;
+         ALTER TABLE sessions DROP COLUMN contract;
+         ALTER TABLE sessions DROP COLUMN open_end;
+         DROP INDEX sessions_staged;
          ALTER TABLE sessions DROP COLUMN staged_from;
          DROP INDEX entries_by_type;
          ALTER TABLE entries ADD COLUMN parent_id TEXT;
