@@ -1220,7 +1220,9 @@ fn migration_13_sets_each_sessions_contract_from_its_entries() -> R {
     {
         let conn = rusqlite::Connection::open(&db)?;
         conn.execute_batch(
-            "DROP TABLE kept_lines;
+            "DROP TABLE usage_daily; DROP TABLE usage_facts;
+             ALTER TABLE sessions DROP COLUMN last_active_ms;
+             DROP TABLE kept_lines;
              ALTER TABLE sessions DROP COLUMN contract;
              ALTER TABLE sessions DROP COLUMN open_end;
              PRAGMA user_version = 12;",
