@@ -25,7 +25,7 @@ CREATE TABLE sessions (
     total_tokens      REAL NOT NULL DEFAULT 0,
     cost_total        REAL NOT NULL DEFAULT 0,
     broken_message_id TEXT                     -- first message entry without a message
-, staged_from TEXT, contract TEXT NOT NULL DEFAULT 'app', open_end INTEGER);
+, staged_from TEXT, contract TEXT NOT NULL DEFAULT 'app', open_end INTEGER, last_active_ms INTEGER);
 
 CREATE TABLE segments (
     segment_id           INTEGER PRIMARY KEY,
@@ -134,6 +134,33 @@ CREATE TABLE kept_lines (
     text        BLOB NOT NULL              -- the line's bytes, without its `\n`
 );
 
+CREATE TABLE usage_facts (
+    fact_key    INTEGER PRIMARY KEY,
+    session_key INTEGER NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
+    dedup       INTEGER NOT NULL,          -- FNV-1a 64 of id, NUL, timestamp
+    counted     INTEGER NOT NULL,          -- 1 for the first row of its dedup
+    at_ms       INTEGER,                   -- the entry's timestamp (or the session's creation)
+    model       TEXT NOT NULL,             -- provider/model, or Tools/summaries
+    input       REAL NOT NULL,
+    output      REAL NOT NULL,
+    cache_read  REAL NOT NULL,
+    cache_write REAL NOT NULL,
+    cost        REAL NOT NULL
+);
+
+CREATE TABLE usage_daily (
+    session_key INTEGER NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
+    day         INTEGER NOT NULL,          -- days since 1970-01-01 (UTC)
+    model       TEXT NOT NULL,
+    entries     INTEGER NOT NULL,
+    input       REAL NOT NULL,
+    output      REAL NOT NULL,
+    cache_read  REAL NOT NULL,
+    cache_write REAL NOT NULL,
+    cost        REAL NOT NULL,
+    PRIMARY KEY (session_key, day, model)
+) WITHOUT ROWID;
+
 CREATE VIRTUAL TABLE message_text USING fts5 (
     text,
     content = '',
@@ -171,6 +198,14 @@ CREATE INDEX entry_blocks_by_session ON entry_blocks (session_key);
 
 CREATE INDEX kept_lines_by_session ON kept_lines (session_key, position);
 
+CREATE INDEX usage_facts_by_dedup ON usage_facts (dedup);
+
+CREATE INDEX usage_facts_by_session ON usage_facts (session_key);
+
+CREATE INDEX usage_facts_by_time ON usage_facts (at_ms) WHERE counted = 1;
+
+CREATE INDEX usage_daily_by_day ON usage_daily (day);
+
 CREATE TRIGGER leaf_events_are_append_only BEFORE UPDATE ON leaf_events
 BEGIN SELECT RAISE(ABORT, 'leaf_events are append-only'); END;
 
@@ -183,3 +218,42 @@ BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;
 
 CREATE TRIGGER entry_blocks_are_immutable BEFORE UPDATE ON entry_blocks
 BEGIN SELECT RAISE(ABORT, 'entry blocks are immutable'); END;
+
+CREATE TRIGGER usage_facts_recount AFTER DELETE ON usage_facts WHEN old.counted = 1
+BEGIN
+    UPDATE usage_facts SET counted = 1
+     WHERE fact_key = (SELECT min(fact_key) FROM usage_facts WHERE dedup = old.dedup);
+END;
+
+CREATE TRIGGER usage_daily_add AFTER INSERT ON usage_facts WHEN new.counted = 1
+BEGIN
+    INSERT INTO usage_daily (session_key, day, model, entries, input, output, cache_read,
+                             cache_write, cost)
+    VALUES (new.session_key, coalesce(new.at_ms / 86400000 - (new.at_ms % 86400000 < 0), 0), new.model, 1,
+            new.input, new.output, new.cache_read, new.cache_write, new.cost)
+    ON CONFLICT (session_key, day, model) DO UPDATE SET
+        entries = entries + 1, input = input + excluded.input, output = output + excluded.output,
+        cache_read = cache_read + excluded.cache_read,
+        cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost;
+END;
+
+CREATE TRIGGER usage_daily_counted AFTER UPDATE OF counted ON usage_facts
+    WHEN new.counted = 1 AND old.counted = 0
+BEGIN
+    INSERT INTO usage_daily (session_key, day, model, entries, input, output, cache_read,
+                             cache_write, cost)
+    VALUES (new.session_key, coalesce(new.at_ms / 86400000 - (new.at_ms % 86400000 < 0), 0), new.model, 1,
+            new.input, new.output, new.cache_read, new.cache_write, new.cost)
+    ON CONFLICT (session_key, day, model) DO UPDATE SET
+        entries = entries + 1, input = input + excluded.input, output = output + excluded.output,
+        cache_read = cache_read + excluded.cache_read,
+        cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost;
+END;
+
+CREATE TRIGGER usage_daily_remove AFTER DELETE ON usage_facts WHEN old.counted = 1
+BEGIN
+    UPDATE usage_daily SET entries = entries - 1, input = input - old.input,
+           output = output - old.output, cache_read = cache_read - old.cache_read,
+           cache_write = cache_write - old.cache_write, cost = cost - old.cost
+     WHERE session_key = old.session_key AND day = coalesce(old.at_ms / 86400000 - (old.at_ms % 86400000 < 0), 0) AND model = old.model;
+END;

@@ -73,6 +73,7 @@ pub mod skeleton;
 pub mod storage;
 pub mod sync;
 pub mod tree_index;
+pub mod usage;
 
 /// pi's fixture session files, for unit tests: read in place (never
 /// copied) from `PI_FIXTURES_DIR`, else `shared/fixtures/pi-sessions`

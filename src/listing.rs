@@ -20,6 +20,16 @@ pub struct SessionSummary {
     pub stats: SessionStats,
     /// Whose rules the session follows.
     pub contract: Contract,
+    /// The newest entry's timestamp (Unix ms); `None` before any entry with one.
+    pub last_active_ms: Option<i64>,
+}
+
+impl SessionSummary {
+    /// When the session was last active: its newest entry's time, else its creation.
+    pub fn last_active_or_created(&self) -> Option<i64> {
+        self.last_active_ms
+            .or_else(|| crate::entry::timestamp_millis(&self.metadata.created_at))
+    }
 }
 
 /// Archive-wide totals.

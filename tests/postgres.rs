@@ -434,9 +434,22 @@ fn same_on_both(local: &str, team: &str, args: &[&str]) {
     for json in [false, true] {
         let (ours, status) = on(local, args, json);
         assert_eq!(status, 0, "{args:?} on SQLite: {ours}");
+        // A write's entry is stamped with the time it was made: the last
+        // activity of a session written just now differs by milliseconds.
+        let today = |text: String| {
+            let day = &sessiontree::entry::now_timestamp()[..10];
+            let mut out = text;
+            while let Some(i) = out.find(&format!("{day}T")) {
+                out.replace_range(i..i + 24, "(written now)");
+            }
+            out
+        };
         assert_eq!(
-            (ours, status),
-            on(team, args, json),
+            (today(ours), status),
+            {
+                let (theirs, status) = on(team, args, json);
+                (today(theirs), status)
+            },
             "{args:?} (json {json}): SQLite vs PostgreSQL"
         );
     }
@@ -1093,7 +1106,11 @@ fn postgres_migration_3_sets_each_sessions_contract() {
     {
         let mut conn = team.archive.conn().expect("conn");
         conn.batch_execute(
-            "DROP TABLE kept_lines;
+            "DROP TABLE usage_daily; DROP TABLE usage_facts;
+             DROP FUNCTION usage_daily_add; DROP FUNCTION usage_daily_remove;
+             DROP FUNCTION usage_facts_recount;
+             ALTER TABLE sessions DROP COLUMN last_active_ms;
+             DROP TABLE kept_lines;
              ALTER TABLE sessions DROP COLUMN contract;
              ALTER TABLE sessions DROP COLUMN open_end;
              UPDATE sessiontree_schema SET version = 2;",
@@ -1111,4 +1128,138 @@ fn postgres_migration_3_sets_each_sessions_contract() {
             .as_str(),
         want
     );
+}
+
+/// `stats` gives the same numbers on the team archive as on the SQLite
+/// archive it was synced from, for every filter and grouping, a fork
+/// counted once on both; `ls` orders both by last activity.
+#[test]
+fn stats_and_ls_agree_between_sqlite_and_the_team_archive() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(db) = fixture_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return;
+    };
+    let app = test_fixture("cli/app/h2.jsonl");
+    assert_eq!(
+        cli_json(&["--db", s(&db), "import", s(&app), "--quiet"]).1,
+        0
+    );
+    let before = cli_json(&["--db", s(&db), "stats", "--by", "model"]).0["rows"].clone();
+    let (fork, status) = cli_json(&[
+        "--db",
+        s(&db),
+        "fork",
+        "ffae836b-9420-4060-ac13-7745215f90ff",
+    ]);
+    assert_eq!(status, 0, "{fork}");
+    assert_eq!(
+        cli_json(&["--db", s(&db), "stats", "--by", "model"]).0["rows"],
+        before
+    );
+    let url = team.schema_url();
+    let (synced, status) = cli_json(&["--db", s(&db), "sync", "--to", &url]);
+    assert_eq!(status, 0, "{synced}");
+    for args in [
+        vec!["stats"],
+        vec!["stats", "--by", "model"],
+        vec!["stats", "--by", "day,model"],
+        vec!["stats", "--by", "week", "--by", "project"],
+        vec![
+            "stats",
+            "--since",
+            "2025-11-21",
+            "--until",
+            "2025-12-08",
+            "--by",
+            "model,day",
+        ],
+        vec![
+            "stats",
+            "--since",
+            "2025-12-09T00:00:00Z",
+            "--by",
+            "project,model",
+        ],
+        vec!["stats", "--cwd", "/Users/badlogic", "--by", "model"],
+        vec!["ls"],
+    ] {
+        let ours = cli_json(&[&["--db", s(&db)], args.as_slice()].concat());
+        let theirs = cli_json(&[&["--db", url.as_str()], args.as_slice()].concat());
+        assert_eq!(ours.1, 0, "{args:?}: {}", ours.0);
+        assert_eq!(ours, theirs, "{args:?}");
+    }
+    assert_eq!(
+        cli_json(&["--db", url.as_str(), "stats", "--by", "model"]).0["rows"],
+        before,
+        "the fork adds nothing on the team archive either"
+    );
+    // Deleting the original counts the fork's copies instead, on both.
+    for db in [s(&db), url.as_str()] {
+        let (deleted, status) =
+            cli_json(&["--db", db, "delete", "ffae836b-9420-4060-ac13-7745215f90ff"]);
+        assert_eq!(status, 0, "{deleted}");
+        let after = cli_json(&["--db", db, "stats", "--by", "model"]).0;
+        assert_eq!(after["rows"], before, "{db}");
+    }
+    for args in [vec!["stats", "--by", "session,day,model"], vec!["ls"]] {
+        let ours = cli_json(&[&["--db", s(&db)], args.as_slice()].concat());
+        let theirs = cli_json(&[&["--db", url.as_str()], args.as_slice()].concat());
+        assert_eq!(ours, theirs, "{args:?} after the delete");
+    }
+}
+
+/// Schema step 4 fills the usage facts, their per-day sums and the last
+/// activity of a team archive written before it, as the writer does.
+#[test]
+fn migration_4_fills_usage_facts_as_the_writer_does() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(db) = fixture_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return;
+    };
+    let (fork, status) = cli_json(&[
+        "--db",
+        s(&db),
+        "fork",
+        "d703a1a9-1b7b-4fb1-b512-c9738b1fe617",
+    ]);
+    assert_eq!(status, 0, "{fork}");
+    let (synced, status) = cli_json(&["--db", s(&db), "sync", "--to", &team.schema_url()]);
+    assert_eq!(status, 0, "{synced}");
+    let queries = [
+        sessiontree::usage::UsageQuery::default(),
+        sessiontree::usage::UsageQuery {
+            since_ms: Some(1_763_700_000_000),
+            until_ms: Some(1_765_250_000_000),
+            cwd_under: None,
+        },
+    ];
+    let written: Vec<_> = queries
+        .iter()
+        .map(|q| team.archive.usage(q).expect("usage"))
+        .collect();
+    let listed = team.archive.list(&Default::default()).expect("list");
+    {
+        let mut conn = team.archive.conn().expect("conn");
+        conn.batch_execute(
+            "DROP TABLE usage_daily; DROP TABLE usage_facts;
+             DROP FUNCTION usage_daily_add; DROP FUNCTION usage_daily_remove;
+             DROP FUNCTION usage_facts_recount;
+             ALTER TABLE sessions DROP COLUMN last_active_ms;
+             UPDATE sessiontree_schema SET version = 3;",
+        )
+        .expect("back to step 3");
+    }
+    let reopened = team.reopen();
+    for (q, before) in queries.iter().zip(&written) {
+        assert_eq!(&reopened.usage(q).expect("usage"), before, "{q:?}");
+    }
+    assert_eq!(reopened.list(&Default::default()).expect("list"), listed);
 }

@@ -13,7 +13,12 @@ use sessiontree::{Error, Result, Session, SessionRef, SessionStorage};
 /// Arguments of `ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// Only sessions of this working directory or a directory below it.
+    /// Only sessions of this directory or a directory below it (`ls .`: the
+    /// current project); relative paths are resolved against the current directory.
+    #[arg(value_name = "DIR", conflicts_with = "cwd")]
+    pub dir: Option<String>,
+    /// Only sessions of this working directory or a directory below it
+    /// (relative paths resolved against the current directory).
     #[arg(long)]
     pub cwd: Option<String>,
     /// Only sessions created at or after this time (ISO-8601, e.g. 2025-01-31).
@@ -58,8 +63,12 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
                 args.limit, args.page
             ))
         })?;
+    let cwd_under = match args.dir.as_ref().or(args.cwd.as_ref()) {
+        Some(d) => Some(super::spend::resolve_dir(d)?),
+        None => None,
+    };
     let mut query = ListQuery {
-        cwd_under: args.cwd.clone(),
+        cwd_under,
         since_ms,
         name_contains: args.name.clone(),
         limit: Some(args.limit),
@@ -74,7 +83,7 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
         text.push_str(&format!(
             "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<5}  {}  {}\n",
             "ID",
-            "CREATED",
+            "LAST ACTIVE",
             "ENTRIES",
             "MSGS",
             "COST",
@@ -92,10 +101,13 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .name
             .as_ref()
             .map_or_else(|| "-".to_owned(), JsString::to_string_lossy);
+        let last_active = r
+            .last_active_or_created()
+            .map_or_else(|| m.created_at.clone(), sessiontree::entry::iso_timestamp);
         text.push_str(&format!(
             "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
             m.id,
-            m.created_at,
+            last_active,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
@@ -106,6 +118,7 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
         let mut row = ObjectWriter::new();
         row.str("id", &m.id)
             .str("createdAt", &m.created_at)
+            .str("lastActive", &last_active)
             .opt_str_or_null("cwd", m.cwd.as_deref())
             .raw("name", r.name.as_ref().map_or("null", JsString::json))
             .value("entries", &json!(r.entry_count))
@@ -573,12 +586,39 @@ fn search_file(
 /// Arguments of `stats`.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// One session (id, prefix or `.jsonl` path); the whole archive when absent.
+    /// One session (id, prefix or `.jsonl` path); the whole archive's usage
+    /// (each entry once across forks) when absent.
     pub session: Option<String>,
+    /// Archive usage from this date (UTC) or ISO time on.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Archive usage before this ISO time, or up to the end of this date (UTC).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only sessions of this directory or below (relative paths resolved
+    /// against the current directory).
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Group archive usage by these, in order (repeat or comma-separate:
+    /// `--by project,model`); default `project`. `day` and `week` also draw a
+    /// chart of cost over time.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub by: Vec<super::spend::By>,
 }
 
 /// `stats`.
 pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
+    if args.session.is_some()
+        && (args.since.is_some()
+            || args.until.is_some()
+            || args.cwd.is_some()
+            || !args.by.is_empty())
+    {
+        return Err(Error::Usage(
+            "--since, --until, --cwd and --by sum the archive's usage: give them without a SESSION"
+                .into(),
+        ));
+    }
     if let Some(s) = &args.session {
         let storage = target::open_for_reading(cli, s)?;
         let contract = storage.contract()?;
@@ -601,25 +641,34 @@ pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
         j["contract"] = json!(contract.as_str());
         return Ok(Report::new(j, text));
     }
-    let totals = super::db::open(cli, super::db::Access::Read)?.totals()?;
-    let mut text = format!(
-        "{} sessions, {} entries, {} messages, {} tokens, ${:.4}\n",
-        totals.sessions,
-        totals.entries,
-        totals.stats.message_count,
-        totals.stats.total_tokens,
-        totals.stats.cost_total
-    );
-    let mut per_cwd = Vec::new();
-    for (cwd, sessions, messages, cost) in &totals.per_cwd {
-        text.push_str(&format!(
-            "{sessions:>6} sessions {messages:>8} messages ${cost:>10.4}  {cwd}\n"
-        ));
-        per_cwd.push(json!({"cwd": cwd, "sessions": sessions, "messages": messages, "cost": js_number(*cost)}));
+    let query = sessiontree::usage::UsageQuery {
+        since_ms: match &args.since {
+            Some(t) => Some(super::spend::time_arg("--since", t, false)?),
+            None => None,
+        },
+        until_ms: match &args.until {
+            Some(t) => Some(super::spend::time_arg("--until", t, true)?),
+            None => None,
+        },
+        cwd_under: match &args.cwd {
+            Some(d) => Some(super::spend::resolve_dir(d)?),
+            None => None,
+        },
+    };
+    let archive = super::db::open(cli, super::db::Access::Read)?;
+    let mut report = super::spend::archive_stats(
+        &*archive,
+        &query,
+        &args.by,
+        super::columns::terminal_width(),
+    )?;
+    // What the archive holds (a fork's copies included), from the session rows.
+    let totals = archive.totals()?;
+    if let Ok(Value::Object(mut j)) = serde_json::from_str::<Value>(&report.json) {
+        j.insert("sessions".into(), json!(totals.sessions));
+        j.insert("entries".into(), json!(totals.entries));
+        j.insert("messageCount".into(), json!(totals.stats.message_count));
+        report.json = Value::Object(j).to_string();
     }
-    let mut j = totals.stats.to_json();
-    j["sessions"] = json!(totals.sessions);
-    j["entries"] = json!(totals.entries);
-    j["perCwd"] = Value::Array(per_cwd);
-    Ok(Report::new(j, text))
+    Ok(report)
 }

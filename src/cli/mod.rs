@@ -12,6 +12,7 @@ mod maintain;
 mod pager;
 mod rpc;
 mod show;
+mod spend;
 mod sync;
 mod target;
 mod tree;

@@ -84,7 +84,11 @@ fn import_real_pi_files_then_reimport_is_a_no_op() {
     assert_eq!(total["sessions"], 2);
     assert_eq!(total["entries"], 2020);
     assert_eq!(total["messageCount"], 990 + 914);
-    assert_eq!(total["perCwd"][0]["sessions"], 2);
+    assert_eq!(
+        total["rows"][0]["project"],
+        "/Users/badlogic/workspaces/pi-mono"
+    );
+    assert_eq!(total["total"]["cost"], 72.9261052);
     let checked = sb.json(&["check"]);
     assert_eq!(
         (&checked["ok"], &checked["problems"]),

@@ -30,6 +30,7 @@ mod args;
 mod browse;
 mod contract;
 mod import;
+mod ls_stats;
 mod read;
 mod readme;
 mod rpc;

@@ -509,7 +509,9 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP TABLE kept_lines;
+        "DROP TABLE usage_daily; DROP TABLE usage_facts;
+         ALTER TABLE sessions DROP COLUMN last_active_ms;
+         DROP TABLE kept_lines;
          ALTER TABLE sessions DROP COLUMN contract;
          ALTER TABLE sessions DROP COLUMN open_end;
          CREATE TRIGGER entries_are_append_only BEFORE UPDATE ON entries
@@ -561,7 +563,9 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP TABLE kept_lines;
+        "DROP TABLE usage_daily; DROP TABLE usage_facts;
+         ALTER TABLE sessions DROP COLUMN last_active_ms;
+         DROP TABLE kept_lines;
          ALTER TABLE sessions DROP COLUMN contract;
          ALTER TABLE sessions DROP COLUMN open_end;
          DROP INDEX sessions_staged;

@@ -13,6 +13,7 @@ use crate::listing::{
     ArchiveTotals, ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary,
 };
 use crate::search;
+use crate::usage::{UsageQuery, UsageRow};
 use ::postgres::{GenericClient, Transaction};
 
 /// Inserts a session row; `SessionExists` when the id is taken.
@@ -125,9 +126,11 @@ impl PgArchive {
             .conn()?
             .query(
                 &format!(
-                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract
+                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
+                            last_active_ms
                      FROM sessions WHERE {LIST_FILTER}
-                     ORDER BY created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
+                     ORDER BY coalesce(last_active_ms, created_ms) DESC NULLS LAST,
+                              created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
                 ),
                 &[&cwd, &under, &since, &name, &limit, &offset],
             )
@@ -140,6 +143,7 @@ impl PgArchive {
                     entry_count: col(r, 6)?,
                     stats: stats_at(r, 7)?,
                     contract: crate::backend::session_rows::contract_at(r, 12)?,
+                    last_active_ms: col(r, 13)?,
                 })
             })
             .collect()
@@ -156,6 +160,65 @@ impl PgArchive {
             )
             .map_err(pg("counting sessions"))?;
         Ok(u64::try_from(col::<i64>(&r, 0)?).unwrap_or(0))
+    }
+
+    /// Usage summed by session, UTC day and model from the maintained
+    /// `usage_facts` (each entry once across forks), no entry read.
+    pub fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+        let plan = q.plan();
+        let under = q
+            .cwd_under
+            .as_deref()
+            .map(|d| d.strip_suffix('/').filter(|d| !d.is_empty()).unwrap_or(d));
+        let rows = self
+            .conn()?
+            .query(
+                "WITH f AS (
+                   SELECT session_key, day, model, entries AS n, input AS i, output AS o,
+                          cache_read AS cr, cache_write AS cw, cost AS c
+                     FROM usage_daily
+                    WHERE $1 AND entries > 0 AND ($2::BIGINT IS NULL OR day >= $2)
+                      AND ($3::BIGINT IS NULL OR day < $3)
+                   UNION ALL
+                   SELECT session_key, floor(at_ms / 86400000.0)::BIGINT, model, 1,
+                          input, output, cache_read, cache_write, cost
+                     FROM usage_facts
+                    WHERE counted
+                      AND ((at_ms >= $4 AND at_ms < $5) OR (at_ms >= $6 AND at_ms < $7)))
+                 SELECT s.id, s.cwd, f.day, f.model, sum(f.n)::BIGINT, sum(f.i), sum(f.o),
+                        sum(f.cr), sum(f.cw), sum(f.c)
+                   FROM f JOIN sessions s ON s.session_key = f.session_key
+                  WHERE ($8::TEXT IS NULL OR s.cwd = $8 OR left(s.cwd, length($8) + 1) = $8 || '/')
+                  GROUP BY s.id, s.cwd, f.day, f.model
+                  ORDER BY f.day, s.id, f.model",
+                &[
+                    &plan.daily,
+                    &plan.day_from,
+                    &plan.day_to,
+                    &plan.cut[0].unwrap_or_default().0,
+                    &plan.cut[0].unwrap_or_default().1,
+                    &plan.cut[1].unwrap_or_default().0,
+                    &plan.cut[1].unwrap_or_default().1,
+                    &under,
+                ],
+            )
+            .map_err(pg("summing usage"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(UsageRow {
+                    session: col(r, 0)?,
+                    cwd: col(r, 1)?,
+                    day: col::<Option<i64>>(r, 2)?.unwrap_or(0),
+                    model: col(r, 3)?,
+                    entries: col(r, 4)?,
+                    input: col(r, 5)?,
+                    output: col(r, 6)?,
+                    cache_read: col(r, 7)?,
+                    cache_write: col(r, 8)?,
+                    cost: col(r, 9)?,
+                })
+            })
+            .collect()
     }
 
     /// Totals over every session, from the maintained session rows only (as
@@ -525,6 +588,51 @@ impl Page<'_> {
 /// Schema version 2: writes every searchable entry's row of `message_text`
 /// again (the migration's SQL emptied it), its words folded by the search
 /// rule, in the migration's transaction, a batch of entries at a time.
+/// Schema version 4: usage facts and last activity for the entries already
+/// stored, in each session's log order.
+pub(super) fn fill_usage_facts(tx: &mut Transaction<'_>) -> Result<()> {
+    let ctx = "recording usage of stored entries";
+    let select = tx
+        .prepare("SELECT session_key, json FROM entries ORDER BY session_key, seq")
+        .map_err(pg(ctx))?;
+    let portal = tx.bind(&select, &[]).map_err(pg(ctx))?;
+    let mut session: Option<i64> = None;
+    let mut facts = Vec::new();
+    let mut newest: Option<i64> = None;
+    loop {
+        let rows = tx.query_portal(&portal, 1000).map_err(pg(ctx))?;
+        for r in &rows {
+            let key: i64 = col(r, 0)?;
+            if session != Some(key) {
+                if let Some(done) = session {
+                    super::writer::insert_usage_facts(tx, done, &std::mem::take(&mut facts))?;
+                    if let Some(ms) = newest.take() {
+                        super::writer::write_last_active(tx, done, ms)?;
+                    }
+                }
+                session = Some(key);
+            }
+            let entry = Entry::from_checked_text(col(r, 1)?);
+            if let Some(fact) = crate::usage::usage_fact(&entry) {
+                facts.push(fact);
+            }
+            if let Some(ms) = crate::entry::timestamp_millis(&entry.facts().timestamp) {
+                newest = Some(newest.map_or(ms, |t| t.max(ms)));
+            }
+        }
+        if rows.is_empty() {
+            break;
+        }
+    }
+    if let Some(done) = session {
+        super::writer::insert_usage_facts(tx, done, &facts)?;
+        if let Some(ms) = newest {
+            super::writer::write_last_active(tx, done, ms)?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn reindex_words(tx: &mut Transaction<'_>) -> Result<()> {
     let ctx = "indexing message text for search";
     let types: Vec<&str> = [

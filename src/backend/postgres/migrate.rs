@@ -20,6 +20,10 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         include_str!("../../../schema/postgres/0003_contract.sql"),
         None,
     ),
+    (
+        include_str!("../../../schema/postgres/0004_usage_facts.sql"),
+        Some(archive::fill_usage_facts),
+    ),
 ];
 
 /// The advisory lock key that serializes migrations (any fixed number: only

@@ -11,6 +11,7 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 use crate::search;
+use crate::usage::{UsageQuery, UsageRow};
 use rusqlite::{params, OptionalExtension};
 
 /// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,
@@ -181,9 +182,11 @@ impl Archive {
         let conn = self.conn()?;
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract
+                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
+                        last_active_ms
                  FROM sessions WHERE {LIST_FILTER}
-                 ORDER BY created_ms DESC, session_key DESC LIMIT ?5 OFFSET ?6"
+                 ORDER BY coalesce(last_active_ms, created_ms) DESC, created_ms DESC, session_key DESC
+                 LIMIT ?5 OFFSET ?6"
             ))
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -197,6 +200,7 @@ impl Archive {
                     entry_count: r.get(6)?,
                     stats: rows::stats_at(r, 7)?,
                     contract: crate::backend::session_rows::contract_at(r, 12)?,
+                    last_active_ms: r.get(13)?,
                 })
             })
             .and_then(Iterator::collect)
@@ -216,6 +220,69 @@ impl Archive {
             })
             .map(|n| u64::try_from(n).unwrap_or(0))
             .map_err(sql("counting sessions"))
+    }
+
+    /// Usage summed by session, UTC day and model from the maintained
+    /// `usage_facts` (each entry once across forks), no entry read.
+    pub fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+        let conn = self.conn()?;
+        let plan = q.plan();
+        let under = q
+            .cwd_under
+            .as_deref()
+            .map(|d| d.strip_suffix('/').filter(|d| !d.is_empty()).unwrap_or(d));
+        let mut st = conn
+            .prepare_cached(
+                "WITH f AS (
+                   SELECT session_key, day, model, entries AS n, input AS i, output AS o,
+                          cache_read AS cr, cache_write AS cw, cost AS c
+                     FROM usage_daily
+                    WHERE ?1 AND entries > 0 AND (?2 IS NULL OR day >= ?2) AND (?3 IS NULL OR day < ?3)
+                   UNION ALL
+                   SELECT session_key, at_ms / 86400000 - (at_ms % 86400000 < 0), model, 1,
+                          input, output, cache_read, cache_write, cost
+                     FROM usage_facts
+                    WHERE counted = 1
+                      AND ((at_ms >= ?4 AND at_ms < ?5) OR (at_ms >= ?6 AND at_ms < ?7)))
+                 SELECT s.id, s.cwd, f.day, f.model, sum(f.n), sum(f.i), sum(f.o), sum(f.cr),
+                        sum(f.cw), sum(f.c)
+                   FROM f JOIN sessions s ON s.session_key = f.session_key
+                  WHERE s.staged_from IS NULL
+                    AND (?8 IS NULL OR s.cwd = ?8 OR substr(s.cwd, 1, length(?8) + 1) = ?8 || '/')
+                  GROUP BY f.session_key, f.day, f.model
+                  ORDER BY f.day, s.id, f.model",
+            )
+            .map_err(sql("summing usage"))?;
+        let rows = st
+            .query_map(
+                params![
+                    plan.daily,
+                    plan.day_from,
+                    plan.day_to,
+                    plan.cut[0].unwrap_or_default().0,
+                    plan.cut[0].unwrap_or_default().1,
+                    plan.cut[1].unwrap_or_default().0,
+                    plan.cut[1].unwrap_or_default().1,
+                    under
+                ],
+                |r| {
+                    Ok(UsageRow {
+                        session: r.get(0)?,
+                        cwd: r.get(1)?,
+                        day: r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                        model: r.get(3)?,
+                        entries: r.get(4)?,
+                        input: r.get(5)?,
+                        output: r.get(6)?,
+                        cache_read: r.get(7)?,
+                        cache_write: r.get(8)?,
+                        cost: r.get(9)?,
+                    })
+                },
+            )
+            .and_then(Iterator::collect)
+            .map_err(sql("summing usage"));
+        rows
     }
 
     /// Totals over every session, from the maintained session rows only.

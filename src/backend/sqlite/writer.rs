@@ -124,6 +124,52 @@ pub(in crate::backend::sqlite) fn write_session_facts(
     Ok(())
 }
 
+/// Records one entry's usage (`usage_facts`), counted unless another
+/// session holds the same entry (a fork's copy) already.
+pub(in crate::backend::sqlite) fn insert_usage_fact(
+    tx: &Connection,
+    key: i64,
+    fact: &crate::usage::UsageFact,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
+                                  cache_read, cache_write, cost)
+         VALUES (?1, ?2, NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
+                 coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1)),
+                 ?4, ?5, ?6, ?7, ?8, ?9)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            key,
+            fact.dedup,
+            fact.at_ms,
+            fact.model,
+            fact.input,
+            fact.output,
+            fact.cache_read,
+            fact.cache_write,
+            fact.cost
+        ])
+    })
+    .map_err(sql("recording usage"))?;
+    Ok(())
+}
+
+/// Moves a session's last activity forward to `ms` (never back).
+pub(in crate::backend::sqlite) fn write_last_active(
+    tx: &Connection,
+    key: i64,
+    ms: i64,
+) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE sessions SET last_active_ms = max(coalesce(last_active_ms, ?2), ?2)
+          WHERE session_key = ?1",
+    )
+    .and_then(|mut st| st.execute(params![key, ms]))
+    .map_err(sql("recording the last activity"))?;
+    Ok(())
+}
+
 /// A failed entry insert: `invalid_entry` when the session already holds an
 /// entry with this id (asked of the table, not read from SQLite's message),
 /// else the SQLite error.
@@ -162,6 +208,8 @@ pub(super) struct Appender {
     encoder: Encoder,
     /// `roles` rows looked up or added in this transaction (a handful).
     role_ids: Vec<(String, i64)>,
+    /// The newest timestamp (Unix ms) of the entries appended here.
+    last_active: Option<i64>,
 }
 
 /// Search text buffered before it is written (bounds import memory).
@@ -240,6 +288,7 @@ impl Appender {
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
             role_ids: Vec::new(),
+            last_active: None,
         })
     }
 
@@ -347,6 +396,12 @@ impl Appender {
                 self.pending.flush(tx)?;
             }
         }
+        if let Some(fact) = crate::usage::usage_fact(entry) {
+            insert_usage_fact(tx, self.key, &fact)?;
+        }
+        if let Some(ms) = crate::entry::timestamp_millis(&f.timestamp) {
+            self.last_active = Some(self.last_active.map_or(ms, |t| t.max(ms)));
+        }
         // The label change is already in the table; the rest of the fold is kept here.
         let _ = self.facts.push(entry);
         Ok(())
@@ -362,6 +417,9 @@ impl Appender {
         self.tail
             .flush(&mut branch_cache::SqliteCache::new(tx, self.key))?;
         write_session_facts(tx, self.key, &self.facts)?;
+        if let Some(ms) = self.last_active {
+            write_last_active(tx, self.key, ms)?;
+        }
         Ok(self.pending)
     }
 }
