@@ -340,6 +340,17 @@ impl Index {
         self.roots = roots;
     }
 
+    /// The parent of `n` in the forest ([`NONE`] for a root, or a parent
+    /// that is only named, not present).
+    pub fn parent(&self, n: u32) -> u32 {
+        let p = self.parent[n as usize];
+        if p != NONE && self.has(p, PRESENT) {
+            p
+        } else {
+            NONE
+        }
+    }
+
     /// The children of `n` in the forest (none for a node in or under a
     /// parent cycle, so no walk can loop).
     pub fn kids(&self, n: u32) -> &[u32] {

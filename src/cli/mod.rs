@@ -13,6 +13,7 @@ mod rpc;
 mod sync;
 mod target;
 mod tree;
+mod tui;
 mod write;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -77,6 +78,8 @@ Examples:
   sessiontree ls --since 2025-12-01 --limit 10   # the ten newest since December
   sessiontree ls --cwd /Users/badlogic/workspaces/pi-mono --page 2")]
     Ls(browse::LsArgs),
+    /// Browse the archive in a terminal UI: find, read, name, label, fork, delete, resume in pi.
+    Browse(tui::BrowseArgs),
     /// Show a session's tree, pi `/tree` style.
     #[command(alias = "show")]
     Tree(tree::TreeArgs),
@@ -306,6 +309,7 @@ pub fn run() -> i32 {
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
+        Command::Browse(args) => tui::run(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
         Command::Completions(args) => return print_completions(&cli, args),
         Command::Branch(args) => browse::branch(&cli, args).map(Some),
@@ -360,6 +364,7 @@ pub fn run() -> i32 {
 fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
     let name = match &cli.command {
         Command::Ls(_)
+        | Command::Browse(_)
         | Command::Search(_)
         | Command::Rpc(_)
         | Command::Export(_)

@@ -253,7 +253,7 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
 }
 
 /// Forks `source` in `repo`: the new session's id and entry count.
-fn forked<R: SessionRepo>(
+pub(crate) fn forked<R: SessionRepo>(
     repo: &mut R,
     source: &SessionMetadata,
     options: &ForkOptions,
@@ -278,8 +278,7 @@ pub struct LabelArgs {
 /// `label`.
 pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
     let mut session = Session::new(target::open(cli, &args.session)?);
-    let text = (!sessiontree::json::js_trim(&args.text).is_empty()).then_some(args.text.as_str());
-    let id = session.append_label(&args.entry, text)?;
+    let id = session.append_label(&args.entry, label_text(&args.text))?;
     let label = session.storage().label(&args.entry)?;
     let text = match &label {
         Some(l) => format!("labelled {} {} (entry {id})\n", args.entry, l.json()),
@@ -290,6 +289,11 @@ pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
         .str("target", &args.entry)
         .raw("label", label.as_ref().map_or("null", JsString::json));
     Ok(Report::raw(json.finish(), text))
+}
+
+/// The label a text sets: none (a cleared label) when it is only white space.
+pub(crate) fn label_text(text: &str) -> Option<&str> {
+    (!sessiontree::json::js_trim(text).is_empty()).then_some(text)
 }
 
 /// Arguments of `name`.
