@@ -320,8 +320,8 @@ impl App {
             .and_then(|_| super::list::text_query(&l.filter));
         let mut tree = TreeState::open(self.archive(), &id, self.body_rows)?;
         if let Some(q) = query {
-            tree.search(self.archive(), &q)?;
-            self.status = format!("searched the session for {q}: n / N for the next hit, l for the leaf");
+            let hits = tree.arm_search(self.archive(), &q)?;
+            self.status = format!("{hits} hits for {q} in this session: n / N to go to them");
         }
         self.screens.push(Screen::Tree(Box::new(tree)));
         Ok(())

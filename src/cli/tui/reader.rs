@@ -12,8 +12,6 @@ use sessiontree::{Entry, EntryType};
 /// The reader screen's state.
 #[derive(Debug)]
 pub struct ReaderState {
-    /// The entry's id.
-    pub id: String,
     /// The first line: type, role, time.
     pub title: String,
     /// The rendered lines, before wrapping.
@@ -39,7 +37,6 @@ impl ReaderState {
             format!("{} {} · {}", e.id(), e.entry_type().as_str(), e.timestamp())
         };
         ReaderState {
-            id: e.id().to_owned(),
             title,
             lines: render(e, &v),
             wrapped: Vec::new(),

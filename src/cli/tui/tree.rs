@@ -172,8 +172,10 @@ impl TreeState {
     }
 
     /// Puts the cursor's row in the middle of the screen.
+    /// (as near as the last screenful allows: no empty screen below the end).
     fn center(&mut self) {
-        self.top = self.cursor.saturating_sub(self.height / 2);
+        let last_top = self.rows.len().saturating_sub(self.height.max(1));
+        self.top = self.cursor.saturating_sub(self.height / 2).min(last_top);
     }
 
     /// Scrolls as little as needed to keep the cursor on screen.
@@ -346,6 +348,27 @@ impl TreeState {
             self.go_to_hit(0);
         }
         Ok(found)
+    }
+
+    /// Searches like [`TreeState::search`] but leaves the cursor where it
+    /// is: `n` goes to the first hit. The hits found.
+    pub fn arm_search(&mut self, archive: &dyn SessionArchive, query: &str) -> Result<usize> {
+        let at = self.cursor;
+        let top = self.top;
+        self.search(archive, query)?;
+        // `search` may have unfolded branches on the way to its hit.
+        let node = self.rows.get(at).map(|r| r.node);
+        self.cursor = 0;
+        if let Some(r) = self.row_of(self.idx.leaf()).filter(|_| node.is_some()) {
+            self.cursor = r;
+        }
+        self.top = top;
+        self.center();
+        let Some((_, hits, i)) = &mut self.search else {
+            return Ok(0);
+        };
+        *i = hits.len().saturating_sub(1);
+        Ok(hits.len())
     }
 
     /// Goes to the next (`forward`) or previous hit of the last search.
