@@ -32,6 +32,7 @@ mod import;
 mod readme;
 mod rpc;
 mod tree;
+mod tui;
 mod write;
 
 /// pi's real files, which the import and export tests count on.

@@ -74,6 +74,7 @@ impl ReaderState {
     }
 
     /// The whole text, one string per wrapped line (for the tests).
+    #[cfg(test)]
     pub fn text(&self) -> Vec<String> {
         self.wrapped
             .iter()

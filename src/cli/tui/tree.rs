@@ -189,6 +189,7 @@ impl TreeState {
     }
 
     /// Whether the leaf's row is on screen.
+    #[cfg(test)]
     pub fn leaf_in_view(&self) -> bool {
         let leaf = self.idx.leaf();
         self.row_of(leaf)
