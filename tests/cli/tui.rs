@@ -182,7 +182,11 @@ fn browse_filters_opens_at_the_leaf_reads_renames_deletes_and_quits_cleanly() {
         .skip_while(|l| !l.contains("EXITED 0"))
         .nth(1)
         .unwrap_or("");
-    assert_eq!(modes.split_whitespace().collect::<Vec<_>>(), ["icanon", "echo"], "{screen}");
+    assert_eq!(
+        modes.split_whitespace().collect::<Vec<_>>(),
+        ["icanon", "echo"],
+        "{screen}"
+    );
     // The archive agrees.
     let ls = sb.json(&["ls"]);
     let ids: Vec<&str> = ls["sessions"]
@@ -219,7 +223,10 @@ fn browse_searches_a_session_folds_and_resumes_in_pi() {
         .find(|l| l.starts_with("pi --session "))
         .unwrap_or_else(|| panic!("{screen}"));
     let file = line.trim_start_matches("pi --session ").trim();
-    assert!(file.starts_with(s(&sb.home().join(".pi/agent/sessions"))), "{screen}");
+    assert!(
+        file.starts_with(s(&sb.home().join(".pi/agent/sessions"))),
+        "{screen}"
+    );
     let text = std::fs::read_to_string(file).unwrap();
     assert!(text.contains(TREE_ID));
 }

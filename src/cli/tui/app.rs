@@ -277,7 +277,11 @@ impl App {
             Key::Char('r') => {
                 if let Some(s) = l.current() {
                     let id = s.metadata.id.clone();
-                    let text = s.name.as_ref().map(|n| n.to_string_lossy()).unwrap_or_default();
+                    let text = s
+                        .name
+                        .as_ref()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default();
                     self.modal = Some(Modal::Prompt {
                         ask: Ask::Rename(id),
                         text,
@@ -315,9 +319,7 @@ impl App {
             return Ok(());
         };
         let id = s.metadata.id.clone();
-        let query = l
-            .hit(&id)
-            .and_then(|_| super::list::text_query(&l.filter));
+        let query = l.hit(&id).and_then(|_| super::list::text_query(&l.filter));
         let mut tree = TreeState::open(self.archive(), &id, self.body_rows)?;
         if let Some(q) = query {
             let hits = tree.arm_search(self.archive(), &q)?;
@@ -361,7 +363,11 @@ impl App {
             }
             Key::Char('L') => {
                 if let Some(id) = t.current_id() {
-                    let text = t.storage().label(&id)?.map(|l| l.to_string_lossy()).unwrap_or_default();
+                    let text = t
+                        .storage()
+                        .label(&id)?
+                        .map(|l| l.to_string_lossy())
+                        .unwrap_or_default();
                     self.modal = Some(Modal::Prompt {
                         ask: Ask::Label(id),
                         text,
@@ -370,7 +376,11 @@ impl App {
             }
             Key::Char('r') => {
                 let id = t.id.clone();
-                let text = t.storage().session_name()?.map(|n| n.to_string_lossy()).unwrap_or_default();
+                let text = t
+                    .storage()
+                    .session_name()?
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default();
                 self.modal = Some(Modal::Prompt {
                     ask: Ask::Rename(id),
                     text,
@@ -390,7 +400,8 @@ impl App {
                 if let Some(entry) = t.current_id() {
                     let id = t.id.clone();
                     let new_id = self.fork(&id, &entry)?;
-                    self.status = format!("forked at {entry} into {new_id} (listed in the sessions)");
+                    self.status =
+                        format!("forked at {entry} into {new_id} (listed in the sessions)");
                     let l = self.list_mut();
                     l.total += 1;
                     let a = Arc::clone(&self.archive);
@@ -464,7 +475,8 @@ impl App {
                 drop(session);
                 self.status = format!(
                     "named {}",
-                    name.as_ref().map_or("\"\"".to_owned(), |n| n.json().to_owned())
+                    name.as_ref()
+                        .map_or("\"\"".to_owned(), |n| n.json().to_owned())
                 );
                 self.after_write(&id)
             }

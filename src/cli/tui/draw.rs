@@ -28,7 +28,10 @@ pub const FILTER_KEYS: &str = "type to filter (name, cwd, id, message text)  Ent
 /// The help overlay's lines.
 const HELP: &[(&str, &str)] = &[
     ("Sessions", ""),
-    ("/", "filter as you type: name, cwd, id and message text (search index)"),
+    (
+        "/",
+        "filter as you type: name, cwd, id and message text (search index)",
+    ),
     ("↑ ↓ j k PgUp PgDn g G", "move"),
     ("Enter", "open the session's tree at its leaf"),
     ("r / d / p", "rename / delete (asks first) / resume in pi"),
@@ -38,7 +41,10 @@ const HELP: &[(&str, &str)] = &[
     ("l", "back to the leaf"),
     ("/ n N", "search this session; next / previous hit"),
     ("L r", "label the entry / rename the session"),
-    ("m f", "move the leaf here / fork a new session with the path up to here"),
+    (
+        "m f",
+        "move the leaf here / fork a new session with the path up to here",
+    ),
     ("d p", "delete the session / resume it in pi"),
     ("Everywhere", ""),
     ("q Esc", "back; quit from the list"),
@@ -177,7 +183,10 @@ fn draw_list(f: &mut Frame<'_>, area: Rect, l: &ListState) {
                 .unwrap_or_else(|| "(no name)".into()),
             Style::default().add_modifier(Modifier::BOLD),
         )),
-        Line::from(vec![Span::styled("id       ", key), Span::raw(s.metadata.id.clone())]),
+        Line::from(vec![
+            Span::styled("id       ", key),
+            Span::raw(s.metadata.id.clone()),
+        ]),
         Line::from(vec![
             Span::styled("cwd      ", key),
             Span::raw(clean(s.metadata.cwd.as_deref().unwrap_or("-"))),
@@ -228,7 +237,13 @@ fn draw_list(f: &mut Frame<'_>, area: Rect, l: &ListState) {
 fn draw_tree(f: &mut Frame<'_>, area: Rect, t: &TreeState) {
     let w = area.width as usize;
     let mut lines = Vec::new();
-    for (i, r) in t.rows.iter().enumerate().skip(t.top).take(area.height as usize) {
+    for (i, r) in t
+        .rows
+        .iter()
+        .enumerate()
+        .skip(t.top)
+        .take(area.height as usize)
+    {
         let (active, leaf) = t.marks(r.node);
         let indent = "  ".repeat(usize::from(r.depth).min(w / 4));
         let fold = if r.hidden > 0 {

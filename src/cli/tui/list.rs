@@ -99,7 +99,10 @@ impl ListState {
         }
         let hay = format!(
             "{} {} {}",
-            s.name.as_ref().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            s.name
+                .as_ref()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
             s.metadata.cwd.as_deref().unwrap_or(""),
             s.metadata.id
         )

@@ -93,7 +93,8 @@ pub fn render(md: &str) -> Vec<Line<'static>> {
         code: false,
         indent: String::new(),
     };
-    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
+    let options =
+        Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
     for event in Parser::new_ext(md, options) {
         match event {
             Event::Start(tag) => match tag {
@@ -108,13 +109,13 @@ pub fn render(md: &str) -> Vec<Line<'static>> {
                         HeadingLevel::H6 => 6,
                     };
                     w.push_style(|s| {
-                        s.fg(Color::Cyan)
-                            .add_modifier(Modifier::BOLD)
-                            .add_modifier(if hashes == 1 {
+                        s.fg(Color::Cyan).add_modifier(Modifier::BOLD).add_modifier(
+                            if hashes == 1 {
                                 Modifier::UNDERLINED
                             } else {
                                 Modifier::empty()
-                            })
+                            },
+                        )
                     });
                     w.text(&format!("{} ", "#".repeat(hashes)));
                 }
@@ -159,7 +160,8 @@ pub fn render(md: &str) -> Vec<Line<'static>> {
                         _ => "• ".to_owned(),
                     };
                     w.text("");
-                    w.line.push(Span::styled(marker, Style::default().fg(Color::Yellow)));
+                    w.line
+                        .push(Span::styled(marker, Style::default().fg(Color::Yellow)));
                 }
                 Tag::Emphasis => w.push_style(|s| s.add_modifier(Modifier::ITALIC)),
                 Tag::Strong => w.push_style(|s| s.add_modifier(Modifier::BOLD)),
@@ -330,19 +332,14 @@ mod tests {
         let lines = render(md);
         let t = text(&lines);
         assert_eq!(t[0], "# Title");
-        assert!(lines[0].spans[0].style.add_modifier.contains(Modifier::BOLD));
+        assert!(lines[0].spans[0]
+            .style
+            .add_modifier
+            .contains(Modifier::BOLD));
         assert_eq!(t[2], "Some soft and bold text with `code`.");
-        let bold = lines[2]
-            .spans
-            .iter()
-            .find(|s| s.content == "bold")
-            .unwrap();
+        let bold = lines[2].spans.iter().find(|s| s.content == "bold").unwrap();
         assert!(bold.style.add_modifier.contains(Modifier::BOLD));
-        let soft = lines[2]
-            .spans
-            .iter()
-            .find(|s| s.content == "soft")
-            .unwrap();
+        let soft = lines[2].spans.iter().find(|s| s.content == "soft").unwrap();
         assert!(soft.style.add_modifier.contains(Modifier::ITALIC));
         assert!(t.contains(&"• one".to_owned()), "{t:?}");
         assert!(t.contains(&"  1. inner".to_owned()), "{t:?}");

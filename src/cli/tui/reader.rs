@@ -140,7 +140,10 @@ fn message(m: &Value, out: &mut Vec<Line<'static>>) {
             content(&m["content"], out, false);
         }
         "bashExecution" => {
-            out.push(heading(format!("$ {}", m["command"].as_str().unwrap_or(""))));
+            out.push(heading(format!(
+                "$ {}",
+                m["command"].as_str().unwrap_or("")
+            )));
             out.extend(plain(m["output"].as_str().unwrap_or(""), Style::default()));
         }
         _ => {
@@ -223,14 +226,10 @@ fn tool_call(p: &Value, out: &mut Vec<Line<'static>>) {
                 };
                 if body.contains('\n') {
                     out.push(Line::from(Span::styled(format!("  {k}:"), key_style)));
-                    out.extend(
-                        plain(&body, Style::default())
-                            .into_iter()
-                            .map(|mut l| {
-                                l.spans.insert(0, Span::raw("    "));
-                                l
-                            }),
-                    );
+                    out.extend(plain(&body, Style::default()).into_iter().map(|mut l| {
+                        l.spans.insert(0, Span::raw("    "));
+                        l
+                    }));
                 } else {
                     let mut l = Line::from(Span::styled(format!("  {k}: "), key_style));
                     l.spans

@@ -55,7 +55,13 @@ fn forked_session(a: &Archive, id: &str) {
         message("u2", Some("a1"), "user", "and for zebra files?"),
         message("a2", Some("u2"), "assistant", "zebra files are JSON lines"),
     ];
-    let mut s = a.create_storage(&new_session(id, "/home/ada/json", "2025-01-02T00:00:00.000Z")).unwrap();
+    let mut s = a
+        .create_storage(&new_session(
+            id,
+            "/home/ada/json",
+            "2025-01-02T00:00:00.000Z",
+        ))
+        .unwrap();
     s.append_entries(&entries).unwrap();
 }
 
@@ -67,12 +73,25 @@ fn the_list_reads_one_page_of_ten_thousand_sessions_and_filters_by_name_cwd_and_
     a.write_session(|w| {
         for i in 0..N {
             let id = format!("01900000-0000-7000-8000-{i:012}");
-            let created = format!("2025-01-01T00:{:02}:{:02}.{:03}Z", i / 6000, (i / 100) % 60, i % 100);
+            let created = format!(
+                "2025-01-01T00:{:02}:{:02}.{:03}Z",
+                i / 6000,
+                (i / 100) % 60,
+                i % 100
+            );
             w.begin(&new_session(&id, &format!("/work/project-{i}"), &created))?;
-            let text = if i == 4321 { "the zebra crossing" } else { "hello" };
+            let text = if i == 4321 {
+                "the zebra crossing"
+            } else {
+                "hello"
+            };
             w.push(&message(&format!("m{i}"), None, "user", text))?;
             if i % 1000 == 7 {
-                w.push(&name_entry(&format!("n{i}"), &format!("m{i}"), &format!("named {i}")))?;
+                w.push(&name_entry(
+                    &format!("n{i}"),
+                    &format!("m{i}"),
+                    &format!("named {i}"),
+                ))?;
             }
             w.end_session()?;
         }
@@ -99,17 +118,29 @@ fn the_list_reads_one_page_of_ten_thousand_sessions_and_filters_by_name_cwd_and_
     l.filter = "NAMED 9007".into();
     l.refilter(&a).unwrap();
     l.end(&a).unwrap();
-    let names: Vec<String> = l.rows.iter().map(|s| s.name.as_ref().unwrap().to_string_lossy()).collect();
+    let names: Vec<String> = l
+        .rows
+        .iter()
+        .map(|s| s.name.as_ref().unwrap().to_string_lossy())
+        .collect();
     assert_eq!(names, ["named 9007"]);
     // A cwd filter.
     l.filter = "project-9999".into();
     l.refilter(&a).unwrap();
     assert_eq!(l.rows.len(), 1);
-    assert_eq!(l.rows[0].metadata.cwd.as_deref(), Some("/work/project-9999"));
+    assert_eq!(
+        l.rows[0].metadata.cwd.as_deref(),
+        Some("/work/project-9999")
+    );
     // Message text, through the search index, with the hit in the preview.
     l.filter = "zebr".into();
     l.refilter(&a).unwrap();
-    assert_eq!(l.rows.len(), 1, "{:?}", l.rows.iter().map(|s| &s.metadata.id).collect::<Vec<_>>());
+    assert_eq!(
+        l.rows.len(),
+        1,
+        "{:?}",
+        l.rows.iter().map(|s| &s.metadata.id).collect::<Vec<_>>()
+    );
     let id = l.rows[0].metadata.id.clone();
     assert!(id.ends_with("000000004321"));
     l.load_preview(&a).unwrap();
@@ -128,7 +159,9 @@ fn a_session_opens_at_its_leaf_with_side_branches_folded_and_unfolds() {
     let a = archive(&dir);
     forked_session(&a, "s1");
     let mut t = TreeState::open(&a, "s1", 10).unwrap();
-    let ids = |t: &TreeState| -> Vec<String> { t.rows.iter().map(|r| t.idx.id(r.node).to_owned()).collect() };
+    let ids = |t: &TreeState| -> Vec<String> {
+        t.rows.iter().map(|r| t.idx.id(r.node).to_owned()).collect()
+    };
     // The side branch comes right after its fork, folded to its first entry.
     assert_eq!(ids(&t), ["u1", "a1", "x1", "u2", "a2"]);
     assert_eq!(t.rows[2].hidden, 1);
@@ -152,7 +185,11 @@ fn a_session_opens_at_its_leaf_with_side_branches_folded_and_unfolds() {
     assert!(t.search(&a, "nom").unwrap());
     let hit = t.current_id().unwrap();
     assert!(hit == "x1" || hit == "x2", "{hit}");
-    assert!(ids(&t).ends_with(&["u2".to_owned(), "a2".to_owned()]), "{:?}", ids(&t));
+    assert!(
+        ids(&t).ends_with(&["u2".to_owned(), "a2".to_owned()]),
+        "{:?}",
+        ids(&t)
+    );
     t.to_leaf();
     assert_eq!(t.current_id().as_deref(), Some("a2"));
     // Only the rows on screen were read, once.
@@ -160,7 +197,10 @@ fn a_session_opens_at_its_leaf_with_side_branches_folded_and_unfolds() {
     assert_eq!(t.entries_read, t.rows.len());
     t.prepare().unwrap();
     assert_eq!(t.entries_read, t.rows.len());
-    assert_eq!(t.shown(t.idx.find("a2").unwrap()).unwrap().preview, "assistant: zebra files are JSON lines");
+    assert_eq!(
+        t.shown(t.idx.find("a2").unwrap()).unwrap().preview,
+        "assistant: zebra files are JSON lines"
+    );
 }
 
 #[test]
@@ -171,10 +211,17 @@ fn a_long_session_reads_only_the_rows_on_screen_and_shows_the_leaf() {
     let entries: Vec<Entry> = (0..n)
         .map(|i| {
             let parent = (i > 0).then(|| format!("e{}", i - 1));
-            message(&format!("e{i}"), parent.as_deref(), if i % 2 == 0 { "user" } else { "assistant" }, "text")
+            message(
+                &format!("e{i}"),
+                parent.as_deref(),
+                if i % 2 == 0 { "user" } else { "assistant" },
+                "text",
+            )
         })
         .collect();
-    let mut s = a.create_storage(&new_session("long", "/w", "2025-01-02T00:00:00.000Z")).unwrap();
+    let mut s = a
+        .create_storage(&new_session("long", "/w", "2025-01-02T00:00:00.000Z"))
+        .unwrap();
     s.append_entries(&entries).unwrap();
     drop(s);
     let mut t = TreeState::open(&a, "long", 30).unwrap();
@@ -202,14 +249,26 @@ fn an_entry_reads_in_full_with_its_markdown_rendered() {
     assert_eq!(text[0], "assistant:");
     assert!(text.contains(&"# Parsing".to_owned()), "{text:?}");
     assert!(text.contains(&"• derive".to_owned()), "{text:?}");
-    assert!(text.iter().any(|l| l.contains("serde_json::from_str(s)?;")), "{text:?}");
+    assert!(
+        text.iter().any(|l| l.contains("serde_json::from_str(s)?;")),
+        "{text:?}"
+    );
     r.jump(true);
     assert_eq!(r.scroll, text.len() - 5);
     // A tool call's arguments are shown each on its own, a result whole.
     let call = Entry::from_json(r#"{"type":"message","id":"c","parentId":null,"timestamp":"t","message":{"role":"assistant","content":[{"type":"toolCall","id":"1","name":"edit","arguments":{"path":"src/a.rs","newText":"line one\nline two"}}]}}"#).unwrap();
     let mut r = ReaderState::new(&call);
     r.fit(80, 10);
-    assert_eq!(r.text()[1..6], ["→ edit", "  newText:", "    line one", "    line two", "  path: src/a.rs"]);
+    assert_eq!(
+        r.text()[1..6],
+        [
+            "→ edit",
+            "  newText:",
+            "    line one",
+            "    line two",
+            "  path: src/a.rs"
+        ]
+    );
 }
 
 fn app(dir: &tempfile::TempDir) -> App {
@@ -276,15 +335,30 @@ fn rename_label_move_and_fork_write_to_the_archive() {
     keys(&mut app, &[Key::Enter]);
     assert_eq!(app.status, "labelled u2");
     let storage = app.archive().open_storage(&id).unwrap();
-    assert_eq!(storage.label("u2").unwrap().unwrap().to_string_lossy(), "the question");
+    assert_eq!(
+        storage.label("u2").unwrap().unwrap().to_string_lossy(),
+        "the question"
+    );
     keys(&mut app, &[Key::Char('/')]);
     typed(&mut app, "too");
     keys(&mut app, &[Key::Enter, Key::Char('m')]);
     assert_eq!(app.status, "leaf is now x2");
-    assert_eq!(app.archive().open_storage(&id).unwrap().leaf_id().unwrap().as_deref(), Some("x2"));
+    assert_eq!(
+        app.archive()
+            .open_storage(&id)
+            .unwrap()
+            .leaf_id()
+            .unwrap()
+            .as_deref(),
+        Some("x2")
+    );
     assert_eq!(app.tree().unwrap().current_id().as_deref(), Some("x2"));
     keys(&mut app, &[Key::Char('g'), Key::Down, Key::Char('f')]);
-    assert!(app.status.starts_with("forked at a1 into "), "{}", app.status);
+    assert!(
+        app.status.starts_with("forked at a1 into "),
+        "{}",
+        app.status
+    );
     assert_eq!(app.list().total, 3);
     // Read an entry in full, and back.
     keys(&mut app, &[Key::Enter]);

@@ -166,7 +166,11 @@ impl TreeState {
     /// the middle of the screen.
     pub fn to_leaf(&mut self) {
         let leaf = self.idx.leaf();
-        let at = if leaf == NONE { None } else { self.row_of(leaf) };
+        let at = if leaf == NONE {
+            None
+        } else {
+            self.row_of(leaf)
+        };
         self.cursor = at.unwrap_or(0);
         self.center();
     }
@@ -269,11 +273,7 @@ impl TreeState {
         while self.idx.parent(n) != NONE && !self.side_head(n) {
             n = self.idx.parent(n);
         }
-        let target = if n == r.node {
-            self.idx.parent(n)
-        } else {
-            n
-        };
+        let target = if n == r.node { self.idx.parent(n) } else { n };
         if let Some(row) = (target != NONE).then(|| self.row_of(target)).flatten() {
             self.cursor = row;
             self.follow();
