@@ -343,7 +343,7 @@ impl App {
             Key::Char(' ') | Key::Tab => t.toggle(),
             Key::Right => t.unfold(),
             Key::Left => t.fold_or_up(),
-            Key::Char('l') => t.to_leaf(),
+            Key::Char('l') => t.go_to_leaf(),
             Key::Char('n') => t.next_hit(true),
             Key::Char('N') => t.next_hit(false),
             Key::Enter => {

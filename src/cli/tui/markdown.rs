@@ -119,11 +119,7 @@ pub fn render(md: &str) -> Vec<Line<'static>> {
                     });
                     w.text(&format!("{} ", "#".repeat(hashes)));
                 }
-                Tag::Paragraph => {
-                    if w.lists.is_empty() {
-                        w.gap();
-                    }
-                }
+                Tag::Paragraph if w.lists.is_empty() => w.gap(),
                 Tag::BlockQuote(_) => {
                     w.gap();
                     w.quote += 1;

@@ -190,7 +190,7 @@ fn a_session_opens_at_its_leaf_with_side_branches_folded_and_unfolds() {
         "{:?}",
         ids(&t)
     );
-    t.to_leaf();
+    t.go_to_leaf();
     assert_eq!(t.current_id().as_deref(), Some("a2"));
     // Only the rows on screen were read, once.
     t.prepare().unwrap();

@@ -88,7 +88,7 @@ impl TreeState {
             entries_read: 0,
         };
         t.layout();
-        t.to_leaf();
+        t.go_to_leaf();
         Ok(t)
     }
 
@@ -103,7 +103,7 @@ impl TreeState {
         self.layout();
         match at.and_then(|id| self.idx.find(&id)) {
             Some(n) => self.reveal(n),
-            None => self.to_leaf(),
+            None => self.go_to_leaf(),
         }
         Ok(())
     }
@@ -164,7 +164,7 @@ impl TreeState {
 
     /// The cursor on the leaf (or the first row without one), the leaf in
     /// the middle of the screen.
-    pub fn to_leaf(&mut self) {
+    pub fn go_to_leaf(&mut self) {
         let leaf = self.idx.leaf();
         let at = if leaf == NONE {
             None
