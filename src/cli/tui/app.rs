@@ -117,6 +117,9 @@ pub struct App {
     pub body_rows: usize,
     /// Columns of the screen.
     pub columns: usize,
+    /// A session to open once the status saying so has been drawn (its
+    /// shape is read first, which takes a while on a very large session).
+    pub pending_open: bool,
 }
 
 impl App {
@@ -134,6 +137,7 @@ impl App {
             pi_dir,
             body_rows: 20,
             columns: 80,
+            pending_open: false,
         })
     }
 
@@ -273,7 +277,15 @@ impl App {
             Key::PageDown => l.step(a, page)?,
             Key::Home | Key::Char('g') => l.step(a, isize::MIN / 2)?,
             Key::End | Key::Char('G') => l.end(a)?,
-            Key::Enter | Key::Right => self.open_selected()?,
+            Key::Enter | Key::Right => {
+                if let Some(s) = l.current() {
+                    self.status = format!(
+                        "opening {} ({} entries)…",
+                        s.metadata.id, s.entry_count
+                    );
+                    self.pending_open = true;
+                }
+            }
             Key::Char('r') => {
                 if let Some(s) = l.current() {
                     let id = s.metadata.id.clone();
@@ -307,6 +319,16 @@ impl App {
             }
             Key::Esc | Key::Char('q') => self.quit = true,
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Does what a key left to do once the screen showed it is under way
+    /// (opening a session).
+    pub fn run_pending(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.pending_open) {
+            self.status.clear();
+            self.open_selected()?;
         }
         Ok(())
     }

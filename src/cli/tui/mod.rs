@@ -151,6 +151,12 @@ fn event_loop(app: &mut App) -> Result<()> {
         if app.quit {
             return Ok(());
         }
+        if app.pending_open {
+            if let Err(e) = app.run_pending() {
+                app.status = format!("error [{}]: {e}", e.code());
+            }
+            continue;
+        }
         let ev = event::read().map_err(|e| Error::io("reading a key", e))?;
         let Event::Key(k) = ev else { continue };
         if k.kind == KeyEventKind::Release {

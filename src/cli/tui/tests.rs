@@ -284,6 +284,7 @@ fn app(dir: &tempfile::TempDir) -> App {
 fn keys(app: &mut App, keys: &[Key]) {
     for &k in keys {
         app.key(k).unwrap();
+        app.run_pending().unwrap();
         app.prepare(100, 30).unwrap();
     }
 }
