@@ -279,10 +279,7 @@ impl App {
             Key::End | Key::Char('G') => l.end(a)?,
             Key::Enter | Key::Right => {
                 if let Some(s) = l.current() {
-                    self.status = format!(
-                        "opening {} ({} entries)…",
-                        s.metadata.id, s.entry_count
-                    );
+                    self.status = format!("opening {} ({} entries)…", s.metadata.id, s.entry_count);
                     self.pending_open = true;
                 }
             }

@@ -351,24 +351,16 @@ impl TreeState {
         Ok(found)
     }
 
-    /// Searches like [`TreeState::search`] but leaves the cursor where it
-    /// is: `n` goes to the first hit. The hits found.
+    /// Searches like [`TreeState::search`] but leaves the cursor on the
+    /// leaf: `n` goes to the first hit. The hits found.
     pub fn arm_search(&mut self, archive: &dyn SessionArchive, query: &str) -> Result<usize> {
-        let at = self.cursor;
-        let top = self.top;
         self.search(archive, query)?;
-        // `search` may have unfolded branches on the way to its hit.
-        let node = self.rows.get(at).map(|r| r.node);
-        self.cursor = 0;
-        if let Some(r) = self.row_of(self.idx.leaf()).filter(|_| node.is_some()) {
-            self.cursor = r;
-        }
-        self.top = top;
-        self.center();
-        let Some((_, hits, i)) = &mut self.search else {
+        // `search` went to the first hit (unfolding what hid it): back to the leaf.
+        self.go_to_leaf();
+        let Some((_, hits, at)) = &mut self.search else {
             return Ok(0);
         };
-        *i = hits.len().saturating_sub(1);
+        *at = hits.len().saturating_sub(1);
         Ok(hits.len())
     }
 
