@@ -230,3 +230,21 @@ fn browse_searches_a_session_folds_and_resumes_in_pi() {
     let text = std::fs::read_to_string(file).unwrap();
     assert!(text.contains(TREE_ID));
 }
+
+#[test]
+fn browse_without_an_archive_or_a_terminal_says_so_and_leaves_nothing_behind() {
+    let sb = Sandbox::new();
+    let missing = sb.run(&["browse"]);
+    assert!(
+        missing.fails(3, "not_found").contains("archive.db"),
+        "{missing:#?}"
+    );
+    assert!(!sb.default_db().exists(), "no archive created");
+    let sb = sandbox();
+    let piped = sb.run(&["browse"]);
+    assert!(
+        piped.fails(2, "usage").contains("needs a terminal"),
+        "{piped:#?}"
+    );
+    assert_eq!(piped.stdout, "");
+}

@@ -75,17 +75,17 @@ impl Drop for TerminalGuard {
 
 /// `browse`.
 pub fn run(cli: &Cli, args: &BrowseArgs) -> Result<Report> {
-    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
-        return Err(Error::Usage(
-            "browse needs a terminal (stdin and stdout); `ls`, `tree` and `search` print instead"
-                .into(),
-        ));
-    }
     if super::db::postgres_url(cli).is_none() {
         let path = super::archive_path(cli);
         if !path.is_file() {
             return Err(Error::ArchiveNotFound(path));
         }
+    }
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        return Err(Error::Usage(
+            "browse needs a terminal (stdin and stdout); `ls`, `tree` and `search` print instead"
+                .into(),
+        ));
     }
     let archive = super::db::open(cli, super::db::Access::Write)?;
     let mut app = App::new(archive, sessiontree::layout::pi_sessions_dir())?;
