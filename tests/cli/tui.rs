@@ -248,3 +248,28 @@ fn browse_without_an_archive_or_a_terminal_says_so_and_leaves_nothing_behind() {
     );
     assert_eq!(piped.stdout, "");
 }
+
+#[test]
+fn browse_help_examples_run_in_a_terminal() {
+    let sb = sandbox();
+    let help = sb.run(&["browse", "--help"]).ok().to_owned();
+    let examples: Vec<&str> = help
+        .split_once("\nExamples:\n")
+        .expect("examples")
+        .1
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .collect();
+    assert_eq!(examples.len(), 2, "{help}");
+    for (i, example) in examples.iter().enumerate() {
+        let args = example.strip_prefix("sessiontree ").expect(example);
+        let script = browse_script(&sb).replace(" browse;", &format!(" {args};"));
+        let Some(pane) = Pane::start(&format!("help{i}"), &script, 100, 24) else {
+            return;
+        };
+        pane.wait_for("2 sessions");
+        pane.keys(&["q"]);
+        pane.wait_for("EXITED 0");
+    }
+}

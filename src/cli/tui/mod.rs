@@ -38,8 +38,7 @@ Keys are shown at the bottom of each screen, and all of them with `?`.
 
 Examples:
   sessiontree browse                         # the archive; / filters, Enter opens, q quits
-  sessiontree browse --run                   # p (resume in pi) runs `pi --session FILE` on exit
-  sessiontree browse --db postgres://me@db.example/sessions   # the team archive")]
+  sessiontree browse --run                   # p (resume in pi) runs `pi --session FILE` on exit")]
 pub struct BrowseArgs {
     /// After `p` (resume in pi), run `pi --session FILE` instead of printing it.
     #[arg(long)]
