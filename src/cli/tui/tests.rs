@@ -192,6 +192,13 @@ fn a_session_opens_at_its_leaf_with_side_branches_folded_and_unfolds() {
     );
     t.go_to_leaf();
     assert_eq!(t.current_id().as_deref(), Some("a2"));
+    // Going to the leaf opens a fold above it.
+    t.step(isize::MIN / 2);
+    t.toggle();
+    assert_eq!(t.rows.len(), 1);
+    t.go_to_leaf();
+    assert_eq!(t.current_id().as_deref(), Some("a2"));
+    assert!(t.leaf_in_view());
     // Only the rows on screen were read, once.
     t.prepare().unwrap();
     assert_eq!(t.entries_read, t.rows.len());

@@ -164,18 +164,19 @@ impl TreeState {
 
     /// The cursor on the leaf (or the first row without one), the leaf in
     /// the middle of the screen.
+    /// A fold above the leaf is opened.
     pub fn go_to_leaf(&mut self) {
         let leaf = self.idx.leaf();
-        let at = if leaf == NONE {
-            None
-        } else {
-            self.row_of(leaf)
-        };
-        self.cursor = at.unwrap_or(0);
-        self.center();
+        if leaf != NONE {
+            self.reveal(leaf);
+        }
+        if self.rows.get(self.cursor).map(|r| r.node) != Some(leaf) {
+            self.cursor = 0;
+            self.center();
+        }
     }
 
-    /// Puts the cursor's row in the middle of the screen.
+    /// Puts the cursor's row in the middle of the screen
     /// (as near as the last screenful allows: no empty screen below the end).
     fn center(&mut self) {
         let last_top = self.rows.len().saturating_sub(self.height.max(1));
