@@ -450,6 +450,10 @@ mod tests {
         assert_eq!(idx.leaf(), a2);
         assert_eq!(idx.roots(), &[u1]);
         assert_eq!(ids(&idx, idx.kids(a1)), ["u2", "x1"]);
+        assert_eq!(
+            (idx.parent(u2), idx.parent(x1), idx.parent(u1)),
+            (a1, a1, NONE)
+        );
         assert_eq!(ids(&idx, &idx.descend(u1, true)), ["u1", "a1", "u2", "a2"]);
         let up = idx.ascend(a2);
         assert_eq!(ids(&idx, &up), ["u1", "a1", "u2", "a2"]);
@@ -475,6 +479,11 @@ mod tests {
         let ghost = idx.find("ghost").expect("a named parent gets a node");
         assert!(!idx.has(ghost, PRESENT));
         assert!(idx.has(idx.find("m1").unwrap(), PRESENT));
+        assert_eq!(
+            idx.parent(idx.find("m1").unwrap()),
+            NONE,
+            "a parent only named is none"
+        );
         assert_eq!(idx.entries(), 2);
     }
 
