@@ -51,7 +51,7 @@ impl Pane {
         String::from_utf8_lossy(&self.tmux(&["capture-pane", "-p", "-J"]).stdout).into_owned()
     }
 
-    /// Waits (up to 10 s) until the screen shows `text`; returns the screen.
+    /// Waits (up to 30 s: a loaded machine runs the suites in parallel) until the screen shows `text`; returns the screen.
     fn wait_for(&self, text: &str) -> String {
         let start = Instant::now();
         loop {
@@ -60,7 +60,7 @@ impl Pane {
                 return screen;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(10),
+                start.elapsed() < Duration::from_secs(30),
                 "the screen never showed {text:?}:\n{screen}"
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -110,11 +110,12 @@ fn sandbox() -> Sandbox {
 }
 
 /// The script a pane runs: `browse` in the sandbox, then its exit status and
-/// the terminal's modes as `stty` reports them once it has left.
+/// the terminal's modes as `stty` reports them once it has left, on one
+/// line: `EXITED 0 MODES icanon echo END`.
 fn browse_script(sb: &Sandbox) -> String {
     format!(
-        "cd {dir} && HOME={home} XDG_DATA_HOME={data} {bin} browse; echo EXITED $?; \
-         stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' '; echo; sleep 60",
+        "cd {dir} && HOME={home} XDG_DATA_HOME={data} {bin} browse; \
+         echo \"EXITED $? MODES $(stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo)' | tr '\\n' ' ')END\"; sleep 60",
         dir = s(sb.dir.path()),
         home = s(&sb.home()),
         data = s(&sb.path("data")),
@@ -176,14 +177,16 @@ fn browse_filters_opens_at_the_leaf_reads_renames_deletes_and_quits_cleanly() {
     assert!(screen.contains("no session matches"), "{screen}");
     // Quit: the shell gets the terminal back, out of raw mode.
     pane.keys(&["q"]);
-    let screen = pane.wait_for("EXITED 0");
+    let screen = pane.wait_for("END");
     let modes = screen
         .lines()
-        .skip_while(|l| !l.contains("EXITED 0"))
-        .nth(1)
-        .unwrap_or("");
+        .find_map(|l| l.strip_prefix("EXITED 0 MODES "))
+        .unwrap_or_else(|| panic!("{screen}"));
     assert_eq!(
-        modes.split_whitespace().collect::<Vec<_>>(),
+        modes
+            .trim_end_matches("END")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
         ["icanon", "echo"],
         "{screen}"
     );

@@ -17,9 +17,10 @@ use ratatui::Frame;
 
 /// The keys of each screen, for the footer.
 pub const LIST_KEYS: &str =
-    "/ filter  ↑↓ move  Enter open  r rename  d delete  p resume in pi  ? help  q quit";
+    "/ filter  ↑↓ move  ⏎ open  r rename  d delete  p resume in pi  ? help  q quit";
 /// The tree's keys.
-pub const TREE_KEYS: &str = "↑↓ move  Enter read  Space fold  l leaf  / search  n next  L label  r rename  m move leaf  f fork  d delete  p pi  q back";
+pub const TREE_KEYS: &str =
+    "⏎ read  ␣ fold  l leaf  / search  L label  r name  m move  f fork  d del  p pi  ?";
 /// The reader's keys.
 pub const READER_KEYS: &str = "↑↓ scroll  PgUp/PgDn page  g/G top/bottom  q back";
 /// The filter's keys while typing.
