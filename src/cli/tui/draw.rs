@@ -219,12 +219,15 @@ fn draw_list(f: &mut Frame<'_>, area: Rect, l: &ListState) {
         Span::styled("cost     ", key),
         Span::raw(format!("${:.4}", s.stats.cost_total)),
     ]));
-    if let Some(hit) = l.hit(&s.metadata.id) {
+    let snippets = l.snippets(&s.metadata.id);
+    if !snippets.is_empty() {
         p.push(Line::default());
-        p.push(Line::from(vec![
-            Span::styled("match    ", key),
-            Span::raw(clean(hit)),
-        ]));
+        for hit in snippets {
+            p.push(Line::from(vec![
+                Span::styled("match    ", key),
+                Span::raw(clean(hit)),
+            ]));
+        }
     }
     if let Some(pv) = preview {
         p.push(Line::default());

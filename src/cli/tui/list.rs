@@ -13,6 +13,8 @@ use std::collections::HashMap;
 pub const PAGE: usize = 200;
 /// Search hits read for a text filter (each names its session).
 const HITS: usize = 500;
+/// Snippets of text hits kept per session, best first.
+const SNIPPETS: usize = 3;
 /// Messages a preview shows, from the leaf up.
 const PREVIEW_MESSAGES: usize = 4;
 /// Entries a preview walks up from the leaf at most, looking for messages.
@@ -27,8 +29,6 @@ pub struct Preview {
     pub last_activity: Option<String>,
     /// The last messages of the active path, oldest first, one line each.
     pub messages: Vec<String>,
-    /// The first text hit of the filter in this session, if any.
-    pub hit: Option<String>,
 }
 
 /// The list screen's state.
@@ -41,7 +41,7 @@ pub struct ListState {
     /// The rows read so far (those the filter keeps).
     pub rows: Vec<SessionSummary>,
     /// Sessions the filter's words hit in message text: id → snippet.
-    hits: HashMap<String, String>,
+    hits: HashMap<String, Vec<String>>,
     /// Listing rows read so far (filtered or not): the next page's offset.
     next_offset: usize,
     /// Every row has been read.
@@ -84,7 +84,10 @@ impl ListState {
             // A query the index refuses just finds no text.
             if let Ok(hits) = archive.search_page(&query, &SearchFilter::default(), HITS, 0) {
                 for h in hits {
-                    self.hits.entry(h.session_id).or_insert(h.snippet);
+                    let snippets = self.hits.entry(h.session_id).or_default();
+                    if snippets.len() < SNIPPETS {
+                        snippets.push(format!("{} {}", h.entry_id, h.snippet));
+                    }
                 }
             }
         }
@@ -166,7 +169,15 @@ impl ListState {
 
     /// The text filter's snippet for a session, if its text matched.
     pub fn hit(&self, id: &str) -> Option<&str> {
-        self.hits.get(id).map(String::as_str)
+        self.hits
+            .get(id)
+            .and_then(|v| v.first())
+            .map(String::as_str)
+    }
+
+    /// The text filter's best snippets in a session (each after its entry id).
+    pub fn snippets(&self, id: &str) -> &[String] {
+        self.hits.get(id).map_or(&[], Vec::as_slice)
     }
 
     /// Reads the selected session's preview unless it is already read: the
@@ -202,7 +213,6 @@ impl ListState {
         }
         messages.reverse();
         self.preview = Some(Preview {
-            hit: self.hits.get(&id).cloned(),
             id,
             last_activity,
             messages,
