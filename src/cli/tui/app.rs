@@ -1,5 +1,5 @@
 //! The browser's state and what each key does, apart from drawing: the
-//! screens (the list, a session's tree, an entry read in full) as a stack,
+//! screens (the list, with a session's tree and an entry read in full stacked over it),
 //! a prompt or confirmation over them, and a status line. Writes go through
 //! the library calls the `name`, `label`, `move`, `fork`, `delete` and
 //! `export` commands make.
@@ -49,14 +49,22 @@ pub enum Key {
     End,
 }
 
-/// One screen of the stack.
+/// A screen stacked over the list.
 pub enum Screen {
-    /// The session list.
-    List(ListState),
     /// A session's tree.
     Tree(Box<TreeState>),
     /// An entry in full.
     Reader(ReaderState),
+}
+
+/// The screen on top, to draw.
+pub enum Top<'a> {
+    /// The session list.
+    List(&'a ListState),
+    /// A session's tree.
+    Tree(&'a TreeState),
+    /// An entry in full.
+    Reader(&'a ReaderState),
 }
 
 /// What a prompt's text is for.
@@ -99,7 +107,9 @@ pub enum Modal {
 /// The browser.
 pub struct App {
     archive: Arc<dyn SessionArchive>,
-    /// The screens, the list at the bottom.
+    /// The session list, under every other screen.
+    list: ListState,
+    /// The screens over the list, the top one shown.
     pub screens: Vec<Screen>,
     /// A prompt or confirmation, if one is open.
     pub modal: Option<Modal>,
@@ -128,7 +138,8 @@ impl App {
         let list = ListState::new(&*archive)?;
         Ok(App {
             archive,
-            screens: vec![Screen::List(list)],
+            list,
+            screens: Vec::new(),
             modal: None,
             help: false,
             status: String::new(),
@@ -147,23 +158,21 @@ impl App {
     }
 
     /// The screen on top.
-    pub fn screen(&self) -> &Screen {
-        self.screens.last().expect("the list is never popped")
+    pub fn screen(&self) -> Top<'_> {
+        match self.screens.last() {
+            None => Top::List(&self.list),
+            Some(Screen::Tree(t)) => Top::Tree(t),
+            Some(Screen::Reader(r)) => Top::Reader(r),
+        }
     }
 
     /// The list (always at the bottom).
     pub fn list(&self) -> &ListState {
-        match &self.screens[0] {
-            Screen::List(l) => l,
-            _ => unreachable!("the bottom screen is the list"),
-        }
+        &self.list
     }
 
     fn list_mut(&mut self) -> &mut ListState {
-        match &mut self.screens[0] {
-            Screen::List(l) => l,
-            _ => unreachable!("the bottom screen is the list"),
-        }
+        &mut self.list
     }
 
     /// The open tree, if the top screen is one (or a reader over one).
@@ -189,20 +198,21 @@ impl App {
         self.body_rows = rows.saturating_sub(3).max(1);
         let body = self.body_rows;
         let archive = Arc::clone(&self.archive);
-        match self.screens.last_mut().expect("a screen") {
-            Screen::List(l) => {
+        match self.screens.last_mut() {
+            None => {
+                let l = &mut self.list;
                 l.height = body;
                 l.fill(&*archive)?;
                 l.load_preview(&*archive)?;
             }
-            Screen::Tree(t) => {
+            Some(Screen::Tree(t)) => {
                 if t.height != body {
                     t.height = body;
                     t.step(0);
                 }
                 t.prepare()?;
             }
-            Screen::Reader(r) => r.fit(columns, body),
+            Some(Screen::Reader(r)) => r.fit(columns, body),
         }
         Ok(())
     }
@@ -223,10 +233,10 @@ impl App {
         }
         self.status.clear();
         let page = self.body_rows.max(2) as isize - 1;
-        match self.screens.last_mut().expect("a screen") {
-            Screen::List(_) => self.list_key(key, page),
-            Screen::Tree(_) => self.tree_key(key, page),
-            Screen::Reader(r) => {
+        match self.screens.last_mut() {
+            None => self.list_key(key, page),
+            Some(Screen::Tree(_)) => self.tree_key(key, page),
+            Some(Screen::Reader(r)) => {
                 match key {
                     Key::Up | Key::Char('k') => r.scroll_by(-1),
                     Key::Down | Key::Char('j') | Key::Enter => r.scroll_by(1),
@@ -548,7 +558,7 @@ impl App {
     /// Deletes session `id` (as `delete` does) and goes back to the list.
     fn delete(&mut self, id: &str) -> Result<()> {
         self.archive.delete_session(id)?;
-        self.screens.truncate(1);
+        self.screens.clear();
         self.list_mut().forget(id);
         self.status = format!("deleted {id}");
         Ok(())

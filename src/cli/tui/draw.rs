@@ -3,7 +3,7 @@
 //! Nothing here reads the archive ([`super::app::App::prepare`] has read
 //! what is drawn).
 
-use super::app::{App, Ask, Modal, Screen};
+use super::app::{App, Ask, Modal, Top};
 use super::list::ListState;
 use super::markdown::clean;
 use super::reader::ReaderState;
@@ -63,7 +63,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
     .areas(f.area());
     let bar = Style::default().add_modifier(Modifier::REVERSED);
     let (title, keys) = match app.screen() {
-        Screen::List(l) => {
+        Top::List(l) => {
             let title = format!(
                 "sessiontree browse · {} sessions{}",
                 l.total,
@@ -76,7 +76,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
             draw_list(f, body, l);
             (title, if l.editing { FILTER_KEYS } else { LIST_KEYS })
         }
-        Screen::Tree(t) => {
+        Top::Tree(t) => {
             draw_tree(f, body, t);
             (
                 format!(
@@ -88,7 +88,7 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
                 TREE_KEYS,
             )
         }
-        Screen::Reader(r) => {
+        Top::Reader(r) => {
             draw_reader(f, body, r);
             (
                 format!(

@@ -1,7 +1,7 @@
 //! Tests of the browser's state, without a terminal: an SQLite archive in a
 //! temporary directory, keys sent to [`App`], what the screens hold checked.
 
-use super::app::{App, Key, Modal, Screen};
+use super::app::{App, Key, Modal, Top};
 use super::list::ListState;
 use super::reader::ReaderState;
 use super::tree::TreeState;
@@ -322,7 +322,7 @@ fn delete_asks_first_and_only_yes_deletes() {
     assert_eq!(app.status, format!("deleted {first}"));
     // From a session's tree: back to the list once deleted.
     keys(&mut app, &[Key::Enter, Key::Char('d'), Key::Char('y')]);
-    assert!(matches!(app.screen(), Screen::List(_)));
+    assert!(matches!(app.screen(), Top::List(_)));
     assert!(app.list().rows.is_empty());
 }
 
@@ -370,9 +370,9 @@ fn rename_label_move_and_fork_write_to_the_archive() {
     assert_eq!(app.list().total, 3);
     // Read an entry in full, and back.
     keys(&mut app, &[Key::Enter]);
-    assert!(matches!(app.screen(), Screen::Reader(_)));
+    assert!(matches!(app.screen(), Top::Reader(_)));
     keys(&mut app, &[Key::Char('q'), Key::Char('q')]);
-    assert!(matches!(app.screen(), Screen::List(_)));
+    assert!(matches!(app.screen(), Top::List(_)));
     keys(&mut app, &[Key::Char('q')]);
     assert!(app.quit);
 }
