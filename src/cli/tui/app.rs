@@ -6,7 +6,7 @@
 
 use super::list::ListState;
 use super::reader::ReaderState;
-use super::tree::TreeState;
+use super::tree::{ReadSession, TreeState};
 use sessiontree::archive::SessionArchive;
 use sessiontree::layout::export_path;
 use sessiontree::repo::archive::ArchiveRepo;
@@ -127,9 +127,18 @@ pub struct App {
     pub body_rows: usize,
     /// Columns of the screen.
     pub columns: usize,
-    /// A session to open once the status saying so has been drawn (its
-    /// shape is read first, which takes a while on a very large session).
-    pub pending_open: bool,
+    /// A session being read on another thread, to open its tree when
+    /// read (a very large session's shape takes a while; the list stays live).
+    pub opening: Option<Opening>,
+}
+
+/// A session being read to open.
+pub struct Opening {
+    /// Its id.
+    pub id: String,
+    /// The text filter's query to arm in it.
+    query: Option<String>,
+    reading: std::thread::JoinHandle<Result<ReadSession>>,
 }
 
 impl App {
@@ -148,7 +157,7 @@ impl App {
             pi_dir,
             body_rows: 20,
             columns: 80,
-            pending_open: false,
+            opening: None,
         })
     }
 
@@ -258,6 +267,7 @@ impl App {
     fn list_key(&mut self, key: Key, page: isize) -> Result<()> {
         let archive = Arc::clone(&self.archive);
         let a = &*archive;
+        let opening = self.opening.is_some();
         let l = self.list_mut();
         if l.editing {
             match key {
@@ -287,12 +297,7 @@ impl App {
             Key::PageDown => l.step(a, page)?,
             Key::Home | Key::Char('g') => l.step(a, isize::MIN / 2)?,
             Key::End | Key::Char('G') => l.end(a)?,
-            Key::Enter | Key::Right => {
-                if let Some(s) = l.current() {
-                    self.status = format!("opening {} ({} entries)…", s.metadata.id, s.entry_count);
-                    self.pending_open = true;
-                }
-            }
+            Key::Enter | Key::Right => self.open_selected(),
             Key::Char('r') => {
                 if let Some(s) = l.current() {
                     let id = s.metadata.id.clone();
@@ -320,6 +325,10 @@ impl App {
                 }
             }
             Key::Char('?') => self.help = true,
+            Key::Esc if opening => {
+                self.opening = None;
+                self.status = "not opened".into();
+            }
             Key::Esc if !l.filter.is_empty() => {
                 l.filter.clear();
                 l.refilter(a)?;
@@ -330,27 +339,44 @@ impl App {
         Ok(())
     }
 
-    /// Does what a key left to do once the screen showed it is under way
-    /// (opening a session).
-    pub fn run_pending(&mut self) -> Result<()> {
-        if std::mem::take(&mut self.pending_open) {
-            self.status.clear();
-            self.open_selected()?;
-        }
-        Ok(())
-    }
-
-    /// Opens the selected session's tree, the leaf in view (or, under a
-    /// text filter, its words searched for within the session).
-    pub fn open_selected(&mut self) -> Result<()> {
+    /// Starts reading the selected session on another thread, to open
+    /// its tree with the leaf in view (and, under a text filter, the
+    /// filter's words searched for within it): see [`App::poll_open`].
+    pub fn open_selected(&mut self) {
         let l = self.list();
         let Some(s) = l.current() else {
-            return Ok(());
+            return;
         };
         let id = s.metadata.id.clone();
         let query = l.hit(&id).and_then(|_| super::list::text_query(&l.filter));
-        let mut tree = TreeState::open(self.archive(), &id, self.body_rows)?;
-        if let Some(q) = query {
+        self.status = format!("opening {id} ({} entries)… Esc cancels", s.entry_count);
+        let archive = Arc::clone(&self.archive);
+        let reading = {
+            let id = id.clone();
+            std::thread::spawn(move || TreeState::read(&*archive, &id))
+        };
+        self.opening = Some(Opening { id, query, reading });
+    }
+
+    /// Opens the session being read once it is read (`wait`: waits for it).
+    pub fn poll_open(&mut self, wait: bool) -> Result<()> {
+        if !self
+            .opening
+            .as_ref()
+            .is_some_and(|o| wait || o.reading.is_finished())
+        {
+            return Ok(());
+        }
+        let Some(o) = self.opening.take() else {
+            return Ok(());
+        };
+        self.status.clear();
+        let read = o
+            .reading
+            .join()
+            .map_err(|_| Error::Unknown(format!("reading session {} failed", o.id)))??;
+        let mut tree = TreeState::from_read(read, self.body_rows);
+        if let Some(q) = o.query {
             let hits = tree.arm_search(self.archive(), &q)?;
             self.status = format!("{hits} hits for {q} in this session: n / N to go to them");
         }

@@ -150,11 +150,16 @@ fn event_loop(app: &mut App) -> Result<()> {
         if app.quit {
             return Ok(());
         }
-        if app.pending_open {
-            if let Err(e) = app.run_pending() {
+        if app.opening.is_some() {
+            if let Err(e) = app.poll_open(false) {
                 app.status = format!("error [{}]: {e}", e.code());
             }
-            continue;
+            // Opened (or failed): draw it. Still reading: look again soon.
+            let key_waiting = event::poll(std::time::Duration::from_millis(50))
+                .map_err(|e| Error::io("reading a key", e))?;
+            if app.opening.is_none() || !key_waiting {
+                continue;
+            }
         }
         let ev = event::read().map_err(|e| Error::io("reading a key", e))?;
         let Event::Key(k) = ev else { continue };

@@ -291,7 +291,7 @@ fn app(dir: &tempfile::TempDir) -> App {
 fn keys(app: &mut App, keys: &[Key]) {
     for &k in keys {
         app.key(k).unwrap();
-        app.run_pending().unwrap();
+        app.poll_open(true).unwrap();
         app.prepare(100, 30).unwrap();
     }
 }
@@ -400,6 +400,22 @@ fn the_filter_takes_typed_keys_and_esc_clears_it() {
     assert!(!app.quit);
     keys(&mut app, &[Key::Esc]);
     assert!(app.quit);
+}
+
+#[test]
+fn a_session_opens_on_another_thread_and_esc_cancels_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = app(&dir);
+    app.key(Key::Enter).unwrap();
+    assert!(app.opening.is_some());
+    assert!(app.status.starts_with("opening "), "{}", app.status);
+    app.key(Key::Esc).unwrap();
+    app.poll_open(true).unwrap();
+    assert!(matches!(app.screen(), Top::List(_)));
+    assert!(!app.quit, "Esc cancelled the opening, it did not quit");
+    app.key(Key::Enter).unwrap();
+    app.poll_open(true).unwrap();
+    assert_eq!(app.tree().unwrap().current_id().as_deref(), Some("a2"));
 }
 
 #[test]

@@ -40,6 +40,14 @@ pub struct Shown {
     pub label: Option<String>,
 }
 
+/// A session's storage and shape, read to open its tree.
+pub struct ReadSession {
+    id: String,
+    cwd: Option<String>,
+    storage: BoxedStorage,
+    idx: Index,
+}
+
 /// The tree screen's state.
 pub struct TreeState {
     /// The session.
@@ -69,15 +77,32 @@ pub struct TreeState {
 
 impl TreeState {
     /// Opens session `id`, indexes it and puts the cursor on the leaf.
+    #[cfg(test)]
     pub fn open(archive: &dyn SessionArchive, id: &str, height: usize) -> Result<Self> {
+        Ok(TreeState::from_read(TreeState::read(archive, id)?, height))
+    }
+
+    /// The slow part of opening: the session's storage and its shape (may
+    /// run on another thread: what it returns is `Send`).
+    pub fn read(archive: &dyn SessionArchive, id: &str) -> Result<ReadSession> {
         let storage = archive.open_storage(id)?;
-        let meta = storage.metadata()?;
+        let cwd = storage.metadata()?.cwd;
         let idx = Index::build(&*storage)?;
-        let mut t = TreeState {
+        Ok(ReadSession {
             id: id.to_owned(),
-            cwd: meta.cwd,
+            cwd,
             storage,
             idx,
+        })
+    }
+
+    /// The tree of a session read, laid out, the cursor on the leaf.
+    pub fn from_read(read: ReadSession, height: usize) -> Self {
+        let mut t = TreeState {
+            id: read.id,
+            cwd: read.cwd,
+            storage: read.storage,
+            idx: read.idx,
             toggled: HashSet::new(),
             rows: Vec::new(),
             cursor: 0,
@@ -89,7 +114,7 @@ impl TreeState {
         };
         t.layout();
         t.go_to_leaf();
-        Ok(t)
+        t
     }
 
     /// Reads the session's shape again after a write (a label, a moved
