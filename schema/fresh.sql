@@ -25,7 +25,7 @@ CREATE TABLE sessions (
     total_tokens      REAL NOT NULL DEFAULT 0,
     cost_total        REAL NOT NULL DEFAULT 0,
     broken_message_id TEXT                     -- first message entry without a message
-, staged_from TEXT);
+, staged_from TEXT, contract TEXT NOT NULL DEFAULT 'app', open_end INTEGER, last_active_ms INTEGER);
 
 CREATE TABLE segments (
     segment_id           INTEGER PRIMARY KEY,
@@ -127,6 +127,27 @@ CREATE TABLE entry_blocks (
     head_key    INTEGER NOT NULL         -- entry_key of the block's first member
 );
 
+CREATE TABLE kept_lines (
+    kept_key    INTEGER PRIMARY KEY,
+    session_key INTEGER NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
+    position    INTEGER NOT NULL,          -- entries before it; -1: before the header
+    text        BLOB NOT NULL              -- the line's bytes, without its `\n`
+);
+
+CREATE TABLE usage_facts (
+    fact_key    INTEGER PRIMARY KEY,
+    session_key INTEGER NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
+    dedup       INTEGER NOT NULL,          -- FNV-1a 64 of id, NUL, timestamp
+    counted     INTEGER NOT NULL,          -- 1 for the first row of its dedup
+    at_ms       INTEGER,                   -- the entry's timestamp (or the session's creation)
+    model       TEXT NOT NULL,             -- provider/model, or Tools/summaries
+    input       REAL NOT NULL,
+    output      REAL NOT NULL,
+    cache_read  REAL NOT NULL,
+    cache_write REAL NOT NULL,
+    cost        REAL NOT NULL
+);
+
 CREATE VIRTUAL TABLE message_text USING fts5 (
     text,
     content = '',
@@ -162,6 +183,12 @@ CREATE INDEX sessions_staged ON sessions (staged_from) WHERE staged_from IS NOT 
 
 CREATE INDEX entry_blocks_by_session ON entry_blocks (session_key);
 
+CREATE INDEX kept_lines_by_session ON kept_lines (session_key, position);
+
+CREATE INDEX usage_facts_by_dedup ON usage_facts (dedup);
+
+CREATE INDEX usage_facts_by_session ON usage_facts (session_key);
+
 CREATE TRIGGER leaf_events_are_append_only BEFORE UPDATE ON leaf_events
 BEGIN SELECT RAISE(ABORT, 'leaf_events are append-only'); END;
 
@@ -174,3 +201,9 @@ BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;
 
 CREATE TRIGGER entry_blocks_are_immutable BEFORE UPDATE ON entry_blocks
 BEGIN SELECT RAISE(ABORT, 'entry blocks are immutable'); END;
+
+CREATE TRIGGER usage_facts_recount AFTER DELETE ON usage_facts WHEN old.counted = 1
+BEGIN
+    UPDATE usage_facts SET counted = 1
+     WHERE fact_key = (SELECT min(fact_key) FROM usage_facts WHERE dedup = old.dedup);
+END;

@@ -34,6 +34,7 @@ use crate::listing::{
     ArchiveTotals, ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary,
 };
 use crate::storage::{SessionMetadata, SessionStorage};
+use crate::usage::{UsageQuery, UsageRow};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -100,6 +101,10 @@ pub trait SessionArchive: std::fmt::Debug + Send + Sync {
 
     /// Totals over every session, from the maintained session rows.
     fn totals(&self) -> Result<ArchiveTotals>;
+
+    /// Usage by session, UTC day and model, from the maintained usage facts
+    /// (each entry counted once across forks; see [`crate::usage`]).
+    fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>>;
 
     /// Deletes a session and everything derived from it, in one
     /// transaction; refuses a session a live writer holds.
@@ -239,6 +244,10 @@ macro_rules! session_archive {
 
             fn totals(&self) -> Result<ArchiveTotals> {
                 <$archive>::totals(self)
+            }
+
+            fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+                <$archive>::usage(self, q)
             }
 
             fn delete_session(&self, id: &str) -> Result<()> {

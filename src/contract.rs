@@ -75,7 +75,10 @@ mod tests {
 
     #[test]
     fn sdk_only_entry_types_decide() {
-        assert_eq!(Contract::detect(["message", "label", "compaction"]), Contract::App);
+        assert_eq!(
+            Contract::detect(["message", "label", "compaction"]),
+            Contract::App
+        );
         assert_eq!(Contract::detect(["message", "leaf"]), Contract::Sdk);
         assert_eq!(Contract::detect(["active_tools_change"]), Contract::Sdk);
         assert_eq!(Contract::detect([]), Contract::App);

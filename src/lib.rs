@@ -49,6 +49,7 @@
 //! [`tree_index`] a session's tree shape without its text. The workload generator
 //! and the benchmarks live in the `sessiontree-bench` crate (`benches/`).
 
+pub mod app;
 pub mod archive;
 pub mod backend;
 pub mod context;
@@ -72,6 +73,7 @@ pub mod skeleton;
 pub mod storage;
 pub mod sync;
 pub mod tree_index;
+pub mod usage;
 
 /// pi's fixture session files, for unit tests: read in place (never
 /// copied) from `PI_FIXTURES_DIR`, else `shared/fixtures/pi-sessions`
@@ -103,4 +105,4 @@ pub use error::{Error, ErrorCode, Result};
 pub use json::JsonText;
 pub use session::Session;
 pub use session_ref::SessionRef;
-pub use storage::{Durability, LeafMove, SessionMetadata, SessionStorage};
+pub use storage::{Durability, KeptLine, KeptLines, LeafMove, SessionMetadata, SessionStorage};

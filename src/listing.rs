@@ -2,6 +2,7 @@
 //! it: a new session's row, the rows of a listing, the totals, the query of a listing and a search's filter and
 //! hits. (The SQLite and PostgreSQL archives return the same types.)
 
+use crate::contract::Contract;
 use crate::json::JsString;
 use crate::rules::SessionStats;
 use crate::storage::SessionMetadata;
@@ -17,6 +18,18 @@ pub struct SessionSummary {
     pub entry_count: i64,
     /// Statistics.
     pub stats: SessionStats,
+    /// Whose rules the session follows.
+    pub contract: Contract,
+    /// The newest entry's timestamp (Unix ms); `None` before any entry with one.
+    pub last_active_ms: Option<i64>,
+}
+
+impl SessionSummary {
+    /// When the session was last active: its newest entry's time, else its creation.
+    pub fn last_active_or_created(&self) -> Option<i64> {
+        self.last_active_ms
+            .or_else(|| crate::entry::timestamp_millis(&self.metadata.created_at))
+    }
 }
 
 /// Archive-wide totals.
@@ -113,4 +126,7 @@ pub struct NewSession {
     pub metadata: Option<String>,
     /// The exact header line, for export.
     pub header: String,
+    /// Whose rules the session follows: the SDK's for a session created
+    /// through the SDK contract, detected (or told) at import.
+    pub contract: Contract,
 }

@@ -4,6 +4,7 @@
 //! are the contract's rules built on them, so every backend answers alike.
 
 use crate::context::{build_context, ContextOptions};
+use crate::contract::Contract;
 use crate::entry::{new_entry_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::json::JsString;
@@ -65,6 +66,37 @@ impl SessionMetadata {
     }
 }
 
+/// One line of a session file that pi skips when it opens the file, kept
+/// verbatim: its text without the line's `\n`, and where it stood.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptLine {
+    /// How many entries precede it in the log; `-1`: it precedes the header.
+    pub position: i64,
+    /// Its bytes as they were in the file, without the terminating `\n`
+    /// (invalid UTF-8 included).
+    pub text: Vec<u8>,
+}
+
+/// The lines pi skips of a session's file, in file order, and whether the
+/// file ended without a final `\n` (pi 1.6 appends one when it opens such a
+/// file; an export of the untouched session leaves it out, as the file was).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeptLines {
+    /// The kept lines, in file order.
+    pub lines: Vec<KeptLine>,
+    /// The entry count at which the imported file ended without its final
+    /// `\n`: while the log still has exactly that many entries, an export
+    /// leaves the last line unterminated.
+    pub open_end: Option<i64>,
+}
+
+impl KeptLines {
+    /// Whether there is nothing kept and the file ended with `\n`.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty() && self.open_end.is_none()
+    }
+}
+
 /// One move of the leaf pointer: a `leaf` entry of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafMove {
@@ -98,6 +130,31 @@ impl LeafMove {
 pub trait SessionStorage {
     /// The session's metadata.
     fn metadata(&self) -> Result<SessionMetadata>;
+
+    /// Whose rules the session follows. Stores that record it (SQLite,
+    /// PostgreSQL) answer the stored value; the default detects it from the
+    /// log: the SDK's if it holds a `leaf` or `active_tools_change` entry.
+    fn contract(&self) -> Result<Contract> {
+        for sdk_only in ["leaf", "active_tools_change"] {
+            let mut found = false;
+            self.visit_entries_of_type(sdk_only, &mut |_| {
+                found = true;
+                Ok(())
+            })?;
+            if found {
+                return Ok(Contract::Sdk);
+            }
+        }
+        Ok(Contract::App)
+    }
+
+    /// The lines of the session's file that pi skips when it opens it (not
+    /// JSON, blank, or not a usable entry), kept verbatim where the store
+    /// keeps them, so that an export of the untouched session is
+    /// byte-identical to the file imported (see [`KeptLines`]).
+    fn kept_lines(&self) -> Result<KeptLines> {
+        Ok(KeptLines::default())
+    }
 
     /// The leaf as replayed from the log, without checking that it exists.
     fn stored_leaf_id(&self) -> Result<Option<String>>;
@@ -257,6 +314,12 @@ pub trait SessionStorage {
 impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     fn metadata(&self) -> Result<SessionMetadata> {
         (**self).metadata()
+    }
+    fn contract(&self) -> Result<Contract> {
+        (**self).contract()
+    }
+    fn kept_lines(&self) -> Result<KeptLines> {
+        (**self).kept_lines()
     }
     fn stored_leaf_id(&self) -> Result<Option<String>> {
         (**self).stored_leaf_id()

@@ -37,6 +37,13 @@ pub fn sync_session(
     target: &PgArchive,
 ) -> Result<u64> {
     target.ensure_session(new)?;
+    let copied = sync_entries(source, new, target)?;
+    target.sync_session_extras(&new.id, source.contract()?, &source.kept_lines()?)?;
+    Ok(copied)
+}
+
+/// The entries of [`sync_session`].
+fn sync_entries(source: &dyn SessionStorage, new: &NewSession, target: &PgArchive) -> Result<u64> {
     let total = u64::try_from(source.entry_count()?).unwrap_or(u64::MAX);
     let mut copied = 0;
     loop {
@@ -81,6 +88,7 @@ pub fn sync_sqlite_session(source: &SqliteStorage, target: &PgArchive) -> Result
         parent_session: m.parent_session,
         metadata: m.metadata,
         header: source.header_json()?,
+        contract: source.contract()?,
     };
     sync_session(source, &new, target)
 }
@@ -88,7 +96,8 @@ pub fn sync_sqlite_session(source: &SqliteStorage, target: &PgArchive) -> Result
 /// [`sync_session`] for a pi session file; returns its session id too.
 pub fn sync_jsonl_file(path: &Path, target: &PgArchive) -> Result<(String, u64)> {
     let source = JsonlStorage::open(path, Durability::Relaxed)?;
-    let new = new_session_from_header(source.header());
+    let mut new = new_session_from_header(source.header());
+    new.contract = source.contract()?;
     let copied = sync_session(&source, &new, target)?;
     Ok((new.id, copied))
 }

@@ -975,6 +975,7 @@ fn rpc_hostile_requests_sqlite() {
         parent_session: None,
         metadata: None,
         header: Header::new("rpc-sqlite", "2025-01-01T00:00:00.000Z", "/p", None, None).json,
+        contract: sessiontree::Contract::Sdk,
     };
     archive
         .create_session_with(&new, seed.iter().cloned().map(Ok))

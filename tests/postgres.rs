@@ -941,3 +941,72 @@ fn the_branch_cache_is_placed_alike_on_sqlite_and_postgres() {
 fn dangling_root(rows: &CacheRows) -> bool {
     rows.segments.iter().any(|s| s.6.is_some())
 }
+
+/// `stats` gives the same numbers on the team archive as on the SQLite
+/// archive it was synced from, for every filter and grouping, a fork
+/// counted once on both; `ls` orders both by last activity.
+#[test]
+fn stats_and_ls_agree_between_sqlite_and_the_team_archive() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(db) = fixture_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixtures are not there");
+        return;
+    };
+    let app = test_fixture("cli/app/h2.jsonl");
+    assert_eq!(
+        cli_json(&["--db", s(&db), "import", s(&app), "--quiet"]).1,
+        0
+    );
+    let before = cli_json(&["--db", s(&db), "stats", "--by", "model"]).0;
+    let (fork, status) = cli_json(&[
+        "--db",
+        s(&db),
+        "fork",
+        "ffae836b-9420-4060-ac13-7745215f90ff",
+    ]);
+    assert_eq!(status, 0, "{fork}");
+    assert_eq!(
+        cli_json(&["--db", s(&db), "stats", "--by", "model"]).0,
+        before
+    );
+    let url = team.schema_url();
+    let (synced, status) = cli_json(&["--db", s(&db), "sync", "--to", &url]);
+    assert_eq!(status, 0, "{synced}");
+    for args in [
+        vec!["stats"],
+        vec!["stats", "--by", "model"],
+        vec!["stats", "--by", "day,model"],
+        vec!["stats", "--by", "week", "--by", "project"],
+        vec![
+            "stats",
+            "--since",
+            "2025-11-21",
+            "--until",
+            "2025-12-08",
+            "--by",
+            "model,day",
+        ],
+        vec![
+            "stats",
+            "--since",
+            "2025-12-09T00:00:00Z",
+            "--by",
+            "project,model",
+        ],
+        vec!["stats", "--cwd", "/Users/badlogic", "--by", "model"],
+        vec!["ls"],
+    ] {
+        let ours = cli_json(&[&["--db", s(&db)], args.as_slice()].concat());
+        let theirs = cli_json(&[&["--db", url.as_str()], args.as_slice()].concat());
+        assert_eq!(ours.1, 0, "{args:?}: {}", ours.0);
+        assert_eq!(ours, theirs, "{args:?}");
+    }
+    assert_eq!(
+        cli_json(&["--db", url.as_str(), "stats", "--by", "model"]).0,
+        before,
+        "the fork adds nothing on the team archive either"
+    );
+}

@@ -24,6 +24,7 @@ fn new_session(id: &str) -> NewSession {
         header: format!(
             r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#
         ),
+        contract: sessiontree::Contract::Sdk,
     }
 }
 
@@ -1190,5 +1191,168 @@ fn check_reports_a_body_that_wrongly_says_its_message_trails() -> R {
         !problems.iter().any(|p| p.contains("entry last:")),
         "{problems:?}"
     );
+    Ok(())
+}
+
+/// An archive of pi's real files and the app fixture with `usage` entries,
+/// tool-result and summary usage (imported by the binary, as a user would).
+fn usage_archive(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let fixtures = support::fixtures_dir()?;
+    let db = dir.join("usage.db");
+    for source in [fixtures, support::test_fixture("cli/app/h2.jsonl")] {
+        let out = support::run_cli([
+            "--db",
+            db.to_str().expect("utf-8"),
+            "import",
+            source.to_str().expect("utf-8"),
+            "--quiet",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    Some(db)
+}
+
+/// Usage rows summed by (session, model).
+fn by_session_model(
+    rows: &[sessiontree::usage::UsageRow],
+) -> std::collections::BTreeMap<(String, String), (f64, f64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for r in rows {
+        let e = m
+            .entry((r.session.clone(), r.model.clone()))
+            .or_insert((0.0, 0.0));
+        e.0 += r.cost;
+        e.1 += r.input + r.output + r.cache_read + r.cache_write;
+    }
+    m
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// The usage facts summed per session are pi 1.6's own figures:
+/// `getUsageCostBreakdown` per model and `getSessionStats` tokens and cost.
+#[test]
+fn usage_facts_equal_pi_16_stats_and_cost_breakdown_per_session() -> R {
+    let dir = tempfile::tempdir()?;
+    let Some(db) = usage_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixture files are not here");
+        return Ok(());
+    };
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    let facts = by_session_model(&archive.usage(&Default::default())?);
+    let sessions = archive.list(&Default::default())?;
+    assert_eq!(sessions.len(), 3);
+    let mut models_seen = 0;
+    for s in &sessions {
+        let id = &s.metadata.id;
+        let app = sessiontree::app::AppSession::open(archive.open_session(id)?)?;
+        let mine: Vec<(&String, &(f64, f64))> = facts
+            .iter()
+            .filter(|((sid, _), _)| sid == id)
+            .map(|((_, model), v)| (model, v))
+            .collect();
+        let breakdown = app.usage_cost_breakdown()?;
+        for u in &breakdown {
+            let key = u.key.to_string_lossy();
+            let (cost, tokens) = facts
+                .get(&(id.clone(), key.clone()))
+                .unwrap_or_else(|| panic!("{id}: pi has {key}, the facts do not"));
+            // A usage member that is not a number (pi concatenates strings
+            // into its sums) counts as 0 in the facts: compared where pi's
+            // sum stayed a number.
+            use sessiontree::app::JsSum;
+            if let JsSum::Number(pi_cost) = u.cost {
+                assert!(
+                    close(*cost, pi_cost),
+                    "{id} {key}: {cost} vs pi's {pi_cost}"
+                );
+            }
+            if let JsSum::Number(pi_tokens) = u.tokens {
+                assert!(
+                    close(*tokens, pi_tokens),
+                    "{id} {key}: {tokens} vs pi's {pi_tokens}"
+                );
+                models_seen += 1;
+            }
+        }
+        // Keys pi leaves out of its breakdown have neither cost nor tokens.
+        for (model, (cost, tokens)) in &mine {
+            if !breakdown.iter().any(|u| u.key.to_string_lossy() == **model) {
+                assert!(
+                    *cost == 0.0 && *tokens == 0.0,
+                    "{id} {model}: {cost} {tokens}"
+                );
+            }
+        }
+        let st = app.session_stats()?;
+        let cost: f64 = mine.iter().map(|(_, v)| v.0).sum();
+        let tokens: f64 = mine.iter().map(|(_, v)| v.1).sum();
+        let t = &st.totals;
+        let pi_tokens = t.input.to_number()
+            + t.output.to_number()
+            + t.cache_read.to_number()
+            + t.cache_write.to_number();
+        use sessiontree::app::JsSum;
+        if let JsSum::Number(pi_cost) = t.cost {
+            assert!(close(cost, pi_cost), "{id}: {cost} vs {pi_cost}");
+        }
+        let numbers = [&t.input, &t.output, &t.cache_read, &t.cache_write]
+            .iter()
+            .all(|x| matches!(x, JsSum::Number(_)));
+        if numbers {
+            assert!(close(tokens, pi_tokens), "{id}: {tokens} vs {pi_tokens}");
+        }
+    }
+    assert!(
+        models_seen >= 5,
+        "the breakdowns hold several keys: {models_seen}"
+    );
+    assert!(facts.keys().any(|(_, m)| m == "Tools/summaries"));
+    Ok(())
+}
+
+/// Schema step 14 fills the usage facts and the last activity of an archive
+/// written before it, the same as a fresh import's, forks counted once.
+#[test]
+fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
+    let dir = tempfile::tempdir()?;
+    let Some(db) = usage_archive(dir.path()) else {
+        eprintln!("skipped: pi's fixture files are not here");
+        return Ok(());
+    };
+    let before = Archive::open(&db, Durability::Relaxed)?.usage(&Default::default())?;
+    let fork = support::run_cli([
+        "--db",
+        db.to_str().expect("utf-8"),
+        "fork",
+        "ffae836b-9420-4060-ac13-7745215f90ff",
+    ]);
+    assert!(fork.status.success(), "{fork:?}");
+    let (fresh_usage, fresh_list) = {
+        let archive = Archive::open(&db, Durability::Relaxed)?;
+        (
+            archive.usage(&Default::default())?,
+            archive.list(&Default::default())?,
+        )
+    };
+    assert_eq!(fresh_list.len(), 4);
+    let old = dir.path().join("old.db");
+    std::fs::copy(&db, &old)?;
+    {
+        let conn = rusqlite::Connection::open(&old)?;
+        conn.execute_batch(
+            "PRAGMA wal_checkpoint(TRUNCATE);
+             DROP TRIGGER usage_facts_recount; DROP TABLE usage_facts;
+             ALTER TABLE sessions DROP COLUMN last_active_ms;
+             PRAGMA user_version = 13;",
+        )?;
+    }
+    let archive = Archive::open(&old, Durability::Relaxed)?;
+    assert_eq!(archive.usage(&Default::default())?, fresh_usage);
+    assert_eq!(archive.list(&Default::default())?, fresh_list);
+    // The fork's copies are not counted: the usage is what it was before it.
+    assert_eq!(fresh_usage, before);
     Ok(())
 }

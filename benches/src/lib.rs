@@ -13,6 +13,7 @@ pub mod node_binding;
 pub mod ops;
 pub mod peers;
 pub mod report;
+pub mod stats_command;
 pub mod team;
 
 use serde_json::Value;

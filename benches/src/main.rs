@@ -2,7 +2,7 @@
 //! this file prints or exits.
 
 use clap::{Parser, Subcommand};
-use sessiontree_bench::{gen_command, report, team};
+use sessiontree_bench::{gen_command, report, stats_command, team};
 
 /// sessiontree's benchmarks and generated workloads.
 #[derive(Debug, Parser)]
@@ -23,6 +23,8 @@ enum Command {
     Report(report::BenchArgs),
     /// Generate deterministic pi-realistic session files (benchmarks, tests).
     Gen(gen_command::GenArgs),
+    /// How long `stats` and `ls` take to answer from an archive's maintained facts.
+    Stats(stats_command::StatsArgs),
     /// The team archive on PostgreSQL beside SQLite: load, resume, path, leaf move, append, concurrency.
     Team(team::TeamArgs),
 }
@@ -33,6 +35,7 @@ fn main() {
         Command::Report(args) => report::run(args),
         Command::Gen(args) => gen_command::run(args),
         Command::Team(args) => team::run(args),
+        Command::Stats(args) => stats_command::run(args),
     };
     match result {
         Ok(report) => {

@@ -25,6 +25,7 @@
 //! message role `hookMessage` renamed `custom`.
 
 use super::LogIndex;
+use crate::contract::Contract;
 use crate::entry::{Entry, EntryProblem};
 use crate::error::{Error, Result};
 pub use crate::header::Header;
@@ -62,6 +63,9 @@ pub struct ReadSummary {
     pub complete_bytes: u64,
     /// Non-blank lines read, the header included, a torn tail excluded.
     pub lines: u64,
+    /// An entry read is of a type only the SDK writes (`leaf`,
+    /// `active_tools_change`): the session follows the SDK's rules.
+    pub sdk_only_entries: bool,
 }
 
 /// Where reading starts: at the top, or after lines already read (a file pi
@@ -79,6 +83,111 @@ pub enum ReadStart {
         /// Non-blank lines before `offset`, the header included.
         lines: u64,
     },
+}
+
+/// How leniently a file is read: as pi 1.6's `SessionManager` opens it
+/// (the app contract), lines it skips are handed to a sink instead of
+/// failing the read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Leniency {
+    /// Skip lines pi skips (not JSON, blank, falsy JSON) and lines that are
+    /// not entries the store can hold (not an object, no string id, …).
+    pub skip_unusable: bool,
+    /// The store needs unique ids: an entry whose id came before, or that is
+    /// the missing parent of an earlier entry, is skipped too (SQLite and
+    /// PostgreSQL); memory and JSONL keep them, as pi does.
+    pub unique_ids: bool,
+}
+
+impl Leniency {
+    /// pi 1.6's reading, for a store that keeps duplicate ids.
+    pub const APP: Leniency = Leniency {
+        skip_unusable: true,
+        unique_ids: false,
+    };
+    /// pi 1.6's reading, for a store that needs unique ids (an archive).
+    pub const APP_UNIQUE_IDS: Leniency = Leniency {
+        skip_unusable: true,
+        unique_ids: true,
+    };
+}
+
+/// Why a line of a session file is not one of the session's entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Blank after JavaScript's `trim` (pi skips it).
+    Blank,
+    /// Not JSON (pi skips it).
+    NotJson,
+    /// JSON that is `null`, `false`, `0` or `""` (pi skips it).
+    FalsyJson,
+    /// JSON that pi reads as an entry but the store cannot hold: not an
+    /// object, or an object without a string `id`, `type`, `timestamp` or a
+    /// valid `parentId` (the problem, pi 0.83's wording).
+    NotAnEntry(EntryProblem),
+    /// A second session header (pi skips it when it indexes the entries).
+    Header,
+    /// A line before the header that pi skips (not JSON, falsy).
+    BeforeHeader,
+    /// An entry whose id an earlier entry has (pi indexes both, the later
+    /// answering to the id; the store keeps the first).
+    DuplicateId(String),
+    /// An entry that is the missing parent of earlier entries (pi links
+    /// them; the store, which placed them as roots, cannot).
+    LateParent(String),
+}
+
+impl SkipReason {
+    /// What pi 1.6 does with such a line, and what was done instead, in a
+    /// phrase that follows `kept verbatim, `.
+    pub fn describe(&self) -> String {
+        match self {
+            SkipReason::Blank => "pi skips it: a blank line".into(),
+            SkipReason::NotJson => "pi skips it: not valid JSON".into(),
+            SkipReason::FalsyJson => "pi skips it: JSON null, false, 0 or \"\"".into(),
+            SkipReason::NotAnEntry(EntryProblem::NotObject) => {
+                "not stored as an entry: JSON but not an object (pi 1.6 reads it as an entry without an id)".into()
+            }
+            SkipReason::NotAnEntry(problem) => format!(
+                "not stored as an entry: it {} (pi 1.6 reads it as an entry)",
+                problem.reason()
+            ),
+            SkipReason::Header => "pi skips it: a second session header".into(),
+            SkipReason::BeforeHeader => "pi skips it: a line before the session header that is not JSON".into(),
+            SkipReason::DuplicateId(id) => format!(
+                "not stored as an entry: its id {id:?} is an earlier entry's (pi 1.6 reads both, the later answering to the id; the archive keeps the first)"
+            ),
+            SkipReason::LateParent(id) => format!(
+                "not stored as an entry: {id:?} is the parent of earlier entries, which the archive stored as roots (pi 1.6 links them)"
+            ),
+        }
+    }
+}
+
+/// A line of a session file that is not one of its entries, kept verbatim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedLine {
+    /// Its line number in the file (every `\n` counted, 1-based; after an
+    /// import's earlier lines, counted from them).
+    pub line: u64,
+    /// Entries of this read before it; `-1`: before the header.
+    pub entries_before: i64,
+    /// Its bytes, without the `\n`.
+    pub text: Vec<u8>,
+    /// Why it is not an entry.
+    pub why: SkipReason,
+}
+
+/// Whether a JSON value's text is one JavaScript reads as falsy
+/// (`null`, `false`, `0`, `""`, `-0`, `0.0`, …): pi skips those lines.
+fn falsy_json(text: &str) -> bool {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Null) => true,
+        Ok(serde_json::Value::Bool(b)) => !b,
+        Ok(serde_json::Value::String(s)) => s.is_empty(),
+        Ok(serde_json::Value::Number(n)) => n.as_f64().is_some_and(|f| f == 0.0),
+        _ => false,
+    }
 }
 
 /// Strips what JSON allows around a value but a stored entry should not carry
@@ -111,10 +220,25 @@ fn utf8_as_node_reads(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 
 /// [`read_session`] from a given start (see [`ReadStart`]).
 pub fn read_session_from<R: BufRead>(
+    reader: R,
+    path: &Path,
+    start: ReadStart,
+    sink: impl FnMut(&Header, Entry) -> Result<()>,
+) -> Result<ReadSummary> {
+    read_session_leniently(reader, path, start, Leniency::default(), sink, |_| Ok(()))
+}
+
+/// [`read_session_from`], skipping the lines `leniency` says pi 1.6 skips
+/// (or the store cannot hold) and handing each to `skipped` instead of
+/// failing; blank lines go there too. A first parsed line that is not a
+/// header fails the read, as it fails pi's open.
+pub fn read_session_leniently<R: BufRead>(
     mut reader: R,
     path: &Path,
     start: ReadStart,
+    leniency: Leniency,
     mut sink: impl FnMut(&Header, Entry) -> Result<()>,
+    mut skipped: impl FnMut(SkippedLine) -> Result<()>,
 ) -> Result<ReadSummary> {
     let io_err = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut buf = Vec::new();
@@ -130,6 +254,11 @@ pub fn read_session_from<R: BufRead>(
     let mut torn_tail = None;
     let mut missing_final_newline = false;
     let mut entries = 0;
+    let mut physical = number;
+    let mut sdk_only_entries = false;
+    // Ids seen and parents wanted, for a store that needs unique ids.
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
     loop {
         buf.clear();
         let n = reader.read_until(b'\n', &mut buf).map_err(io_err)?;
@@ -138,16 +267,38 @@ pub fn read_session_from<R: BufRead>(
         }
         let line_offset = offset;
         offset += n as u64;
+        physical += 1;
         let terminated = buf.last() == Some(&b'\n');
         let body = if terminated { &buf[..n - 1] } else { &buf[..] };
         let text = utf8_as_node_reads(body);
+        let position = if header.is_some() { entries as i64 } else { -1 };
+        let mut skip = |why: SkipReason| {
+            skipped(SkippedLine {
+                line: physical,
+                entries_before: position,
+                text: body.to_vec(),
+                why,
+            })
+        };
         if js_trim(&text).is_empty() {
             // A blank last line without `\n` still needs one before an append.
             missing_final_newline = !terminated;
+            if leniency.skip_unusable {
+                skip(SkipReason::Blank)?;
+            }
             continue;
         }
         number += 1;
         let Some(h) = &header else {
+            if leniency.skip_unusable && terminated {
+                let trimmed = stored_text(&text);
+                if serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
+                    || falsy_json(trimmed)
+                {
+                    skip(SkipReason::BeforeHeader)?;
+                    continue;
+                }
+            }
             let h = Header::parse(&text, path)?;
             upgrade = Some(Upgrade::new(h.version));
             header = Some(h);
@@ -160,10 +311,43 @@ pub fn read_session_from<R: BufRead>(
             Some(u) if h.version != 3 => u.entry(stored),
             _ => Entry::from_stored_line(stored),
         };
+        if leniency.skip_unusable && (terminated || parsed.is_ok()) {
+            let why = match &parsed {
+                Err(EntryProblem::NotJson) => Some(SkipReason::NotJson),
+                Err(_) if falsy_json(stored) => Some(SkipReason::FalsyJson),
+                Err(_) if !stored.starts_with('{') => {
+                    Some(SkipReason::NotAnEntry(EntryProblem::NotObject))
+                }
+                Err(problem) => Some(SkipReason::NotAnEntry(problem.clone())),
+                Ok(e) if e.entry_type().as_str() == "session" => Some(SkipReason::Header),
+                Ok(e) if leniency.unique_ids && seen.contains(e.id()) => {
+                    Some(SkipReason::DuplicateId(e.id().to_owned()))
+                }
+                Ok(e) if leniency.unique_ids && wanted.contains(e.id()) => {
+                    Some(SkipReason::LateParent(e.id().to_owned()))
+                }
+                Ok(_) => None,
+            };
+            if let Some(why) = why {
+                missing_final_newline = !terminated;
+                skip(why)?;
+                continue;
+            }
+            if let (true, Ok(e)) = (leniency.unique_ids, &parsed) {
+                seen.insert(e.id().to_owned());
+                wanted.remove(e.id());
+                if let Some(parent) = e.parent_id() {
+                    if !seen.contains(parent) {
+                        wanted.insert(parent.to_owned());
+                    }
+                }
+            }
+        }
         match parsed {
             Ok(entry) => {
                 missing_final_newline = !terminated;
                 entries += 1;
+                sdk_only_entries |= Contract::is_sdk_only_type(entry.entry_type().as_str());
                 sink(h, entry)?;
             }
             Err(_) if !terminated => {
@@ -196,6 +380,7 @@ pub fn read_session_from<R: BufRead>(
         bytes: offset,
         complete_bytes,
         lines,
+        sdk_only_entries,
     })
 }
 
@@ -355,8 +540,9 @@ pub fn read_header(path: &Path) -> Result<Header> {
     Header::parse(line, path)
 }
 
-/// The header as opening reads it: the first line that is not blank (unlike
-/// [`read_header`], which follows pi's listing and reads only line 1).
+/// The header as opening reads it: the first line that is JSON (not blank,
+/// not malformed, not falsy: pi 1.6 skips those) — unlike [`read_header`],
+/// which follows pi's listing and reads only line 1.
 pub fn read_open_header(path: &Path) -> Result<Header> {
     let io = |e| {
         Error::io(
@@ -374,11 +560,21 @@ pub fn read_open_header(path: &Path) -> Result<Header> {
                 reason: "missing session header".to_owned(),
             });
         }
+        let terminated = buf.ends_with(b"\n");
         let body = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let text = String::from_utf8_lossy(body);
-        if !js_trim(&text).is_empty() {
-            return Header::parse(&text, path);
+        if js_trim(&text).is_empty() {
+            continue;
         }
+        // pi 1.6 skips what is not JSON (or is falsy) before the header.
+        let trimmed = stored_text(&text);
+        if terminated
+            && (serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
+                || falsy_json(trimmed))
+        {
+            continue;
+        }
+        return Header::parse(&text, path);
     }
 }
 
@@ -395,6 +591,10 @@ pub struct JsonlStorage {
     truncate_to: Option<u64>,
     missing_final_newline: bool,
     poisoned: Option<String>,
+    /// The contract it was told it follows; detected from the log when `None`.
+    contract: Option<Contract>,
+    /// Lines of the file pi skips, as read at open (the file keeps them).
+    skipped: Vec<SkippedLine>,
 }
 
 /// What [`JsonlStorage::check`] found in a session file.
@@ -418,23 +618,78 @@ impl JsonlStorage {
                 entries: 0,
                 problems: vec![e.to_string()],
             }),
-            Ok(storage) => Ok(FileCheck {
-                entries: storage.all_entries().len(),
-                problems: crate::storage::contract_problems(&storage)?,
-            }),
+            Ok(storage) => {
+                // Lines pi 1.6 skips open, but they are damage all the same.
+                let mut problems: Vec<String> = storage
+                    .skipped
+                    .iter()
+                    .filter(|l| !matches!(l.why, SkipReason::Blank))
+                    .map(|l| format!("line {}: kept in the file, {}", l.line, l.why.describe()))
+                    .collect();
+                problems.extend(crate::storage::contract_problems(&storage)?);
+                Ok(FileCheck {
+                    entries: storage.all_entries().len(),
+                    problems,
+                })
+            }
         }
     }
 
-    /// Opens an existing session file.
+    /// Opens an existing session file by the rules of the contract its
+    /// entries imply ([`Contract::detect`]): an app file (the pi program's)
+    /// opens as pi 1.6 opens it, skipping the lines pi skips (kept in the
+    /// file, handed out by [`JsonlStorage::skipped_lines`]); an SDK file (one
+    /// with `leaf` or `active_tools_change` entries) opens by pi-agent-core
+    /// 0.83's checks, a bad line failing the open.
     pub fn open(path: impl AsRef<Path>, durability: Durability) -> Result<Self> {
-        let path = path.as_ref().to_owned();
+        let opened = Self::read(path.as_ref(), durability, Leniency::APP)?;
+        let problem_lines = opened
+            .skipped
+            .iter()
+            .any(|l| !matches!(l.why, SkipReason::Blank));
+        if problem_lines && opened.contract()? == Contract::Sdk {
+            return Self::open_as(path, durability, Contract::Sdk);
+        }
+        Ok(opened)
+    }
+
+    /// Opens an existing session file by `contract`'s rules (see
+    /// [`JsonlStorage::open`]), whatever its entries imply; the storage
+    /// answers that contract.
+    pub fn open_as(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        contract: Contract,
+    ) -> Result<Self> {
+        let leniency = match contract {
+            Contract::App => Leniency::APP,
+            Contract::Sdk => Leniency::default(),
+        };
+        let mut opened = Self::read(path.as_ref(), durability, leniency)?;
+        opened.contract = Some(contract);
+        Ok(opened)
+    }
+
+    fn read(path: &Path, durability: Durability, leniency: Leniency) -> Result<Self> {
+        let path = path.to_owned();
         let file = File::open(&path)
             .map_err(|e| Error::io(format!("Failed to read session {}", path.display()), e))?;
         let mut log = LogIndex::default();
-        let summary = read_session(BufReader::with_capacity(1 << 16, file), &path, |_, e| {
-            log.push(e);
-            Ok(())
-        })?;
+        let mut skipped = Vec::new();
+        let summary = read_session_leniently(
+            BufReader::with_capacity(1 << 16, file),
+            &path,
+            ReadStart::Beginning,
+            leniency,
+            |_, e| {
+                log.push(e);
+                Ok(())
+            },
+            |line| {
+                skipped.push(line);
+                Ok(())
+            },
+        )?;
         Ok(JsonlStorage {
             path,
             header: summary.header,
@@ -445,7 +700,21 @@ impl JsonlStorage {
             torn_tail: summary.torn_tail,
             missing_final_newline: summary.missing_final_newline,
             poisoned: None,
+            contract: None,
+            skipped,
         })
+    }
+
+    /// Tells the storage whose rules the session follows (else detected
+    /// from its entries): a session created through the SDK contract.
+    pub fn set_contract(&mut self, contract: Contract) {
+        self.contract = Some(contract);
+    }
+
+    /// The lines of the file pi skips (blank ones included), with their
+    /// line numbers and why, as read at open.
+    pub fn skipped_lines(&self) -> &[SkippedLine] {
+        &self.skipped
     }
 
     /// Creates a new session file holding only `header`; refuses to overwrite.
@@ -490,6 +759,8 @@ impl JsonlStorage {
             truncate_to: None,
             missing_final_newline: false,
             poisoned: None,
+            contract: None,
+            skipped: Vec::new(),
         })
     }
 
@@ -589,6 +860,26 @@ fn sync_dir(path: &Path) {
 }
 
 impl SessionStorage for JsonlStorage {
+    fn contract(&self) -> Result<Contract> {
+        Ok(self.contract.unwrap_or_else(|| {
+            Contract::detect(self.log.all().iter().map(|e| e.entry_type().as_str()))
+        }))
+    }
+    fn kept_lines(&self) -> Result<crate::storage::KeptLines> {
+        Ok(crate::storage::KeptLines {
+            lines: self
+                .skipped
+                .iter()
+                .map(|l| crate::storage::KeptLine {
+                    position: l.entries_before,
+                    text: l.text.clone(),
+                })
+                .collect(),
+            open_end: self
+                .missing_final_newline
+                .then(|| i64::try_from(self.log.all().len()).unwrap_or(i64::MAX)),
+        })
+    }
     fn metadata(&self) -> Result<SessionMetadata> {
         Ok(self.header.metadata_for(&self.path))
     }

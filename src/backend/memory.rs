@@ -1,15 +1,20 @@
 //! The in-memory backend: the reference every other backend is tested against.
 
 use super::LogIndex;
+use crate::contract::Contract;
 use crate::entry::{new_session_id, now_timestamp, Entry};
 use crate::error::{Error, Result};
-use crate::storage::{SessionMetadata, SessionStorage};
+use crate::storage::{KeptLines, SessionMetadata, SessionStorage};
 
 /// A session held entirely in memory.
 #[derive(Debug, Clone)]
 pub struct MemoryStorage {
     metadata: SessionMetadata,
     log: LogIndex,
+    /// The contract it was told it follows; detected from the log when `None`.
+    contract: Option<Contract>,
+    /// The lines of its file pi skips, kept verbatim.
+    kept: KeptLines,
 }
 
 impl Default for MemoryStorage {
@@ -33,6 +38,8 @@ impl MemoryStorage {
         MemoryStorage {
             metadata,
             log: LogIndex::default(),
+            contract: None,
+            kept: KeptLines::default(),
         }
     }
 
@@ -56,13 +63,40 @@ impl MemoryStorage {
         MemoryStorage {
             metadata,
             log: LogIndex::from_entries(entries),
+            contract: None,
+            kept: KeptLines::default(),
         }
+    }
+
+    /// Tells the session whose rules it follows (else detected from its log).
+    pub fn set_contract(&mut self, contract: Contract) {
+        self.contract = Some(contract);
+    }
+
+    /// The session with `contract` told (see [`MemoryStorage::set_contract`]).
+    pub fn with_contract(mut self, contract: Contract) -> Self {
+        self.set_contract(contract);
+        self
+    }
+
+    /// Keeps the lines of the session's file that pi skips, to be handed
+    /// back by [`SessionStorage::kept_lines`].
+    pub fn set_kept_lines(&mut self, kept: KeptLines) {
+        self.kept = kept;
     }
 }
 
 impl SessionStorage for MemoryStorage {
     fn metadata(&self) -> Result<SessionMetadata> {
         Ok(self.metadata.clone())
+    }
+    fn contract(&self) -> Result<Contract> {
+        Ok(self.contract.unwrap_or_else(|| {
+            Contract::detect(self.log.all().iter().map(|e| e.entry_type().as_str()))
+        }))
+    }
+    fn kept_lines(&self) -> Result<KeptLines> {
+        Ok(self.kept.clone())
     }
     fn append_entry(&mut self, entry: Entry) -> Result<()> {
         self.log.push(entry);

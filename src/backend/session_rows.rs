@@ -53,6 +53,14 @@ pub fn metadata_at<R: StoredRow>(r: &R, first: usize) -> Result<SessionMetadata,
     })
 }
 
+/// The `contract` column at `i` (`app` or `sdk`; anything else reads as the
+/// default, `app`, so that a row from a newer build still lists).
+pub fn contract_at<R: StoredRow>(r: &R, i: usize) -> Result<crate::contract::Contract, R::Error> {
+    Ok(r.at::<String>(i)?
+        .parse::<crate::contract::Contract>()
+        .unwrap_or_default())
+}
+
 /// Statistics from [`STATS_COLUMNS`] (or sums of them) starting at column `first`.
 pub fn stats_at<R: StoredRow>(r: &R, first: usize) -> Result<SessionStats, R::Error> {
     Ok(SessionStats {

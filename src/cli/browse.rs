@@ -13,7 +13,12 @@ use sessiontree::{Error, Result, Session, SessionRef, SessionStorage};
 /// Arguments of `ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// Only sessions of this working directory or a directory below it.
+    /// Only sessions of this directory or a directory below it (`ls .`: the
+    /// current project); relative paths are resolved against the current directory.
+    #[arg(value_name = "DIR", conflicts_with = "cwd")]
+    pub dir: Option<String>,
+    /// Only sessions of this working directory or a directory below it
+    /// (relative paths resolved against the current directory).
     #[arg(long)]
     pub cwd: Option<String>,
     /// Only sessions created at or after this time (ISO-8601, e.g. 2025-01-31).
@@ -58,8 +63,12 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
                 args.limit, args.page
             ))
         })?;
+    let cwd_under = match args.dir.as_ref().or(args.cwd.as_ref()) {
+        Some(d) => Some(super::spend::resolve_dir(d)?),
+        None => None,
+    };
     let mut query = ListQuery {
-        cwd_under: args.cwd.clone(),
+        cwd_under,
         since_ms,
         name_contains: args.name.clone(),
         limit: Some(args.limit),
@@ -72,12 +81,13 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
     let mut text = String::new();
     if !rows.is_empty() {
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<5}  {}  {}\n",
             "ID",
-            "CREATED",
+            "LAST ACTIVE",
             "ENTRIES",
             "MSGS",
             "COST",
+            "RULES",
             pad("NAME", 24),
             "CWD"
         ));
@@ -91,25 +101,31 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .name
             .as_ref()
             .map_or_else(|| "-".to_owned(), JsString::to_string_lossy);
+        let last_active = r
+            .last_active_or_created()
+            .map_or_else(|| m.created_at.clone(), sessiontree::entry::iso_timestamp);
         text.push_str(&format!(
-            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {}  {}\n",
+            "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
             m.id,
-            m.created_at,
+            last_active,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
+            r.contract.as_str(),
             pad(&super::terminal_safe(&name), 24),
             m.cwd.as_deref().unwrap_or("")
         ));
         let mut row = ObjectWriter::new();
         row.str("id", &m.id)
             .str("createdAt", &m.created_at)
+            .str("lastActive", &last_active)
             .opt_str_or_null("cwd", m.cwd.as_deref())
             .raw("name", r.name.as_ref().map_or("null", JsString::json))
             .value("entries", &json!(r.entry_count))
             .value("messages", &json!(r.stats.message_count))
             .value("cost", &js_number(r.stats.cost_total))
-            .value("totalTokens", &js_number(r.stats.total_tokens));
+            .value("totalTokens", &js_number(r.stats.total_tokens))
+            .str("contract", r.contract.as_str());
         list.push(row.finish());
     }
     let shown_to = offset as u64 + rows.len() as u64;
@@ -151,9 +167,15 @@ pub struct BranchArgs {
 
 /// `branch`.
 pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
-    let session = Session::new(target::open_for_reading(cli, &args.session)?);
-    let path = session.branch(args.from.as_deref())?;
-    let cwd = session.storage().metadata()?.cwd;
+    let storage = target::open_for_reading(cli, &args.session)?;
+    let cwd = storage.metadata()?.cwd;
+    // An app session's branch is pi 1.6's `getBranch`: the whole path to the
+    // root from the last entry (or `--from`); an SDK session's is cut at a compaction.
+    let path = if storage.contract()? == sessiontree::Contract::App {
+        sessiontree::app::AppSession::open(storage)?.branch(args.from.as_deref())?
+    } else {
+        Session::new(storage).branch(args.from.as_deref())?
+    };
     let mut text = String::new();
     for e in &path {
         let line = preview_in(e, 100, cwd.as_deref());
@@ -213,7 +235,11 @@ pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
 
 /// `context`.
 pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
-    let session = Session::new(target::open_for_reading(cli, &args.session)?);
+    let storage = target::open_for_reading(cli, &args.session)?;
+    if storage.contract()? == sessiontree::Contract::App {
+        return context_app(cli, storage, args);
+    }
+    let session = Session::new(storage);
     let ctx = session.build_context(args.from.as_deref())?;
     if cli.json {
         // The JSON is the stored text passed through, never re-parsed (a
@@ -261,6 +287,73 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
         text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
     }
     // `--json` returned above: no JSON is made for the readable form.
+    Ok(Report::raw(String::new(), text))
+}
+
+/// `stats` of an app session: pi 1.6's `AgentSession.getSessionStats()`
+/// (without `contextUsage`), with the entry count and the contract.
+fn stats_app(storage: sessiontree::archive::BoxedStorage) -> Result<Report> {
+    let entries = storage.entry_count()?;
+    let app = sessiontree::app::AppSession::open(storage)?;
+    let st = app.session_stats()?;
+    let mut json = st.to_json_text();
+    json.pop();
+    json.push_str(&format!(",\"entries\":{entries},\"contract\":\"app\"}}"));
+    let t = &st.totals;
+    let text = format!(
+        "messages {} (user {}, assistant {}, tool results {}, tool calls {})  tokens {} (input {}, output {}, cache read {}, cache write {})  cost ${:.4}  entries {entries}  rules app\n",
+        st.total_messages,
+        st.user_messages,
+        st.assistant_messages,
+        st.tool_results,
+        st.tool_calls,
+        t.input.plus(&t.output).plus(&t.cache_read).plus(&t.cache_write).to_json(),
+        t.input.to_json(),
+        t.output.to_json(),
+        t.cache_read.to_json(),
+        t.cache_write.to_json(),
+        t.cost.to_number(),
+    );
+    Ok(Report::raw(json, text))
+}
+
+/// `context` of an app session: pi 1.6's `buildSessionContext` (at the
+/// last entry, or at `--from` after `branch(from)`).
+fn context_app(
+    cli: &Cli,
+    storage: sessiontree::archive::BoxedStorage,
+    args: &BranchArgs,
+) -> Result<Report> {
+    let cwd = storage.metadata()?.cwd;
+    let mut app = sessiontree::app::AppSession::open(storage)?;
+    if let Some(from) = &args.from {
+        app.branch_to(from)?;
+    }
+    let ctx = app.session_context()?;
+    if cli.json {
+        return Ok(Report::raw(ctx.to_json_text(), String::new()));
+    }
+    let show = |v: Option<&sessiontree::app::JsValue>| match v {
+        Some(v) => match sessiontree::json::parse_value_lossy(&v.to_json()) {
+            Ok(Value::String(s)) => s,
+            Ok(Value::Null) => "-".into(),
+            Ok(other) => other.to_string(),
+            Err(_) => "?".into(),
+        },
+        None => "-".into(),
+    };
+    let model = match (ctx.model.get("provider"), ctx.model.get("modelId")) {
+        (None, None) => "-".to_owned(),
+        (p, m) => format!("{}/{}", show(p), show(m)),
+    };
+    let mut text = format!(
+        "thinking: {}  model: {model}\n",
+        show(ctx.thinking_level.as_ref())
+    );
+    for m in &ctx.messages {
+        let (role, body) = context_line(&m.to_json(), cwd.as_deref());
+        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+    }
     Ok(Report::raw(String::new(), text))
 }
 
@@ -483,47 +576,80 @@ fn search_file(
 /// Arguments of `stats`.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// One session (id, prefix or `.jsonl` path); the whole archive when absent.
+    /// One session (id, prefix or `.jsonl` path); the whole archive's usage
+    /// (each entry once across forks) when absent.
     pub session: Option<String>,
+    /// Archive usage from this date (UTC) or ISO time on.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Archive usage before this ISO time, or up to the end of this date (UTC).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only sessions of this directory or below (relative paths resolved
+    /// against the current directory).
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Group archive usage by these, in order (repeat or comma-separate:
+    /// `--by project,model`); default `project`. `day` and `week` also draw a
+    /// chart of cost over time.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub by: Vec<super::spend::By>,
 }
 
 /// `stats`.
 pub fn stats(cli: &Cli, args: &StatsArgs) -> Result<Report> {
+    if args.session.is_some()
+        && (args.since.is_some()
+            || args.until.is_some()
+            || args.cwd.is_some()
+            || !args.by.is_empty())
+    {
+        return Err(Error::Usage(
+            "--since, --until, --cwd and --by sum the archive's usage: give them without a SESSION"
+                .into(),
+        ));
+    }
     if let Some(s) = &args.session {
         let storage = target::open_for_reading(cli, s)?;
+        let contract = storage.contract()?;
+        if contract == sessiontree::Contract::App {
+            return stats_app(storage);
+        }
         let st = storage.session_stats()?;
         let text = format!(
-            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}\n",
+            "messages {}  tokens {} (cached {}, uncached {})  cost ${:.4}  entries {}  rules {}\n",
             st.message_count,
             st.total_tokens,
             st.cached_tokens,
             st.uncached_tokens,
             st.cost_total,
-            storage.entry_count()?
+            storage.entry_count()?,
+            contract.as_str()
         );
         let mut j = st.to_json();
         j["entries"] = json!(storage.entry_count()?);
+        j["contract"] = json!(contract.as_str());
         return Ok(Report::new(j, text));
     }
-    let totals = super::db::open(cli, super::db::Access::Read)?.totals()?;
-    let mut text = format!(
-        "{} sessions, {} entries, {} messages, {} tokens, ${:.4}\n",
-        totals.sessions,
-        totals.entries,
-        totals.stats.message_count,
-        totals.stats.total_tokens,
-        totals.stats.cost_total
-    );
-    let mut per_cwd = Vec::new();
-    for (cwd, sessions, messages, cost) in &totals.per_cwd {
-        text.push_str(&format!(
-            "{sessions:>6} sessions {messages:>8} messages ${cost:>10.4}  {cwd}\n"
-        ));
-        per_cwd.push(json!({"cwd": cwd, "sessions": sessions, "messages": messages, "cost": js_number(*cost)}));
-    }
-    let mut j = totals.stats.to_json();
-    j["sessions"] = json!(totals.sessions);
-    j["entries"] = json!(totals.entries);
-    j["perCwd"] = Value::Array(per_cwd);
-    Ok(Report::new(j, text))
+    let query = sessiontree::usage::UsageQuery {
+        since_ms: match &args.since {
+            Some(t) => Some(super::spend::time_arg("--since", t, false)?),
+            None => None,
+        },
+        until_ms: match &args.until {
+            Some(t) => Some(super::spend::time_arg("--until", t, true)?),
+            None => None,
+        },
+        cwd_under: match &args.cwd {
+            Some(d) => Some(super::spend::resolve_dir(d)?),
+            None => None,
+        },
+    };
+    let archive = super::db::open(cli, super::db::Access::Read)?;
+    super::spend::archive_stats(
+        &*archive,
+        &query,
+        &args.by,
+        super::columns::terminal_width(),
+    )
 }

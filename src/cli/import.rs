@@ -4,6 +4,7 @@
 use super::{Cli, Report};
 use clap::Args;
 use serde_json::json;
+use sessiontree::backend::jsonl::SkipReason;
 use sessiontree::convert::ImportOutcome;
 use sessiontree::{Error, Result};
 use std::path::PathBuf;
@@ -24,6 +25,12 @@ pub struct ImportArgs {
     /// archive holds nothing but the demo).
     #[arg(long)]
     pub demo: bool,
+    /// Whose rules the imported sessions follow: `app` (the pi program's
+    /// SessionManager) or `sdk` (pi-agent-core's SessionStorage). Default:
+    /// detected per file (`sdk` if it holds `leaf` or `active_tools_change`
+    /// entries, else `app`).
+    #[arg(long, value_name = "app|sdk")]
+    pub rules: Option<sessiontree::Contract>,
 }
 
 /// Where the demo archive's files live: beside the database.
@@ -107,25 +114,59 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     // Files heard of so far (a file is heard again when it is hashed, then
     // written, or when its group is imported again one file at a time).
     let (mut heard, mut count) = (vec![false; files.len()], 0);
-    let results = sessiontree::convert::import_jsonl_files(&archive, &files, &mut |i, at| {
-        if !heard[i] {
-            heard[i] = true;
-            count += 1;
-            bar.set_message(format!("{count} / {} files", files.len()));
-        }
-        let at = at.min(sizes[i]);
-        position = position + at - reached[i].min(at);
-        reached[i] = reached[i].max(at);
-        bar.set_position(position);
-    })?;
+    let options = sessiontree::convert::ImportOptions { rules: args.rules };
+    let results =
+        sessiontree::convert::import_jsonl_files_with(&archive, &files, &options, &mut |i, at| {
+            if !heard[i] {
+                heard[i] = true;
+                count += 1;
+                bar.set_message(format!("{count} / {} files", files.len()));
+            }
+            let at = at.min(sizes[i]);
+            position = position + at - reached[i].min(at);
+            reached[i] = reached[i].max(at);
+            bar.set_position(position);
+        })?;
     let (mut imported, mut appended, mut unchanged, mut present) = (0u64, 0u64, 0u64, 0u64);
     let mut elsewhere = 0u64;
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut failed = Vec::new();
     let mut torn = Vec::new();
+    // Lines kept verbatim (pi skips them), and what pi 1.6 would rewrite.
+    let (mut kept_text, mut kept_json, mut blank) = (String::new(), Vec::new(), 0u64);
+    let (mut rewrites_text, mut rewrites_json) = (String::new(), Vec::new());
     for (file, result) in files.iter().zip(results) {
+        let shown = file.display().to_string();
         match result {
             Ok(r) => {
+                for k in &r.report.kept {
+                    let why = k.why.describe();
+                    if matches!(k.why, SkipReason::Blank) {
+                        blank += 1;
+                    } else {
+                        kept_text.push_str(&format!(
+                            "{}:{}: kept verbatim, {why}\n",
+                            super::terminal_safe(&shown),
+                            k.line
+                        ));
+                    }
+                    kept_json.push(json!({
+                        "file": shown,
+                        "line": k.line,
+                        "session": r.session_id,
+                        "blank": matches!(k.why, SkipReason::Blank),
+                        "why": why,
+                    }));
+                }
+                for rewrite in &r.report.pi_rewrites {
+                    rewrites_text.push_str(&format!(
+                        "{}: pi 1.6 will {rewrite} (not done to it here)\n",
+                        super::terminal_safe(&shown),
+                    ));
+                }
+                if !r.report.pi_rewrites.is_empty() {
+                    rewrites_json.push(json!({"file": shown, "piWill": r.report.pi_rewrites}));
+                }
                 match r.outcome {
                     ImportOutcome::Imported => imported += 1,
                     ImportOutcome::Appended => appended += 1,
@@ -139,7 +180,16 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
                     torn.push(json!({"file": file.display().to_string(), "line": t.line}));
                 }
             }
-            Err(e) => failed.push((file.display().to_string(), e)),
+            Err(e) => {
+                if std::fs::metadata(file).is_ok_and(|m| m.len() == 0) {
+                    rewrites_text.push_str(&format!(
+                        "{}: pi 1.6 will write a session header into this empty file on open (not done to it here)\n",
+                        super::terminal_safe(&shown)
+                    ));
+                    rewrites_json.push(json!({"file": shown, "piWill": ["write a session header into this empty file on open"]}));
+                }
+                failed.push((shown, e))
+            }
         }
     }
     bar.finish_and_clear();
@@ -176,6 +226,13 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
             t["line"]
         ));
     }
+    text.push_str(&kept_text);
+    if blank > 0 {
+        text.push_str(&format!(
+            "{blank} blank line(s) kept verbatim (pi skips them)\n"
+        ));
+    }
+    text.push_str(&rewrites_text);
     let json = json!({
         "roots": roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>(),
         "files": files.len(),
@@ -191,6 +248,8 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
             "line": match e { Error::InvalidLine { line, .. } => Some(*line), _ => None },
         })).collect::<Vec<_>>(),
         "tornTails": torn,
+        "keptLines": kept_json,
+        "piWill": rewrites_json,
         "entries": entries,
         "bytes": bytes,
         "seconds": secs,

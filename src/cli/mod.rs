@@ -10,6 +10,7 @@ mod import;
 mod maintain;
 mod pager;
 mod rpc;
+mod spend;
 mod sync;
 mod target;
 mod tree;

@@ -4,7 +4,8 @@ use super::db::Access;
 use super::{target, Cli, Report};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use sessiontree::archive::SessionArchive;
+use sessiontree::app::{AppSession, BranchSummaryArgs, JsValue};
+use sessiontree::archive::{BoxedStorage, SessionArchive};
 use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::CacheSize;
 use sessiontree::convert::{export_file_to_file, ExportOutcome};
@@ -14,7 +15,9 @@ use sessiontree::repo::archive::ArchiveRepo;
 use sessiontree::repo::{ForkOptions, SessionRepo};
 use sessiontree::rules::ForkPosition;
 use sessiontree::session::BranchSummary;
-use sessiontree::{Error, JsonText, Result, Session, SessionMetadata, SessionRef};
+use sessiontree::{
+    Contract, Error, JsonText, Result, Session, SessionMetadata, SessionRef, SessionStorage,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -140,7 +143,21 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                     ExportOutcome::Appended { .. } => "appended",
                     ExportOutcome::Replaced { .. } => "replaced",
                 };
-                written.push(json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup}));
+                // An app session whose leaf pi will not resume at: said on stderr.
+                let note = match &source {
+                    ExportSource::Archive(id) => archive()
+                        .and_then(|a| sessiontree::convert::app_resume_note(&*a.open_storage(id)?))
+                        .unwrap_or(None),
+                    ExportSource::File(_) => None,
+                };
+                if let Some(note) = &note {
+                    bar.suspend(|| eprintln!("note: {note}"));
+                }
+                let mut row = json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup});
+                if let Some(note) = note {
+                    row["note"] = json!(note);
+                }
+                written.push(row);
             }
             Err(e) => {
                 text.push_str(&format!("failed [{}]: {name}: {e}\n", e.code()));
@@ -277,7 +294,11 @@ pub struct LabelArgs {
 
 /// `label`.
 pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
-    let mut session = Session::new(target::open(cli, &args.session)?);
+    let storage = target::open(cli, &args.session)?;
+    if storage.contract()? == Contract::App {
+        return label_app(storage, args);
+    }
+    let mut session = Session::new(storage);
     let id = session.append_label(&args.entry, label_text(&args.text))?;
     let label = session.storage().label(&args.entry)?;
     let text = match &label {
@@ -296,6 +317,24 @@ pub(crate) fn label_text(text: &str) -> Option<&str> {
     (!sessiontree::json::js_trim(text).is_empty()).then_some(text)
 }
 
+/// `label` on an app session: pi's `appendLabelChange`, the label stored
+/// as written (not trimmed; an empty one clears it).
+fn label_app(storage: BoxedStorage, args: &LabelArgs) -> Result<Report> {
+    let mut app = AppSession::open(storage)?;
+    let label = (!args.text.is_empty()).then(|| JsValue::str(&args.text));
+    let id = app.append_label_change(Some(&JsValue::str(&args.entry)), label)?;
+    let label = (!args.text.is_empty()).then(|| JsString::new(&args.text));
+    let text = match &label {
+        Some(l) => format!("labelled {} {} (entry {id})\n", args.entry, l.json()),
+        None => format!("cleared the label of {} (entry {id})\n", args.entry),
+    };
+    let mut json = ObjectWriter::new();
+    json.str("entry", &id)
+        .str("target", &args.entry)
+        .raw("label", label.as_ref().map_or("null", JsString::json));
+    Ok(Report::raw(json.finish(), text))
+}
+
 /// Arguments of `name`.
 #[derive(Debug, Args)]
 pub struct NameArgs {
@@ -307,9 +346,17 @@ pub struct NameArgs {
 
 /// `name`.
 pub fn name(cli: &Cli, args: &NameArgs) -> Result<Report> {
-    let mut session = Session::new(target::open(cli, &args.session)?);
-    let id = session.append_session_name(&args.text)?;
-    let name = session.storage().session_name()?;
+    let storage = target::open(cli, &args.session)?;
+    let (id, name) = if storage.contract()? == Contract::App {
+        // pi's `appendSessionInfo`: its entry shape and key order.
+        let mut app = AppSession::open(storage)?;
+        let id = app.append_session_info(Some(&JsValue::str(&args.text)))?;
+        (id, app.storage().session_name()?)
+    } else {
+        let mut session = Session::new(storage);
+        let id = session.append_session_name(&args.text)?;
+        (id, session.storage().session_name()?)
+    };
     let mut json = ObjectWriter::new();
     json.str("entry", &id)
         .raw("name", name.as_ref().map_or("null", JsString::json));
@@ -333,8 +380,29 @@ pub struct MoveArgs {
 
 /// `move`.
 pub fn move_leaf(cli: &Cli, args: &MoveArgs) -> Result<Report> {
-    let mut session = Session::new(target::open(cli, &args.session)?);
+    let storage = target::open(cli, &args.session)?;
     let target = (args.entry != "root").then_some(args.entry.as_str());
+    if storage.contract()? == Contract::App {
+        // pi persists a move only as `branchWithSummary`: a `branch_summary`
+        // whose parent is the target, `fromId` the old leaf (or "root").
+        let mut app = AppSession::open(storage)?;
+        let summary_id = app.branch_with_summary(
+            target,
+            BranchSummaryArgs {
+                summary: args.summary.as_deref().map(JsValue::str),
+                ..BranchSummaryArgs::default()
+            },
+        )?;
+        return Ok(Report::new(
+            json!({"leaf": summary_id, "summary": summary_id, "target": target}),
+            format!(
+                "leaf is now {} (a branch_summary {summary_id} under {}, as pi records a move)\n",
+                summary_id,
+                target.unwrap_or("root")
+            ),
+        ));
+    }
+    let mut session = Session::new(storage);
     let summary = args.summary.as_deref().map(|s| BranchSummary {
         summary: Some(JsonText::string(s)),
         ..BranchSummary::default()

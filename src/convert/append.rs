@@ -3,10 +3,11 @@
 
 use super::hash::hash_prefix;
 use super::pipeline::{pipelined, Source};
-use super::plan::{FileImport, ImportOutcome};
+use super::plan::{FileImport, ImportOutcome, ImportReport};
 use super::progress::ByteProgress;
 use crate::backend::jsonl::{read_open_header, ReadStart};
 use crate::backend::sqlite::{Archive, ImportRecord, SqliteStorage};
+use crate::contract::Contract;
 use crate::error::{Error, Result};
 use crate::storage::SessionStorage;
 use std::fs::File;
@@ -19,6 +20,7 @@ pub(super) fn append_new_lines(
     r: &ImportRecord,
     size: u64,
     mtime: i64,
+    options: &super::import::ImportOptions,
     progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
@@ -37,6 +39,8 @@ pub(super) fn append_new_lines(
     let last_imported = last_entry_id(&last_line_before(&mut file, r.bytes).map_err(io)?);
     let storage = archive.open_session(&r.session_id)?;
     let count = storage.entry_count()?;
+    let open_end = storage.kept_lines()?.open_end;
+    let stored_contract = storage.contract()?;
     let last_archived = match count {
         0 => None,
         n => storage
@@ -73,6 +77,7 @@ pub(super) fn append_new_lines(
                 entries: 0,
                 bytes_read: 0,
                 torn_tail: None,
+                report: ImportReport::default(),
             });
         }
         return Err(Error::ArchiveSessionDiverged {
@@ -95,7 +100,27 @@ pub(super) fn append_new_lines(
         |feed| {
             archive.write_session(|w| {
                 w.resume(&r.session_id)?;
-                let summary = feed.write(w, progress)?.summary;
+                let read = feed.write(w, progress)?;
+                let summary = read.summary;
+                let base = i64::try_from(count).unwrap_or(i64::MAX);
+                let mut skipped = read.skipped;
+                // The `\n` pi wrote first, ending the line the file ended on.
+                if open_end == Some(base)
+                    && skipped
+                        .first()
+                        .is_some_and(|l| l.entries_before == 0 && l.text.is_empty())
+                {
+                    skipped.remove(0);
+                }
+                super::import::keep_lines(w, &skipped, base, &summary)?;
+                let contract = match options.rules {
+                    Some(rules) => rules,
+                    None if summary.sdk_only_entries => Contract::Sdk,
+                    None => stored_contract,
+                };
+                if contract != stored_contract {
+                    w.set_contract(contract)?;
+                }
                 w.record_import(&ImportRecord {
                     source_path: r.source_path.clone(),
                     session_id: r.session_id.clone(),
@@ -105,12 +130,14 @@ pub(super) fn append_new_lines(
                     file_size: size,
                     file_mtime: mtime,
                 })?;
+                let report = ImportReport::of(skipped, &summary, contract);
                 Ok(FileImport {
                     session_id: r.session_id.clone(),
                     outcome: ImportOutcome::Appended,
                     entries: summary.entries,
                     bytes_read: summary.bytes - r.bytes,
                     torn_tail: summary.torn_tail,
+                    report,
                 })
             })
         },

@@ -3,6 +3,8 @@
 
 use crate::backend::jsonl::JsonlStorage;
 use crate::backend::sqlite::SqliteStorage;
+use crate::contract::Contract;
+use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::storage::SessionStorage;
 use std::fs::File;
@@ -18,10 +20,16 @@ pub fn export_jsonl(storage: &SqliteStorage, out: &mut impl Write) -> Result<()>
 /// Entries between two reports of an export's progress.
 const EXPORT_PROGRESS_STEP: u64 = 256;
 
-/// A session as pi's version-3 file: `header`, then every entry's exact
-/// text, one a line, streamed (bounded memory however long the log);
-/// `progress` hears the entries written so far (about every
-/// [`EXPORT_PROGRESS_STEP`] entries, and at the end).
+/// A session as its program reads it, in pi's version-3 file: `header`,
+/// then every entry's exact text, one a line, streamed (bounded memory
+/// however long the log), with the lines of the imported file that pi skips
+/// back where they were and the final `\n` left out where the file had none
+/// and nothing was appended since ([`SessionStorage::kept_lines`]): an
+/// untouched session exports byte-identical to the file imported. An app
+/// session's `leaf` entries (the SDK's; pi 1.6 would take one for an
+/// ordinary entry and resume on it) are left out. `progress` hears the
+/// entries written so far (about every [`EXPORT_PROGRESS_STEP`] entries, and
+/// at the end).
 fn write_session_file(
     header: &str,
     storage: &dyn SessionStorage,
@@ -30,22 +38,90 @@ fn write_session_file(
 ) -> Result<()> {
     let id = storage.metadata()?.id;
     let io = |e| Error::io(format!("exporting session {id}"), e);
-    out.write_all(header.as_bytes()).map_err(io)?;
-    out.write_all(b"\n").map_err(io)?;
+    let kept = storage.kept_lines()?;
+    let drop_leaves = storage.contract()? == Contract::App;
+    let mut kept_lines = kept.lines.iter().peekable();
+    // Each line's `\n` is written when the next line comes, or at the end.
+    let mut started = false;
+    let mut line = |out: &mut dyn Write, text: &[u8]| -> std::io::Result<()> {
+        if std::mem::replace(&mut started, true) {
+            out.write_all(b"\n")?;
+        }
+        out.write_all(text)
+    };
+    while let Some(k) = kept_lines.next_if(|k| k.position < 0) {
+        line(out, &k.text).map_err(io)?;
+    }
+    line(out, header.as_bytes()).map_err(io)?;
+    let mut position = 0i64;
     let mut written = 0u64;
     storage.visit_entries(0, None, &mut |json| {
-        out.write_all(json.as_bytes()).map_err(io)?;
-        out.write_all(b"\n").map_err(io)?;
+        while let Some(k) = kept_lines.next_if(|k| k.position <= position) {
+            line(out, &k.text).map_err(io)?;
+        }
+        position += 1;
+        if drop_leaves && is_leaf_line(&json) {
+            return Ok(());
+        }
+        line(out, json.as_bytes()).map_err(io)?;
         written += 1;
         if written.is_multiple_of(EXPORT_PROGRESS_STEP) {
             progress(written);
         }
         Ok(())
     })?;
+    for k in kept_lines {
+        line(out, &k.text).map_err(io)?;
+    }
+    if kept.open_end != Some(position) {
+        out.write_all(b"\n").map_err(io)?;
+    }
     if written == 0 || !written.is_multiple_of(EXPORT_PROGRESS_STEP) {
         progress(written);
     }
     out.flush().map_err(io)
+}
+
+/// Whether an entry's stored text is a `leaf` entry's.
+fn is_leaf_line(json: &str) -> bool {
+    // Most entries are not: a cheap look for the type's spelling first.
+    memchr::memmem::find(json.as_bytes(), b"\"leaf\"").is_some()
+        && *Entry::from_checked_text(json.to_owned()).entry_type() == EntryType::Leaf
+}
+
+/// What pi 1.6 will do with an app session written by export that the
+/// archive sees otherwise: where the archive's leaf is not the last entry
+/// written (a `leaf` entry moved it, and no `branch_summary` records the
+/// move), pi resumes at the last entry. `None` for an SDK session, or when
+/// pi resumes where the archive's leaf is.
+pub fn app_resume_note(storage: &dyn SessionStorage) -> Result<Option<String>> {
+    if storage.contract()? != Contract::App {
+        return Ok(None);
+    }
+    let Some(leaf) = storage.stored_leaf_id()? else {
+        return Ok(None);
+    };
+    let count = storage.entry_count()?;
+    // The last entry pi will read: the last one that is not a `leaf` entry.
+    let mut last = None;
+    let mut at = count;
+    while at > 0 && last.is_none() {
+        let from = at.saturating_sub(64);
+        let page = storage.entries(from, Some(at - from))?;
+        last = page
+            .iter()
+            .rev()
+            .find(|e| *e.entry_type() != EntryType::Leaf)
+            .map(|e| e.id().to_owned());
+        at = from;
+    }
+    match last {
+        Some(last) if last != leaf => Ok(Some(format!(
+            "session {}: pi will resume at the last entry {last}, not at the archive's leaf {leaf} (an app session records a move only with a branch_summary: `sessiontree move --summary`)",
+            storage.metadata()?.id
+        ))),
+        _ => Ok(None),
+    }
 }
 
 /// What [`export_to_file`] did with the file at its path.

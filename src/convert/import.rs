@@ -4,11 +4,16 @@
 use super::append::append_new_lines;
 use super::hash::hash_prefix;
 use super::pipeline::{pipelined, FileRead, Source};
-use super::plan::{file_facts, plan_import, FileImport, ImportOutcome, NewFile, Plan};
+use super::plan::{
+    file_facts, plan_import, FileImport, ImportOutcome, ImportReport, NewFile, Plan,
+};
 use super::progress::ByteProgress;
+use crate::backend::jsonl::{ReadSummary, SkippedLine};
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter};
+use crate::contract::Contract;
 use crate::error::{Error, Result};
 use crate::header::Header;
+use crate::storage::KeptLine;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -66,9 +71,28 @@ pub fn import_jsonl_with_progress(
     path: &Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<FileImport> {
+    import_jsonl_with(archive, path, &ImportOptions::default(), progress)
+}
+
+/// How files are imported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Whose rules the imported sessions follow; detected from each file's
+    /// entries when `None` (the SDK's if it holds a `leaf` or
+    /// `active_tools_change` entry, else the pi app's). `import --rules`.
+    pub rules: Option<Contract>,
+}
+
+/// [`import_jsonl_with_progress`] with `options`.
+pub fn import_jsonl_with(
+    archive: &Archive,
+    path: &Path,
+    options: &ImportOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<FileImport> {
     let mut progress = ByteProgress::new(progress);
     let plan = plan_import(archive, path, file_facts(path)?, &mut progress)?;
-    carry_out(archive, path, plan, &mut progress)
+    carry_out(archive, path, plan, options, &mut progress)
 }
 
 /// Writes what `plan` says for the file at `path`, alone.
@@ -76,16 +100,17 @@ fn carry_out(
     archive: &Archive,
     path: &Path,
     plan: Plan,
+    options: &ImportOptions,
     progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
     match plan {
         Plan::Done(done) => Ok(done),
-        Plan::New(file) => import_new(archive, &file, progress),
+        Plan::New(file) => import_new(archive, &file, options, progress),
         Plan::Append {
             record,
             size,
             mtime,
-        } => append_new_lines(archive, path, &record, size, mtime, progress),
+        } => append_new_lines(archive, path, &record, size, mtime, options, progress),
     }
 }
 
@@ -107,6 +132,16 @@ const GROUP_BYTES: u64 = 4 << 20;
 pub fn import_jsonl_files(
     archive: &Archive,
     paths: &[PathBuf],
+    progress: &mut dyn FnMut(usize, u64),
+) -> Result<Vec<Result<FileImport>>> {
+    import_jsonl_files_with(archive, paths, &ImportOptions::default(), progress)
+}
+
+/// [`import_jsonl_files`] with `options`.
+pub fn import_jsonl_files_with(
+    archive: &Archive,
+    paths: &[PathBuf],
+    options: &ImportOptions,
     progress: &mut dyn FnMut(usize, u64),
 ) -> Result<Vec<Result<FileImport>>> {
     if paths.len() > 1 {
@@ -143,18 +178,26 @@ pub fn import_jsonl_files(
             Ok(plan) => alone.push((index, plan)),
         }
     }
-    write_grouped(archive, &grouped, progress, &mut results);
+    write_grouped(archive, &grouped, options, progress, &mut results);
     for (index, plan) in alone {
         let mut report = |at| progress(index, at);
         let mut file_progress = ByteProgress::new(&mut report);
-        results[index] = Some(carry_out(archive, &paths[index], plan, &mut file_progress));
+        results[index] = Some(carry_out(
+            archive,
+            &paths[index],
+            plan,
+            options,
+            &mut file_progress,
+        ));
     }
     Ok(results
         .into_iter()
         .enumerate()
         .map(|(index, result)| {
             result.unwrap_or_else(|| {
-                import_jsonl_with_progress(archive, &paths[index], &mut |at| progress(index, at))
+                import_jsonl_with(archive, &paths[index], options, &mut |at| {
+                    progress(index, at)
+                })
             })
         })
         .collect())
@@ -166,6 +209,7 @@ pub fn import_jsonl_files(
 fn import_new(
     archive: &Archive,
     file: &NewFile,
+    options: &ImportOptions,
     progress: &mut ByteProgress<'_>,
 ) -> Result<FileImport> {
     // An archive without a dictionary gets its first one from this file,
@@ -175,7 +219,7 @@ fn import_new(
         archive.write_session(|w| {
             w.begin_staged(&new_session_from_header(&file.header), &file.canon)?;
             let read = feed.write(w, progress)?;
-            let imported = record_new_file(w, file, read)?;
+            let imported = record_new_file(w, file, read, options)?;
             w.publish()?;
             Ok(imported)
         })
@@ -194,6 +238,7 @@ fn import_new(
 fn write_grouped(
     archive: &Archive,
     files: &[(usize, NewFile)],
+    options: &ImportOptions,
     progress: &mut dyn FnMut(usize, u64),
     results: &mut [Option<Result<FileImport>>],
 ) {
@@ -227,7 +272,7 @@ fn write_grouped(
                     let mut report = |at| progress(*index, at);
                     w.begin(&new_session_from_header(&file.header))?;
                     let read = feed.write(w, &mut ByteProgress::new(&mut report))?;
-                    imported.push(record_new_file(w, file, read)?);
+                    imported.push(record_new_file(w, file, read, options)?);
                     w.end_session()?;
                 }
                 Ok(imported)
@@ -250,8 +295,16 @@ fn record_new_file(
     w: &mut SessionWriter<'_>,
     file: &NewFile,
     read: FileRead,
+    options: &ImportOptions,
 ) -> Result<FileImport> {
     let summary = read.summary;
+    let contract = options.rules.unwrap_or(if summary.sdk_only_entries {
+        Contract::Sdk
+    } else {
+        Contract::App
+    });
+    keep_lines(w, &read.skipped, 0, &summary)?;
+    w.set_contract(contract)?;
     // The session row was made from the header read when the file was
     // planned; pi may have rewritten the file since.
     if summary.header.json != file.header.json {
@@ -273,13 +326,43 @@ fn record_new_file(
         file_size: file.size,
         file_mtime: file.mtime,
     })?;
+    let report = ImportReport::of(read.skipped, &summary, contract);
     Ok(FileImport {
         session_id: summary.header.id,
         outcome: ImportOutcome::Imported,
         entries: summary.entries,
         bytes_read: summary.bytes,
         torn_tail: summary.torn_tail,
+        report,
     })
+}
+
+/// Keeps a read's skipped lines in the session being written, `base`
+/// entries in (the entries it held before the read), and where the file
+/// ended without its final `\n`.
+pub(super) fn keep_lines(
+    w: &mut SessionWriter<'_>,
+    skipped: &[SkippedLine],
+    base: i64,
+    summary: &ReadSummary,
+) -> Result<()> {
+    let kept: Vec<KeptLine> = skipped
+        .iter()
+        .map(|l| KeptLine {
+            position: if l.entries_before < 0 {
+                -1
+            } else {
+                base + l.entries_before
+            },
+            text: l.text.clone(),
+        })
+        .collect();
+    if !kept.is_empty() {
+        w.keep_lines(&kept)?;
+    }
+    let open_end = (summary.missing_final_newline && summary.torn_tail.is_none())
+        .then(|| base + i64::try_from(summary.entries).unwrap_or(i64::MAX));
+    w.set_open_end(open_end)
 }
 
 /// Another import (another process, or a file before this one) created the
@@ -300,6 +383,7 @@ fn lost_race(archive: &Archive, file: &NewFile, error: Error) -> Result<FileImpo
         entries: 0,
         bytes_read: 0,
         torn_tail: None,
+        report: ImportReport::default(),
     })
 }
 
@@ -312,5 +396,6 @@ pub fn new_session_from_header(h: &Header) -> NewSession {
         parent_session: h.parent_session.clone(),
         metadata: h.metadata.clone(),
         header: h.json.clone(),
+        contract: crate::contract::Contract::App,
     }
 }

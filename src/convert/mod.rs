@@ -22,11 +22,11 @@ mod plan;
 mod progress;
 
 pub use export::{
-    export_file_to_file, export_jsonl, export_storage_to_file, export_to_file,
+    app_resume_note, export_file_to_file, export_jsonl, export_storage_to_file, export_to_file,
     export_to_file_with_progress, ExportOutcome,
 };
 pub use import::{
-    import_jsonl, import_jsonl_files, import_jsonl_with_progress, new_session_from_header,
-    train_dictionary_for,
+    import_jsonl, import_jsonl_files, import_jsonl_files_with, import_jsonl_with,
+    import_jsonl_with_progress, new_session_from_header, train_dictionary_for, ImportOptions,
 };
-pub use plan::{FileImport, ImportOutcome};
+pub use plan::{FileImport, ImportOutcome, ImportReport};

@@ -4,7 +4,9 @@
 use super::hash::HashingReader;
 use super::plan::NewFile;
 use super::progress::ByteProgress;
-use crate::backend::jsonl::{read_session_from, ReadStart, ReadSummary};
+use crate::backend::jsonl::{
+    read_session_leniently, Leniency, ReadStart, ReadSummary, SkippedLine,
+};
 use crate::backend::sqlite::codec::{Encoder, Prepared};
 use crate::backend::sqlite::SessionWriter;
 use crate::error::{Error, Result};
@@ -70,6 +72,9 @@ impl Source {
 /// What the reader made of one file.
 pub(super) struct FileRead {
     pub(super) summary: ReadSummary,
+    /// The lines pi 1.6 skips (or the archive cannot hold), kept verbatim,
+    /// with the entries of this read before each.
+    pub(super) skipped: Vec<SkippedLine>,
     /// The tagged hash of every byte read, if the [`Source`] asked for it.
     pub(super) hash: Option<String>,
 }
@@ -217,15 +222,28 @@ impl PipelineReader<'_> {
             inner: BufReader::with_capacity(1 << 16, &mut hashing),
             consumed: &consumed,
         };
-        let summary = read_session_from(reader, &path, start, |_, entry| {
-            if self.abandoned() {
-                return Err(file_left());
-            }
-            self.take(entry, consumed.get())
-        })?;
+        // pi 1.6 opens what it can; an archive needs unique ids.
+        let mut skipped = Vec::new();
+        let summary = read_session_leniently(
+            reader,
+            &path,
+            start,
+            Leniency::APP_UNIQUE_IDS,
+            |_, entry| {
+                if self.abandoned() {
+                    return Err(file_left());
+                }
+                self.take(entry, consumed.get())
+            },
+            |line| {
+                skipped.push(line);
+                Ok(())
+            },
+        )?;
         self.finish_file(consumed.get())?;
         Ok(FileRead {
             summary,
+            skipped,
             hash: hashing.hash.map(|h| h.tagged_hex()),
         })
     }

@@ -3,8 +3,9 @@
 
 use super::hash::{hash_prefix_reporting, PrefixHash};
 use super::progress::ByteProgress;
-use crate::backend::jsonl::{read_open_header, TornTail};
+use crate::backend::jsonl::{read_open_header, ReadSummary, SkippedLine, TornTail};
 use crate::backend::sqlite::{Archive, ImportRecord};
+use crate::contract::Contract;
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::layout::check_session_id;
@@ -39,6 +40,45 @@ pub struct FileImport {
     /// A torn final line left out (pi may be writing it right now); a later
     /// import picks it up once complete.
     pub torn_tail: Option<TornTail>,
+    /// What the import found that pi 1.6 skips or would rewrite.
+    pub report: ImportReport,
+}
+
+/// What an import found in a file besides its entries: the lines pi 1.6
+/// skips (kept verbatim in the archive), the contract the session follows,
+/// and what pi 1.6 would rewrite in the file when it opens it (never done to
+/// the user's file).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// The lines kept verbatim, in file order (blank ones included).
+    pub kept: Vec<SkippedLine>,
+    /// The contract the session follows, if it was written.
+    pub contract: Option<Contract>,
+    /// What pi 1.6 would do to the file on open, each to follow `pi 1.6 will `.
+    pub pi_rewrites: Vec<String>,
+}
+
+impl ImportReport {
+    /// The report of a file read: its kept lines and pi 1.6's rewrites.
+    pub(super) fn of(kept: Vec<SkippedLine>, summary: &ReadSummary, contract: Contract) -> Self {
+        let mut pi_rewrites = Vec::new();
+        match summary.header.version {
+            1 => pi_rewrites.push(
+                "upgrade this file on open: version 1 to 3, every entry given a new random id"
+                    .into(),
+            ),
+            2 => pi_rewrites.push("upgrade this file on open: version 2 to 3".into()),
+            _ => {}
+        }
+        if summary.missing_final_newline || summary.torn_tail.is_some() {
+            pi_rewrites.push("append a final newline to this file on open".into());
+        }
+        ImportReport {
+            kept,
+            contract: Some(contract),
+            pi_rewrites,
+        }
+    }
 }
 
 pub(super) fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
@@ -93,6 +133,7 @@ pub(super) fn plan_import(
             entries: 0,
             bytes_read: 0,
             torn_tail: None,
+            report: ImportReport::default(),
         })
     };
     match archive.import_record(&canon)? {
@@ -139,6 +180,7 @@ pub(super) fn plan_import(
                     entries: 0,
                     bytes_read: 0,
                     torn_tail: None,
+                    report: ImportReport::default(),
                 })
             };
             // An earlier import of this file that never published: another

@@ -83,7 +83,10 @@ impl SessionRepo for JsonlRepo {
     type Storage = JsonlStorage;
 
     fn create(&mut self, options: &CreateOptions) -> Result<Session<JsonlStorage>> {
-        self.create_file(&options.fields()?).map(Session::new)
+        // Created through the SDK contract: the storage follows its rules.
+        let mut storage = self.create_file(&options.fields()?)?;
+        storage.set_contract(crate::contract::Contract::Sdk);
+        Ok(Session::new(storage))
     }
 
     fn open(&self, session: &SessionMetadata) -> Result<Session<JsonlStorage>> {

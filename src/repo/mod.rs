@@ -89,6 +89,8 @@ impl SessionFields {
             parent_session: self.parent_session,
             metadata: self.metadata,
             header,
+            // Created through the SDK contract (a repository's create or fork).
+            contract: crate::contract::Contract::Sdk,
         }
     }
 

@@ -35,7 +35,7 @@ fn session_arguments_by_id_prefix_and_path() {
         assert_eq!(sb.run(&["tree", arg]).ok(), full, "{arg}");
     }
     assert_eq!(
-        sb.json(&["stats", "01950000-0000-7000-8000-000000000102"])["messageCount"],
+        sb.json(&["stats", "01950000-0000-7000-8000-000000000102"])["totalMessages"],
         2
     );
 
@@ -66,10 +66,21 @@ fn session_arguments_by_id_prefix_and_path() {
     let missing = sb.path("missing.jsonl");
     let err = sb.run(&["tree", s(&missing)]);
     assert!(err.fails(3, "not_found").contains(s(&missing)), "{err:#?}");
-    // A broken file is named with its line.
+    // An app file (the pi program's) opens as pi 1.6 opens it, the line it
+    // cannot use skipped.
+    let lenient = sb.write(
+        "lenient.jsonl",
+        &format!("{}\n[1]\n", tree_session().lines[0]),
+    );
+    assert_eq!(sb.run(&["tree", s(&lenient)]).ok(), "empty session\n");
+    // A broken SDK file (it holds a `leaf` entry) is named with its line.
     let broken = sb.write(
         "broken.jsonl",
-        &format!("{}\n[1]\n", tree_session().lines[0]),
+        &format!(
+            "{}\n[1]\n{}\n",
+            tree_session().lines[0],
+            r#"{"type":"leaf","id":"l1","parentId":null,"timestamp":"2025-01-01T00:00:00.000Z","targetId":null}"#
+        ),
     );
     let err = sb.run(&["tree", s(&broken)]);
     assert!(

@@ -161,15 +161,15 @@ fn ls_filters_and_pages() {
     assert_eq!(
         *row,
         json!({"id": "01950000-0000-7000-8000-000000000104", "createdAt": "2025-03-05T09:00:00.000Z",
-               "cwd": "/work/b", "name": "FTS ranking notes", "entries": 3, "messages": 2,
-               "cost": 0.25, "totalTokens": 520})
+               "lastActive": "2025-03-05T09:00:03.000Z", "cwd": "/work/b", "name": "FTS ranking notes", "entries": 3, "messages": 2,
+               "cost": 0.25, "totalTokens": 520, "contract": "app"})
     );
 
     let text = sb.run(&["ls", "--cwd", "/work/b"]);
     let expected = "\
-ID                                    CREATED                   ENTRIES    MSGS      COST  NAME                      CWD
-01950000-0000-7000-8000-000000000104  2025-03-05T09:00:00.000Z        3       2    0.2500  FTS ranking notes         /work/b
-01950000-0000-7000-8000-000000000102  2025-02-10T09:00:00.000Z        3       2    0.2500  SQLite tuning             /work/b
+ID                                    LAST ACTIVE               ENTRIES    MSGS      COST  RULES  NAME                      CWD
+01950000-0000-7000-8000-000000000104  2025-03-05T09:00:03.000Z        3       2    0.2500  app    FTS ranking notes         /work/b
+01950000-0000-7000-8000-000000000102  2025-02-10T09:00:03.000Z        3       2    0.2500  app    SQLite tuning             /work/b
 ";
     assert_eq!(text.ok(), expected);
 
@@ -453,23 +453,28 @@ compactionSummary: Hand-written parser in src/parser.rs; 12 tests pass.
     assert_eq!(
         st,
         json!({"messageCount": 26, "cachedTokens": 5200, "uncachedTokens": 2300,
-               "totalTokens": 7960, "costTotal": 3.75, "entries": 36})
+               "totalTokens": 7960, "costTotal": 3.75, "entries": 36, "contract": "sdk"})
     );
     assert_eq!(sb.json(&["stats", s(&path)]), st);
     assert_eq!(
         sb.run(&["stats", TREE_ID]).ok(),
-        "messages 26  tokens 7960 (cached 5200, uncached 2300)  cost $3.7500  entries 36\n"
+        "messages 26  tokens 7960 (cached 5200, uncached 2300)  cost $3.7500  entries 36  rules sdk\n"
     );
+    // The archive: usage by project from the usage facts.
     let all = sb.json(&["stats"]);
     assert_eq!(
         all,
-        json!({"sessions": 1, "entries": 36, "messageCount": 26, "cachedTokens": 5200,
-               "uncachedTokens": 2300, "totalTokens": 7960, "costTotal": 3.75,
-               "perCwd": [{"cwd": "/home/ada/tinyjson", "sessions": 1, "messages": 26, "cost": 3.75}]})
+        json!({"by": ["project"], "since": null, "until": null, "cwd": null,
+               "rows": [{"project": "/home/ada/tinyjson", "entries": 14, "input": 2300, "output": 460,
+                         "cacheRead": 5200, "cacheWrite": 0, "tokens": 7960, "cost": 3.75}],
+               "total": {"entries": 14, "input": 2300, "output": 460, "cacheRead": 5200,
+                         "cacheWrite": 0, "tokens": 7960, "cost": 3.75}})
     );
     assert_eq!(
         sb.run(&["stats"]).ok(),
-        "1 sessions, 36 entries, 26 messages, 7960 tokens, $3.7500\n     1 sessions       26 messages $    3.7500  /home/ada/tinyjson\n"
+        "PROJECT              ENTRIES          TOKENS          COST\n\
+         /home/ada/tinyjson        14            7960        3.7500\n\
+         TOTAL                     14            7960        3.7500\n"
     );
 }
 

@@ -75,8 +75,10 @@ fn import_real_pi_files_then_reimport_is_a_no_op() {
     );
     assert_eq!(ls["sessions"][0]["name"], Value::Null);
 
+    // An app session's statistics are pi 1.6's `getSessionStats`.
     let st = sb.json(&["stats", COMPACTION_ID]);
-    assert_eq!(st["messageCount"], 990);
+    assert_eq!(st["totalMessages"], 990);
+    assert_eq!(st["contract"], "app");
     assert_eq!(st["entries"], 1002);
     let total = sb.json(&["stats"]);
     assert_eq!(total["sessions"], 2);
@@ -244,7 +246,7 @@ fn appended_file_imports_only_the_new_lines() {
 }
 
 #[test]
-fn a_bad_file_is_reported_with_file_and_line_and_the_others_import() {
+fn a_line_pi_skips_is_kept_and_reported_with_file_and_line_and_a_file_without_header_fails() {
     let sb = Sandbox::new();
     let good_a = small_session(
         "01950000-0000-7000-8000-0000000000a1",
@@ -254,15 +256,8 @@ fn a_bad_file_is_reported_with_file_and_line_and_the_others_import() {
         None,
     )
     .save(&sb, "in");
-    let good_c = small_session(
-        "01950000-0000-7000-8000-0000000000c1",
-        "/p",
-        "2025-01-03T00:00:00.000Z",
-        "gamma",
-        None,
-    )
-    .save(&sb, "in");
-    // Line 3 (of 4) is not JSON; the file imports nothing.
+    // Line 3 (of 4) is not JSON: pi 1.6 skips it, and so does the import,
+    // keeping it verbatim.
     let mut bad = small_session(
         "01950000-0000-7000-8000-0000000000b1",
         "/p",
@@ -273,7 +268,7 @@ fn a_bad_file_is_reported_with_file_and_line_and_the_others_import() {
     bad.lines
         .insert(2, r#"{"type":"message","id":"oops","#.to_owned());
     let bad_path = bad.save(&sb, "in");
-    // A file whose first line is not a session header.
+    // A file whose first line is not a session header: pi throws too.
     let no_header = sb.write("in/--p--/notes.jsonl", "{\"hello\":1}\n");
 
     let r = sb.run(&["import", s(&sb.path("in"))]);
@@ -281,12 +276,12 @@ fn a_bad_file_is_reported_with_file_and_line_and_the_others_import() {
     let text = &r.stdout;
     assert!(
         text.starts_with(
-            "4 files: 2 imported, 0 appended, 0 unchanged, 0 already present, 2 failed\n"
+            "3 files: 2 imported, 0 appended, 0 unchanged, 0 already present, 1 failed\n"
         ),
         "{text}"
     );
     let line = format!(
-        "failed [invalid_entry]: Invalid JSONL session file {}: line 3 ",
+        "{}:3: kept verbatim, pi skips it: not valid JSON\n",
         bad_path.display()
     );
     assert!(text.contains(&line), "names file and line:\n{text}");
@@ -295,54 +290,55 @@ fn a_bad_file_is_reported_with_file_and_line_and_the_others_import() {
         no_header.display()
     );
     assert!(text.contains(&header), "{text}");
-
-    let ls = sb.json(&["ls"]);
-    let listed: Vec<&str> = ls["sessions"]
-        .as_array()
-        .expect("list")
-        .iter()
-        .map(|s| s["id"].as_str().expect("id"))
-        .collect();
+    assert!(good_a.exists());
+    // The archive answers without the line; export gives the file back.
     assert_eq!(
-        listed,
-        [
-            "01950000-0000-7000-8000-0000000000c1",
-            "01950000-0000-7000-8000-0000000000a1"
-        ]
+        sb.json(&["stats", "01950000-0000-7000-8000-0000000000b1"])["entries"],
+        json!(bad.lines.len() - 2)
     );
-    sb.run(&["tree", "01950000-0000-7000-8000-0000000000b1"])
-        .fails(3, "not_found");
-    assert!(good_a.exists() && good_c.exists());
+    let out = sb.path("out");
+    sb.run(&[
+        "export",
+        "01950000-0000-7000-8000-0000000000b1",
+        "--out",
+        s(&out),
+    ])
+    .ok();
+    let exported = find_jsonl(&out);
+    assert_eq!(
+        std::fs::read(&exported).expect("exported"),
+        std::fs::read(&bad_path).expect("source"),
+        "byte-identical"
+    );
 
-    // The same in JSON, the bad line's number given on its own.
+    // The same in JSON: each kept line with its file and line.
     let sb2 = Sandbox::new();
-    let r = sb2.run(&["--json", "import", s(&good_a), s(&bad_path), s(&good_c)]);
-    assert_eq!(r.status, 2);
-    let v = r.parse();
+    let v = sb2.import(&[&good_a, &bad_path]);
     assert_eq!(v["imported"], 2);
-    assert_eq!(v["failed"].as_array().map(Vec::len), Some(1));
-    let f = &v["failed"][0];
-    assert_eq!(f["file"], s(&bad_path));
-    assert_eq!(f["code"], "invalid_entry");
-    assert_eq!(f["line"], 3);
-    let msg = f["message"].as_str().expect("message");
-    assert!(
-        msg.starts_with(&format!(
-            "Invalid JSONL session file {}: line 3 ",
-            bad_path.display()
-        )),
-        "{msg}"
-    );
-
-    // Fixed, it imports; the others stay unchanged.
-    bad.lines.remove(2);
-    std::fs::write(&bad_path, bad.text()).expect("fix");
-    let v = sb2.import(&[&good_a, &bad_path, &good_c]);
-    assert_eq!(
-        (v["imported"].clone(), v["unchanged"].clone()),
-        (json!(1), json!(2))
-    );
+    let kept = v["keptLines"].as_array().expect("keptLines");
+    assert_eq!(kept.len(), 1, "{v}");
+    assert_eq!(kept[0]["file"], s(&bad_path));
+    assert_eq!(kept[0]["line"], 3);
+    assert_eq!(kept[0]["blank"], false);
     assert_eq!(sb2.json(&["check"])["ok"], true);
+}
+
+/// The one `.jsonl` file below `dir`.
+fn find_jsonl(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                found.push(p);
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.remove(0)
 }
 
 #[cfg(unix)]

@@ -109,6 +109,7 @@ impl Harness for Sqlite {
                 parent_session: None,
                 metadata: None,
                 header: header.json,
+                contract: sessiontree::Contract::Sdk,
             })
             .expect("create session")
     }
@@ -158,6 +159,7 @@ impl Harness for Postgres {
                 parent_session: None,
                 metadata: None,
                 header: header.json,
+                contract: sessiontree::Contract::Sdk,
             })
             .expect("create session")
     }

@@ -300,7 +300,15 @@ impl NativeArchive {
             let listed: Vec<Value> = archive
                 .list(&q)?
                 .iter()
-                .map(|s| metadata_json(&s.metadata))
+                .map(|s| {
+                    let mut m = metadata_json(&s.metadata);
+                    // The session's name (null without one), as `ls --json` gives it.
+                    m["name"] = s.name.as_ref().map_or(Value::Null, |n| {
+                        serde_json::from_str(n.json())
+                            .unwrap_or_else(|_| Value::String(n.to_string_lossy()))
+                    });
+                    m
+                })
                 .collect();
             Ok(Value::Array(listed).to_string())
         })

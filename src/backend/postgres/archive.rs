@@ -13,14 +13,15 @@ use crate::listing::{
     ArchiveTotals, ListQuery, NewSession, SearchFilter, SearchHit, SessionSummary,
 };
 use crate::search;
+use crate::usage::{UsageQuery, UsageRow};
 use ::postgres::{GenericClient, Transaction};
 
 /// Inserts a session row; `SessionExists` when the id is taken.
 fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> {
     let row = c
         .query_opt(
-            "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header, contract)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (id) DO NOTHING RETURNING session_key",
             &[
                 &new.id,
@@ -30,6 +31,7 @@ fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> 
                 &new.parent_session,
                 &new.metadata,
                 &new.header,
+                &new.contract.as_str(),
             ],
         )
         .map_err(pg("creating a session"))?;
@@ -124,9 +126,11 @@ impl PgArchive {
             .conn()?
             .query(
                 &format!(
-                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
+                    "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
+                            last_active_ms
                      FROM sessions WHERE {LIST_FILTER}
-                     ORDER BY created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
+                     ORDER BY coalesce(last_active_ms, created_ms) DESC NULLS LAST,
+                              created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
                 ),
                 &[&cwd, &under, &since, &name, &limit, &offset],
             )
@@ -138,6 +142,8 @@ impl PgArchive {
                     name: col::<Option<String>>(r, 5)?.map(stored_js_string),
                     entry_count: col(r, 6)?,
                     stats: stats_at(r, 7)?,
+                    contract: crate::backend::session_rows::contract_at(r, 12)?,
+                    last_active_ms: col(r, 13)?,
                 })
             })
             .collect()
@@ -154,6 +160,49 @@ impl PgArchive {
             )
             .map_err(pg("counting sessions"))?;
         Ok(u64::try_from(col::<i64>(&r, 0)?).unwrap_or(0))
+    }
+
+    /// Usage summed by session, UTC day and model from the maintained
+    /// `usage_facts` (each entry once across forks), no entry read.
+    pub fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+        let under = q
+            .cwd_under
+            .as_deref()
+            .map(|d| d.strip_suffix('/').filter(|d| !d.is_empty()).unwrap_or(d));
+        let rows = self
+            .conn()?
+            .query(
+                "WITH f AS (
+                   SELECT session_key, floor(at_ms / 86400000.0)::BIGINT AS day, model,
+                          count(*) AS n, sum(input) AS i, sum(output) AS o, sum(cache_read) AS cr,
+                          sum(cache_write) AS cw, sum(cost) AS c
+                     FROM usage_facts
+                    WHERE counted AND ($1::BIGINT IS NULL OR at_ms >= $1)
+                      AND ($2::BIGINT IS NULL OR at_ms < $2)
+                    GROUP BY session_key, day, model)
+                 SELECT s.id, s.cwd, f.day, f.model, f.n, f.i, f.o, f.cr, f.cw, f.c
+                   FROM f JOIN sessions s ON s.session_key = f.session_key
+                  WHERE ($3::TEXT IS NULL OR s.cwd = $3 OR left(s.cwd, length($3) + 1) = $3 || '/')
+                  ORDER BY f.day, s.id, f.model",
+                &[&q.since_ms, &q.until_ms, &under],
+            )
+            .map_err(pg("summing usage"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(UsageRow {
+                    session: col(r, 0)?,
+                    cwd: col(r, 1)?,
+                    day: col::<Option<i64>>(r, 2)?.unwrap_or(0),
+                    model: col(r, 3)?,
+                    entries: col(r, 4)?,
+                    input: col(r, 5)?,
+                    output: col(r, 6)?,
+                    cache_read: col(r, 7)?,
+                    cache_write: col(r, 8)?,
+                    cost: col(r, 9)?,
+                })
+            })
+            .collect()
     }
 
     /// Totals over every session, from the maintained session rows only (as
@@ -310,6 +359,39 @@ impl PgArchive {
         }
     }
 
+    /// Sets what a session's source says beside its entries: its contract,
+    /// the lines of its file pi skips and where the file ended without its
+    /// final `\n` (the team copy's are replaced, in one transaction: a sync
+    /// run again writes the same).
+    pub fn sync_session_extras(
+        &self,
+        id: &str,
+        contract: crate::contract::Contract,
+        kept: &crate::storage::KeptLines,
+    ) -> Result<()> {
+        let ctx = "syncing a session's kept lines";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key: i64 = tx
+            .query_opt(
+                "UPDATE sessions SET contract = $2, open_end = $3 WHERE id = $1 RETURNING session_key",
+                &[&id, &contract.as_str(), &kept.open_end],
+            )
+            .map_err(pg(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+            .and_then(|r| col(&r, 0))?;
+        tx.execute("DELETE FROM kept_lines WHERE session_key = $1", &[&key])
+            .map_err(pg(ctx))?;
+        for line in &kept.lines {
+            tx.execute(
+                "INSERT INTO kept_lines (session_key, position, text) VALUES ($1, $2, $3)",
+                &[&key, &line.position, &line.text],
+            )
+            .map_err(pg(ctx))?;
+        }
+        tx.commit().map_err(pg(ctx))
+    }
+
     /// The id and exact text of the entry at log position `seq` of session
     /// `id`, with the session's entry count: where a sync stands.
     pub fn sync_position(&self, id: &str) -> Result<(u64, Option<String>)> {
@@ -462,6 +544,51 @@ impl Page<'_> {
 /// Schema version 2: writes every searchable entry's row of `message_text`
 /// again (the migration's SQL emptied it), its words folded by the search
 /// rule, in the migration's transaction, a batch of entries at a time.
+/// Schema version 4: usage facts and last activity for the entries already
+/// stored, in each session's log order.
+pub(super) fn fill_usage_facts(tx: &mut Transaction<'_>) -> Result<()> {
+    let ctx = "recording usage of stored entries";
+    let select = tx
+        .prepare("SELECT session_key, json FROM entries ORDER BY session_key, seq")
+        .map_err(pg(ctx))?;
+    let portal = tx.bind(&select, &[]).map_err(pg(ctx))?;
+    let mut session: Option<i64> = None;
+    let mut facts = Vec::new();
+    let mut newest: Option<i64> = None;
+    loop {
+        let rows = tx.query_portal(&portal, 1000).map_err(pg(ctx))?;
+        for r in &rows {
+            let key: i64 = col(r, 0)?;
+            if session != Some(key) {
+                if let Some(done) = session {
+                    super::writer::insert_usage_facts(tx, done, &std::mem::take(&mut facts))?;
+                    if let Some(ms) = newest.take() {
+                        super::writer::write_last_active(tx, done, ms)?;
+                    }
+                }
+                session = Some(key);
+            }
+            let entry = Entry::from_checked_text(col(r, 1)?);
+            if let Some(fact) = crate::usage::usage_fact(&entry) {
+                facts.push(fact);
+            }
+            if let Some(ms) = crate::entry::timestamp_millis(&entry.facts().timestamp) {
+                newest = Some(newest.map_or(ms, |t| t.max(ms)));
+            }
+        }
+        if rows.is_empty() {
+            break;
+        }
+    }
+    if let Some(done) = session {
+        super::writer::insert_usage_facts(tx, done, &facts)?;
+        if let Some(ms) = newest {
+            super::writer::write_last_active(tx, done, ms)?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn reindex_words(tx: &mut Transaction<'_>) -> Result<()> {
     let ctx = "indexing message text for search";
     let types: Vec<&str> = [

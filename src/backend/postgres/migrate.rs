@@ -16,6 +16,14 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         include_str!("../../../schema/postgres/0002_search_rule.sql"),
         Some(archive::reindex_words),
     ),
+    (
+        include_str!("../../../schema/postgres/0003_contract.sql"),
+        None,
+    ),
+    (
+        include_str!("../../../schema/postgres/0004_usage_facts.sql"),
+        Some(archive::fill_usage_facts),
+    ),
 ];
 
 /// The advisory lock key that serializes migrations (any fixed number: only

@@ -69,6 +69,17 @@ impl PgStorage {
         }
         appender.push_all(&mut tx, entries)?;
         appender.finish(&mut tx)?;
+        if entries
+            .iter()
+            .any(|e| crate::contract::Contract::is_sdk_only_type(e.entry_type().as_str()))
+        {
+            // A session holding an SDK-only entry follows the SDK's rules.
+            tx.execute(
+                "UPDATE sessions SET contract = 'sdk' WHERE session_key = $1 AND contract <> 'sdk'",
+                &[&self.session_key],
+            )
+            .map_err(pg(ctx))?;
+        }
         tx.commit().map_err(pg("committing an append"))
     }
 
@@ -113,6 +124,45 @@ impl SessionStorage for PgStorage {
             )
             .map_err(pg("reading session metadata"))?;
         metadata_at(&r, 0)
+    }
+
+    fn contract(&self) -> Result<crate::contract::Contract> {
+        let r = self
+            .archive
+            .conn()?
+            .query_one(
+                "SELECT contract FROM sessions WHERE session_key = $1",
+                &[&self.session_key],
+            )
+            .map_err(pg("reading the session's contract"))?;
+        crate::backend::session_rows::contract_at(&r, 0)
+    }
+
+    fn kept_lines(&self) -> Result<crate::storage::KeptLines> {
+        let mut conn = self.archive.conn()?;
+        let open_end: Option<i64> = conn
+            .query_one(
+                "SELECT open_end FROM sessions WHERE session_key = $1",
+                &[&self.session_key],
+            )
+            .map_err(pg("reading kept lines"))
+            .and_then(|r| col(&r, 0))?;
+        let rows = conn
+            .query(
+                "SELECT position, text FROM kept_lines WHERE session_key = $1 ORDER BY position, kept_key",
+                &[&self.session_key],
+            )
+            .map_err(pg("reading kept lines"))?;
+        let lines = rows
+            .iter()
+            .map(|r| {
+                Ok(crate::storage::KeptLine {
+                    position: col(r, 0)?,
+                    text: col(r, 1)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(crate::storage::KeptLines { lines, open_end })
     }
 
     fn entry(&self, id: &str) -> Result<Option<Entry>> {

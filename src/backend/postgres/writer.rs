@@ -82,6 +82,10 @@ pub(super) struct Appender {
     words: WordRows,
     /// Ids of this write's entries the session already holds (read once per write).
     stored: HashSet<String>,
+    /// Usage facts waiting to be inserted.
+    usage: Vec<crate::usage::UsageFact>,
+    /// The newest timestamp (Unix ms) of the entries appended here.
+    last_active: Option<i64>,
 }
 
 /// Entry rows waiting to be inserted, a column each.
@@ -117,6 +121,8 @@ impl Appender {
             rows: EntryRows::default(),
             words: WordRows::default(),
             stored: HashSet::new(),
+            usage: Vec::new(),
+            last_active: None,
         })
     }
 
@@ -192,6 +198,12 @@ impl Appender {
                 .words
                 .push(index_words(&text, INDEXED_WORD_BYTES));
         }
+        if let Some(fact) = crate::usage::usage_fact(entry) {
+            self.usage.push(fact);
+        }
+        if let Some(ms) = crate::entry::timestamp_millis(&f.timestamp) {
+            self.last_active = Some(self.last_active.map_or(ms, |t| t.max(ms)));
+        }
         let _ = self.facts.push(entry);
         if self.rows.keys.len() >= INSERT_BATCH {
             self.insert_pending(c)?;
@@ -219,6 +231,7 @@ impl Appender {
             )
             .map_err(pg("indexing message text"))?;
         }
+        insert_usage_facts(c, self.key, &std::mem::take(&mut self.usage))?;
         self.pending.clear();
         Ok(())
     }
@@ -228,8 +241,61 @@ impl Appender {
         self.insert_pending(c)?;
         self.tail
             .flush(&mut branch_cache::PgCache::new(c, self.key))?;
-        write_session_facts(c, self.key, &self.facts)
+        write_session_facts(c, self.key, &self.facts)?;
+        match self.last_active {
+            Some(ms) => write_last_active(c, self.key, ms),
+            None => Ok(()),
+        }
     }
+}
+
+/// Records entries' usage (`usage_facts`), each counted unless another
+/// session holds the same entry (a fork's copy) already.
+pub(super) fn insert_usage_facts<C: GenericClient>(
+    c: &mut C,
+    key: i64,
+    facts: &[crate::usage::UsageFact],
+) -> Result<()> {
+    if facts.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&crate::usage::UsageFact) -> f64| facts.iter().map(f).collect::<Vec<f64>>();
+    let dedup: Vec<i64> = facts.iter().map(|f| f.dedup).collect();
+    let at: Vec<Option<i64>> = facts.iter().map(|f| f.at_ms).collect();
+    let model: Vec<&str> = facts.iter().map(|f| f.model.as_str()).collect();
+    c.execute(
+        "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
+                                  cache_read, cache_write, cost)
+         SELECT $1, u.dedup, NOT EXISTS (SELECT 1 FROM usage_facts x WHERE x.dedup = u.dedup),
+                coalesce(u.at_ms, (SELECT created_ms FROM sessions WHERE session_key = $1)),
+                u.model, u.i, u.o, u.cr, u.cw, u.c
+           FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::FLOAT8[], $6::FLOAT8[],
+                       $7::FLOAT8[], $8::FLOAT8[], $9::FLOAT8[])
+                AS u (dedup, at_ms, model, i, o, cr, cw, c)",
+        &[
+            &key,
+            &dedup,
+            &at,
+            &model,
+            &col(|f| f.input),
+            &col(|f| f.output),
+            &col(|f| f.cache_read),
+            &col(|f| f.cache_write),
+            &col(|f| f.cost),
+        ],
+    )
+    .map_err(pg("recording usage"))?;
+    Ok(())
+}
+
+/// Moves a session's last activity forward to `ms` (never back).
+pub(super) fn write_last_active<C: GenericClient>(c: &mut C, key: i64, ms: i64) -> Result<()> {
+    c.execute(
+        "UPDATE sessions SET last_active_ms = greatest(last_active_ms, $2) WHERE session_key = $1",
+        &[&key, &ms],
+    )
+    .map_err(pg("recording the last activity"))?;
+    Ok(())
 }
 
 /// The refusal of an entry whose id the session holds already.

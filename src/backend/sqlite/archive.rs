@@ -11,6 +11,7 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 use crate::search;
+use crate::usage::{UsageQuery, UsageRow};
 use rusqlite::{params, OptionalExtension};
 
 /// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,
@@ -181,9 +182,11 @@ impl Archive {
         let conn = self.conn()?;
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}
+                "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
+                        last_active_ms
                  FROM sessions WHERE {LIST_FILTER}
-                 ORDER BY created_ms DESC, session_key DESC LIMIT ?5 OFFSET ?6"
+                 ORDER BY coalesce(last_active_ms, created_ms) DESC, created_ms DESC, session_key DESC
+                 LIMIT ?5 OFFSET ?6"
             ))
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -196,6 +199,8 @@ impl Archive {
                     name: r.get::<_, Option<String>>(5)?.map(stored_js_string),
                     entry_count: r.get(6)?,
                     stats: rows::stats_at(r, 7)?,
+                    contract: crate::backend::session_rows::contract_at(r, 12)?,
+                    last_active_ms: r.get(13)?,
                 })
             })
             .and_then(Iterator::collect)
@@ -215,6 +220,50 @@ impl Archive {
             })
             .map(|n| u64::try_from(n).unwrap_or(0))
             .map_err(sql("counting sessions"))
+    }
+
+    /// Usage summed by session, UTC day and model from the maintained
+    /// `usage_facts` (each entry once across forks), no entry read.
+    pub fn usage(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+        let conn = self.conn()?;
+        let under = q
+            .cwd_under
+            .as_deref()
+            .map(|d| d.strip_suffix('/').filter(|d| !d.is_empty()).unwrap_or(d));
+        let mut st = conn
+            .prepare_cached(
+                "WITH f AS (
+                   SELECT session_key, at_ms / 86400000 - (at_ms % 86400000 < 0) AS day, model,
+                          count(*) AS n, sum(input) AS i, sum(output) AS o, sum(cache_read) AS cr,
+                          sum(cache_write) AS cw, sum(cost) AS c
+                     FROM usage_facts
+                    WHERE counted = 1 AND (?1 IS NULL OR at_ms >= ?1) AND (?2 IS NULL OR at_ms < ?2)
+                    GROUP BY session_key, day, model)
+                 SELECT s.id, s.cwd, f.day, f.model, f.n, f.i, f.o, f.cr, f.cw, f.c
+                   FROM f JOIN sessions s ON s.session_key = f.session_key
+                  WHERE s.staged_from IS NULL
+                    AND (?3 IS NULL OR s.cwd = ?3 OR substr(s.cwd, 1, length(?3) + 1) = ?3 || '/')
+                  ORDER BY f.day, s.id, f.model",
+            )
+            .map_err(sql("summing usage"))?;
+        let rows = st
+            .query_map(params![q.since_ms, q.until_ms, under], |r| {
+                Ok(UsageRow {
+                    session: r.get(0)?,
+                    cwd: r.get(1)?,
+                    day: r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                    model: r.get(3)?,
+                    entries: r.get(4)?,
+                    input: r.get(5)?,
+                    output: r.get(6)?,
+                    cache_read: r.get(7)?,
+                    cache_write: r.get(8)?,
+                    cost: r.get(9)?,
+                })
+            })
+            .and_then(Iterator::collect)
+            .map_err(sql("summing usage"));
+        rows
     }
 
     /// Totals over every session, from the maintained session rows only.

@@ -7,6 +7,7 @@ use super::writer::{session_facts, Appender, SessionFacts};
 use super::{branch_cache, claim};
 use crate::backend::path_memo::{PathMemo, PathSource};
 use crate::backend::session_rows::stored_js_string;
+use crate::contract::Contract;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
@@ -91,6 +92,17 @@ impl SqliteStorage {
             }
             let untrained = appender.dictionary_id().is_none();
             appender.finish(&tx)?;
+            if entries
+                .iter()
+                .any(|e| Contract::is_sdk_only_type(e.entry_type().as_str()))
+            {
+                // A session holding an SDK-only entry follows the SDK's rules.
+                tx.prepare_cached(
+                    "UPDATE sessions SET contract = 'sdk' WHERE session_key = ?1 AND contract <> 'sdk'",
+                )
+                .and_then(|mut st| st.execute([self.session_key]))
+                .map_err(sql("recording the session's contract"))?;
+            }
             tx.commit().map_err(sql("committing an append"))?;
             untrained
         };
@@ -140,6 +152,41 @@ impl SessionStorage for SqliteStorage {
         ))
         .and_then(|mut s| s.query_row([self.session_key], |r| rows::metadata_at(r, 0)))
         .map_err(sql("reading session metadata"))
+    }
+
+    fn contract(&self) -> Result<crate::contract::Contract> {
+        let conn = self.archive.conn()?;
+        conn.prepare_cached("SELECT contract FROM sessions WHERE session_key = ?1")
+            .and_then(|mut s| {
+                s.query_row([self.session_key], |r| {
+                    crate::backend::session_rows::contract_at(r, 0)
+                })
+            })
+            .map_err(sql("reading the session's contract"))
+    }
+
+    fn kept_lines(&self) -> Result<crate::storage::KeptLines> {
+        let conn = self.archive.conn()?;
+        let open_end: Option<i64> = conn
+            .prepare_cached("SELECT open_end FROM sessions WHERE session_key = ?1")
+            .and_then(|mut s| s.query_row([self.session_key], |r| r.get(0)))
+            .map_err(sql("reading kept lines"))?;
+        let lines = conn
+            .prepare_cached(
+                "SELECT position, text FROM kept_lines WHERE session_key = ?1
+                 ORDER BY position, kept_key",
+            )
+            .and_then(|mut s| {
+                s.query_map([self.session_key], |r| {
+                    Ok(crate::storage::KeptLine {
+                        position: r.get(0)?,
+                        text: r.get(1)?,
+                    })
+                })
+                .and_then(Iterator::collect)
+            })
+            .map_err(sql("reading kept lines"))?;
+        Ok(crate::storage::KeptLines { lines, open_end })
     }
 
     /// Through the handle's decoded-entry cache, as a path read goes.

@@ -30,8 +30,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
         return Err(Error::SessionExists(new.id.clone()));
     }
     tx.execute(
-        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO sessions (id, created_at, created_ms, cwd, parent_session, metadata, header, contract)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             new.id,
             new.created_at,
@@ -39,7 +39,8 @@ pub(super) fn insert_session(tx: &Transaction, new: &NewSession) -> Result<i64> 
             new.cwd,
             new.parent_session,
             new.metadata,
-            new.header
+            new.header,
+            new.contract.as_str()
         ],
     )
     .map_err(sql("creating a session"))?;
@@ -123,6 +124,52 @@ pub(in crate::backend::sqlite) fn write_session_facts(
     Ok(())
 }
 
+/// Records one entry's usage (`usage_facts`), counted unless another
+/// session holds the same entry (a fork's copy) already.
+pub(in crate::backend::sqlite) fn insert_usage_fact(
+    tx: &Connection,
+    key: i64,
+    fact: &crate::usage::UsageFact,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
+                                  cache_read, cache_write, cost)
+         VALUES (?1, ?2, NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
+                 coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1)),
+                 ?4, ?5, ?6, ?7, ?8, ?9)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            key,
+            fact.dedup,
+            fact.at_ms,
+            fact.model,
+            fact.input,
+            fact.output,
+            fact.cache_read,
+            fact.cache_write,
+            fact.cost
+        ])
+    })
+    .map_err(sql("recording usage"))?;
+    Ok(())
+}
+
+/// Moves a session's last activity forward to `ms` (never back).
+pub(in crate::backend::sqlite) fn write_last_active(
+    tx: &Connection,
+    key: i64,
+    ms: i64,
+) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE sessions SET last_active_ms = max(coalesce(last_active_ms, ?2), ?2)
+          WHERE session_key = ?1",
+    )
+    .and_then(|mut st| st.execute(params![key, ms]))
+    .map_err(sql("recording the last activity"))?;
+    Ok(())
+}
+
 /// A failed entry insert: `invalid_entry` when the session already holds an
 /// entry with this id (asked of the table, not read from SQLite's message),
 /// else the SQLite error.
@@ -161,6 +208,8 @@ pub(super) struct Appender {
     encoder: Encoder,
     /// `roles` rows looked up or added in this transaction (a handful).
     role_ids: Vec<(String, i64)>,
+    /// The newest timestamp (Unix ms) of the entries appended here.
+    last_active: Option<i64>,
 }
 
 /// Search text buffered before it is written (bounds import memory).
@@ -239,6 +288,7 @@ impl Appender {
             tail: branch_cache::OpenTail::default(),
             encoder: codec.encoder(tx)?,
             role_ids: Vec::new(),
+            last_active: None,
         })
     }
 
@@ -346,6 +396,12 @@ impl Appender {
                 self.pending.flush(tx)?;
             }
         }
+        if let Some(fact) = crate::usage::usage_fact(entry) {
+            insert_usage_fact(tx, self.key, &fact)?;
+        }
+        if let Some(ms) = crate::entry::timestamp_millis(&f.timestamp) {
+            self.last_active = Some(self.last_active.map_or(ms, |t| t.max(ms)));
+        }
         // The label change is already in the table; the rest of the fold is kept here.
         let _ = self.facts.push(entry);
         Ok(())
@@ -361,6 +417,9 @@ impl Appender {
         self.tail
             .flush(&mut branch_cache::SqliteCache::new(tx, self.key))?;
         write_session_facts(tx, self.key, &self.facts)?;
+        if let Some(ms) = self.last_active {
+            write_last_active(tx, self.key, ms)?;
+        }
         Ok(self.pending)
     }
 }
@@ -707,6 +766,55 @@ impl SessionWriter<'_> {
             )
             .map_err(sql("recording an import"))?;
         Ok(())
+    }
+
+    /// Keeps lines of the session's file that pi skips, verbatim, each
+    /// `position` entries into the session's log (`-1`: before the header).
+    pub fn keep_lines(&mut self, lines: &[crate::storage::KeptLine]) -> Result<()> {
+        let key = self.open_key()?;
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO kept_lines (session_key, position, text) VALUES (?1, ?2, ?3)",
+            )
+            .map_err(sql("keeping a skipped line"))?;
+        for line in lines {
+            st.execute(params![key, line.position, line.text])
+                .map_err(sql("keeping a skipped line"))?;
+        }
+        Ok(())
+    }
+
+    /// Records that the session's file ended without its final `\n` after
+    /// `entries` entries (`None`: it ended with one).
+    pub fn set_open_end(&mut self, entries: Option<i64>) -> Result<()> {
+        let key = self.open_key()?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET open_end = ?2 WHERE session_key = ?1",
+                params![key, entries],
+            )
+            .map_err(sql("recording the file's end"))?;
+        Ok(())
+    }
+
+    /// Sets whose rules the session being written follows.
+    pub fn set_contract(&mut self, contract: crate::contract::Contract) -> Result<()> {
+        let key = self.open_key()?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET contract = ?2 WHERE session_key = ?1",
+                params![key, contract.as_str()],
+            )
+            .map_err(sql("recording the session's contract"))?;
+        Ok(())
+    }
+
+    /// The key of the session being written.
+    fn open_key(&self) -> Result<i64> {
+        self.appender.as_ref().map(|a| a.key).ok_or_else(|| {
+            Error::Unknown("a session's lines were written before the session".into())
+        })
     }
 
     /// Appends one entry to the new session.

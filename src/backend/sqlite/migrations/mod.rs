@@ -5,6 +5,7 @@
 //! in a module of its own here, named after its schema file.
 
 mod v10_role_in_entries;
+mod v14_usage_facts;
 mod v4_exact_facts;
 mod v5_branch_cache_v2;
 mod v6_compact_archive;
@@ -87,6 +88,14 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         sql: include_str!("../../../../schema/0012_wide_prefix_hash.sql"),
         rewrite: None,
+    },
+    Migration {
+        sql: include_str!("../../../../schema/0013_contract.sql"),
+        rewrite: None,
+    },
+    Migration {
+        sql: include_str!("../../../../schema/0014_usage_facts.sql"),
+        rewrite: Some(v14_usage_facts::fill_usage_facts),
     },
 ];
 
@@ -173,7 +182,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 12;
+pub const FRESH_SCHEMA_VERSION: i64 = 14;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step

@@ -5,6 +5,12 @@
 //! `{"id": …, "ok": true, "value": …}` or
 //! `{"id": …, "ok": false, "error": {"code": "…", "message": "…"}}`.
 //! Values are pi-shaped JSON; entries are returned as their exact text.
+//!
+//! This module serves the SDK contract (pi-agent-core 0.83.0's
+//! `SessionStorage` and `Session`); [`app`] serves the app contract (pi
+//! 1.6.0's `SessionManager`) over the same line protocol.
+
+pub mod app;
 
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -285,13 +291,17 @@ pub fn call<S: SessionStorage>(
 }
 
 /// An answer: the value as JSON text, or the error's code and message.
-type Answer = std::result::Result<String, (&'static str, String)>;
+pub(crate) type Answer = std::result::Result<String, (&'static str, String)>;
 
-fn answer(result: Result<String>) -> Answer {
+pub(crate) fn answer(result: Result<String>) -> Answer {
     result.map_err(|e| (e.code().as_str(), e.to_string()))
 }
 
-fn respond(out: &mut impl Write, id: Option<&RawValue>, result: &Answer) -> std::io::Result<()> {
+pub(crate) fn respond(
+    out: &mut impl Write,
+    id: Option<&RawValue>,
+    result: &Answer,
+) -> std::io::Result<()> {
     let mut w = ObjectWriter::new();
     w.raw("id", id.map_or("null", RawValue::get));
     match result {
@@ -313,7 +323,7 @@ fn respond(out: &mut impl Write, id: Option<&RawValue>, result: &Answer) -> std:
 /// storage failure before the first entry is an ordinary error answer; one
 /// after it ends the broken line early, followed by an error answer under the
 /// same id.
-fn respond_with_entries(
+pub(crate) fn respond_with_entries(
     out: &mut impl Write,
     id: Option<&RawValue>,
     visit: impl FnOnce(&mut dyn FnMut(String) -> Result<()>) -> Result<()>,

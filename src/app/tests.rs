@@ -1,0 +1,408 @@
+//! The app contract checked against answers pi-coding-agent 1.6.0 itself
+//! gave (`testdata/*.pi.*`, recorded by running pi's `SessionManager` under
+//! Node 22 on the same session and requests), and the bounds of its reads.
+
+use super::value::JsValue;
+use super::AppSession;
+use crate::backend::memory::MemoryStorage;
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::rpc::app::AppRpc;
+use crate::skeleton::SkeletonItem;
+use crate::storage::{SessionMetadata, SessionStorage};
+use std::cell::Cell;
+
+const H1: &str = include_str!("testdata/h1.jsonl");
+
+/// A memory session from JSONL text (header first), ids as in the file.
+fn load(text: &str) -> MemoryStorage {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header = JsValue::parse(lines.next().expect("a header")).expect("json");
+    let meta = SessionMetadata {
+        id: header
+            .get("id")
+            .and_then(JsValue::as_js_str)
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default(),
+        created_at: "2026-01-01T00:00:00.000Z".into(),
+        cwd: Some("/tmp".into()),
+        ..SessionMetadata::default()
+    };
+    MemoryStorage::loaded(
+        meta,
+        lines.map(|l| Entry::from_stored_line(l).expect("a valid line")),
+    )
+}
+
+/// Runs request lines through [`AppRpc::call`]: (request id, answer) pairs,
+/// an answer being `Ok(value)` or `Err(message)`.
+fn run<S: SessionStorage>(
+    rpc: &mut AppRpc<S>,
+    requests: &str,
+) -> Vec<(String, Result<JsValue, String>)> {
+    requests
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let req = JsValue::parse(line).expect("a request");
+            let id = req.get("id").map(JsValue::to_json).unwrap_or_default();
+            let method = req
+                .get("method")
+                .and_then(JsValue::as_js_str)
+                .expect("method");
+            let params = req.get("params").map(JsValue::to_json).unwrap_or_default();
+            let answer = rpc
+                .call(&method.to_string_lossy(), &params)
+                .map(|text| JsValue::parse(&text).expect("an answer is JSON"))
+                .map_err(|e| e.to_string());
+            (id, answer)
+        })
+        .collect()
+}
+
+/// pi's recorded answers (`{"id","ok","value"}` / `{"id","ok":false,"error":{"message"}}` lines).
+fn recorded(text: &str) -> Vec<(String, Result<JsValue, String>)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let a = JsValue::parse(line).expect("json");
+            let id = a.get("id").map(JsValue::to_json).unwrap_or_default();
+            let answer = if a.get("ok") == Some(&JsValue::Bool(true)) {
+                Ok(a.get("value").cloned().unwrap_or(JsValue::Null))
+            } else {
+                Err(a
+                    .get("error")
+                    .and_then(|e| e.get("message"))
+                    .and_then(JsValue::as_js_str)
+                    .map(|s| s.to_string_lossy())
+                    .unwrap_or_default())
+            };
+            (id, answer)
+        })
+        .collect()
+}
+
+/// Replaces what differs from run to run in writes: new ids (numbered in the
+/// order the answers hand them out), timestamps and times of today.
+fn normalize(answers: &mut [(String, Result<JsValue, String>)]) {
+    let mut ids: Vec<String> = Vec::new();
+    for (_, a) in answers.iter() {
+        let id = match a {
+            Ok(JsValue::String(s)) if s.to_string_lossy().len() == 8 => Some(s.to_string_lossy()),
+            Ok(v @ JsValue::Object(_)) if v.get("type").is_some_and(|t| t.is_str("usage")) => v
+                .get("id")
+                .and_then(JsValue::as_js_str)
+                .map(|s| s.to_string_lossy()),
+            _ => None,
+        };
+        if let Some(id) = id.filter(|id| !ids.contains(id)) {
+            ids.push(id);
+        }
+    }
+    let recent = (chrono::Utc::now().timestamp_millis() - 86_400_000) as f64;
+    fn walk(v: &mut JsValue, ids: &[String], recent: f64) {
+        match v {
+            JsValue::String(s) => {
+                let text = s.to_string_lossy();
+                if let Some(n) = ids.iter().position(|i| *i == text) {
+                    *v = JsValue::str(&format!("#{n}"));
+                } else if text.len() == 24
+                    && text.ends_with('Z')
+                    && !text.starts_with("2026-01-01T")
+                    && crate::entry::timestamp_millis(&text).is_some()
+                {
+                    *v = JsValue::str("TS");
+                }
+            }
+            JsValue::Number(x) if *x > recent => *v = JsValue::str("MS"),
+            JsValue::Array(items) => items.iter_mut().for_each(|i| walk(i, ids, recent)),
+            JsValue::Object(members) => members.iter_mut().for_each(|(_, m)| walk(m, ids, recent)),
+            _ => {}
+        }
+    }
+    for (_, a) in answers.iter_mut() {
+        if let Ok(v) = a {
+            walk(v, &ids, recent);
+        }
+    }
+}
+
+fn assert_same(
+    ours: &[(String, Result<JsValue, String>)],
+    pi: &[(String, Result<JsValue, String>)],
+) {
+    assert_eq!(ours.len(), pi.len());
+    for (o, p) in ours.iter().zip(pi) {
+        assert_eq!(o.0, p.0);
+        match (&o.1, &p.1) {
+            (Ok(a), Ok(b)) => assert!(
+                a == b,
+                "request {}:\n ours {}\n pi   {}",
+                o.0,
+                a.to_json(),
+                b.to_json()
+            ),
+            (a, b) => assert_eq!(a, b, "request {}", o.0),
+        }
+    }
+}
+
+/// Context edits, compactions with `systemMessage` and model changes before
+/// them, branch summaries, labels with spaces, duplicate ids, missing
+/// parents, self-parents, invalid dates, `content: null`, 17-digit costs,
+/// numeric strings in usage, lone surrogates: every read as pi 1.6 answers.
+#[test]
+fn reads_answer_as_pi_does() {
+    let mut rpc = AppRpc::new(AppSession::open(load(H1)).unwrap(), "h1".into());
+    let ours = run(&mut rpc, include_str!("testdata/h1.reads.jsonl"));
+    assert_same(&ours, &recorded(include_str!("testdata/h1.reads.pi.jsonl")));
+}
+
+/// Every writer (entries' shapes and key order, validations and pi's
+/// messages), `branchWithSummary` to an entry and to a new root, label
+/// set/clear, and reads after them, as pi 1.6 answers.
+#[test]
+fn writes_answer_as_pi_does() {
+    let mut rpc = AppRpc::new(AppSession::open(load(H1)).unwrap(), "h1".into());
+    let mut ours = run(&mut rpc, include_str!("testdata/h1.writes.jsonl"));
+    let mut pi = recorded(include_str!("testdata/h1.writes.pi.jsonl"));
+    normalize(&mut ours);
+    normalize(&mut pi);
+    assert_same(&ours, &pi);
+}
+
+/// The same LCG as the script that made the session pi sorted.
+fn lcg(x: &mut u64) -> u64 {
+    *x = x
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    *x >> 33
+}
+
+/// getTree sorts children by `new Date(..).getTime()` differences, NaN for
+/// invalid dates: the order is V8's TimSort's (runs, merges, galloping),
+/// recorded from pi for lists of 64 to 1,000 children.
+#[test]
+fn tree_children_are_sorted_as_v8_sorts_them() {
+    let mut x = 42u64;
+    let mut lines = vec![
+        r#"{"type":"session","version":3,"id":"h5","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/tmp"}"#.to_owned(),
+        r#"{"type":"custom","customType":"r","id":"root","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z"}"#.to_owned(),
+    ];
+    for (g, (count, thr)) in [(64, 300), (100, 100), (300, 50), (700, 500), (1000, 20)]
+        .into_iter()
+        .enumerate()
+    {
+        lines.push(format!(r#"{{"type":"custom","customType":"g","id":"g{g}","parentId":"root","timestamp":"2026-01-01T00:00:0{g}.000Z"}}"#));
+        for i in 0..count {
+            let ts = if lcg(&mut x) % 1000 < thr {
+                "bad".to_owned()
+            } else {
+                let mi = lcg(&mut x) % 4;
+                let se = lcg(&mut x) % 60;
+                format!("2026-01-01T00:{mi:02}:{se:02}.000Z")
+            };
+            lines.push(format!(r#"{{"type":"custom","customType":"c","id":"g{g}_{i}","parentId":"g{g}","timestamp":"{ts}"}}"#));
+        }
+    }
+    let session = AppSession::open(load(&lines.join("\n"))).unwrap();
+    let tree = session.tree().unwrap();
+    assert_eq!(tree.len(), 1);
+    let ours: Vec<String> = tree[0]
+        .children
+        .iter()
+        .map(|g| {
+            let order: Vec<&str> = g
+                .children
+                .iter()
+                .map(|c| c.entry.id().split('_').nth(1).unwrap())
+                .collect();
+            format!("{}: {}", g.entry.id(), order.join(" "))
+        })
+        .collect();
+    let pi: Vec<&str> = include_str!("testdata/v8sort.pi.txt").lines().collect();
+    assert_eq!(ours, pi);
+}
+
+/// A memory store that counts the reads the app makes of it: the store's
+/// path walk is delegated whole (as a store with a branch cache answers it).
+struct Counting {
+    inner: MemoryStorage,
+    walks: Cell<usize>,
+    lookups: Cell<usize>,
+    scans: Cell<usize>,
+}
+
+impl SessionStorage for Counting {
+    fn metadata(&self) -> Result<SessionMetadata> {
+        self.inner.metadata()
+    }
+    fn stored_leaf_id(&self) -> Result<Option<String>> {
+        self.inner.stored_leaf_id()
+    }
+    fn append_entry(&mut self, entry: Entry) -> Result<()> {
+        self.inner.append_entry(entry)
+    }
+    fn entry(&self, id: &str) -> Result<Option<Entry>> {
+        self.lookups.set(self.lookups.get() + 1);
+        self.inner.entry(id)
+    }
+    fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
+        self.scans.set(self.scans.get() + 1);
+        self.inner.find_entries(entry_type)
+    }
+    fn label(&self, id: &str) -> Result<Option<crate::json::JsString>> {
+        self.inner.label(id)
+    }
+    fn session_name(&self) -> Result<Option<crate::json::JsString>> {
+        self.inner.session_name()
+    }
+    fn session_stats(&self) -> Result<crate::rules::SessionStats> {
+        self.scans.set(self.scans.get() + 1);
+        self.inner.session_stats()
+    }
+    fn entries(&self, after: usize, limit: Option<usize>) -> Result<Vec<Entry>> {
+        if limit != Some(1) {
+            self.scans.set(self.scans.get() + 1);
+        }
+        self.inner.entries(after, limit)
+    }
+    fn entry_count(&self) -> Result<usize> {
+        self.inner.entry_count()
+    }
+    fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
+        self.walks.set(self.walks.get() + 1);
+        self.inner.path_to_root_or_compaction(id)
+    }
+    fn visit_skeleton(&self, sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>) -> Result<()> {
+        self.scans.set(self.scans.get() + 1);
+        self.inner.visit_skeleton(sink)
+    }
+}
+
+/// Branch and context reads are chained cached walks, one per compaction
+/// on the path, plus a lookup per walk: counted, not timed, on a 20,000-entry
+/// chain with 200 compactions and a side branch of 5,000 entries.
+#[test]
+fn branch_and_context_reads_keep_the_bounds() {
+    let mut entries = Vec::new();
+    let mut parent: Option<String> = None;
+    let ts = "2026-01-01T00:00:00.000Z";
+    let push = |entries: &mut Vec<Entry>, text: String| {
+        entries.push(Entry::from_json(&text).unwrap());
+    };
+    for i in 0..20_000 {
+        let id = format!("e{i}");
+        let p = parent
+            .as_deref()
+            .map_or("null".to_owned(), |p| format!("\"{p}\""));
+        let text = if i % 100 == 99 {
+            format!(
+                r#"{{"type":"compaction","id":"{id}","parentId":{p},"timestamp":"{ts}","summary":"s{i}","firstKeptEntryId":"e{}","tokensBefore":1}}"#,
+                i - 50
+            )
+        } else {
+            format!(
+                r#"{{"type":"message","id":"{id}","parentId":{p},"timestamp":"{ts}","message":{{"role":"user","content":"m{i}","timestamp":1}}}}"#
+            )
+        };
+        push(&mut entries, text);
+        parent = Some(id);
+    }
+    // A side branch from the middle, appended after the main chain.
+    let mut side_parent = "e10000".to_owned();
+    for i in 0..5_000 {
+        let id = format!("s{i}");
+        push(
+            &mut entries,
+            format!(
+                r#"{{"type":"message","id":"{id}","parentId":"{side_parent}","timestamp":"{ts}","message":{{"role":"user","content":"x","timestamp":1}}}}"#
+            ),
+        );
+        side_parent = id;
+    }
+    let store = Counting {
+        inner: MemoryStorage::loaded(SessionMetadata::default(), entries),
+        walks: Cell::new(0),
+        lookups: Cell::new(0),
+        scans: Cell::new(0),
+    };
+    let mut app = AppSession::open(store).unwrap();
+    assert_eq!(
+        app.storage().scans.get(),
+        0,
+        "open reads the last entry only"
+    );
+    assert_eq!(app.leaf_id(), Some("s4999"));
+    app.branch_to("e19999").unwrap();
+    let st = app.storage();
+    st.walks.set(0);
+    st.lookups.set(0);
+    let path = app.branch(None).unwrap();
+    assert_eq!(
+        path.len(),
+        20_000,
+        "the whole path, never cut at a compaction"
+    );
+    assert_eq!(path[0].id(), "e0");
+    assert!(st.walks.get() <= 201, "{} walks", st.walks.get());
+    assert!(st.lookups.get() <= 2 * 201, "{} lookups", st.lookups.get());
+    assert_eq!(st.scans.get(), 0);
+    st.walks.set(0);
+    let ctx = app.session_context().unwrap();
+    // The latest compaction's summary, then the 50 kept entries.
+    assert_eq!(ctx.messages.len(), 1 + 50);
+    assert!(st.walks.get() <= 201);
+    assert_eq!(st.scans.get(), 0, "the context reads no more than the path");
+    // The side branch: its path joins the main chain's below e10000.
+    let side = app.branch(Some("s4999")).unwrap();
+    assert_eq!(side.len(), 10_001 + 5_000);
+    assert_eq!(st.scans.get(), 0);
+}
+
+/// A chain deeper than any stack: the path, the tree and its JSON are
+/// built without recursion.
+#[test]
+fn deep_chains_need_no_recursion() {
+    let n = 100_000;
+    let ts = "2026-01-01T00:00:00.000Z";
+    let entries = (0..n).map(|i| {
+        let p = if i == 0 {
+            "null".to_owned()
+        } else {
+            format!("\"c{}\"", i - 1)
+        };
+        Entry::from_json(&format!(
+            r#"{{"type":"custom","customType":"x","id":"c{i}","parentId":{p},"timestamp":"{ts}"}}"#
+        ))
+        .unwrap()
+    });
+    let app = AppSession::open(MemoryStorage::loaded(SessionMetadata::default(), entries)).unwrap();
+    assert_eq!(app.branch(None).unwrap().len(), n);
+    let json = app.tree_json_text().unwrap();
+    assert!(json.starts_with(r#"[{"entry":{"type":"custom","customType":"x","id":"c0""#));
+    assert_eq!(json.matches("\"children\":[").count(), n);
+    let tree = app.tree().unwrap();
+    let mut depth = 0;
+    let mut node = &tree[0];
+    while let Some(c) = node.children.first() {
+        node = c;
+        depth += 1;
+    }
+    assert_eq!(depth, n - 1);
+    std::mem::forget(tree); // a 100,000-deep drop would recurse
+}
+
+/// Ids as pi's `generateId` makes them: 8 hex characters (the head of a
+/// version 4 UUID), retried on collision, a full UUID after 100 tries.
+#[test]
+fn ids_are_pi_shaped() {
+    let id = super::new_app_entry_id(|_| Ok(false)).unwrap();
+    assert_eq!(id.len(), 8);
+    assert!(id
+        .bytes()
+        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    let full = super::new_app_entry_id(|_| Ok(true)).unwrap();
+    assert_eq!(full.len(), 36);
+    assert_eq!(&full[14..15], "4", "a version 4 UUID");
+}
