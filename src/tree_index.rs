@@ -191,6 +191,44 @@ impl Index {
         Ok(idx)
     }
 
+    /// The shape of an active path read alone, without the rest of the
+    /// tree: `ids` root side first, each the child of the one before, all on
+    /// the active path, the last the leaf if `leaf`. (`browse` draws a
+    /// session's leaf from it before the whole shape is read; a repeated id
+    /// ends the chain.)
+    pub fn chain(ids: &[&str], leaf: bool) -> Result<Index> {
+        let mut idx = Index {
+            ids: Ids::new(),
+            parent: Vec::new(),
+            pos: Vec::new(),
+            flags: Vec::new(),
+            size: Vec::new(),
+            child_start: Vec::new(),
+            children: Vec::new(),
+            roots: Vec::new(),
+            leaf: NONE,
+            entries: 0,
+        };
+        let mut prev = NONE;
+        for (i, id) in ids.iter().enumerate() {
+            if idx.ids.find(id).is_some() {
+                break;
+            }
+            let n = idx.node(id)?;
+            idx.pos[n as usize] = u32::try_from(i).unwrap_or(NONE - 1);
+            idx.parent[n as usize] = prev;
+            idx.flags[n as usize] = PRESENT | ACTIVE;
+            idx.entries += 1;
+            prev = n;
+        }
+        if leaf && prev != NONE {
+            idx.leaf = prev;
+            idx.flags[prev as usize] |= LEAF;
+        }
+        idx.link();
+        Ok(idx)
+    }
+
     /// The id of node `n`.
     pub fn id(&self, n: u32) -> &str {
         self.ids.get(n)
@@ -485,6 +523,23 @@ mod tests {
             "a parent only named is none"
         );
         assert_eq!(idx.entries(), 2);
+    }
+
+    #[test]
+    fn a_chain_is_one_active_path_ending_at_the_leaf() {
+        let idx = Index::chain(&["a", "b", "c", "b"], true).unwrap();
+        assert_eq!(idx.entries(), 3, "a repeated id ends the chain");
+        let (a, b, c) = (
+            idx.find("a").unwrap(),
+            idx.find("b").unwrap(),
+            idx.find("c").unwrap(),
+        );
+        assert_eq!(idx.roots(), &[a]);
+        assert_eq!((idx.parent(b), idx.parent(c)), (a, b));
+        assert_eq!(idx.leaf(), c);
+        assert!(idx.has(c, LEAF) && idx.has(a, ACTIVE) && !idx.has(a, LEAF));
+        assert_eq!(idx.entries_under(&[b]), 2);
+        assert_eq!(Index::chain(&[], true).unwrap().leaf(), NONE);
     }
 
     #[test]

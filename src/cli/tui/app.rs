@@ -127,12 +127,13 @@ pub struct App {
     pub body_rows: usize,
     /// Columns of the screen.
     pub columns: usize,
-    /// A session being read on another thread, to open its tree when
-    /// read (a very large session's shape takes a while; the list stays live).
+    /// The whole shape of the open tree's session, being read on another
+    /// thread (a very large session's takes a while): the tree shows a
+    /// window of its active path meanwhile.
     pub opening: Option<Opening>,
 }
 
-/// A session being read to open.
+/// A session's whole shape being read, for the tree open over a window of it.
 pub struct Opening {
     /// Its id.
     pub id: String,
@@ -267,7 +268,6 @@ impl App {
     fn list_key(&mut self, key: Key, page: isize) -> Result<()> {
         let archive = Arc::clone(&self.archive);
         let a = &*archive;
-        let opening = self.opening.is_some();
         let l = self.list_mut();
         if l.editing {
             match key {
@@ -297,7 +297,7 @@ impl App {
             Key::PageDown => l.step(a, page)?,
             Key::Home | Key::Char('g') => l.step(a, isize::MIN / 2)?,
             Key::End | Key::Char('G') => l.end(a)?,
-            Key::Enter | Key::Right => self.open_selected(),
+            Key::Enter | Key::Right => self.open_selected()?,
             Key::Char('r') => {
                 if let Some(s) = l.current() {
                     let id = s.metadata.id.clone();
@@ -325,10 +325,6 @@ impl App {
                 }
             }
             Key::Char('?') => self.help = true,
-            Key::Esc if opening => {
-                self.opening = None;
-                self.status = "not opened".into();
-            }
             Key::Esc if !l.filter.is_empty() => {
                 l.filter.clear();
                 l.refilter(a)?;
@@ -339,23 +335,30 @@ impl App {
         Ok(())
     }
 
-    /// Starts reading the selected session on another thread, to open
-    /// its tree with the leaf in view (and, under a text filter, the
-    /// filter's words searched for within it): see [`App::poll_open`].
-    pub fn open_selected(&mut self) {
+    /// Opens the selected session's tree at once over a window of its
+    /// active path (bounded reads: [`TreeState::open_window`]) and starts
+    /// reading its whole shape on another thread, to fill in side branches
+    /// (and, under a text filter, search the filter's words within it): see
+    /// [`App::poll_open`].
+    pub fn open_selected(&mut self) -> Result<()> {
         let l = self.list();
         let Some(s) = l.current() else {
-            return;
+            return Ok(());
         };
         let id = s.metadata.id.clone();
         let query = l.hit(&id).and_then(|_| super::list::text_query(&l.filter));
-        self.status = format!("opening {id} ({} entries)… Esc cancels", s.entry_count);
+        let tree = TreeState::open_window(self.archive(), &id, self.body_rows)?;
+        if tree.partial {
+            self.status = format!("reading the whole tree of {} entries…", tree.total);
+        }
+        self.screens.push(Screen::Tree(Box::new(tree)));
         let archive = Arc::clone(&self.archive);
         let reading = {
             let id = id.clone();
             std::thread::spawn(move || TreeState::read(&*archive, &id))
         };
         self.opening = Some(Opening { id, query, reading });
+        Ok(())
     }
 
     /// Opens the session being read once it is read (`wait`: waits for it).
@@ -370,17 +373,22 @@ impl App {
         let Some(o) = self.opening.take() else {
             return Ok(());
         };
-        self.status.clear();
+        if self.status.starts_with("reading the whole tree") {
+            self.status.clear();
+        }
         let read = o
             .reading
             .join()
             .map_err(|_| Error::Unknown(format!("reading session {} failed", o.id)))??;
-        let mut tree = TreeState::from_read(read, self.body_rows);
+        let archive = Arc::clone(&self.archive);
+        let Some(tree) = self.tree_mut().filter(|t| t.id == o.id) else {
+            return Ok(());
+        };
+        tree.fill_in(read);
         if let Some(q) = o.query {
-            let hits = tree.arm_search(self.archive(), &q)?;
+            let hits = tree.arm_search(&*archive, &q)?;
             self.status = format!("{hits} hits for {q} in this session: n / N to go to them");
         }
-        self.screens.push(Screen::Tree(Box::new(tree)));
         Ok(())
     }
 
@@ -465,7 +473,7 @@ impl App {
             }
             Key::Char('d') => {
                 let id = t.id.clone();
-                let count = t.idx.entries() as i64;
+                let count = t.total as i64;
                 self.ask_delete(&id, count);
             }
             Key::Char('p') => {
@@ -474,6 +482,8 @@ impl App {
             }
             Key::Char('?') => self.help = true,
             Key::Esc | Key::Char('q') => {
+                // The tree is closed: its shape is no longer wanted.
+                self.opening = None;
                 self.screens.pop();
             }
             _ => {}

@@ -14,6 +14,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
+use sessiontree::listing::SessionSummary;
 
 /// The keys of each screen, for the footer.
 pub const LIST_KEYS: &str =
@@ -80,10 +81,15 @@ pub fn draw(f: &mut Frame<'_>, app: &App) {
             draw_tree(f, body, t);
             (
                 format!(
-                    "{} · {} entries · {}",
+                    "{} · {} entries · {}{}",
                     t.id,
-                    t.idx.entries(),
-                    clean(t.cwd.as_deref().unwrap_or(""))
+                    t.total,
+                    clean(t.cwd.as_deref().unwrap_or("")),
+                    if t.partial {
+                        " · the active path (side branches still being read)"
+                    } else {
+                        ""
+                    }
                 ),
                 TREE_KEYS,
             )
@@ -123,6 +129,15 @@ fn date(iso: &str) -> &str {
     iso.get(..16).unwrap_or(iso)
 }
 
+/// When a session was last active (its newest entry, as `ls` orders and
+/// shows it), else when it was created.
+fn last_active(s: &SessionSummary) -> String {
+    s.last_active_or_created().map_or_else(
+        || s.metadata.created_at.clone(),
+        sessiontree::entry::iso_timestamp,
+    )
+}
+
 fn draw_list(f: &mut Frame<'_>, area: Rect, l: &ListState) {
     let [left, right] =
         Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
@@ -148,7 +163,7 @@ fn draw_list(f: &mut Frame<'_>, area: Rect, l: &ListState) {
         let cwd = clean(s.metadata.cwd.as_deref().unwrap_or(""));
         let text = format!(
             "{}  {:>5}  {}  {}",
-            date(&s.metadata.created_at),
+            date(&last_active(s)),
             s.stats.message_count,
             name,
             cwd
@@ -196,11 +211,15 @@ fn draw_list(f: &mut Frame<'_>, area: Rect, l: &ListState) {
             Span::styled("created  ", key),
             Span::raw(s.metadata.created_at.clone()),
         ]),
+        Line::from(vec![
+            Span::styled("active   ", key),
+            Span::raw(clean(&last_active(s))),
+        ]),
     ];
     let preview = l.preview.as_ref().filter(|p| p.id == s.metadata.id);
     if let Some(last) = preview.and_then(|p| p.last_activity.as_deref()) {
         p.push(Line::from(vec![
-            Span::styled("last     ", key),
+            Span::styled("leaf     ", key),
             Span::raw(clean(last)),
         ]));
     }

@@ -18,6 +18,7 @@ fn new_session(id: &str, cwd: &str, created: &str) -> NewSession {
         cwd: cwd.to_owned(),
         parent_session: None,
         metadata: None,
+        contract: sessiontree::Contract::Sdk,
         header: format!(
             r#"{{"type":"session","version":3,"id":"{id}","timestamp":"{created}","cwd":"{cwd}"}}"#
         ),
@@ -403,19 +404,104 @@ fn the_filter_takes_typed_keys_and_esc_clears_it() {
 }
 
 #[test]
-fn a_session_opens_on_another_thread_and_esc_cancels_it() {
+fn a_session_opens_at_once_on_its_active_path_and_its_side_branches_follow() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(&dir);
     app.key(Key::Enter).unwrap();
-    assert!(app.opening.is_some());
-    assert!(app.status.starts_with("opening "), "{}", app.status);
+    app.prepare(100, 30).unwrap();
+    // At once: the active path, the cursor on the leaf; the shape is read on another thread.
+    let t = app.tree().unwrap();
+    assert!(t.partial && app.opening.is_some());
+    let ids = |t: &TreeState| -> Vec<String> {
+        t.rows.iter().map(|r| t.idx.id(r.node).to_owned()).collect()
+    };
+    assert_eq!(ids(t), ["u1", "a1", "u2", "a2"]);
+    assert_eq!(t.current_id().as_deref(), Some("a2"));
+    assert_eq!(
+        t.shown(t.idx.find("a2").unwrap()).unwrap().preview,
+        "assistant: zebra files are JSON lines"
+    );
+    assert!(
+        app.status.starts_with("reading the whole tree"),
+        "{}",
+        app.status
+    );
+    // Esc closes it (and forgets the shape being read), without quitting.
     app.key(Key::Esc).unwrap();
     app.poll_open(true).unwrap();
     assert!(matches!(app.screen(), Top::List(_)));
-    assert!(!app.quit, "Esc cancelled the opening, it did not quit");
+    assert!(app.opening.is_none());
+    assert!(!app.quit);
+    // Again, up one row, and the whole shape: the side branch, the cursor kept.
     app.key(Key::Enter).unwrap();
+    app.key(Key::Up).unwrap();
     app.poll_open(true).unwrap();
-    assert_eq!(app.tree().unwrap().current_id().as_deref(), Some("a2"));
+    let t = app.tree().unwrap();
+    assert!(!t.partial);
+    assert_eq!(ids(t), ["u1", "a1", "x1", "u2", "a2"]);
+    assert_eq!(t.current_id().as_deref(), Some("u2"));
+}
+
+/// A chain of `n` entries `e0 … e{n-1}`, a side branch `x` off `e1`.
+fn long_session(a: &Archive, id: &str, n: usize) {
+    let mut entries: Vec<Entry> = (0..n)
+        .map(|i| {
+            let parent = (i > 0).then(|| format!("e{}", i - 1));
+            message(
+                &format!("e{i}"),
+                parent.as_deref(),
+                if i % 2 == 0 { "user" } else { "assistant" },
+                "text",
+            )
+        })
+        .collect();
+    entries.push(message("x", Some("e1"), "user", "aside"));
+    entries.push(message(
+        "e-last",
+        Some(&format!("e{}", n - 1)),
+        "user",
+        "last",
+    ));
+    let mut s = a
+        .create_storage(&new_session(id, "/w", "2025-01-02T00:00:00.000Z"))
+        .unwrap();
+    s.append_entries(&entries).unwrap();
+}
+
+#[test]
+fn the_first_screen_reads_a_bounded_window_of_the_path_whatever_the_session_s_size() {
+    use super::tree::WINDOW;
+    let dir = tempfile::tempdir().unwrap();
+    let a = archive(&dir);
+    for n in [1_000, 30_000] {
+        let id = format!("long{n}");
+        long_session(&a, &id, n);
+        let mut t = TreeState::open_window(&a, &id, 30).unwrap();
+        t.prepare().unwrap();
+        // The same reads at 1,000 entries as at 30,000: one window.
+        assert_eq!(t.entries_read, WINDOW, "{n} entries");
+        assert_eq!(t.rows.len(), WINDOW);
+        assert_eq!(t.current_id().as_deref(), Some("e-last"));
+        assert!(t.leaf_in_view());
+        assert_eq!(t.total, n + 2);
+        // Up to within a screen of the top of what is read: the next window.
+        t.step(-100);
+        t.prepare().unwrap();
+        assert_eq!(t.entries_read, 2 * WINDOW);
+        let at = format!("e{}", n - 100);
+        assert_eq!(t.current_id().as_deref(), Some(at.as_str()));
+        assert_eq!(t.cursor - t.top, 0, "the screen stays where it was");
+        // The whole shape: the side branch is there, the cursor stays on its
+        // entry at the same line of the screen.
+        let line = t.cursor - t.top;
+        t.fill_in(TreeState::read(&a, &id).unwrap());
+        assert!(!t.partial);
+        assert_eq!(t.rows.len(), n + 2, "the path and the side branch's row");
+        assert_eq!(t.current_id().as_deref(), Some(at.as_str()));
+        assert_eq!(t.cursor - t.top, line);
+        t.prepare().unwrap();
+        assert_eq!(t.entries_read, 2 * WINDOW, "the rows on screen were read");
+    }
 }
 
 #[test]

@@ -3,6 +3,13 @@
 //! branches folded, the cursor on the leaf; entry text is read only for the
 //! rows on screen.
 //!
+//! Opening draws at once, whatever the session's size: the first screen is
+//! the active path up from the leaf, a window of [`WINDOW`] entries read
+//! one parent at a time ([`TreeState::open_window`]); scrolling up near the
+//! top of what is read reads the next window. The whole shape (side
+//! branches, folds) is read on another thread and put in place by
+//! [`TreeState::fill_in`], the cursor kept on its entry.
+//!
 //! Layout: each entry is a row; where a fork is, its side branches come
 //! right after it, indented one step (folded to one row each until opened),
 //! and the branch holding the leaf continues at the fork's indentation, so
@@ -19,6 +26,9 @@ use std::collections::{HashMap, HashSet};
 const CACHE: usize = 4096;
 /// Hits a search within the session reads.
 const SEARCH_HITS: usize = 200;
+/// Entries of the active path read at a time before the whole shape is
+/// read: the first screen's reads (more only for a screen over a third of it).
+pub const WINDOW: usize = 128;
 
 /// One row of the laid-out tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +77,18 @@ pub struct TreeState {
     pub top: usize,
     /// Rows on screen.
     pub height: usize,
-    /// Previews of entries read (only rows that were on screen).
-    shown: HashMap<u32, Shown>,
+    /// Previews of entries read (only rows that were on screen, or read
+    /// walking up the active path), by entry id: they outlive a new shape.
+    shown: HashMap<String, Shown>,
+    /// Entries in the session's log.
+    pub total: usize,
+    /// Only a window of the active path is laid out: the whole shape is
+    /// still being read.
+    pub partial: bool,
+    /// While partial: the window's ids, root side first, and the parent of
+    /// its first entry (the next window up), if any.
+    path: Vec<String>,
+    above: Option<String>,
     /// The last search within the session: the query and its hits' entries.
     pub search: Option<(String, Vec<String>, usize)>,
     /// Entries read for previews (for the tests: only what is on screen).
@@ -97,7 +117,9 @@ impl TreeState {
     }
 
     /// The tree of a session read, laid out, the cursor on the leaf.
+    #[cfg(test)]
     pub fn from_read(read: ReadSession, height: usize) -> Self {
+        let total = read.idx.entries();
         let mut t = TreeState {
             id: read.id,
             cwd: read.cwd,
@@ -111,10 +133,130 @@ impl TreeState {
             shown: HashMap::new(),
             search: None,
             entries_read: 0,
+            total,
+            partial: false,
+            path: Vec::new(),
+            above: None,
         };
         t.layout();
         t.go_to_leaf();
         t
+    }
+
+    /// Opens session `id` at once, whatever its size: the active path up
+    /// from the leaf, one window of it (its entries read one parent at a
+    /// time, previews and labels with them), the cursor on the leaf. No
+    /// side branch is shown until [`TreeState::fill_in`] brings the whole
+    /// shape.
+    pub fn open_window(archive: &dyn SessionArchive, id: &str, height: usize) -> Result<Self> {
+        let storage = archive.open_storage(id)?;
+        let cwd = storage.metadata()?.cwd;
+        let total = storage.entry_count()?;
+        let leaf = storage.leaf_id()?;
+        let mut t = TreeState {
+            id: id.to_owned(),
+            cwd,
+            storage,
+            idx: Index::chain(&[], false)?,
+            toggled: HashSet::new(),
+            rows: Vec::new(),
+            cursor: 0,
+            top: 0,
+            height: height.max(1),
+            shown: HashMap::new(),
+            search: None,
+            entries_read: 0,
+            total,
+            partial: true,
+            path: Vec::new(),
+            above: leaf,
+        };
+        t.read_up()?;
+        t.go_to_leaf();
+        Ok(t)
+    }
+
+    /// Entries a window of the path reads: [`WINDOW`], or three screens on
+    /// a screen taller than a third of it.
+    fn window(&self) -> usize {
+        WINDOW.max(3 * self.height)
+    }
+
+    /// Reads the next window up the active path (from `above`), puts it
+    /// above the rows read, and keeps the cursor and screen on their entries.
+    fn read_up(&mut self) -> Result<()> {
+        let Some(mut next) = self.above.take() else {
+            return Ok(());
+        };
+        let mut seen: HashSet<String> = self.path.iter().cloned().collect();
+        let mut read = Vec::new();
+        let window = self.window();
+        loop {
+            if read.len() == window || !seen.insert(next.clone()) {
+                self.above = Some(next);
+                break;
+            }
+            let Some(e) = self.storage.entry(&next)? else {
+                break;
+            };
+            let label = self.storage.label(&next)?.map(|l| l.to_string_lossy());
+            let preview = preview_in(&e, 1000, self.cwd.as_deref());
+            self.shown.insert(next.clone(), Shown { preview, label });
+            let parent = e.parent_id().map(str::to_owned);
+            read.push(next);
+            match parent {
+                Some(p) => next = p,
+                None => break,
+            }
+        }
+        // A repeat (a parent cycle) ends the path: nothing above it.
+        if self
+            .above
+            .as_ref()
+            .is_some_and(|a| seen.contains(a) && read.len() < window)
+        {
+            self.above = None;
+        }
+        self.entries_read += read.len();
+        let added = read.len();
+        read.reverse();
+        read.append(&mut self.path);
+        self.path = read;
+        let leaf = !self.path.is_empty();
+        let ids: Vec<&str> = self.path.iter().map(String::as_str).collect();
+        self.idx = Index::chain(&ids, leaf)?;
+        self.layout();
+        if !self.rows.is_empty() {
+            self.cursor = (self.cursor + added).min(self.rows.len() - 1);
+            self.top += added;
+        }
+        Ok(())
+    }
+
+    /// Puts the whole shape in place of the window read so far (once, while
+    /// partial; a shape read since, by [`TreeState::reload`], is newer and
+    /// stays): side branches folded, the cursor on the same entry at the
+    /// same line of the screen.
+    pub fn fill_in(&mut self, read: ReadSession) {
+        if !self.partial || read.id != self.id {
+            return;
+        }
+        let at = self.current_id();
+        let line = self.cursor.saturating_sub(self.top);
+        self.storage = read.storage;
+        self.cwd = read.cwd;
+        self.idx = read.idx;
+        self.partial = false;
+        self.path = Vec::new();
+        self.above = None;
+        self.toggled.clear();
+        self.layout();
+        match at.and_then(|id| self.idx.find(&id)) {
+            Some(n) => self.reveal(n),
+            None => self.go_to_leaf(),
+        }
+        let last_top = self.rows.len().saturating_sub(self.height.max(1));
+        self.top = self.cursor.saturating_sub(line).min(last_top);
     }
 
     /// Reads the session's shape again after a write (a label, a moved
@@ -123,6 +265,10 @@ impl TreeState {
         let at = self.current_id();
         self.storage = archive.open_storage(&self.id)?;
         self.idx = Index::build(&*self.storage)?;
+        self.total = self.storage.entry_count()?;
+        self.partial = false;
+        self.path = Vec::new();
+        self.above = None;
         self.toggled.clear();
         self.shown.clear();
         self.layout();
@@ -309,11 +455,15 @@ impl TreeState {
     /// Reads the previews of the rows on screen that are not read yet, in
     /// one batch.
     pub fn prepare(&mut self) -> Result<()> {
+        // Within a screen of the top of a window: the next one up.
+        if self.partial && self.above.is_some() && self.top < self.height {
+            self.read_up()?;
+        }
         let end = (self.top + self.height).min(self.rows.len());
         let missing: Vec<u32> = self.rows[self.top.min(end)..end]
             .iter()
             .map(|r| r.node)
-            .filter(|n| !self.shown.contains_key(n))
+            .filter(|&n| !self.shown.contains_key(self.idx.id(n)))
             .collect();
         if missing.is_empty() {
             return Ok(());
@@ -337,14 +487,15 @@ impl TreeState {
             } else {
                 None
             };
-            self.shown.insert(n, Shown { preview, label });
+            self.shown
+                .insert(self.idx.id(n).to_owned(), Shown { preview, label });
         }
         Ok(())
     }
 
     /// What row `n` shows, if read.
     pub fn shown(&self, n: u32) -> Option<&Shown> {
-        self.shown.get(&n)
+        self.shown.get(self.idx.id(n))
     }
 
     /// Whether `n` is on the active path / is the leaf.
