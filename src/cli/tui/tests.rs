@@ -515,3 +515,48 @@ fn resume_in_pi_writes_pi_s_file_and_quits() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.lines().count(), 7, "the header and six entries");
 }
+
+#[test]
+fn the_list_is_by_last_activity_and_the_preview_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = archive(&dir);
+    let at = |id: &str, time: &str| {
+        Entry::from_json(&format!(
+            r#"{{"type":"message","id":"{id}","parentId":null,"timestamp":"{time}","message":{{"role":"user","content":"hi"}}}}"#
+        ))
+        .unwrap()
+    };
+    // Created first, active last.
+    let mut old = a
+        .create_storage(&new_session("old", "/w", "2025-01-01T00:00:00.000Z"))
+        .unwrap();
+    old.append_entries(&[at("o1", "2025-03-01T00:00:00.000Z")])
+        .unwrap();
+    let mut new = a
+        .create_storage(&new_session("new", "/w", "2025-02-01T00:00:00.000Z"))
+        .unwrap();
+    new.append_entries(&[at("n1", "2025-02-01T00:00:00.000Z")])
+        .unwrap();
+    let mut l = ListState::new(&a).unwrap();
+    l.fill(&a).unwrap();
+    let ids: Vec<&str> = l.rows.iter().map(|s| s.metadata.id.as_str()).collect();
+    assert_eq!(ids, ["old", "new"]);
+    let archive: Arc<dyn SessionArchive> = Arc::new(a);
+    let mut app = App::new(archive, dir.path().join("pi")).unwrap();
+    app.prepare(100, 30).unwrap();
+    let backend = ratatui::backend::TestBackend::new(100, 30);
+    let mut terminal = ratatui::Terminal::new(backend).unwrap();
+    terminal.draw(|f| super::draw::draw(f, &app)).unwrap();
+    let screen: String = terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect();
+    assert!(screen.contains("2025-03-01T00:00"), "the list's date");
+    assert!(
+        screen.contains("active   2025-03-01T00:00:00.000Z"),
+        "the preview's last activity"
+    );
+}
