@@ -81,8 +81,7 @@ pub fn run(args: &StatsArgs) -> Result<Report> {
         "{:<30} median {median:>8.2} ms  slowest {max:>8.2} ms  ({rows} sessions)\n",
         "ls (first page)"
     ));
-    results
-        .push(json!({"query": "ls (first page)", "medianMs": median, "maxMs": max, "rows": rows}));
+    results.push(json!({"query": "ls (first page)", "medianMs": median, "maxMs": max, "rows": rows}));
     Ok(Report {
         json: json!({"entries": entries, "runs": args.runs, "queries": results}),
         text,
