@@ -1,4 +1,5 @@
-//! The session list: sessions newest first, read from the archive one page
+//! The session list: sessions by last activity, newest first (the
+//! archive's listing order, as `ls`), read from the archive one page
 //! at a time as the view needs them, filtered as the user types (name, cwd
 //! and id in the rows read; message text through the archive's search
 //! index), with a preview of the selected session read on demand.

@@ -4,9 +4,10 @@
 //! ([`draw`]), so the tests drive the state without a terminal.
 //!
 //! Bounded work per screen: the list reads the archive a page at a time, as
-//! far as the screen needs; a session's tree is the tree index (shape, no
-//! text) with only the rows on screen read; an entry is read whole only to
-//! be read in full. The terminal is restored by a guard, on every way out:
+//! far as the screen needs; a session's tree opens on a window of its
+//! active path read up from the leaf, then is the tree index (shape, no
+//! text, read on another thread) with only the rows on screen read; an
+//! entry is read whole only to be read in full. The terminal is restored by a guard, on every way out:
 //! an error, a panic, or `q`.
 
 pub mod app;
