@@ -207,6 +207,44 @@ impl Index {
         Ok(idx)
     }
 
+    /// The shape of an active path read alone, without the rest of the
+    /// tree: `ids` root side first, each the child of the one before, all on
+    /// the active path, the last the leaf if `leaf`. (`browse` draws a
+    /// session's leaf from it before the whole shape is read; a repeated id
+    /// ends the chain.)
+    pub fn chain(ids: &[&str], leaf: bool) -> Result<Index> {
+        let mut idx = Index {
+            ids: Ids::new(),
+            parent: Vec::new(),
+            pos: Vec::new(),
+            flags: Vec::new(),
+            size: Vec::new(),
+            child_start: Vec::new(),
+            children: Vec::new(),
+            roots: Vec::new(),
+            leaf: NONE,
+            entries: 0,
+        };
+        let mut prev = NONE;
+        for (i, id) in ids.iter().enumerate() {
+            if idx.ids.find(id).is_some() {
+                break;
+            }
+            let n = idx.node(id)?;
+            idx.pos[n as usize] = u32::try_from(i).unwrap_or(NONE - 1);
+            idx.parent[n as usize] = prev;
+            idx.flags[n as usize] = PRESENT | ACTIVE;
+            idx.entries += 1;
+            prev = n;
+        }
+        if leaf && prev != NONE {
+            idx.leaf = prev;
+            idx.flags[prev as usize] |= LEAF;
+        }
+        idx.link();
+        Ok(idx)
+    }
+
     /// The id of node `n`.
     pub fn id(&self, n: u32) -> &str {
         self.ids.get(n)
@@ -356,6 +394,17 @@ impl Index {
         self.roots = roots;
     }
 
+    /// The parent of `n` in the forest ([`NONE`] for a root, or a parent
+    /// that is only named, not present).
+    pub fn parent(&self, n: u32) -> u32 {
+        let p = self.parent[n as usize];
+        if p != NONE && self.has(p, PRESENT) {
+            p
+        } else {
+            NONE
+        }
+    }
+
     /// The children of `n` in the forest (none for a node in or under a
     /// parent cycle, so no walk can loop).
     pub fn kids(&self, n: u32) -> &[u32] {
@@ -455,6 +504,10 @@ mod tests {
         assert_eq!(idx.leaf(), a2);
         assert_eq!(idx.roots(), &[u1]);
         assert_eq!(ids(&idx, idx.kids(a1)), ["u2", "x1"]);
+        assert_eq!(
+            (idx.parent(u2), idx.parent(x1), idx.parent(u1)),
+            (a1, a1, NONE)
+        );
         assert_eq!(ids(&idx, &idx.descend(u1, true)), ["u1", "a1", "u2", "a2"]);
         let up = idx.ascend(a2);
         assert_eq!(ids(&idx, &up), ["u1", "a1", "u2", "a2"]);
@@ -480,7 +533,29 @@ mod tests {
         let ghost = idx.find("ghost").expect("a named parent gets a node");
         assert!(!idx.has(ghost, PRESENT));
         assert!(idx.has(idx.find("m1").unwrap(), PRESENT));
+        assert_eq!(
+            idx.parent(idx.find("m1").unwrap()),
+            NONE,
+            "a parent only named is none"
+        );
         assert_eq!(idx.entries(), 2);
+    }
+
+    #[test]
+    fn a_chain_is_one_active_path_ending_at_the_leaf() {
+        let idx = Index::chain(&["a", "b", "c", "b"], true).unwrap();
+        assert_eq!(idx.entries(), 3, "a repeated id ends the chain");
+        let (a, b, c) = (
+            idx.find("a").unwrap(),
+            idx.find("b").unwrap(),
+            idx.find("c").unwrap(),
+        );
+        assert_eq!(idx.roots(), &[a]);
+        assert_eq!((idx.parent(b), idx.parent(c)), (a, b));
+        assert_eq!(idx.leaf(), c);
+        assert!(idx.has(c, LEAF) && idx.has(a, ACTIVE) && !idx.has(a, LEAF));
+        assert_eq!(idx.entries_under(&[b]), 2);
+        assert_eq!(Index::chain(&[], true).unwrap().leaf(), NONE);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod spend;
 mod sync;
 mod target;
 mod tree;
+mod tui;
 mod write;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -80,6 +81,8 @@ Examples:
   sessiontree ls --since 2025-12-01 --limit 10   # the ten newest since December
   sessiontree ls --cwd /Users/badlogic/workspaces/pi-mono --page 2")]
     Ls(browse::LsArgs),
+    /// Browse the archive in a terminal UI: find, read, name, label, fork, delete, resume in pi.
+    Browse(tui::BrowseArgs),
     /// Show a session's tree, pi `/tree` style.
     Tree(tree::TreeArgs),
     /// Print an entry, or a whole path, in full: text, Markdown or one HTML page.
@@ -313,6 +316,7 @@ pub fn run() -> i32 {
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
         Command::Import(args) => import::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
+        Command::Browse(args) => tui::run(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
         Command::Show(args) => return print_show(&cli, args),
         Command::Completions(args) => return print_completions(&cli, args),
@@ -369,6 +373,7 @@ pub fn run() -> i32 {
 fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
     let name = match &cli.command {
         Command::Ls(_)
+        | Command::Browse(_)
         | Command::Search(_)
         | Command::Rpc(_)
         | Command::Export(_)

@@ -286,7 +286,7 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> Result<Report> {
 }
 
 /// Forks `source` in `repo`: the new session's id and entry count.
-fn forked<R: SessionRepo>(
+pub(crate) fn forked<R: SessionRepo>(
     repo: &mut R,
     source: &SessionMetadata,
     options: &ForkOptions,
@@ -315,8 +315,7 @@ pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
         return label_app(storage, args);
     }
     let mut session = Session::new(storage);
-    let text = (!sessiontree::json::js_trim(&args.text).is_empty()).then_some(args.text.as_str());
-    let id = session.append_label(&args.entry, text)?;
+    let id = session.append_label(&args.entry, label_text(&args.text))?;
     let label = session.storage().label(&args.entry)?;
     let text = match &label {
         Some(l) => format!("labelled {} {} (entry {id})\n", args.entry, l.json()),
@@ -327,6 +326,11 @@ pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
         .str("target", &args.entry)
         .raw("label", label.as_ref().map_or("null", JsString::json));
     Ok(Report::raw(json.finish(), text))
+}
+
+/// The label a text sets: none (a cleared label) when it is only white space.
+pub(crate) fn label_text(text: &str) -> Option<&str> {
+    (!sessiontree::json::js_trim(text).is_empty()).then_some(text)
 }
 
 /// `label` on an app session: pi's `appendLabelChange`, the label stored

@@ -63,7 +63,10 @@ impl<A: TypedArchive> SessionRepo for ArchiveRepo<A> {
         options: &ForkOptions,
     ) -> Result<Session<A::Storage>> {
         let storage = self.archive.session(&source.id)?;
-        let new = options.inherit(&storage.metadata()?)?.new_session();
+        let mut new = options.inherit(&storage.metadata()?)?.new_session();
+        // A fork follows its source's rules: a path of a pi app session is
+        // still one pi resumes at its last entry.
+        new.contract = storage.contract()?;
         // The fork is read as it is written: a whole-session fork takes
         // bounded memory however long the session.
         self.archive.as_archive().write_session(&mut |w| {

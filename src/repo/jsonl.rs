@@ -164,7 +164,8 @@ impl SessionRepo for JsonlRepo {
         let storage = source_session.storage();
         let entries = entries_to_fork(storage, options.entry_id.as_deref(), options.position)?;
         let mut target = self.create_file(&options.inherit(&storage.metadata()?)?)?;
-        target.set_contract(crate::contract::Contract::Sdk);
+        // A fork follows its source's rules.
+        target.set_contract(storage.contract()?);
         target.append_entries(&entries)?;
         Ok(Session::new(target))
     }

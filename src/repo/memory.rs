@@ -146,8 +146,10 @@ impl SessionRepo for MemoryRepo {
             options.position,
         )?;
         let fields = options.inherit(&source.storage().metadata()?)?;
-        let storage = MemoryStorage::with_entries(new_metadata(fields), entries)?
-            .with_contract(crate::contract::Contract::Sdk);
+        // A fork follows its source's rules.
+        let contract = source.storage().contract()?;
+        let storage =
+            MemoryStorage::with_entries(new_metadata(fields), entries)?.with_contract(contract);
         self.insert(storage)
     }
 }

@@ -381,3 +381,30 @@ fn an_app_session_whose_leaf_pi_will_not_resume_at_is_noted_on_export() {
     let text = std::fs::read_to_string(exported(&out)).expect("exported");
     assert!(!text.contains(r#""type":"leaf""#), "{text}");
 }
+
+#[test]
+fn a_fork_follows_its_sources_rules() {
+    let sb = Sandbox::new();
+    let sdk_header = HEADER.replace("0c0001", "0c0002");
+    let sdk = sb.write(
+        "in/sdk.jsonl",
+        &format!(
+            "{sdk_header}\n{}\n{}\n",
+            msg("a", None, "hi"),
+            r#"{"type":"leaf","id":"l1","parentId":"a","timestamp":"2025-01-01T00:00:02.000Z","targetId":"a"}"#
+        ),
+    );
+    let app = sb.write(
+        "in/app.jsonl",
+        &format!("{HEADER}\n{}\n", msg("a", None, "hi")),
+    );
+    sb.import(&[&sdk, &app]);
+    for (source, rules) in [
+        ("01950000-0000-7000-8000-0000000c0001", "app"),
+        ("01950000-0000-7000-8000-0000000c0002", "sdk"),
+    ] {
+        let forked = sb.json(&["fork", source]);
+        let id = forked["session"].as_str().expect("new session id");
+        assert_eq!(sb.json(&["stats", id])["contract"], rules, "fork of {source}");
+    }
+}

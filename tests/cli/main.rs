@@ -36,6 +36,7 @@ mod readme;
 mod rpc;
 mod rpc_app;
 mod tree;
+mod tui;
 mod write;
 
 /// pi's real files, which the import and export tests count on.
