@@ -405,6 +405,10 @@ fn a_fork_follows_its_sources_rules() {
     ] {
         let forked = sb.json(&["fork", source]);
         let id = forked["session"].as_str().expect("new session id");
-        assert_eq!(sb.json(&["stats", id])["contract"], rules, "fork of {source}");
+        assert_eq!(
+            sb.json(&["stats", id])["contract"],
+            rules,
+            "fork of {source}"
+        );
     }
 }
