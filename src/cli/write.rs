@@ -310,20 +310,24 @@ pub struct LabelArgs {
 
 /// `label`.
 pub fn label(cli: &Cli, args: &LabelArgs) -> Result<Report> {
-    let storage = target::open(cli, &args.session)?;
+    label_in(target::open(cli, &args.session)?, &args.entry, &args.text)
+}
+
+/// `label` on an open session, by its rules (`browse` writes through it too).
+pub(crate) fn label_in(storage: BoxedStorage, entry: &str, text: &str) -> Result<Report> {
     if storage.contract()? == Contract::App {
-        return label_app(storage, args);
+        return label_app(storage, entry, text);
     }
     let mut session = Session::new(storage);
-    let id = session.append_label(&args.entry, label_text(&args.text))?;
-    let label = session.storage().label(&args.entry)?;
+    let id = session.append_label(entry, label_text(text))?;
+    let label = session.storage().label(entry)?;
     let text = match &label {
-        Some(l) => format!("labelled {} {} (entry {id})\n", args.entry, l.json()),
-        None => format!("cleared the label of {} (entry {id})\n", args.entry),
+        Some(l) => format!("labelled {} {} (entry {id})\n", entry, l.json()),
+        None => format!("cleared the label of {} (entry {id})\n", entry),
     };
     let mut json = ObjectWriter::new();
     json.str("entry", &id)
-        .str("target", &args.entry)
+        .str("target", entry)
         .raw("label", label.as_ref().map_or("null", JsString::json));
     Ok(Report::raw(json.finish(), text))
 }
@@ -335,18 +339,18 @@ pub(crate) fn label_text(text: &str) -> Option<&str> {
 
 /// `label` on an app session: pi's `appendLabelChange`, the label stored
 /// as written (not trimmed; an empty one clears it).
-fn label_app(storage: BoxedStorage, args: &LabelArgs) -> Result<Report> {
+fn label_app(storage: BoxedStorage, entry: &str, text: &str) -> Result<Report> {
     let mut app = AppSession::open(storage)?;
-    let label = (!args.text.is_empty()).then(|| JsValue::str(&args.text));
-    let id = app.append_label_change(Some(&JsValue::str(&args.entry)), label)?;
-    let label = (!args.text.is_empty()).then(|| JsString::new(&args.text));
+    let label = (!text.is_empty()).then(|| JsValue::str(text));
+    let id = app.append_label_change(Some(&JsValue::str(entry)), label)?;
+    let label = (!text.is_empty()).then(|| JsString::new(text));
     let text = match &label {
-        Some(l) => format!("labelled {} {} (entry {id})\n", args.entry, l.json()),
-        None => format!("cleared the label of {} (entry {id})\n", args.entry),
+        Some(l) => format!("labelled {} {} (entry {id})\n", entry, l.json()),
+        None => format!("cleared the label of {} (entry {id})\n", entry),
     };
     let mut json = ObjectWriter::new();
     json.str("entry", &id)
-        .str("target", &args.entry)
+        .str("target", entry)
         .raw("label", label.as_ref().map_or("null", JsString::json));
     Ok(Report::raw(json.finish(), text))
 }
@@ -362,15 +366,19 @@ pub struct NameArgs {
 
 /// `name`.
 pub fn name(cli: &Cli, args: &NameArgs) -> Result<Report> {
-    let storage = target::open(cli, &args.session)?;
+    name_in(target::open(cli, &args.session)?, &args.text)
+}
+
+/// `name` on an open session, by its rules (`browse` writes through it too).
+pub(crate) fn name_in(storage: BoxedStorage, text: &str) -> Result<Report> {
     let (id, name) = if storage.contract()? == Contract::App {
         // pi's `appendSessionInfo`: its entry shape and key order.
         let mut app = AppSession::open(storage)?;
-        let id = app.append_session_info(Some(&JsValue::str(&args.text)))?;
+        let id = app.append_session_info(Some(&JsValue::str(text)))?;
         (id, app.storage().session_name()?)
     } else {
         let mut session = Session::new(storage);
-        let id = session.append_session_name(&args.text)?;
+        let id = session.append_session_name(text)?;
         (id, session.storage().session_name()?)
     };
     let mut json = ObjectWriter::new();
@@ -396,8 +404,21 @@ pub struct MoveArgs {
 
 /// `move`.
 pub fn move_leaf(cli: &Cli, args: &MoveArgs) -> Result<Report> {
-    let storage = target::open(cli, &args.session)?;
     let target = (args.entry != "root").then_some(args.entry.as_str());
+    move_in(
+        target::open(cli, &args.session)?,
+        target,
+        args.summary.as_deref(),
+    )
+}
+
+/// `move` on an open session, by its rules (`browse` writes through it too):
+/// the leaf to `target` (`None`: before the first entry).
+pub(crate) fn move_in(
+    storage: BoxedStorage,
+    target: Option<&str>,
+    summary: Option<&str>,
+) -> Result<Report> {
     if storage.contract()? == Contract::App {
         // pi persists a move only as `branchWithSummary`: a `branch_summary`
         // whose parent is the target, `fromId` the old leaf (or "root").
@@ -405,7 +426,7 @@ pub fn move_leaf(cli: &Cli, args: &MoveArgs) -> Result<Report> {
         let summary_id = app.branch_with_summary(
             target,
             BranchSummaryArgs {
-                summary: args.summary.as_deref().map(JsValue::str),
+                summary: summary.map(JsValue::str),
                 ..BranchSummaryArgs::default()
             },
         )?;
@@ -419,7 +440,7 @@ pub fn move_leaf(cli: &Cli, args: &MoveArgs) -> Result<Report> {
         ));
     }
     let mut session = Session::new(storage);
-    let summary = args.summary.as_deref().map(|s| BranchSummary {
+    let summary = summary.map(|s| BranchSummary {
         summary: Some(JsonText::string(s)),
         ..BranchSummary::default()
     });

@@ -12,7 +12,7 @@ use sessiontree::layout::export_path;
 use sessiontree::repo::archive::ArchiveRepo;
 use sessiontree::repo::ForkOptions;
 use sessiontree::rules::ForkPosition;
-use sessiontree::{Error, Result, Session, SessionMetadata};
+use sessiontree::{Error, Result, SessionMetadata};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -452,10 +452,12 @@ impl App {
             Key::Char('m') => {
                 if let Some(entry) = t.current_id() {
                     let id = t.id.clone();
-                    let mut session = Session::new(self.archive.open_storage(&id)?);
-                    session.move_to(Some(&entry), None)?;
-                    drop(session);
-                    self.status = format!("leaf is now {entry}");
+                    let report = crate::cli::write::move_in(
+                        self.archive.open_storage(&id)?,
+                        Some(&entry),
+                        None,
+                    )?;
+                    self.status = report.text.trim_end().to_owned();
                     self.after_write(&id)?;
                 }
             }
@@ -534,29 +536,17 @@ impl App {
     fn answer(&mut self, ask: Ask, text: &str) -> Result<()> {
         match ask {
             Ask::Rename(id) => {
-                let mut session = Session::new(self.archive.open_storage(&id)?);
-                session.append_session_name(text)?;
-                let name = session.storage().session_name()?;
-                drop(session);
-                self.status = format!(
-                    "named {}",
-                    name.as_ref()
-                        .map_or("\"\"".to_owned(), |n| n.json().to_owned())
-                );
+                let report = crate::cli::write::name_in(self.archive.open_storage(&id)?, text)?;
+                self.status = report.text.trim_end().to_owned();
                 self.after_write(&id)
             }
             Ask::Label(entry) => {
                 let Some(id) = self.tree().map(|t| t.id.clone()) else {
                     return Ok(());
                 };
-                let mut session = Session::new(self.archive.open_storage(&id)?);
-                session.append_label(&entry, crate::cli::write::label_text(text))?;
-                drop(session);
-                self.status = if crate::cli::write::label_text(text).is_some() {
-                    format!("labelled {entry}")
-                } else {
-                    format!("cleared the label of {entry}")
-                };
+                let report =
+                    crate::cli::write::label_in(self.archive.open_storage(&id)?, &entry, text)?;
+                self.status = report.text.trim_end().to_owned();
                 self.after_write(&id)
             }
             Ask::Search => {

@@ -12,13 +12,22 @@ use sessiontree::{Durability, Entry};
 use std::sync::Arc;
 
 fn new_session(id: &str, cwd: &str, created: &str) -> NewSession {
+    new_session_as(id, cwd, created, sessiontree::Contract::Sdk)
+}
+
+fn new_session_as(
+    id: &str,
+    cwd: &str,
+    created: &str,
+    contract: sessiontree::Contract,
+) -> NewSession {
     NewSession {
         id: id.to_owned(),
         created_at: created.to_owned(),
         cwd: cwd.to_owned(),
         parent_session: None,
         metadata: None,
-        contract: sessiontree::Contract::Sdk,
+        contract,
         header: format!(
             r#"{{"type":"session","version":3,"id":"{id}","timestamp":"{created}","cwd":"{cwd}"}}"#
         ),
@@ -48,6 +57,10 @@ fn archive(dir: &tempfile::TempDir) -> Archive {
 /// One session: u1 → a1 → {x1 → x2 (a side branch), u2 → a2 (the leaf)},
 /// a1's text in Markdown.
 fn forked_session(a: &Archive, id: &str) {
+    forked_session_as(a, id, sessiontree::Contract::Sdk);
+}
+
+fn forked_session_as(a: &Archive, id: &str, contract: sessiontree::Contract) {
     let entries = vec![
         message("u1", None, "user", "How do I parse JSON?"),
         message("a1", Some("u1"), "assistant", "# Parsing\n\nUse **serde**:\n\n- derive\n- `from_str`\n\n```rust\nlet v: Value = serde_json::from_str(s)?;\n```"),
@@ -57,10 +70,11 @@ fn forked_session(a: &Archive, id: &str) {
         message("a2", Some("u2"), "assistant", "zebra files are JSON lines"),
     ];
     let mut s = a
-        .create_storage(&new_session(
+        .create_storage(&new_session_as(
             id,
             "/home/ada/json",
             "2025-01-02T00:00:00.000Z",
+            contract,
         ))
         .unwrap();
     s.append_entries(&entries).unwrap();
@@ -342,7 +356,11 @@ fn rename_label_move_and_fork_write_to_the_archive() {
     keys(&mut app, &[Key::Enter, Key::Up, Key::Up, Key::Char('L')]);
     typed(&mut app, "the question");
     keys(&mut app, &[Key::Enter]);
-    assert_eq!(app.status, "labelled u2");
+    assert!(
+        app.status.starts_with("labelled u2 \"the question\""),
+        "{}",
+        app.status
+    );
     let storage = app.archive().open_storage(&id).unwrap();
     assert_eq!(
         storage.label("u2").unwrap().unwrap().to_string_lossy(),
@@ -559,4 +577,39 @@ fn the_list_is_by_last_activity_and_the_preview_shows_it() {
         screen.contains("active   2025-03-01T00:00:00.000Z"),
         "the preview's last activity"
     );
+}
+
+#[test]
+fn writes_on_an_app_session_follow_pi_16s_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = archive(&dir);
+    forked_session_as(&a, "s1", sessiontree::Contract::App);
+    let archive: Arc<dyn SessionArchive> = Arc::new(a);
+    let mut app = App::new(archive, dir.path().join("pi")).unwrap();
+    app.prepare(100, 30).unwrap();
+    // Open at the leaf (a2), up to u2: a label kept as written (not trimmed).
+    keys(&mut app, &[Key::Enter, Key::Up, Key::Char('L')]);
+    typed(&mut app, " spaced ");
+    keys(&mut app, &[Key::Enter]);
+    let storage = app.archive().open_storage("s1").unwrap();
+    let session = sessiontree::app::AppSession::open(storage).unwrap();
+    let label = session.label("u2").unwrap().expect("a label on u2");
+    assert_eq!(label.label.to_json(), "\" spaced \"");
+    // A move is persisted as pi persists one: a branch_summary under the
+    // target, never a `leaf` entry.
+    keys(&mut app, &[Key::Char('/')]);
+    typed(&mut app, "too");
+    keys(&mut app, &[Key::Enter, Key::Char('m')]);
+    let storage = app.archive().open_storage("s1").unwrap();
+    let types: Vec<String> = storage
+        .entries(0, None)
+        .unwrap()
+        .iter()
+        .map(|e| e.entry_type().as_str().to_owned())
+        .collect();
+    assert!(!types.iter().any(|t| t == "leaf"), "{types:?}");
+    let last = storage.entries(types.len() - 1, Some(1)).unwrap().remove(0);
+    assert_eq!(last.entry_type().as_str(), "branch_summary");
+    assert_eq!(last.facts().parent(), Some("x2"));
+    assert!(app.status.contains("branch_summary"), "{}", app.status);
 }
