@@ -60,6 +60,23 @@ pub struct ListQuery {
     pub limit: Option<usize>,
     /// Rows to skip.
     pub offset: usize,
+    /// Newest activity first (the newest entry's time: `ls`, `browse`)
+    /// instead of newest created first (the SDK contract's `list` order).
+    pub by_activity: bool,
+}
+
+impl ListQuery {
+    /// The `ORDER BY` terms of a listing in this query's order (SQL common
+    /// to SQLite and PostgreSQL, `nulls` the store's spelling for "empty last").
+    pub fn order_by(&self, nulls: &str) -> String {
+        if self.by_activity {
+            format!(
+                "coalesce(last_active_ms, created_ms) DESC{nulls}, created_ms DESC{nulls}, session_key DESC"
+            )
+        } else {
+            format!("created_ms DESC{nulls}, session_key DESC")
+        }
+    }
 }
 
 impl ListQuery {

@@ -74,6 +74,7 @@ pub fn run(args: &StatsArgs) -> Result<Report> {
     }
     let page = ListQuery {
         limit: Some(50),
+        by_activity: true,
         ..ListQuery::default()
     };
     let (median, max, rows) = time(args.runs, || Ok(archive.list(&page)?.len()))?;

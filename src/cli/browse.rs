@@ -73,6 +73,7 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
         name_contains: args.name.clone(),
         limit: Some(args.limit),
         offset,
+        by_activity: true,
         ..ListQuery::default()
     };
     let rows = archive.list(&query)?;

@@ -36,6 +36,7 @@ pub fn candidates(cli: &Cli, args: &CompleteSessionsArgs) -> String {
     // Newest first; the listing reads session rows only.
     let query = ListQuery {
         limit: Some(if args.prefix.is_empty() { MAX } else { 10_000 }),
+        by_activity: true,
         ..ListQuery::default()
     };
     let lower = args.prefix.to_lowercase();

@@ -129,8 +129,8 @@ impl PgArchive {
                     "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
                             last_active_ms
                      FROM sessions WHERE {LIST_FILTER}
-                     ORDER BY coalesce(last_active_ms, created_ms) DESC NULLS LAST,
-                              created_ms DESC NULLS LAST, session_key DESC LIMIT $5 OFFSET $6"
+                     ORDER BY {} LIMIT $5 OFFSET $6",
+                    q.order_by(" NULLS LAST")
                 ),
                 &[&cwd, &under, &since, &name, &limit, &offset],
             )

@@ -185,8 +185,9 @@ impl Archive {
                 "SELECT {METADATA_COLUMNS}, name, entry_count, {STATS_COLUMNS}, contract,
                         last_active_ms
                  FROM sessions WHERE {LIST_FILTER}
-                 ORDER BY coalesce(last_active_ms, created_ms) DESC, created_ms DESC, session_key DESC
-                 LIMIT ?5 OFFSET ?6"
+                 ORDER BY {}
+                 LIMIT ?5 OFFSET ?6",
+                q.order_by("")
             ))
             .map_err(sql("listing sessions"))?;
         let limit = q.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));

@@ -125,6 +125,7 @@ impl ListState {
             let page = archive.list(&ListQuery {
                 limit: Some(PAGE),
                 offset: self.next_offset,
+                by_activity: true,
                 ..Default::default()
             })?;
             self.pages_read += 1;
