@@ -579,6 +579,10 @@ fn a_version_1_team_archive_is_indexed_again_by_the_rule() {
              ALTER TABLE message_text ADD COLUMN tsv TSVECTOR
                  GENERATED ALWAYS AS (to_tsvector('simple', words)) STORED;
              CREATE INDEX message_text_search ON message_text USING GIN (tsv);
+             DROP TABLE usage_daily; DROP TABLE usage_facts;
+             DROP FUNCTION usage_daily_add; DROP FUNCTION usage_daily_remove;
+             DROP FUNCTION usage_facts_recount;
+             ALTER TABLE sessions DROP COLUMN last_active_ms;
              DROP TABLE kept_lines;
              ALTER TABLE sessions DROP COLUMN contract;
              ALTER TABLE sessions DROP COLUMN open_end;
@@ -594,7 +598,7 @@ fn a_version_1_team_archive_is_indexed_again_by_the_rule() {
         .query_one("SELECT version FROM sessiontree_schema", &[])
         .expect("version")
         .get(0);
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
     let wrong = disagreements(QUERIES, &sqlite, &file, Some(&reopened));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     let stale = reopened.search("stale", None, None, None, 1000);
