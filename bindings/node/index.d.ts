@@ -138,7 +138,7 @@ export declare class ArchiveRepo<TSession = Session<SessionMetadata>> {
   private constructor();
   create(options: CreateOptions): Promise<TSession>;
   open(metadata: Pick<SessionMetadata, "id">): Promise<TSession>;
-  list(options?: ListOptions): Promise<(SessionMetadata & { name: string | null })[]>;
+  list(options?: ListOptions): Promise<(SessionMetadata & { name?: string })[]>;
   delete(metadata: Pick<SessionMetadata, "id">): Promise<void>;
   fork(source: Pick<SessionMetadata, "id">, options: ForkOptions): Promise<TSession>;
 }

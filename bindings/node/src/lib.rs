@@ -439,11 +439,12 @@ impl NativeArchive {
                 .iter()
                 .map(|s| {
                     let mut m = metadata_json(&s.metadata);
-                    // The session's name (null without one), as `ls --json` gives it.
-                    m["name"] = s.name.as_ref().map_or(Value::Null, |n| {
-                        serde_json::from_str(n.json())
-                            .unwrap_or_else(|_| Value::String(n.to_string_lossy()))
-                    });
+                    // The session's name where it has one (pi's metadata
+                    // otherwise, unchanged), as `ls --json` gives it.
+                    if let Some(n) = &s.name {
+                        m["name"] = serde_json::from_str(n.json())
+                            .unwrap_or_else(|_| Value::String(n.to_string_lossy()));
+                    }
                     m
                 })
                 .collect();

@@ -35,6 +35,7 @@ test("repo: create, list (cwd filter, newest first, paged), open, delete", async
     const s = await repo.create({ cwd: i % 2 ? "/odd" : "/even", metadata: { n: i } });
     assert.ok(s instanceof Session);
     await s.appendMessage(user(`message ${i}`));
+    if (i === 4) await s.appendSessionName("four");
     made.push(await s.getMetadata());
     await s.getStorage().close();
     await new Promise((r) => setTimeout(r, 2));
@@ -44,7 +45,9 @@ test("repo: create, list (cwd filter, newest first, paged), open, delete", async
     all.map((m) => m.id),
     made.map((m) => m.id).reverse(),
   );
-  assert.deepEqual(all[0], made[4]);
+  // The list carries a session's name where it has one, pi's metadata otherwise.
+  assert.deepEqual(all[0], { ...made[4], name: "four" });
+  assert.deepEqual(all[1], made[3]);
   assert.deepEqual(made[4].metadata, { n: 4 });
   const odd = await repo.list({ cwd: "/odd" });
   assert.deepEqual(
