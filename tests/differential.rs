@@ -7,7 +7,7 @@
 //! Needs `node` and `npm` (this test fails, it does not skip, without them).
 //! The npm package is installed into `tests/differential/node_modules` on
 //! first use. Knobs (environment): `DIFF_SEQUENCES` (per backend, default
-//! 400), `DIFF_SEED`, `DIFF_BACKENDS`, `DIFF_JOBS`, `DIFF_EXOTIC`, … — see
+//! 250), `DIFF_SEED`, `DIFF_BACKENDS`, `DIFF_JOBS`, `DIFF_EXOTIC`, … — see
 //! `tests/differential/run.mjs`.
 
 use std::path::{Path, PathBuf};

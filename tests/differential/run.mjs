@@ -8,7 +8,7 @@
 //   --bin PATH            sessiontree binary            (SESSIONTREE_BIN)
 //   --gen-bin PATH        sessiontree-bench binary, the workload generator for --gen
 //                         (SESSIONTREE_GEN_BIN; without it --gen is 0)
-//   --sequences N         sequences per backend, 400    (DIFF_SEQUENCES; postgres:
+//   --sequences N         sequences per backend, 250    (DIFF_SEQUENCES; postgres:
 //                         DIFF_PG_SEQUENCES, default 120)
 //   --seed N              base seed, 20250101           (DIFF_SEED; "random" for a fresh one)
 //   --backends LIST       jsonl,memory,sqlite[,postgres] (DIFF_BACKENDS; postgres
@@ -95,7 +95,7 @@ function parseArgs(argv) {
     bin: env.SESSIONTREE_BIN,
     genBin: env.SESSIONTREE_GEN_BIN,
     binding: env.DIFF_BINDING ?? fileURLToPath(new URL("../../bindings/node/index.js", import.meta.url)),
-    sequences: Number(env.DIFF_SEQUENCES ?? 400),
+    sequences: Number(env.DIFF_SEQUENCES ?? 250),
     // A team archive's sequence costs several server round trips per
     // operation: fewer of them by default, so CI stays within its budget.
     pgSequences: Number(env.DIFF_PG_SEQUENCES ?? env.DIFF_SEQUENCES ?? 120),

@@ -3,7 +3,7 @@
 // the repository's differential generator (tests/differential/run.mjs,
 // backend `node`) replays its sequences on both and compares every answer,
 // then the files each side wrote as the other reads them.
-// DIFF_SEQUENCES (default 500) and the harness's other knobs pass through.
+// DIFF_SEQUENCES (default 250) and the harness's other knobs pass through.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -21,7 +21,7 @@ function ensureHarnessInstalled() {
 
 test("pi's Session over the binding answers as over pi's own storages", { timeout: 15 * 60 * 1000 }, () => {
   ensureHarnessInstalled();
-  const sequences = process.env.DIFF_SEQUENCES ?? "500";
+  const sequences = process.env.DIFF_SEQUENCES ?? "250";
   const r = spawnSync(
     process.execPath,
     [join(harness, "run.mjs"), "--bin", sessiontreeBin(), "--gen-bin", generatorBin(), "--backends", "node", "--binding", join(pkgDir, "index.js")],
