@@ -563,7 +563,12 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    let mut found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    if id.is_none() {
+        found
+            .problems
+            .extend(pi_dir_duplicates(&sessiontree::layout::pi_sessions_dir())?);
+    }
     let problems = &found.problems;
     let mut text = if problems.is_empty() {
         "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
@@ -581,6 +586,62 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         report.status = super::exit::CHECK_PROBLEMS;
     }
     Ok(report)
+}
+
+/// Sessions that have more than one file in pi's sessions directory `dir`
+/// (pi's /resume lists each, and writes go to whichever was opened), each
+/// with the one step that leaves one file and loses no entry.
+pub(crate) fn pi_dir_duplicates(dir: &Path) -> Result<Vec<String>> {
+    use sessiontree::error::shell_quote;
+    let mut found = Vec::new();
+    let mut by_id: Vec<(String, Vec<PathBuf>)> = sessiontree::convert::session_files_by_id(dir)?
+        .into_iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect();
+    by_id.sort();
+    let ids_of = |p: &Path| -> Option<std::collections::HashSet<String>> {
+        let f =
+            sessiontree::backend::jsonl::JsonlStorage::open(p, sessiontree::Durability::Relaxed)
+                .ok()?;
+        Some(f.all_entries().iter().map(|e| e.id().to_owned()).collect())
+    };
+    for (id, mut files) in by_id {
+        files.sort();
+        let sets: Vec<_> = files.iter().map(|f| ids_of(f)).collect();
+        // A file whose every entry another file holds can go.
+        let spare = (0..files.len()).find(|&i| {
+            (0..files.len()).any(|j| {
+                j != i
+                    && matches!((&sets[i], &sets[j]), (Some(a), Some(b)) if a.is_subset(b) && (a != b || i > j))
+            })
+        });
+        let fix = match spare {
+            Some(i) => format!(
+                "every entry of {} is in another of them: rm {}",
+                files[i].display(),
+                shell_quote(&files[i].display().to_string())
+            ),
+            None => format!(
+                "each has entries of its own: sessiontree import {} merges them into the archive, then `sessiontree export {id} --out {}` writes them all to one, and the others can go",
+                files
+                    .iter()
+                    .map(|f| shell_quote(&f.display().to_string()))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                shell_quote(&dir.display().to_string())
+            ),
+        };
+        found.push(format!(
+            "session {id} has {} files in pi's sessions directory ({}); pi lists it once per file. {fix}",
+            files.len(),
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(found)
 }
 
 /// Runs a check with a progress bar over the sessions it checks.
