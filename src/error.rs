@@ -113,15 +113,16 @@ pub enum Error {
         /// Its format version.
         version: u32,
     },
-    /// A file changed since it was imported, other than by appending (`invalid_session`).
-    #[error("{} changed since it was imported as session {session} ({how}); delete that session to import the file afresh", path.display())]
+    /// A file changed since it was imported in a way a merge by entry id
+    /// cannot take in (`invalid_session`); `how` says how, and the step out.
+    #[error("{} changed since it was imported as session {session}: {how}", path.display())]
     ImportedFileChanged {
         /// The file.
         path: PathBuf,
         /// The session it was imported as.
         session: String,
-        /// How it changed.
-        how: &'static str,
+        /// How it changed, and the one step that resolves it.
+        how: String,
     },
     /// A pi file and the archive hold an entry id with different content
     /// (`invalid_session`): nothing of that session was written.
@@ -148,16 +149,6 @@ pub enum Error {
         /// What the file is.
         what: String,
     },
-    /// pi appended to a file whose archive session was written since its
-    /// last import (`invalid_session`): the archive is that session's source
-    /// of truth, and pi's later lines are not mixed into it.
-    #[error("{} grew since it was imported as session {session}, and that session was written in the archive since (through the Node binding, rpc or the CLI): the archive is its source of truth, so pi's new lines are not mixed into it; `sessiontree export` the session to see the difference, or delete it from the archive to import the file afresh", path.display())]
-    ArchiveSessionDiverged {
-        /// The file.
-        path: PathBuf,
-        /// The session it was imported as.
-        session: String,
-    },
     /// A fork target does not exist (`invalid_fork_target`).
     #[error("Entry {0} not found")]
     ForkTargetNotFound(String),
@@ -174,7 +165,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A file is in the way of an export and differs from what it would get (`storage`).
-    #[error("{path} exists and is not a copy of the archive's session ({reason}); nothing written. Import it first, or use --force to replace it (the old file is kept beside it as a backup)")]
+    #[error("{path} exists and is not a copy of the archive's session ({reason}); nothing written. Run the same export with --force to replace it (the old file is kept beside it as NAME.bak)")]
     WouldOverwrite {
         /// The file in the way.
         path: std::path::PathBuf,
@@ -255,7 +246,6 @@ impl Error {
             | Error::UnsafeSessionId { .. }
             | Error::ReadOnlyVersion { .. }
             | Error::ImportedFileChanged { .. }
-            | Error::ArchiveSessionDiverged { .. }
             | Error::MergeConflict { .. }
             | Error::OldFormatFile { .. }
             | Error::InvalidSession(_) => ErrorCode::InvalidSession,

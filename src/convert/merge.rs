@@ -190,7 +190,12 @@ fn plan_import_merge(
                     return Err(Error::ImportedFileChanged {
                         path: path.to_owned(),
                         session: session.to_owned(),
-                        how: "pi upgraded this version 1 file (new ids for its entries) and wrote to it since, which is not merged by id",
+                        how: format!(
+                            "pi upgraded it from version 1 (new ids for its entries) and wrote to it since; its new entries hang on ids the archive does not know, so they are not merged. To write the archive's copy over it as version 3 (pi's file kept beside it as a .bak): sessiontree export {session} --out {} --upgrade",
+                            crate::error::shell_quote(
+                                &crate::error::sessions_root_of(path).display().to_string()
+                            )
+                        ),
                     });
                 }
                 new.push(e.clone());
@@ -259,7 +264,10 @@ pub(super) fn merge_file_into_archive(
         return Err(Error::ImportedFileChanged {
             path: path.to_owned(),
             session: session.to_owned(),
-            how: "it now holds another session",
+            how: format!(
+                "it now holds session {}; import it again to import that one",
+                file.header.id
+            ),
         });
     }
     let storage = archive.open_session(session)?;
@@ -643,7 +651,11 @@ pub fn export_to_pi_dir(
         if upgrade {
             // pi's entries first, so the rewrite loses none of them.
             let canon = super::plan::file_facts(&path)?.0;
-            merge_file_into_archive(archive, &path, &canon, id, None)?;
+            match merge_file_into_archive(archive, &path, &canon, id, None) {
+                // pi's entries on ids the archive does not know stay in the .bak.
+                Ok(_) | Err(Error::ImportedFileChanged { .. }) => {}
+                Err(e) => return Err(e),
+            }
             let storage = archive.open_session(id)?;
             return match super::export_storage_to_file(&header, &storage, &path, true, progress)? {
                 super::ExportOutcome::Replaced { backup } => {

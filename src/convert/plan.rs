@@ -175,12 +175,13 @@ pub(super) fn plan_import(
         }
         // Changed otherwise (pi rewrote it: an upgrade of a version 1 or 2
         // file; or lines the archive wrote went in by export): merged by id.
-        Some(r) => Ok(Plan::Merge {
+        Some(r) if read_open_header(path)?.id == r.session_id => Ok(Plan::Merge {
             session: r.session_id,
             canon,
             present: false,
         }),
-        None => {
+        // The path holds another session now: imported as the file it is.
+        Some(_) | None => {
             let header = read_open_header(path)?;
             // An id that could not be exported (a path, `..`) is refused at the door.
             check_session_id(&header.id)?;

@@ -13,7 +13,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const PI16 = resolve(dirname(fileURLToPath(import.meta.url)), "..", "pi16");
 const PKG = join(PI16, "node_modules", "@earendil-works", "pi-coding-agent");
-const { SessionManager } = await import(pathToFileURL(join(PKG, "dist", "index.js")).href);
+// pi's own module (its index re-exports it; importing the index loads all of pi).
+const { SessionManager } = await import(pathToFileURL(join(PKG, "dist", "core", "session-manager.js")).href);
 
 let sm = null;
 const answer = (v) => process.stdout.write(`${JSON.stringify(v)}\n`);
