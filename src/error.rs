@@ -113,25 +113,41 @@ pub enum Error {
         /// Its format version.
         version: u32,
     },
-    /// A file changed since it was imported, other than by appending (`invalid_session`).
-    #[error("{} changed since it was imported as session {session} ({how}); delete that session to import the file afresh", path.display())]
+    /// A file changed since it was imported in a way a merge by entry id
+    /// cannot take in (`invalid_session`); `how` says how, and the step out.
+    #[error("{} changed since it was imported as session {session}: {how}", path.display())]
     ImportedFileChanged {
         /// The file.
         path: PathBuf,
         /// The session it was imported as.
         session: String,
-        /// How it changed.
-        how: &'static str,
+        /// How it changed, and the one step that resolves it.
+        how: String,
     },
-    /// pi appended to a file whose archive session was written since its
-    /// last import (`invalid_session`): the archive is that session's source
-    /// of truth, and pi's later lines are not mixed into it.
-    #[error("{} grew since it was imported as session {session}, and that session was written in the archive since (through the Node binding, rpc or the CLI): the archive is its source of truth, so pi's new lines are not mixed into it; `sessiontree export` the session to see the difference, or delete it from the archive to import the file afresh", path.display())]
-    ArchiveSessionDiverged {
+    /// A pi file and the archive hold an entry id with different content
+    /// (`invalid_session`): nothing of that session was written.
+    #[error("{}", conflict_message(session, path, conflicts))]
+    MergeConflict {
+        /// The session.
+        session: String,
+        /// pi's file.
+        path: PathBuf,
+        /// Each entry whose two sides differ.
+        conflicts: Vec<MergeConflict>,
+    },
+    /// An export would write over a pi file of an older format (version 1
+    /// or 2, or one pi upgraded that the archive knows by its old ids)
+    /// (`invalid_session`): nothing written unless `--upgrade`.
+    #[error("{} is {what}; export writes nothing over it. To rewrite it as version 3 with every entry of both (pi's file kept beside it as a .bak): sessiontree export {session} --out {} --upgrade", path.display(), shell_quote(&out.display().to_string()))]
+    OldFormatFile {
         /// The file.
         path: PathBuf,
-        /// The session it was imported as.
+        /// The session.
         session: String,
+        /// The `--out` the export was given.
+        out: PathBuf,
+        /// What the file is.
+        what: String,
     },
     /// A fork target does not exist (`invalid_fork_target`).
     #[error("Entry {0} not found")]
@@ -149,7 +165,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A file is in the way of an export and differs from what it would get (`storage`).
-    #[error("{path} exists and is not a copy of the archive's session ({reason}); nothing written. Import it first, or use --force to replace it (the old file is kept beside it as a backup)")]
+    #[error("{path} exists and is not a copy of the archive's session ({reason}); nothing written. Run the same export with --force to replace it (the old file is kept beside it as NAME.bak)")]
     WouldOverwrite {
         /// The file in the way.
         path: std::path::PathBuf,
@@ -230,7 +246,8 @@ impl Error {
             | Error::UnsafeSessionId { .. }
             | Error::ReadOnlyVersion { .. }
             | Error::ImportedFileChanged { .. }
-            | Error::ArchiveSessionDiverged { .. }
+            | Error::MergeConflict { .. }
+            | Error::OldFormatFile { .. }
             | Error::InvalidSession(_) => ErrorCode::InvalidSession,
             Error::InvalidLine { .. } | Error::InvalidEntry(_) => ErrorCode::InvalidEntry,
             Error::ForkTargetNotFound(_) | Error::ForkTargetNotUserMessage(_) => {
@@ -295,3 +312,59 @@ impl Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One entry id that pi's file and the archive hold with different content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeConflict {
+    /// The entry id.
+    pub entry: String,
+    /// The archive's text of it (shortened).
+    pub archive: String,
+    /// The file's text of it (shortened).
+    pub file: String,
+}
+
+/// The root of pi's layout a session file sits in (`ROOT/--cwd--/FILE`):
+/// what `export --out` takes to write to that file again.
+pub fn sessions_root_of(path: &std::path::Path) -> PathBuf {
+    path.parent()
+        .and_then(std::path::Path::parent)
+        .map_or_else(|| PathBuf::from("."), std::path::Path::to_path_buf)
+}
+
+/// A conflict's message: session, entries, both sources, and the one step
+/// that resolves it (keep the archive's entries; pi's file is kept as a backup).
+fn conflict_message(session: &str, path: &std::path::Path, conflicts: &[MergeConflict]) -> String {
+    let mut m = format!(
+        "session {session}: {} entr{} differ between pi's file {} and the archive; nothing of this session was written:",
+        conflicts.len(),
+        if conflicts.len() == 1 { "y" } else { "ies" },
+        path.display()
+    );
+    for c in conflicts.iter().take(5) {
+        m.push_str(&format!(
+            "\n  entry {}: archive {} / file {}",
+            c.entry, c.archive, c.file
+        ));
+    }
+    if conflicts.len() > 5 {
+        m.push_str(&format!("\n  … and {} more", conflicts.len() - 5));
+    }
+    m.push_str(&format!(
+        "\nto keep the archive's copy and move pi's file aside to a .bak: sessiontree export {session} --out {} --force",
+        shell_quote(&sessions_root_of(path).display().to_string())
+    ));
+    m
+}
+
+/// `s` quoted for a POSIX shell where it needs it.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:=@%,".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}

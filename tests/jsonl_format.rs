@@ -543,12 +543,11 @@ fn export_and_check_report_progress() -> Result<(), Box<dyn std::error::Error>> 
     Ok(())
 }
 
-/// A session written in the archive since its import has the archive as its
-/// source of truth: lines pi appends to the old file are refused, never
-/// mixed in; once export has caught the file up, it imports as unchanged.
+/// A session written in the archive since its import: once export has
+/// caught the file up, it imports as unchanged; when pi appends to the file
+/// and the archive moves on too, import merges pi's entries by id.
 #[test]
-fn import_never_mixes_lines_into_a_session_written_since() -> Result<(), Box<dyn std::error::Error>>
-{
+fn import_merges_pi_lines_into_a_session_written_since() -> Result<(), Box<dyn std::error::Error>> {
     use sessiontree::convert::{export_to_file, ExportOutcome};
     use sessiontree::JsonText;
     use std::io::Write;
@@ -597,12 +596,19 @@ fn import_never_mixes_lines_into_a_session_written_since() -> Result<(), Box<dyn
         .open(&file)?
         .write_all(line.as_bytes())?;
     let before = archive.open_session(&id)?.entry_count()?;
-    let err = import_jsonl(&archive, &file).expect_err("a diverged session is refused");
-    assert_eq!(err.code(), ErrorCode::InvalidSession);
-    assert!(err.to_string().contains("source of truth"), "{err}");
+    let merged = import_jsonl(&archive, &file)?;
+    assert_eq!(
+        (merged.outcome, merged.entries),
+        (ImportOutcome::Appended, 1)
+    );
     let storage = archive.open_session(&id)?;
-    assert_eq!(storage.entry_count()?, before);
-    assert!(!storage.contains_entry("pi-later")?);
+    assert_eq!(storage.entry_count()?, before + 1);
+    assert!(storage.contains_entry("pi-later")?);
+    drop(storage);
+    assert_eq!(
+        import_jsonl(&archive, &file)?.outcome,
+        ImportOutcome::Unchanged
+    );
 
     // A session pi alone writes keeps importing its appends.
     let other = dir.path().join("other.jsonl");
@@ -630,7 +636,7 @@ fn import_never_mixes_lines_into_a_session_written_since() -> Result<(), Box<dyn
 /// Import records written before the prefix hash became [`WideFnv`]-tagged
 /// (a bare FNV-1a 64 in hex) still recognise their file: unchanged, then
 /// appended to (and the record then takes the new form), while a changed
-/// prefix is still refused.
+/// prefix is merged by entry id.
 #[test]
 fn an_import_record_of_the_bytewise_hash_still_recognises_its_file(
 ) -> Result<(), Box<dyn std::error::Error>> {
@@ -680,11 +686,15 @@ fn an_import_record_of_the_bytewise_hash_still_recognises_its_file(
     assert_eq!(r.outcome, ImportOutcome::Appended);
     assert_eq!(r.bytes_read, (text.len() - cut) as u64);
     assert!(stored(&db).starts_with("fnv4:"), "{}", stored(&db));
-    // A legacy record whose prefix no longer matches is a changed file.
+    // A legacy record whose prefix no longer matches is a changed file:
+    // merged by entry id, which finds nothing new in it.
     legacy(&db, &fnv1a(b"something else"));
     std::fs::write(&file, [&text[..], b"\n"].concat())?;
-    let refused = import_jsonl(&archive, &file).map(|r| r.outcome);
-    assert!(refused.is_err(), "{refused:?}");
+    let merged = import_jsonl(&archive, &file)?;
+    assert_eq!(
+        (merged.outcome, merged.entries),
+        (ImportOutcome::Unchanged, 0)
+    );
     Ok(())
 }
 

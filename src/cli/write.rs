@@ -8,7 +8,7 @@ use sessiontree::app::{AppSession, BranchSummaryArgs, JsValue};
 use sessiontree::archive::{BoxedStorage, SessionArchive};
 use sessiontree::backend::postgres::PgArchive;
 use sessiontree::backend::sqlite::CacheSize;
-use sessiontree::convert::{export_file_to_file, ExportOutcome};
+use sessiontree::convert::{export_file_to_file, ExportOutcome, PiExport};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{export_path, session_file_name};
 use sessiontree::repo::archive::ArchiveRepo;
@@ -38,6 +38,11 @@ pub struct ExportArgs {
     /// archive's copy only has the rest appended.
     #[arg(long)]
     pub force: bool,
+    /// Rewrite a pi file of an older format (version 1 or 2, or one pi
+    /// upgraded since it was imported) as version 3 with the entries of both;
+    /// the old file is kept as `NAME.bak`. Without it such a file is left alone.
+    #[arg(long)]
+    pub upgrade: bool,
     /// Write one self-contained HTML page per session (`SESSION_ID.html`
     /// directly in DIR: the active path in full, inline CSS, images
     /// embedded) instead of pi JSONL, as pi's `/export` does.
@@ -84,6 +89,10 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             })
             .collect::<Result<_>>()?
     };
+    // The local archive, opened for writing: an export into pi's directory
+    // records the file it wrote and merges in the entries pi's file has.
+    let mut local_archive: Option<sessiontree::backend::sqlite::Archive> = None;
+    let mut by_id = None;
     // Like import, one session that cannot be exported never stops the others:
     // it is reported, and the exit status is 2.
     let mut written = Vec::new();
@@ -115,28 +124,59 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
     let total = sources.len();
     for (i, (source, entries)) in sources.into_iter().zip(counts).enumerate() {
         bar.set_message(format!("session {} / {total}", i + 1));
+        let mut open_error = None;
+        if matches!(source, ExportSource::Archive(_)) && !args.html && local_archive.is_none() {
+            match super::open_archive(cli) {
+                Ok(a) => local_archive = Some(a),
+                Err(e) => open_error = Some(e),
+            }
+        }
+        let mut local = || -> Result<&sessiontree::backend::sqlite::Archive> {
+            local_archive.as_ref().ok_or_else(|| {
+                open_error
+                    .take()
+                    .unwrap_or_else(|| Error::Unknown("the archive did not open".into()))
+            })
+        };
         let mut reached = |n: u64| bar.set_position(done_entries + n.min(entries));
         let (name, result) = match &source {
             ExportSource::Archive(id) if args.html => (
                 id.clone(),
-                archive().and_then(|a| {
-                    super::show::export_html(a.open_storage(id)?, &args.out, args.force)
-                }),
+                archive()
+                    .and_then(|a| {
+                        super::show::export_html(a.open_storage(id)?, &args.out, args.force)
+                    })
+                    .map(|(p, o)| (p, PiExport::Plain(o))),
             ),
             ExportSource::File(path) if args.html => (
                 path.display().to_string(),
                 target::open_for_reading(cli, &path.to_string_lossy())
-                    .and_then(|s| super::show::export_html(s, &args.out, args.force)),
+                    .and_then(|s| super::show::export_html(s, &args.out, args.force))
+                    .map(|(p, o)| (p, PiExport::Plain(o))),
+            ),
+            ExportSource::Archive(id) if super::db::postgres_url(cli).is_none() => (
+                id.clone(),
+                local().and_then(|a| {
+                    sessiontree::convert::export_to_pi_dir(
+                        a,
+                        id,
+                        &args.out,
+                        (args.force, args.upgrade),
+                        &mut by_id,
+                        &mut reached,
+                    )
+                }),
             ),
             ExportSource::Archive(id) => (
                 id.clone(),
                 archive().and_then(|a| {
                     a.export_session(id, &|m| export_path(&args.out, m), args.force, &mut reached)
+                        .map(|(p, o)| (p, PiExport::Plain(o)))
                 }),
             ),
             ExportSource::File(path) => (
                 path.display().to_string(),
-                export_file(path, &args.out, args.force),
+                export_file(path, &args.out, args.force).map(|(p, o)| (p, PiExport::Plain(o))),
             ),
         };
         done_entries += entries;
@@ -144,20 +184,35 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         match result {
             Ok((path, outcome)) => {
                 let (what, backup) = match &outcome {
-                    ExportOutcome::Created => ("created".to_owned(), None),
-                    ExportOutcome::Unchanged => ("unchanged".to_owned(), None),
-                    ExportOutcome::Appended { bytes } => (format!("appended {bytes} bytes"), None),
-                    ExportOutcome::Replaced { backup } => (
-                        format!("replaced (the old file is {})", backup.display()),
+                    PiExport::Plain(ExportOutcome::Created) => ("created".to_owned(), None),
+                    PiExport::Plain(ExportOutcome::Unchanged) => ("unchanged".to_owned(), None),
+                    PiExport::Plain(ExportOutcome::Appended { bytes }) => {
+                        (format!("appended {bytes} bytes"), None)
+                    }
+                    PiExport::Plain(ExportOutcome::Replaced { backup })
+                    | PiExport::Upgraded { backup } => (
+                        format!(
+                            "{} (the old file is {})",
+                            if matches!(outcome, PiExport::Upgraded { .. }) {
+                                "upgraded to version 3"
+                            } else {
+                                "replaced"
+                            },
+                            backup.display()
+                        ),
                         Some(backup.display().to_string()),
                     ),
+                    PiExport::Merged(m) => (merged_text(&name, m), None),
                 };
                 text.push_str(&format!("{name} → {} ({what})\n", path.display()));
-                let action = match outcome {
-                    ExportOutcome::Created => "created",
-                    ExportOutcome::Unchanged => "unchanged",
-                    ExportOutcome::Appended { .. } => "appended",
-                    ExportOutcome::Replaced { .. } => "replaced",
+                let action = match &outcome {
+                    PiExport::Plain(ExportOutcome::Created) => "created",
+                    PiExport::Plain(ExportOutcome::Unchanged) => "unchanged",
+                    PiExport::Plain(ExportOutcome::Appended { .. }) => "appended",
+                    PiExport::Plain(ExportOutcome::Replaced { .. }) => "replaced",
+                    PiExport::Upgraded { .. } => "upgraded",
+                    PiExport::Merged(m) if m.imported == 0 && m.appended == 0 => "unchanged",
+                    PiExport::Merged(_) => "merged",
                 };
                 // An app session whose leaf pi will not resume at: said on stderr.
                 let note = match &source {
@@ -170,6 +225,15 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                     bar.suspend(|| eprintln!("note: {note}"));
                 }
                 let mut row = json!({"session": name, "path": path.display().to_string(), "action": action, "backup": backup});
+                if let PiExport::Merged(m) = &outcome {
+                    row["merge"] = json!({
+                        "imported": m.imported,
+                        "appended": m.appended,
+                        "reissued": m.reissued.iter().map(|(n, o)| json!({"entry": n, "of": o})).collect::<Vec<_>>(),
+                        "piLeaf": m.pi_leaf,
+                        "branchLeaves": m.branch_leaves,
+                    });
+                }
                 if let Some(note) = note {
                     row["note"] = json!(note);
                 }
@@ -189,6 +253,32 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         report.status = super::exit::SOME_FAILED;
     }
     Ok(report)
+}
+
+/// What a merge into pi's file did, for `export`'s line: counts, the
+/// re-issued entries, and where each side's leaf is.
+fn merged_text(session: &str, m: &sessiontree::convert::MergeExport) -> String {
+    if m.imported == 0 && m.appended == 0 {
+        return "unchanged: pi's file holds every entry of the session, in its own order".into();
+    }
+    let mut t = format!(
+        "merged: {} entr{} from pi's file imported, {} appended",
+        m.imported,
+        if m.imported == 1 { "y" } else { "ies" },
+        m.appended
+    );
+    for (new, of) in &m.reissued {
+        t.push_str(&format!("; {of} re-issued on pi's tip as {new}"));
+    }
+    if let Some(leaf) = &m.pi_leaf {
+        t.push_str(&format!("; pi resumes at {leaf}"));
+    }
+    for leaf in &m.branch_leaves {
+        t.push_str(&format!(
+            "; the archive's branch ends at {leaf} (a branch in pi's /tree; `sessiontree branch {session} --leaf {leaf}` shows it)"
+        ));
+    }
+    t
 }
 
 /// Writes a pi file below `out` as version 3, by the same rules.
@@ -473,7 +563,12 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    let mut found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    if id.is_none() {
+        found
+            .problems
+            .extend(pi_dir_duplicates(&sessiontree::layout::pi_sessions_dir())?);
+    }
     let problems = &found.problems;
     let mut text = if problems.is_empty() {
         "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
@@ -491,6 +586,62 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         report.status = super::exit::CHECK_PROBLEMS;
     }
     Ok(report)
+}
+
+/// Sessions that have more than one file in pi's sessions directory `dir`
+/// (pi's /resume lists each, and writes go to whichever was opened), each
+/// with the one step that leaves one file and loses no entry.
+pub(crate) fn pi_dir_duplicates(dir: &Path) -> Result<Vec<String>> {
+    use sessiontree::error::shell_quote;
+    let mut found = Vec::new();
+    let mut by_id: Vec<(String, Vec<PathBuf>)> = sessiontree::convert::session_files_by_id(dir)?
+        .into_iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect();
+    by_id.sort();
+    let ids_of = |p: &Path| -> Option<std::collections::HashSet<String>> {
+        let f =
+            sessiontree::backend::jsonl::JsonlStorage::open(p, sessiontree::Durability::Relaxed)
+                .ok()?;
+        Some(f.all_entries().iter().map(|e| e.id().to_owned()).collect())
+    };
+    for (id, mut files) in by_id {
+        files.sort();
+        let sets: Vec<_> = files.iter().map(|f| ids_of(f)).collect();
+        // A file whose every entry another file holds can go.
+        let spare = (0..files.len()).find(|&i| {
+            (0..files.len()).any(|j| {
+                j != i
+                    && matches!((&sets[i], &sets[j]), (Some(a), Some(b)) if a.is_subset(b) && (a != b || i > j))
+            })
+        });
+        let fix = match spare {
+            Some(i) => format!(
+                "every entry of {} is in another of them: rm {}",
+                files[i].display(),
+                shell_quote(&files[i].display().to_string())
+            ),
+            None => format!(
+                "each has entries of its own: sessiontree import {} merges them into the archive, then `sessiontree export {id} --out {}` writes them all to one, and the others can go",
+                files
+                    .iter()
+                    .map(|f| shell_quote(&f.display().to_string()))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                shell_quote(&dir.display().to_string())
+            ),
+        };
+        found.push(format!(
+            "session {id} has {} files in pi's sessions directory ({}); pi lists it once per file. {fix}",
+            files.len(),
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(found)
 }
 
 /// Runs a check with a progress bar over the sessions it checks.

@@ -25,11 +25,9 @@ pub(super) fn append_new_lines(
 ) -> Result<FileImport> {
     let header = read_open_header(path)?;
     if header.version != 3 {
-        return Err(Error::ImportedFileChanged {
-            path: path.to_owned(),
-            session: r.session_id.clone(),
-            how: "an old-format file, which is never appended to in place",
-        });
+        // A version 1 or 2 file that grew is merged by id (pi writes only
+        // version 3 lines; an old file that grew in place is someone's edit).
+        return merge_instead(archive, path, r, options);
     }
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let mut file = File::open(path).map_err(io)?;
@@ -80,10 +78,9 @@ pub(super) fn append_new_lines(
                 report: ImportReport::default(),
             });
         }
-        return Err(Error::ArchiveSessionDiverged {
-            path: path.to_owned(),
-            session: r.session_id.clone(),
-        });
+        // Both sides wrote since the import: merged by id.
+        drop(file);
+        return merge_instead(archive, path, r, options);
     }
     let source = Source {
         path: path.to_owned(),
@@ -142,6 +139,23 @@ pub(super) fn append_new_lines(
             })
         },
     )
+}
+
+/// The file merged into the session by entry id instead of appended.
+fn merge_instead(
+    archive: &Archive,
+    path: &Path,
+    r: &ImportRecord,
+    options: &super::plan::ImportOptions,
+) -> Result<FileImport> {
+    super::merge::merge_file_into_archive(
+        archive,
+        path,
+        &r.source_path,
+        &r.session_id,
+        options.rules,
+    )
+    .map(|(done, _)| done)
 }
 
 /// The last line holding more than blanks among the first `end` bytes of

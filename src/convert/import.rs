@@ -100,6 +100,24 @@ fn carry_out(
             size,
             mtime,
         } => append_new_lines(archive, path, &record, size, mtime, options, progress),
+        Plan::Merge {
+            session,
+            canon,
+            present,
+        } => {
+            let (mut done, _) = super::merge::merge_file_into_archive(
+                archive,
+                path,
+                &canon,
+                &session,
+                options.rules,
+            )?;
+            if present && done.outcome == ImportOutcome::Unchanged {
+                done.outcome = ImportOutcome::AlreadyPresent;
+            }
+            progress.reached(done.bytes_read);
+            Ok(done)
+        }
     }
 }
 

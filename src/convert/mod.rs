@@ -4,8 +4,10 @@
 //!
 //! Imports are idempotent: each imported file is recorded with the bytes
 //! imported and their hash. Re-importing an unchanged file does nothing; a file
-//! pi has appended to since imports only its new lines; a file changed in any
-//! other way is refused (delete the session to import it afresh).
+//! pi has appended to since imports only its new lines; any other change
+//! (both sides wrote, pi upgraded an old file, a file renamed) is merged by
+//! entry id (`merge`): the entries the archive lacks are appended, and only
+//! the same id with different content is refused, as a conflict.
 //!
 //! The parts: `progress` (byte progress reports), `hash` (the prefix hash an
 //! import record holds), `plan` (what importing a file comes to),
@@ -17,6 +19,7 @@ mod append;
 mod export;
 mod hash;
 mod import;
+mod merge;
 mod pipeline;
 mod plan;
 mod progress;
@@ -28,5 +31,9 @@ pub use export::{
 pub use import::{
     import_jsonl, import_jsonl_files, import_jsonl_files_with, import_jsonl_with,
     import_jsonl_with_progress, new_session_from_header, train_dictionary_for,
+};
+pub use merge::{
+    export_to_pi_dir, files_holding_session, merge_export, session_files_by_id, session_target,
+    MergeExport, PiExport,
 };
 pub use plan::{FileImport, ImportOptions, ImportOutcome, ImportReport};

@@ -99,6 +99,14 @@ pub(super) enum Plan {
     Done(FileImport),
     /// A file not imported before.
     New(NewFile),
+    /// A file holding session `session` of the archive, to merge by entry
+    /// id: changed since its import other than by appending, or (`present`)
+    /// never imported from this path.
+    Merge {
+        session: String,
+        canon: String,
+        present: bool,
+    },
     /// A file pi has appended to since its import `record`.
     Append {
         record: ImportRecord,
@@ -118,8 +126,9 @@ pub(super) struct NewFile {
 }
 
 /// Looks at `path` and the archive's record of it: unchanged, appended to
-/// (the imported prefix is hashed, reported to `progress`), changed (an
-/// error), or new (its header read and checked).
+/// (the imported prefix is hashed, reported to `progress`), changed or
+/// holding a session the archive has (a merge by id), or new (its header
+/// read and checked).
 pub(super) fn plan_import(
     archive: &Archive,
     path: &Path,
@@ -164,12 +173,15 @@ pub(super) fn plan_import(
                 mtime,
             })
         }
-        Some(r) => Err(Error::ImportedFileChanged {
-            path: path.to_owned(),
-            session: r.session_id.clone(),
-            how: "not only appended to",
+        // Changed otherwise (pi rewrote it: an upgrade of a version 1 or 2
+        // file; or lines the archive wrote went in by export): merged by id.
+        Some(r) if read_open_header(path)?.id == r.session_id => Ok(Plan::Merge {
+            session: r.session_id,
+            canon,
+            present: false,
         }),
-        None => {
+        // The path holds another session now: imported as the file it is.
+        Some(_) | None => {
             let header = read_open_header(path)?;
             // An id that could not be exported (a path, `..`) is refused at the door.
             check_session_id(&header.id)?;
@@ -188,8 +200,14 @@ pub(super) fn plan_import(
             if let Some(id) = archive.discard_dead_staged_import(&canon)? {
                 return Ok(skipped(id, ImportOutcome::InProgressElsewhere));
             }
+            // The session from another file (pi renamed or moved it, or a
+            // copy): merged by id, so pi's later entries are not stranded.
             if archive.has_session(&header.id)? {
-                return Ok(skipped(header.id, ImportOutcome::AlreadyPresent));
+                return Ok(Plan::Merge {
+                    session: header.id,
+                    canon,
+                    present: true,
+                });
             }
             Ok(Plan::New(NewFile {
                 path: path.to_owned(),

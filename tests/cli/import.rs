@@ -234,14 +234,15 @@ fn appended_file_imports_only_the_new_lines() {
     let branch = ids(&sb.json(&["branch", TREE_ID])["entries"]);
     assert_eq!(branch.last().map(String::as_str), Some("usr00009"));
 
-    // A file rewritten (not appended to) is refused, and the archive keeps its copy.
+    // A file rewritten (an entry's content changed under its id) is a
+    // conflict: refused, and the archive keeps its copy.
     std::fs::write(&path, f.text().replace("Thanks!", "Thank you!")).expect("rewrite");
     let r = sb.run(&["--json", "import", s(&path)]);
     assert_eq!(r.status, 2, "{r:#?}");
     let v = r.parse();
     assert_eq!(v["failed"][0]["code"], "invalid_session");
     let msg = v["failed"][0]["message"].as_str().expect("message");
-    assert!(msg.contains("changed since it was imported"), "{msg}");
+    assert!(msg.contains("differ between pi's file"), "{msg}");
     assert_eq!(
         sb.json(&["search", "Thanks"])["hits"][0]["entry"],
         "usr00009"

@@ -31,6 +31,7 @@ mod browse;
 mod contract;
 mod import;
 mod ls_stats;
+mod merge;
 mod read;
 mod readme;
 mod rpc;

@@ -612,6 +612,23 @@ impl Archive {
         .map_err(sql("reading an import record"))
     }
 
+    /// The files session `session_id` was imported from (or exported to
+    /// and recorded), by canonical path: where an export writes it again.
+    pub fn import_paths_of(&self, session_id: &str) -> Result<Vec<String>> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare(
+                "SELECT i.source_path FROM imports i JOIN sessions s USING (session_key)
+                 WHERE s.id = ?1 ORDER BY i.source_path",
+            )
+            .map_err(sql("reading import records"))?;
+        let rows = st
+            .query_map([session_id], |r| r.get::<_, String>(0))
+            .map_err(sql("reading import records"))?;
+        rows.collect::<rusqlite::Result<_>>()
+            .map_err(sql("reading import records"))
+    }
+
     /// Whether a session with this id exists.
     pub fn has_session(&self, id: &str) -> Result<bool> {
         let conn = self.conn()?;
