@@ -71,17 +71,16 @@ pub enum Command {
     /// Import pi session files or directories into the archive (idempotent).
     #[command(after_help = "\
 Examples:
-  sessiontree import                                # pi's sessions directory, found as pi finds it
-  sessiontree import --demo                         # a generated demo, into its own archive beside yours
-  sessiontree import ~/.pi/agent/sessions --quiet   # a directory, recursively; no progress bar
-  sessiontree import session.jsonl                  # one file; again later: only what pi appended")]
+  sessiontree import                  # pi's sessions directory, found as pi finds it
+  sessiontree import --demo           # a generated demo, into its own archive beside yours
+  sessiontree import session.jsonl    # one file; again later: only what pi appended")]
     Import(import::ImportArgs),
     /// Keep the archive in step with pi's sessions directory while pi writes.
     #[command(after_help = "\
 Examples:
   sessiontree watch                          # pi's sessions directory; a line per session updated; Ctrl-C stops
-  sessiontree watch --once --quiet           # one pass for cron: what changed since the last run, problems only
-  sessiontree watch ~/work/sessions --json   # JSON lines: imported, appended, problem, busy")]
+  sessiontree watch --once                   # one pass, for cron: what pi wrote since the last run
+  sessiontree watch --once --quiet --json    # the same: problems only, then a JSON summary")]
     Watch(watch::WatchArgs),
     /// List sessions, newest first.
     #[command(after_help = "\
