@@ -276,14 +276,9 @@ impl Watch {
                     ImportOutcome::Unchanged => {
                         self.out.reported.remove(file);
                     }
-                    ImportOutcome::AlreadyPresent => self.out.problem(
-                        file,
-                        &format!(
-                            "session {} is already in the archive from another file; this file is not imported",
-                            done.session_id
-                        ),
-                        "storage",
-                    ),
+                    // As `import` counts it: not a failure (the session
+                    // came from another copy of the file, or another source).
+                    ImportOutcome::AlreadyPresent => self.out.skipped(file, &done.session_id),
                     ImportOutcome::InProgressElsewhere => {
                         why = "another process is importing it".into();
                         retry.push(file.clone());
@@ -558,18 +553,42 @@ impl Output {
         );
     }
 
-    /// A problem with `file`, reported unless it is the one last reported for it.
-    fn problem(&mut self, file: &Path, message: &str, code: &str) {
-        // Said again only when the file has changed since (its size or
-        // modification time), not on every rescan.
+    /// `file` holds a session the archive has from another file: said once
+    /// per change of the file, not counted as a problem.
+    fn skipped(&mut self, file: &Path, session: &str) {
+        let message = format!(
+            "session {session} is already in the archive from another file; this file is not imported"
+        );
+        if !self.fresh(file, &message) {
+            return;
+        }
+        self.line(
+            json!({"event": "skipped", "file": file.display().to_string(), "session": session, "message": message}),
+            format!("skipped {}: {message}", file.display()),
+            false,
+        );
+    }
+
+    /// Whether `message` about `file` is news: not what was last said of
+    /// it, or said before the file last changed (its size or modification
+    /// time), so that a rescan does not repeat it. Remembers it.
+    fn fresh(&mut self, file: &Path, message: &str) -> bool {
         let state = std::fs::metadata(file).map_or_else(
             |_| message.to_owned(),
             |m| format!("{message}\0{}\0{:?}", m.len(), m.modified().ok()),
         );
         if self.reported.get(file).is_some_and(|m| *m == state) {
-            return;
+            return false;
         }
         self.reported.insert(file.to_owned(), state);
+        true
+    }
+
+    /// A problem with `file`, reported unless it is the one last reported for it.
+    fn problem(&mut self, file: &Path, message: &str, code: &str) {
+        if !self.fresh(file, message) {
+            return;
+        }
         self.problems += 1;
         let shown = file.display().to_string();
         let text = if shown.is_empty() || message.contains(&shown) {

@@ -427,6 +427,13 @@ fn watch_follows_appends_waits_for_half_lines_and_reports_truncation() {
     assert!(v["message"].as_str().is_some_and(|m| m.contains(id)), "{v}");
     assert_eq!(entries(&sb, id), 6);
 
+    // Renamed: a file of a session the archive holds, said so; nothing lost.
+    let renamed = dir.join("renamed.jsonl");
+    std::fs::rename(&file, &renamed).expect("rename");
+    let v = w.wait_for(Duration::from_secs(10), |v| v["file"] == json!(s(&renamed)));
+    assert_eq!(v["session"], id, "{v}");
+    assert_eq!(entries(&sb, id), 6);
+
     let (status, last) = w.stop();
     assert_eq!(
         (status, last["event"].clone()),
