@@ -4,18 +4,184 @@
 
 use crate::error::{Error, Result};
 use crate::storage::SessionMetadata;
+use serde_json::Value;
+use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
-/// pi's sessions directory: `$PI_CODING_AGENT_DIR/sessions`, else
-/// `~/.pi/agent/sessions`.
-pub fn pi_sessions_dir() -> PathBuf {
-    // Set but empty means unset, as shells treat it.
-    let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    if let Some(dir) = set("PI_CODING_AGENT_DIR") {
-        return PathBuf::from(dir).join("sessions");
+/// Where pi's sessions directory came from (see [`resolve_pi_sessions_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PiDirSource {
+    /// `PI_CODING_AGENT_SESSION_DIR`.
+    SessionDirEnv,
+    /// The `sessionDir` of this settings file (the project's
+    /// `.pi/settings.json` or the agent directory's `settings.json`).
+    Settings(PathBuf),
+    /// `$PI_CODING_AGENT_DIR/sessions`.
+    AgentDirEnv,
+    /// `~/.pi/agent/sessions`.
+    Default,
+}
+
+impl PiDirSource {
+    /// Says where the directory came from, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            PiDirSource::SessionDirEnv => "PI_CODING_AGENT_SESSION_DIR".into(),
+            PiDirSource::Settings(file) => format!("sessionDir in {}", file.display()),
+            PiDirSource::AgentDirEnv => "PI_CODING_AGENT_DIR".into(),
+            PiDirSource::Default => "pi's default".into(),
+        }
     }
+}
+
+/// pi's sessions directory and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PiSessionsDir {
+    /// The directory (absolute when `cwd` is).
+    pub dir: PathBuf,
+    /// What named it.
+    pub source: PiDirSource,
+}
+
+/// pi's sessions directory, found as pi 1.6 finds it when started in the
+/// current directory (see [`resolve_pi_sessions_dir`]).
+pub fn pi_sessions_dir() -> PathBuf {
+    pi_sessions_dir_found().dir
+}
+
+/// [`pi_sessions_dir`] with where it came from.
+pub fn pi_sessions_dir_found() -> PiSessionsDir {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    resolve_pi_sessions_dir(&|name| std::env::var_os(name), &cwd)
+}
+
+/// pi's sessions directory as pi 1.6 (`main.js`, `config.js`,
+/// `settings-manager.js`) resolves it for a pi started in `cwd` without
+/// `--session-dir`, `env` giving the environment:
+///
+/// 1. `PI_CODING_AGENT_SESSION_DIR`, if set and not empty;
+/// 2. else the `sessionDir` of pi's settings, the project's
+///    (`cwd/.pi/settings.json`) over the global one (`settings.json` in the
+///    agent directory), if a non-empty string (a file that does not parse
+///    counts as empty, as pi reports it and goes on);
+/// 3. else `sessions` in the agent directory: `PI_CODING_AGENT_DIR` if set
+///    and not empty, else `~/.pi/agent`.
+///
+/// Each value has pi's `~` and `~/…` expanded to `HOME` and a `file://` URL
+/// made a path; a relative one is taken from `cwd`, as pi takes it from its
+/// working directory. With 1 or 2 pi keeps sessions flat in the directory,
+/// with 3 in one subdirectory per working directory; import reads both.
+pub fn resolve_pi_sessions_dir(
+    env: &dyn Fn(&str) -> Option<OsString>,
+    cwd: &Path,
+) -> PiSessionsDir {
+    // pi tests `if (envDir)`: set but empty means unset.
+    let set = |name: &str| env(name).filter(|v| !v.is_empty());
     let home = set("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".pi").join("agent").join("sessions")
+    let absolute = |p: PathBuf| lexical(&if p.is_absolute() { p } else { cwd.join(p) });
+    let expand = |v: &OsString| absolute(normalize_pi_path(&v.to_string_lossy(), &home));
+    if let Some(dir) = set("PI_CODING_AGENT_SESSION_DIR") {
+        return PiSessionsDir {
+            dir: expand(&dir),
+            source: PiDirSource::SessionDirEnv,
+        };
+    }
+    let agent = set("PI_CODING_AGENT_DIR");
+    let agent_dir = agent
+        .as_ref()
+        .map_or_else(|| home.join(".pi").join("agent"), expand);
+    let global = agent_dir.join("settings.json");
+    let project = cwd.join(".pi").join("settings.json");
+    // deepMergeObjects: the project's value, if the key is there at all
+    // (even `null`), replaces the global one.
+    let (value, file) = match settings_session_dir(&project) {
+        Some(v) => (v, project),
+        None => (settings_session_dir(&global).unwrap_or(Value::Null), global),
+    };
+    // `sessionDir ? normalizePath(sessionDir) : sessionDir`: only a
+    // non-empty string counts (pi 1.6 fails to start on other truthy values).
+    if let Some(dir) = value.as_str().filter(|s| !s.is_empty()) {
+        return PiSessionsDir {
+            dir: absolute(normalize_pi_path(dir, &home)),
+            source: PiDirSource::Settings(file),
+        };
+    }
+    PiSessionsDir {
+        dir: lexical(&agent_dir.join("sessions")),
+        source: if agent.is_some() {
+            PiDirSource::AgentDirEnv
+        } else {
+            PiDirSource::Default
+        },
+    }
+}
+
+/// `path` without `.` components and with `..` taken back, as node's
+/// `path.resolve` does (lexically: links are not followed).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            // `/..` is `/`; a relative path keeps a leading `..`.
+            Component::ParentDir => {
+                if out.file_name().is_some() {
+                    out.pop();
+                } else if !out.has_root() {
+                    out.push(c);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The `sessionDir` key of a pi settings file, if the file parses (after a
+/// byte-order mark) as a JSON object holding it.
+fn settings_session_dir(file: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    match serde_json::from_str::<Value>(text).ok()? {
+        Value::Object(mut map) => map.remove("sessionDir"),
+        _ => None,
+    }
+}
+
+/// pi's `normalizePath` on Linux: `~` and `~/…` from `home`, a `file://` URL
+/// to its path; anything else unchanged (`~user` included).
+fn normalize_pi_path(input: &str, home: &Path) -> PathBuf {
+    if input == "~" {
+        return home.to_owned();
+    }
+    if let Some(rest) = input.strip_prefix("~/") {
+        return home.join(rest);
+    }
+    if let Some(url) = input.strip_prefix("file://") {
+        let path = url.strip_prefix("localhost").unwrap_or(url);
+        return PathBuf::from(percent_decode(path));
+    }
+    PathBuf::from(input)
+}
+
+/// `%XX` escapes decoded, as `fileURLToPath` does (invalid ones kept).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The archive used when none is named: `$XDG_DATA_HOME/sessiontree/archive.db`

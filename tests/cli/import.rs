@@ -157,18 +157,30 @@ fn import_defaults_to_pis_sessions_dir_and_db_overrides_the_archive() {
         "01950000-0000-7000-8000-00000000d002"
     );
 
-    // No pi directory at all: a generated demo archive, and a note saying so.
+    // No pi directory at all: not_found naming it and where it came from,
+    // no archive made; `--demo` writes the demo into an archive of its own.
     let empty = Sandbox::new();
     let r = empty.run(&["import"]);
+    let msg = r.fails(3, "not_found");
+    assert!(
+        msg.contains(s(&empty.home().join(".pi/agent/sessions"))) && msg.contains("--demo"),
+        "{r:#?}"
+    );
+    assert!(!empty.default_db().exists(), "{r:#?}");
+    let demo_db = empty.path("data/sessiontree/archive-demo.db");
+    let r = empty.run(&["import", "--demo"]);
     let expected = format!(
-        "no pi sessions at {}; imported a generated demo archive from {} instead\n",
-        empty.home().join(".pi/agent/sessions").display(),
-        empty.path("data/sessiontree/demo-sessions").display()
+        "demo sessions from {} imported into the demo archive {} (not into {}); browse it with: sessiontree --db {} ls\n",
+        empty.path("data/sessiontree/demo-sessions").display(),
+        demo_db.display(),
+        empty.default_db().display(),
+        demo_db.display()
     );
     assert!(r.ok().starts_with(&expected), "{r:#?}");
+    assert!(!empty.default_db().exists(), "{r:#?}");
     assert_eq!(
-        empty.json(&["import"])["unchanged"],
-        empty.json(&["stats"])["sessions"]
+        empty.json(&["import", "--demo"])["unchanged"],
+        empty.json(&["--db", s(&demo_db), "stats"])["sessions"]
     );
     // A path that does not exist: not_found, naming it, nothing imported.
     let missing = empty.path("nowhere");
@@ -369,9 +381,9 @@ fn import_does_not_follow_symlinked_directories() {
     );
 }
 
-/// A mistyped pi directory never fills a real archive with demo data: with
-/// sessions already in the archive, `import` says what is missing and adds
-/// nothing; `--demo` still adds the demo when asked.
+/// A mistyped pi directory never fills a real archive with demo data:
+/// `import` says what is missing and adds nothing; `--demo` writes its own
+/// archive beside the real one and leaves the real one as it was.
 #[test]
 fn import_with_a_missing_pi_directory_leaves_a_real_archive_alone() {
     let sb = Sandbox::new();
@@ -396,15 +408,32 @@ fn import_with_a_missing_pi_directory_leaves_a_real_archive_alone() {
         "{listed}"
     );
 
+    let before = std::fs::read(sb.default_db()).expect("archive");
     let mut c = sb.command();
     c.env("PI_CODING_AGENT_DIR", sb.path("typo"));
-    let r = sb.run_with(c, &["import", "--demo", "--quiet"]);
-    assert_eq!(r.status, 0, "{r:#?}");
+    let r = sb
+        .run_with(c, &["--json", "import", "--demo", "--quiet"])
+        .json();
+    let demo_db = sb.path("data/sessiontree/archive-demo.db");
+    assert_eq!(r["archive"], json!(s(&demo_db)), "{r}");
+    assert_eq!(std::fs::read(sb.default_db()).expect("archive"), before);
     let listed = sb.json(&["ls", "--limit", "1000"]);
-    assert!(
-        listed["sessions"].as_array().map_or(0, Vec::len) > 1,
+    assert_eq!(
+        listed["sessions"].as_array().map(Vec::len),
+        Some(1),
         "{listed}"
     );
+    let demo = sb.json(&["--db", s(&demo_db), "ls", "--limit", "1000"]);
+    assert_eq!(demo["sessions"].as_array().map(Vec::len), Some(3), "{demo}");
+    // Named explicitly, the demo archive is its own demo archive; paths and
+    // --demo do not mix.
+    let r = sb.json(&["--db", s(&demo_db), "import", "--demo"]);
+    assert_eq!(
+        (r["archive"].clone(), r["unchanged"].clone()),
+        (json!(s(&demo_db)), json!(3))
+    );
+    let r = sb.run(&["import", "--demo", s(&src)]);
+    assert_eq!(r.status, 2, "{r:#?}");
 }
 
 #[test]

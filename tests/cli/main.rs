@@ -38,6 +38,7 @@ mod rpc;
 mod rpc_app;
 mod tree;
 mod tui;
+mod watch;
 mod write;
 
 /// pi's real files, which the import and export tests count on.
