@@ -532,9 +532,21 @@ fn a_truncated_archive_or_a_damaged_header_is_refused_at_open() {
     closed_archive(&db);
     let whole = std::fs::read(&db).unwrap();
     let cases: [(&str, Vec<u8>, &str); 4] = [
-        ("half", whole[..whole.len() / 2].to_vec(), "a truncated archive"),
-        ("header cut", whole[..60].to_vec(), "shorter than SQLite's 100-byte header"),
-        ("magic", flipped(&whole, 3), "does not start with SQLite's header"),
+        (
+            "half",
+            whole[..whole.len() / 2].to_vec(),
+            "a truncated archive",
+        ),
+        (
+            "header cut",
+            whole[..60].to_vec(),
+            "shorter than SQLite's 100-byte header",
+        ),
+        (
+            "magic",
+            flipped(&whole, 3),
+            "does not start with SQLite's header",
+        ),
         ("page size", flipped(&whole, 16), "damaged SQLite header"),
     ];
     for (what, bytes, says) in cases {
@@ -544,7 +556,11 @@ fn a_truncated_archive_or_a_damaged_header_is_refused_at_open() {
             assert_eq!(code, Some(7), "{what} {args:?}: {text}");
             assert!(text.contains(says), "{what} {args:?}: {text}");
         }
-        assert_eq!(std::fs::read(&db).unwrap(), bytes, "{what}: nothing written");
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            bytes,
+            "{what}: nothing written"
+        );
         // `check` lists what is wrong (exit 8), not "run sessiontree check".
         let (code, text) = cli_on(&db, &["check"]);
         assert_eq!(code, Some(8), "{what}: {text}");
@@ -572,8 +588,10 @@ fn a_deleted_wal_under_a_live_writer_refuses_the_next_write() {
             ..CreateOptions::default()
         })
         .expect("create");
-    s.append_message(&JsonText::from(json!({"role": "user", "content": "before"})))
-        .expect("append");
+    s.append_message(&JsonText::from(
+        json!({"role": "user", "content": "before"}),
+    ))
+    .expect("append");
     let wal = dir.path().join("a.db-wal");
     assert!(wal.exists());
     std::fs::remove_file(&wal).unwrap();

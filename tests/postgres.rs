@@ -1311,7 +1311,11 @@ fn team_claims_run_by_the_server_clock_and_unclaim_clears_them() {
     let Some(team) = pg::TempArchive::new() else {
         return;
     };
-    drop(team.archive.create_session(&new_team_session("c")).expect("create"));
+    drop(
+        team.archive
+            .create_session(&new_team_session("c"))
+            .expect("create"),
+    );
     // A claim is written by the server's clock: one lease after its now.
     let mut held = team.archive.open_session("c").expect("open");
     held.claim_writer().expect("claim");
@@ -1336,7 +1340,13 @@ fn team_claims_run_by_the_server_clock_and_unclaim_clears_them() {
     drop(held);
     // A client whose clock runs a day ahead wrote its claim by that clock:
     // further ahead than any live writer's, so stale, and taken over.
-    set_team_claim(&team.archive, "c", "fast-clock-host", 7, server_now_ms(&team.archive) + 86_400_000);
+    set_team_claim(
+        &team.archive,
+        "c",
+        "fast-clock-host",
+        7,
+        server_now_ms(&team.archive) + 86_400_000,
+    );
     team.archive
         .open_session("c")
         .expect("open")
@@ -1344,7 +1354,13 @@ fn team_claims_run_by_the_server_clock_and_unclaim_clears_them() {
         .expect("a claim a day ahead blocks nothing");
     // A claim in its lease (a writer killed on another machine) is refused,
     // naming the command that clears it; `unclaim` does, naming the holder.
-    set_team_claim(&team.archive, "c", "killed-host", 4242, server_now_ms(&team.archive) + 20_000);
+    set_team_claim(
+        &team.archive,
+        "c",
+        "killed-host",
+        4242,
+        server_now_ms(&team.archive) + 20_000,
+    );
     let err = team
         .archive
         .open_session("c")
@@ -1355,7 +1371,12 @@ fn team_claims_run_by_the_server_clock_and_unclaim_clears_them() {
     let url = team.schema_url();
     let out = run_cli(["--db", url.as_str(), "unclaim", "c"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("process 4242 on killed-host"), "{text}");
     team.archive
         .open_session("c")
@@ -1369,7 +1390,11 @@ fn a_postgres_error_shows_the_servers_message_and_sqlstate() {
     let Some(team) = pg::TempArchive::new() else {
         return;
     };
-    drop(team.archive.create_session(&new_team_session("dup")).expect("create"));
+    drop(
+        team.archive
+            .create_session(&new_team_session("dup"))
+            .expect("create"),
+    );
     // A unique violation provoked on purpose, through the crate's error type.
     let e = team
         .archive
@@ -1382,21 +1407,39 @@ fn a_postgres_error_shows_the_servers_message_and_sqlstate() {
         .expect_err("duplicate id");
     let err = sessiontree::Error::postgres("inserting a session", e);
     let text = err.to_string();
-    assert!(text.contains("duplicate key value violates unique constraint"), "{text}");
+    assert!(
+        text.contains("duplicate key value violates unique constraint"),
+        "{text}"
+    );
     assert!(text.contains("SQLSTATE 23505"), "{text}");
-    assert!(text.contains("detail: Key (id)=(dup) already exists"), "{text}");
+    assert!(
+        text.contains("detail: Key (id)=(dup) already exists"),
+        "{text}"
+    );
     assert_eq!(err.sqlstate(), Some("23505"));
     // A database that does not exist: the server's FATAL reaches the user
     // at once, with its code, not "db error" after the pool's timeout.
-    let missing = team.url.replacen("/postgres?", "/no_such_database_here?", 1);
-    assert_ne!(missing, team.url, "the test server URL names database postgres");
+    let missing = team
+        .url
+        .replacen("/postgres?", "/no_such_database_here?", 1);
+    assert_ne!(
+        missing, team.url,
+        "the test server URL names database postgres"
+    );
     let started = std::time::Instant::now();
     let out = run_cli(["--db", missing.as_str(), "ls"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "{stderr}");
-    assert!(stderr.contains("no_such_database_here\" does not exist"), "{stderr}");
+    assert!(
+        stderr.contains("no_such_database_here\" does not exist"),
+        "{stderr}"
+    );
     assert!(stderr.contains("SQLSTATE 3D000"), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// Needs no server: the connection cannot be made at all.
@@ -1404,7 +1447,10 @@ fn a_postgres_error_shows_the_servers_message_and_sqlstate() {
 fn a_bad_connection_option_fails_at_once_saying_why() {
     let dir = tempfile::tempdir().expect("tempdir");
     let nowhere = dir.path().join("no-socket-here");
-    let url = format!("postgres://postgres@localhost/postgres?host={}", nowhere.display());
+    let url = format!(
+        "postgres://postgres@localhost/postgres?host={}",
+        nowhere.display()
+    );
     let started = std::time::Instant::now();
     let err = PgArchive::open(&url, Durability::Relaxed).expect_err("no server there");
     let took = started.elapsed();

@@ -165,7 +165,11 @@ fn dead_or_expired_claims_are_taken_over() -> R {
     // A claim set further ahead than a live writer sets one (a host whose
     // clock runs an hour, or a year, ahead) blocks nothing: it is stale.
     for ahead in [3_600_000, 365 * 86_400_000] {
-        set_claim("clock-ahead-host", 1, chrono::Utc::now().timestamp_millis() + ahead)?;
+        set_claim(
+            "clock-ahead-host",
+            1,
+            chrono::Utc::now().timestamp_millis() + ahead,
+        )?;
         let mut s = archive.open_session("s")?;
         s.claim_writer()?;
     }
@@ -209,14 +213,16 @@ fn unclaim_clears_a_stale_claim_and_refuses_a_running_holder_here() -> R {
     set_claim(&host, i64::from(std::process::id()))?;
     let (code, text) = unclaim(&[]);
     assert_eq!(code, Some(7), "{text}");
-    assert!(text.contains(&format!("process {}", std::process::id())), "{text}");
+    assert!(
+        text.contains(&format!("process {}", std::process::id())),
+        "{text}"
+    );
     assert!(text.contains("--force"), "{text}");
     let (code, text) = unclaim(&["--force"]);
     assert_eq!(code, Some(0), "{text}");
-    let left: i64 =
-        archive
-            .conn()?
-            .query_row("SELECT count(*) FROM writer_claims", [], |r| r.get(0))?;
+    let left: i64 = archive
+        .conn()?
+        .query_row("SELECT count(*) FROM writer_claims", [], |r| r.get(0))?;
     assert_eq!(left, 0);
     Ok(())
 }

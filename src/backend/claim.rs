@@ -136,7 +136,10 @@ impl SeenClaim {
             ),
             ClaimState::DeadHere => "that process is gone".to_owned(),
         };
-        format!("process {} on {} (claim {}, {lease})", h.pid, h.host, h.token)
+        format!(
+            "process {} on {} (claim {}, {lease})",
+            h.pid, h.host, h.token
+        )
     }
 }
 

@@ -16,8 +16,8 @@ mod spend;
 mod sync;
 mod target;
 mod tree;
-mod unclaim;
 mod tui;
+mod unclaim;
 mod write;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -296,12 +296,8 @@ impl PgArchive {
             .map_err(pg(ctx))?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
             .and_then(|r| col(&r, 0))?;
-        let cleared = crate::backend::claim::clear(
-            &mut super::claim::PgClaims(&mut tx),
-            key,
-            id,
-            force,
-        )?;
+        let cleared =
+            crate::backend::claim::clear(&mut super::claim::PgClaims(&mut tx), key, id, force)?;
         tx.commit().map_err(pg(ctx))?;
         Ok(cleared)
     }

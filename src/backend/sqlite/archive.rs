@@ -359,12 +359,8 @@ impl Archive {
             .optional()
             .map_err(sql(ctx))?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-        let cleared = crate::backend::claim::clear(
-            &mut super::claim::ClaimConn(&tx),
-            key,
-            id,
-            force,
-        )?;
+        let cleared =
+            crate::backend::claim::clear(&mut super::claim::ClaimConn(&tx), key, id, force)?;
         tx.commit().map_err(sql(ctx))?;
         Ok(cleared)
     }

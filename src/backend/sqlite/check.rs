@@ -221,10 +221,13 @@ impl Archive {
     pub fn damage_in_file(path: &std::path::Path, opened: &Error) -> Vec<String> {
         // The open's advice ("run `sessiontree check`") is this very report.
         let what = opened.to_string();
-        let what = what.split("; nothing more was written").next().unwrap_or(&what);
+        let what = what
+            .split("; nothing more was written")
+            .next()
+            .unwrap_or(&what);
         let mut found = vec![what.to_owned()];
-        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
         match Connection::open_with_flags(path, flags) {
             Ok(conn) => found.extend(integrity_problems(&conn)),
             Err(e) => found.push(format!("SQLite cannot open the file: {e}")),
@@ -264,7 +267,9 @@ fn integrity_problems(conn: &Connection) -> Vec<String> {
     };
     let mut found = vec![format!("integrity_check stopped: {e}")];
     let tables: rusqlite::Result<Vec<String>> = conn
-        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND rootpage > 0 ORDER BY name")
+        .prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND rootpage > 0 ORDER BY name",
+        )
         .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect());
     let tables = match tables {
         Ok(t) => t,

@@ -130,7 +130,12 @@ impl Archive {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(log_gone(self.path(), &wal, "was deleted"));
             }
-            Err(e) => return Err(crate::error::Error::io(format!("reading {}", wal.display()), e)),
+            Err(e) => {
+                return Err(crate::error::Error::io(
+                    format!("reading {}", wal.display()),
+                    e,
+                ))
+            }
         };
         #[cfg(unix)]
         {
