@@ -110,6 +110,10 @@ pub trait SessionArchive: std::fmt::Debug + Send + Sync {
     /// transaction; refuses a session a live writer holds.
     fn delete_session(&self, id: &str) -> Result<()>;
 
+    /// Removes session `id`'s writer claim and says whose it was (`None`:
+    /// none); refuses a running holder on this host unless `force`.
+    fn clear_claim(&self, id: &str, force: bool) -> Result<Option<crate::backend::claim::Cleared>>;
+
     /// Writes session `id` as a pi JSONL file at the path `place` gives for
     /// its metadata, by export's never-destroy rules
     /// ([`crate::convert::export_storage_to_file`]); `progress` hears the
@@ -252,6 +256,14 @@ macro_rules! session_archive {
 
             fn delete_session(&self, id: &str) -> Result<()> {
                 <$archive>::delete_session(self, id)
+            }
+
+            fn clear_claim(
+                &self,
+                id: &str,
+                force: bool,
+            ) -> Result<Option<crate::backend::claim::Cleared>> {
+                <$archive>::clear_claim(self, id, force)
             }
 
             fn export_session(

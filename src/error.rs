@@ -181,11 +181,15 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
-    /// PostgreSQL failed (`storage`).
-    #[error("{context}: {source}")]
+    /// PostgreSQL failed (`storage`): the server's message, SQLSTATE code,
+    /// detail and hint, or the client's reason (a refused connection, a
+    /// missing socket directory), with the causes beneath it.
+    #[error("{context}: {message}")]
     Postgres {
         /// What was being done.
         context: String,
+        /// What went wrong, in full ([`describe_postgres`]).
+        message: String,
         /// The client's error (the server's message, code and detail).
         #[source]
         source: postgres::Error,
@@ -194,12 +198,14 @@ pub enum Error {
     #[error("connection pool: {0}")]
     Pool(#[from] r2d2::Error),
     /// Another writer holds the session (`storage`).
-    #[error("session {session} is already open for writing by {holder}")]
+    #[error("session {session} is already open for writing by {holder}{hint}")]
     WriterClaimed {
         /// The session id.
         session: String,
-        /// Who holds it: host, process id and claim token.
+        /// Who holds it: host, process id, claim token and lease.
         holder: String,
+        /// What to do about it (`sessiontree unclaim`), from `; ` or `, `.
+        hint: String,
     },
     /// The archive was written by a newer sessiontree (`storage`).
     #[error("database {path} has schema version {found}, newer than the {supported} this build knows; upgrade sessiontree")]
@@ -305,9 +311,64 @@ impl Error {
     pub fn postgres(context: impl Into<String>, source: postgres::Error) -> Self {
         Error::Postgres {
             context: context.into(),
+            message: describe_postgres(&source),
             source,
         }
     }
+
+    /// The SQLSTATE code of a PostgreSQL server error (`23505`), if this is one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::Postgres { source, .. } => source.as_db_error().map(|d| d.code().code()),
+            _ => None,
+        }
+    }
+}
+
+/// A PostgreSQL client error in words. The client's own `Display` says only
+/// "db error" for everything the server reports; the server's severity,
+/// message, SQLSTATE code, detail, hint and the object it names are in
+/// [`postgres::Error::as_db_error`]. Any other error (I/O, a refused or
+/// timed-out connection) is followed by its causes, which `Display` leaves
+/// out ("error connecting to server: No such file or directory").
+pub fn describe_postgres(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        );
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; detail: {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        let names = [
+            ("schema", db.schema()),
+            ("table", db.table()),
+            ("column", db.column()),
+            ("constraint", db.constraint()),
+        ];
+        for (what, name) in names {
+            if let Some(name) = name {
+                text.push_str(&format!("; {what} {name}"));
+            }
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The crate's result type.

@@ -482,3 +482,151 @@ fn sqlite_disk_full_via_file_size_limit() {
         .iter()
         .all(|e| !e.json().contains("zzzz")));
 }
+
+/// Runs the binary on archive `db`: exit status and stdout + stderr.
+fn cli_on(db: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let mut all = vec!["--db", db.to_str().expect("utf-8 path")];
+    all.extend_from_slice(args);
+    let out = run_cli(&all);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// An archive with one session, closed (its log checkpointed and removed).
+fn closed_archive(db: &Path) {
+    drop(archive_with_session(db, "s", 20));
+    assert!(
+        !db.with_file_name("a.db-wal").exists(),
+        "the last connection removes the log"
+    );
+}
+
+#[test]
+fn an_empty_archive_is_an_error_not_no_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let file = std::fs::File::create(&db).unwrap();
+    // Older than any creator's moment between making the file and its first page.
+    file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
+        .unwrap();
+    drop(file);
+    for args in [&["ls"][..], &["name", "s", "x"], &["import", "--demo"]] {
+        let (code, text) = cli_on(&db, args);
+        assert_eq!(code, Some(7), "{args:?}: {text}");
+        assert!(text.contains("is empty (0 bytes)"), "{args:?}: {text}");
+        assert!(text.contains(db.to_str().unwrap()), "{text}");
+    }
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0, "nothing written");
+    let err = Archive::open(&db, Durability::Full).expect_err("empty file");
+    assert_eq!(err.code(), ErrorCode::Storage);
+    // A path with no file is still a new archive.
+    let fresh = dir.path().join("new.db");
+    Archive::open(&fresh, Durability::Full).expect("created");
+}
+
+#[test]
+fn a_truncated_archive_or_a_damaged_header_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    closed_archive(&db);
+    let whole = std::fs::read(&db).unwrap();
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "half",
+            whole[..whole.len() / 2].to_vec(),
+            "a truncated archive",
+        ),
+        (
+            "header cut",
+            whole[..60].to_vec(),
+            "shorter than SQLite's 100-byte header",
+        ),
+        (
+            "magic",
+            flipped(&whole, 3),
+            "does not start with SQLite's header",
+        ),
+        ("page size", flipped(&whole, 16), "damaged SQLite header"),
+    ];
+    for (what, bytes, says) in cases {
+        std::fs::write(&db, &bytes).unwrap();
+        for args in [&["ls"][..], &["name", "s", "x"]] {
+            let (code, text) = cli_on(&db, args);
+            assert_eq!(code, Some(7), "{what} {args:?}: {text}");
+            assert!(text.contains(says), "{what} {args:?}: {text}");
+        }
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            bytes,
+            "{what}: nothing written"
+        );
+        // `check` lists what is wrong (exit 8), not "run sessiontree check".
+        let (code, text) = cli_on(&db, &["check"]);
+        assert_eq!(code, Some(8), "{what}: {text}");
+        assert!(text.contains(says), "{what}: {text}");
+        let _ = std::fs::remove_file(sessiontree::backend::sqlite::damage_marker(&db));
+    }
+}
+
+fn flipped(bytes: &[u8], at: usize) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    out[at] ^= 0x5a;
+    out
+}
+
+#[test]
+fn a_deleted_wal_under_a_live_writer_refuses_the_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let archive = Archive::open(&db, Durability::Full).expect("archive");
+    let mut repo = SqliteRepo::new(archive.clone());
+    let mut s = repo
+        .create(&CreateOptions {
+            id: Some("s".into()),
+            cwd: "/work/project".into(),
+            ..CreateOptions::default()
+        })
+        .expect("create");
+    s.append_message(&JsonText::from(
+        json!({"role": "user", "content": "before"}),
+    ))
+    .expect("append");
+    let wal = dir.path().join("a.db-wal");
+    assert!(wal.exists());
+    std::fs::remove_file(&wal).unwrap();
+    let err = s
+        .append_message(&JsonText::from(json!({"role": "user", "content": "after"})))
+        .expect_err("the log is gone: this write would be lost");
+    assert_eq!(err.code(), ErrorCode::Storage);
+    assert!(err.to_string().contains("a.db-wal"), "{err}");
+    assert!(err.to_string().contains("was deleted"), "{err}");
+    // Another process that recreates the log does not hide it.
+    drop(Archive::open_read_only(&db).map(|a| a.conn().map(|c| c.execute_batch("SELECT 1"))));
+    let err = s
+        .append_message(&JsonText::from(json!({"role": "user", "content": "later"})))
+        .expect_err("still refused");
+    assert_eq!(err.code(), ErrorCode::Storage, "{err}");
+}
+
+#[test]
+fn check_lists_the_damage_of_an_archive_sqlite_cannot_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    closed_archive(&db);
+    // Every page but the first overwritten in part: the schema's own pages too.
+    let mut bytes = std::fs::read(&db).unwrap();
+    for page in (1..bytes.len() / 4096).step_by(2) {
+        bytes[page * 4096..page * 4096 + 64].fill(0xff);
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let (code, text) = cli_on(&db, &["check"]);
+    assert_eq!(code, Some(8), "{text}");
+    assert!(text.contains("problem: "), "{text}");
+    assert!(text.contains("malformed"), "{text}");
+    assert!(!text.contains("Run `sessiontree check`"), "{text}");
+    // The damage marker now refuses writes, naming the file.
+    let (code, text) = cli_on(&db, &["name", "s", "x"]);
+    assert_eq!(code, Some(7), "{text}");
+    assert!(text.contains("a.db"), "{text}");
+}

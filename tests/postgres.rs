@@ -1263,3 +1263,199 @@ fn migration_4_fills_usage_facts_as_the_writer_does() {
     }
     assert_eq!(reopened.list(&Default::default()).expect("list"), listed);
 }
+
+fn new_team_session(id: &str) -> sessiontree::backend::sqlite::NewSession {
+    sessiontree::backend::sqlite::NewSession {
+        id: id.to_owned(),
+        created_at: "2025-01-01T00:00:00.000Z".to_owned(),
+        cwd: "/w".to_owned(),
+        parent_session: None,
+        metadata: None,
+        header: format!(
+            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#
+        ),
+        contract: sessiontree::Contract::Sdk,
+    }
+}
+
+/// The server's clock, Unix ms.
+fn server_now_ms(archive: &PgArchive) -> i64 {
+    archive
+        .conn()
+        .expect("conn")
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+            &[],
+        )
+        .expect("now")
+        .get(0)
+}
+
+/// Sets session `id`'s claim row as a client would write it.
+fn set_team_claim(archive: &PgArchive, id: &str, host: &str, pid: i64, expires_ms: i64) {
+    archive
+        .conn()
+        .expect("conn")
+        .execute(
+            "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms)
+             SELECT session_key, 'planted', $2, $3, $4 FROM sessions WHERE id = $1
+             ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,
+                 pid = excluded.pid, expires_ms = excluded.expires_ms",
+            &[&id, &host, &pid, &expires_ms],
+        )
+        .expect("plant a claim");
+}
+
+#[test]
+fn team_claims_run_by_the_server_clock_and_unclaim_clears_them() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    drop(
+        team.archive
+            .create_session(&new_team_session("c"))
+            .expect("create"),
+    );
+    // A claim is written by the server's clock: one lease after its now.
+    let mut held = team.archive.open_session("c").expect("open");
+    held.claim_writer().expect("claim");
+    let (expires, now): (i64, i64) = {
+        let row = team
+            .archive
+            .conn()
+            .expect("conn")
+            .query_one(
+                "SELECT expires_ms, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                 FROM writer_claims JOIN sessions USING (session_key) WHERE id = 'c'",
+                &[],
+            )
+            .expect("claim row");
+        (row.get(0), row.get(1))
+    };
+    let lease = sessiontree::backend::claim::LEASE.as_millis() as i64;
+    assert!(
+        (expires - (now + lease)).abs() < 5_000,
+        "expires {expires}, server now {now}"
+    );
+    drop(held);
+    // A client whose clock runs a day ahead wrote its claim by that clock:
+    // further ahead than any live writer's, so stale, and taken over.
+    set_team_claim(
+        &team.archive,
+        "c",
+        "fast-clock-host",
+        7,
+        server_now_ms(&team.archive) + 86_400_000,
+    );
+    team.archive
+        .open_session("c")
+        .expect("open")
+        .claim_writer()
+        .expect("a claim a day ahead blocks nothing");
+    // A claim in its lease (a writer killed on another machine) is refused,
+    // naming the command that clears it; `unclaim` does, naming the holder.
+    set_team_claim(
+        &team.archive,
+        "c",
+        "killed-host",
+        4242,
+        server_now_ms(&team.archive) + 20_000,
+    );
+    let err = team
+        .archive
+        .open_session("c")
+        .expect("open")
+        .claim_writer()
+        .expect_err("held");
+    assert!(err.to_string().contains("`sessiontree unclaim c`"), "{err}");
+    let url = team.schema_url();
+    let out = run_cli(["--db", url.as_str(), "unclaim", "c"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("process 4242 on killed-host"), "{text}");
+    team.archive
+        .open_session("c")
+        .expect("open")
+        .claim_writer()
+        .expect("cleared");
+}
+
+#[test]
+fn a_postgres_error_shows_the_servers_message_and_sqlstate() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    drop(
+        team.archive
+            .create_session(&new_team_session("dup"))
+            .expect("create"),
+    );
+    // A unique violation provoked on purpose, through the crate's error type.
+    let e = team
+        .archive
+        .conn()
+        .expect("conn")
+        .execute(
+            "INSERT INTO sessions (id, created_at, cwd, header) SELECT id, created_at, cwd, header FROM sessions WHERE id = 'dup'",
+            &[],
+        )
+        .expect_err("duplicate id");
+    let err = sessiontree::Error::postgres("inserting a session", e);
+    let text = err.to_string();
+    assert!(
+        text.contains("duplicate key value violates unique constraint"),
+        "{text}"
+    );
+    assert!(text.contains("SQLSTATE 23505"), "{text}");
+    assert!(
+        text.contains("detail: Key (id)=(dup) already exists"),
+        "{text}"
+    );
+    assert_eq!(err.sqlstate(), Some("23505"));
+    // A database that does not exist: the server's FATAL reaches the user
+    // at once, with its code, not "db error" after the pool's timeout.
+    let missing = team
+        .url
+        .replacen("/postgres?", "/no_such_database_here?", 1);
+    assert_ne!(
+        missing, team.url,
+        "the test server URL names database postgres"
+    );
+    let started = std::time::Instant::now();
+    let out = run_cli(["--db", missing.as_str(), "ls"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(
+        stderr.contains("no_such_database_here\" does not exist"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SQLSTATE 3D000"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Needs no server: the connection cannot be made at all.
+#[test]
+fn a_bad_connection_option_fails_at_once_saying_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nowhere = dir.path().join("no-socket-here");
+    let url = format!(
+        "postgres://postgres@localhost/postgres?host={}",
+        nowhere.display()
+    );
+    let started = std::time::Instant::now();
+    let err = PgArchive::open(&url, Durability::Relaxed).expect_err("no server there");
+    let took = started.elapsed();
+    let text = err.to_string();
+    assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
+    assert!(text.contains("no-socket-here"), "{text}");
+    assert!(text.contains("No such file or directory"), "{text}");
+}

@@ -151,13 +151,79 @@ fn dead_or_expired_claims_are_taken_over() -> R {
     let mut s: SqliteStorage = archive.open_session("s")?;
     s.claim_writer()?;
     drop(s);
-    // A live holder elsewhere: refused until its lease expires.
-    set_claim("another-host", 1, far_future)?;
+    // A live holder elsewhere: refused until its lease expires, naming the
+    // holder and the command that clears its claim.
+    let in_lease = chrono::Utc::now().timestamp_millis() + 20_000;
+    set_claim("another-host", 1, in_lease)?;
     let mut s = archive.open_session("s")?;
     let err = s.claim_writer().expect_err("held elsewhere");
     assert!(err.to_string().contains("another-host"), "{err}");
+    assert!(err.to_string().contains("`sessiontree unclaim s`"), "{err}");
     set_claim("another-host", 1, 0)?;
     s.claim_writer()?;
+    drop(s);
+    // A claim set further ahead than a live writer sets one (a host whose
+    // clock runs an hour, or a year, ahead) blocks nothing: it is stale.
+    for ahead in [3_600_000, 365 * 86_400_000] {
+        set_claim(
+            "clock-ahead-host",
+            1,
+            chrono::Utc::now().timestamp_millis() + ahead,
+        )?;
+        let mut s = archive.open_session("s")?;
+        s.claim_writer()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn unclaim_clears_a_stale_claim_and_refuses_a_running_holder_here() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("a.db");
+    let archive = Archive::open(&db, Durability::Relaxed)?;
+    drop(archive.create_session(&new_session("s"))?);
+    let set_claim = |host: &str, pid: i64| -> R {
+        archive.conn()?.execute(
+            "INSERT OR REPLACE INTO writer_claims (session_key, token, host, pid, expires_ms)
+             SELECT session_key, 'tok', ?1, ?2, ?3 FROM sessions WHERE id = 's'",
+            rusqlite::params![host, pid, chrono::Utc::now().timestamp_millis() + 25_000],
+        )?;
+        Ok(())
+    };
+    let unclaim = |extra: &[&str]| {
+        let mut args = vec!["--db", db.to_str().unwrap(), "unclaim", "s"];
+        args.extend_from_slice(extra);
+        let out = support::run_cli(&args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    // A holder on another machine, in its lease: cleared, naming it.
+    set_claim("killed-host", 4242)?;
+    let (code, text) = unclaim(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("process 4242 on killed-host"), "{text}");
+    archive.open_session("s")?.claim_writer()?;
+    // Nothing to clear: said so, exit 0.
+    let (code, text) = unclaim(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("no writer claim"), "{text}");
+    // A running process on this host (this test): refused unless --force.
+    let host = sessiontree::backend::sqlite::internals::host_name();
+    set_claim(&host, i64::from(std::process::id()))?;
+    let (code, text) = unclaim(&[]);
+    assert_eq!(code, Some(7), "{text}");
+    assert!(
+        text.contains(&format!("process {}", std::process::id())),
+        "{text}"
+    );
+    assert!(text.contains("--force"), "{text}");
+    let (code, text) = unclaim(&["--force"]);
+    assert_eq!(code, Some(0), "{text}");
+    let left: i64 = archive
+        .conn()?
+        .query_row("SELECT count(*) FROM writer_claims", [], |r| r.get(0))?;
+    assert_eq!(left, 0);
     Ok(())
 }
 

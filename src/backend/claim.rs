@@ -12,6 +12,14 @@
 //! interleave with the new one. Dropping the claim stops the heartbeat and
 //! deletes the row if it is still this writer's.
 //!
+//! Time is the store's: a claim's expiry is set and judged by the clock of
+//! whatever holds the rows (the server's `clock_timestamp()` on PostgreSQL,
+//! this machine's for a local SQLite file), never by a client's clock alone.
+//! A claim that runs out further ahead than any live writer would set it
+//! ([`MAX_AHEAD`]: a host or client whose clock ran ahead wrote it) is stale,
+//! like an expired one, so no row can block a session for ever; and
+//! `sessiontree unclaim` clears one by hand ([`clear`]).
+//!
 //! A store supplies the statements ([`ClaimRows`]) and its connections and
 //! transaction ([`ClaimStore`]); the rules above are here.
 
@@ -26,13 +34,23 @@ pub const LEASE: Duration = Duration::from_secs(30);
 /// How often the heartbeat renews it.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
-fn now_ms() -> i64 {
+/// How far ahead of the store's clock a live claim can run out: one lease
+/// (what a writer sets), and one more for a host sharing a local archive
+/// file whose clock runs ahead of this one. A claim further ahead is stale.
+pub const MAX_AHEAD: Duration = Duration::from_secs(2 * LEASE.as_secs());
+
+/// This machine's clock (Unix ms): the store clock of a local archive.
+pub fn local_now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// When a claim taken or renewed now runs out (Unix ms).
-fn lease_end() -> i64 {
-    now_ms().saturating_add(i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX))
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The lease a claim is taken or renewed for (ms from the store's now).
+pub fn lease_ms() -> i64 {
+    ms(LEASE)
 }
 
 /// A `writer_claims` row.
@@ -44,19 +62,106 @@ pub struct Holder {
     pub host: String,
     /// The holder's process id.
     pub pid: i64,
-    /// When the lease runs out (Unix ms).
+    /// When the lease runs out (Unix ms, by the store's clock).
     pub expires_ms: i64,
+}
+
+/// A claim row as read, with the store's clock at the reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenClaim {
+    /// The row.
+    pub holder: Holder,
+    /// The store's clock when it was read (Unix ms): the server's
+    /// `clock_timestamp()` on PostgreSQL, this machine's for SQLite.
+    pub now_ms: i64,
+}
+
+/// What a claim row amounts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    /// Its lease runs, within [`MAX_AHEAD`]: a writer may hold it.
+    Live,
+    /// Its lease ran out.
+    Expired,
+    /// It runs out further ahead than a live writer sets it (a clock ahead).
+    TooFarAhead,
+    /// Its holder ran on this host and that process is gone.
+    DeadHere,
+}
+
+impl ClaimState {
+    /// The state as a word for reports (`live`, `expired`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimState::Live => "live",
+            ClaimState::Expired => "expired",
+            ClaimState::TooFarAhead => "too_far_ahead",
+            ClaimState::DeadHere => "holder_gone",
+        }
+    }
+}
+
+impl SeenClaim {
+    /// Judges the claim by the store's clock and, for a holder on this host,
+    /// whether its process lives.
+    pub fn state(&self) -> ClaimState {
+        let h = &self.holder;
+        let pid = i64::from(std::process::id());
+        if h.host == host_name() && h.pid != pid && process_alive(h.pid) == Some(false) {
+            ClaimState::DeadHere
+        } else if h.expires_ms <= self.now_ms {
+            ClaimState::Expired
+        } else if h.expires_ms > self.now_ms.saturating_add(ms(MAX_AHEAD)) {
+            ClaimState::TooFarAhead
+        } else {
+            ClaimState::Live
+        }
+    }
+
+    /// Whether the holder is a process on this host that is still running.
+    pub fn held_here_alive(&self) -> bool {
+        self.holder.host == host_name() && process_alive(self.holder.pid) != Some(false)
+    }
+
+    /// The holder in words: process, host, claim token and lease.
+    pub fn describe(&self) -> String {
+        let h = &self.holder;
+        let left = h.expires_ms.saturating_sub(self.now_ms);
+        let lease = match self.state() {
+            ClaimState::Live => format!("lease runs {:.1} s more", left as f64 / 1000.0),
+            ClaimState::Expired => "lease expired".to_owned(),
+            ClaimState::TooFarAhead => format!(
+                "lease set {:.0} s ahead, beyond any live writer's: a clock ahead",
+                left as f64 / 1000.0
+            ),
+            ClaimState::DeadHere => "that process is gone".to_owned(),
+        };
+        format!(
+            "process {} on {} (claim {}, {lease})",
+            h.pid, h.host, h.token
+        )
+    }
 }
 
 /// The `writer_claims` statements of a store, on one connection (inside the
 /// caller's transaction where there is one).
 pub trait ClaimRows {
-    /// The session's claim row, if any (`context` names a failure).
-    fn holder(&mut self, session_key: i64, context: &'static str) -> Result<Option<Holder>>;
-    /// Records `holder` as the session's claim, replacing any other.
-    fn record(&mut self, session_key: i64, holder: &Holder) -> Result<()>;
-    /// Moves the lease end of claim `token`, if it is still the session's.
-    fn renew(&mut self, session_key: i64, token: &str, expires_ms: i64) -> Result<()>;
+    /// The session's claim row, if any, with the store's clock at the
+    /// reading (`context` names a failure).
+    fn holder(&mut self, session_key: i64, context: &'static str) -> Result<Option<SeenClaim>>;
+    /// Records claim `token` of `host`/`pid` as the session's, replacing any
+    /// other, running out `lease_ms` after the store's now.
+    fn record(
+        &mut self,
+        session_key: i64,
+        token: &str,
+        host: &str,
+        pid: i64,
+        lease_ms: i64,
+    ) -> Result<()>;
+    /// Moves the lease end of claim `token`, if it is still the session's,
+    /// to `lease_ms` after the store's now.
+    fn renew(&mut self, session_key: i64, token: &str, lease_ms: i64) -> Result<()>;
     /// Deletes claim `token`, if it is still the session's.
     fn release(&mut self, session_key: i64, token: &str) -> Result<()>;
 }
@@ -86,18 +191,56 @@ pub fn refuse_if_held<R: ClaimRows + ?Sized>(
     session_key: i64,
     session_id: &str,
 ) -> Result<()> {
-    if let Some(h) = rows.holder(session_key, "reading the writer claim")? {
-        let pid = i64::from(std::process::id());
-        let dead_here =
-            h.host == host_name() && h.pid != pid && process_alive(h.pid) == Some(false);
-        if h.expires_ms > now_ms() && !dead_here {
+    if let Some(seen) = rows.holder(session_key, "reading the writer claim")? {
+        if seen.state() == ClaimState::Live {
             return Err(Error::WriterClaimed {
                 session: session_id.to_owned(),
-                holder: format!("process {} on {} (claim {})", h.pid, h.host, h.token),
+                holder: seen.describe(),
+                hint: format!(
+                    "; if that writer is gone, `sessiontree unclaim {session_id}` clears its claim"
+                ),
             });
         }
     }
     Ok(())
+}
+
+/// What [`clear`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cleared {
+    /// The claim that was removed, as it was read.
+    pub claim: SeenClaim,
+    /// Its state when it was removed.
+    pub state: ClaimState,
+}
+
+/// Inside a write transaction: removes the session's claim, whatever its
+/// lease, and says whose it was; `None` if there was none. A holder that is
+/// a running process on this host is refused unless `force` (it is writing
+/// now); a holder elsewhere cannot be asked, so its claim is removed, and
+/// should it still be writing, its next append fails (every append checks
+/// its token) rather than interleave with a new writer.
+pub fn clear<R: ClaimRows + ?Sized>(
+    rows: &mut R,
+    session_key: i64,
+    session_id: &str,
+    force: bool,
+) -> Result<Option<Cleared>> {
+    let Some(seen) = rows.holder(session_key, "reading the writer claim")? else {
+        return Ok(None);
+    };
+    let state = seen.state();
+    if state == ClaimState::Live && seen.held_here_alive() && !force {
+        return Err(Error::WriterClaimed {
+            session: session_id.to_owned(),
+            holder: seen.describe(),
+            hint: format!(
+                ", a running process on this host; stop it, or `sessiontree unclaim {session_id} --force` to take the claim from it (its next write then fails)"
+            ),
+        });
+    }
+    rows.release(session_key, &seen.holder.token)?;
+    Ok(Some(Cleared { claim: seen, state }))
 }
 
 /// Inside a write transaction: records `token` as the session's writer
@@ -105,18 +248,16 @@ pub fn refuse_if_held<R: ClaimRows + ?Sized>(
 pub fn record<R: ClaimRows + ?Sized>(rows: &mut R, session_key: i64, token: &str) -> Result<()> {
     rows.record(
         session_key,
-        &Holder {
-            token: token.to_owned(),
-            host: host_name(),
-            pid: i64::from(std::process::id()),
-            expires_ms: lease_end(),
-        },
+        token,
+        &host_name(),
+        i64::from(std::process::id()),
+        lease_ms(),
     )
 }
 
 /// Extends the lease of claim `token` by one lease from now.
 pub fn renew<R: ClaimRows + ?Sized>(rows: &mut R, session_key: i64, token: &str) -> Result<()> {
-    rows.renew(session_key, token, lease_end())
+    rows.renew(session_key, token, lease_ms())
 }
 
 /// A held writer claim on store `S`; released when dropped.
@@ -157,17 +298,19 @@ impl<S: ClaimStore> WriterClaim<S> {
     /// Checks, inside a write transaction, that the claim is still ours.
     pub fn check<R: ClaimRows + ?Sized>(&self, rows: &mut R, session_id: &str) -> Result<()> {
         match rows.holder(self.session_key, "checking the writer claim")? {
-            Some(h) if h.token == self.token => Ok(()),
-            Some(h) => Err(Error::WriterClaimed {
+            Some(seen) if seen.holder.token == self.token => Ok(()),
+            Some(seen) => Err(Error::WriterClaimed {
                 session: session_id.to_owned(),
                 holder: format!(
-                    "process {} on {} (claim {}), which took over this writer's expired claim",
-                    h.pid, h.host, h.token
+                    "process {} on {} (claim {})",
+                    seen.holder.pid, seen.holder.host, seen.holder.token
                 ),
+                hint: ", which took over this writer's expired or cleared claim; reopen the session to write".to_owned(),
             }),
             None => Err(Error::WriterClaimed {
                 session: session_id.to_owned(),
-                holder: "nobody: this writer's claim was released".to_owned(),
+                holder: "nobody".to_owned(),
+                hint: ": this writer's claim was released or cleared (`sessiontree unclaim`); reopen the session to write".to_owned(),
             }),
         }
     }

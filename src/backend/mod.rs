@@ -2,7 +2,7 @@
 
 pub(crate) mod branch_cache;
 pub(crate) mod branch_rules;
-pub(crate) mod claim;
+pub mod claim;
 pub(crate) mod holder;
 pub mod jsonl;
 mod log_index;

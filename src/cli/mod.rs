@@ -17,6 +17,7 @@ mod sync;
 mod target;
 mod tree;
 mod tui;
+mod unclaim;
 mod watch;
 mod write;
 
@@ -168,6 +169,12 @@ Examples:
   sessiontree check ffae            # one session
   sessiontree check session.jsonl   # a pi file, without importing it")]
     Check(write::CheckArgs),
+    /// Clear a session's writer claim, left by a writer that is gone (names the holder).
+    #[command(after_help = "\
+Examples:
+  sessiontree unclaim ffae           # a claim whose holder was killed, or set by a clock ahead
+  sessiontree unclaim ffae --force   # even from a running process on this host")]
+    Unclaim(unclaim::UnclaimArgs),
     /// Delete sessions from the archive (each in one transaction, with everything derived from it).
     #[command(after_help = "\
 Examples:
@@ -342,6 +349,7 @@ pub fn run() -> i32 {
         Command::Move(args) => write::move_leaf(&cli, args).map(Some),
         Command::Check(args) => write::check(&cli, args).map(Some),
         Command::Delete(args) => write::delete(&cli, args).map(Some),
+        Command::Unclaim(args) => unclaim::run(&cli, args).map(Some),
         Command::Compact(args) => maintain::compact(&cli, args).map(Some),
         Command::Sql(args) => maintain::sql(&cli, args).map(Some),
     };
@@ -397,6 +405,7 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
         | Command::Move(_)
         | Command::Fork(_)
         | Command::Delete(_)
+        | Command::Unclaim(_)
         | Command::Tree(_)
         | Command::Show(_)
         | Command::Check(_) => return None,

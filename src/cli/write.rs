@@ -557,13 +557,19 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     if let Some(url) = super::db::postgres_url(cli) {
         return check_team(cli, &super::db::open_postgres(cli, &url)?, args);
     }
-    let archive = super::open_existing_archive(cli)?;
+    let archive = match super::open_existing_archive(cli) {
+        Err(e @ Error::Corrupt(_)) => return Ok(damaged_archive_report(cli, &e)),
+        other => other?,
+    };
     let id = args
         .session
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let mut found = with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p))?;
+    let mut found = match with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p)) {
+        Err(e @ Error::Corrupt(_)) => return Ok(damaged_archive_report(cli, &e)),
+        other => other?,
+    };
     if id.is_none() {
         found
             .problems
@@ -642,6 +648,24 @@ pub(crate) fn pi_dir_duplicates(dir: &Path) -> Result<Vec<String>> {
         ));
     }
     Ok(found)
+}
+
+/// `check` of an archive too damaged to open or read through: what is
+/// wrong with the file, every problem SQLite's integrity check lists, exit 8.
+fn damaged_archive_report(cli: &Cli, opened: &Error) -> Report {
+    let path = super::archive_path(cli);
+    let problems = sessiontree::backend::sqlite::Archive::damage_in_file(&path, opened);
+    let mut text: String = problems.iter().map(|p| format!("problem: {p}\n")).collect();
+    text.push_str(&format!(
+        "{} is damaged: writes to it are refused. Restore it from a backup, or move it aside and `sessiontree import` pi's files into a new archive\n",
+        path.display()
+    ));
+    let mut report = Report::new(
+        json!({"ok": false, "problems": problems, "warnings": [], "damaged": true}),
+        text,
+    );
+    report.status = super::exit::CHECK_PROBLEMS;
+    report
 }
 
 /// Runs a check with a progress bar over the sessions it checks.

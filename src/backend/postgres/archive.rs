@@ -276,6 +276,32 @@ impl PgArchive {
         tx.commit().map_err(pg(ctx))
     }
 
+    /// Removes session `id`'s writer claim, whatever its lease, and says
+    /// whose it was (`None`: there was none); a running holder on this host
+    /// is refused unless `force` ([`crate::backend::claim::clear`]). The
+    /// lease is judged by the server's clock.
+    pub fn clear_claim(
+        &self,
+        id: &str,
+        force: bool,
+    ) -> Result<Option<crate::backend::claim::Cleared>> {
+        let ctx = "clearing a writer claim";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key: i64 = tx
+            .query_opt(
+                "SELECT session_key FROM sessions WHERE id = $1 FOR UPDATE",
+                &[&id],
+            )
+            .map_err(pg(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+            .and_then(|r| col(&r, 0))?;
+        let cleared =
+            crate::backend::claim::clear(&mut super::claim::PgClaims(&mut tx), key, id, force)?;
+        tx.commit().map_err(pg(ctx))?;
+        Ok(cleared)
+    }
+
     /// The ids of sessions whose id starts with `prefix` (at most `limit`),
     /// in id order: what
     /// [`resolve_session`](crate::archive::SessionArchive::resolve_session)

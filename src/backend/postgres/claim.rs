@@ -13,13 +13,23 @@
 //! whoever gets the connection next. A row survives any pooling, says who
 //! holds it (the refusal names the host and process), and is read in the
 //! append's own transaction. The price is that a writer killed on another
-//! machine holds its session until the lease ([`LEASE`]) runs out.
+//! machine holds its session until the lease ([`claim::LEASE`]) runs out.
+//!
+//! Leases run by the server's clock: an expiry is written as
+//! `clock_timestamp()` plus the lease, in the statement, and judged against
+//! `clock_timestamp()` read with the row, so a client whose clock is wrong
+//! neither blocks a session for longer nor takes a live claim early.
 
 use super::handle::{col, pg, PgArchive};
-use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, Use};
+use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, SeenClaim, Use};
 use crate::error::{Error, Result};
 use ::postgres::types::ToSql;
 use ::postgres::GenericClient;
+
+/// The server's clock now, in Unix ms (`clock_timestamp()`, not the
+/// transaction's start: a claim taken late in a long transaction still
+/// gets its whole lease).
+const SERVER_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// A held writer claim on a team archive; released when dropped.
 pub type WriterClaim = claim::WriterClaim<PgArchive>;
@@ -42,42 +52,60 @@ impl<C: GenericClient> PgClaims<'_, C> {
 }
 
 impl<C: GenericClient> ClaimRows for PgClaims<'_, C> {
-    fn holder(&mut self, session_key: i64, context: &'static str) -> Result<Option<Holder>> {
+    fn holder(&mut self, session_key: i64, context: &'static str) -> Result<Option<SeenClaim>> {
         let found = self
             .0
             .query_opt(
-                "SELECT token, host, pid, expires_ms FROM writer_claims WHERE session_key = $1",
+                &format!(
+                    "SELECT token, host, pid, expires_ms, {SERVER_NOW_MS}
+                     FROM writer_claims WHERE session_key = $1"
+                ),
                 &[&session_key],
             )
             .map_err(pg(context))?;
         found
             .map(|r| {
-                Ok(Holder {
-                    token: col(&r, 0)?,
-                    host: col(&r, 1)?,
-                    pid: col(&r, 2)?,
-                    expires_ms: col(&r, 3)?,
+                Ok(SeenClaim {
+                    holder: Holder {
+                        token: col(&r, 0)?,
+                        host: col(&r, 1)?,
+                        pid: col(&r, 2)?,
+                        expires_ms: col(&r, 3)?,
+                    },
+                    now_ms: col(&r, 4)?,
                 })
             })
             .transpose()
     }
 
-    fn record(&mut self, session_key: i64, h: &Holder) -> Result<()> {
+    fn record(
+        &mut self,
+        session_key: i64,
+        token: &str,
+        host: &str,
+        pid: i64,
+        lease_ms: i64,
+    ) -> Result<()> {
         self.run(
             "taking the writer claim",
-            "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,
-                 pid = excluded.pid, expires_ms = excluded.expires_ms",
-            &[&session_key, &h.token, &h.host, &h.pid, &h.expires_ms],
+            &format!(
+                "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms)
+                 VALUES ($1, $2, $3, $4, {SERVER_NOW_MS} + $5)
+                 ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,
+                     pid = excluded.pid, expires_ms = excluded.expires_ms"
+            ),
+            &[&session_key, &token, &host, &pid, &lease_ms],
         )
     }
 
-    fn renew(&mut self, session_key: i64, token: &str, expires_ms: i64) -> Result<()> {
+    fn renew(&mut self, session_key: i64, token: &str, lease_ms: i64) -> Result<()> {
         self.run(
             "renewing the writer claim",
-            "UPDATE writer_claims SET expires_ms = $3 WHERE session_key = $1 AND token = $2",
-            &[&session_key, &token, &expires_ms],
+            &format!(
+                "UPDATE writer_claims SET expires_ms = {SERVER_NOW_MS} + $3
+                 WHERE session_key = $1 AND token = $2"
+            ),
+            &[&session_key, &token, &lease_ms],
         )
     }
 

@@ -10,10 +10,57 @@ use r2d2_postgres::PostgresConnectionManager;
 use std::sync::Arc;
 
 /// The connection pool.
-pub type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+pub type Pool = r2d2::Pool<Manager>;
 
 /// A pooled connection.
-pub type Conn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
+pub type Conn = r2d2::PooledConnection<Manager>;
+
+/// The pool's connection manager: `r2d2_postgres`'s, lending first the
+/// connection the open made directly. The open connects once itself, so a
+/// connection that cannot be made fails at once with the client's reason
+/// (the pool would retry it until its timeout, then report only "timed
+/// out"), and that connection is not wasted: the pool's first `get` takes it.
+pub struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    first: std::sync::Mutex<Option<::postgres::Client>>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// A manager whose first connection is `first`, already made.
+    pub(super) fn new(inner: PostgresConnectionManager<NoTls>, first: ::postgres::Client) -> Self {
+        Manager {
+            inner,
+            first: std::sync::Mutex::new(Some(first)),
+        }
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = ::postgres::Client;
+    type Error = ::postgres::Error;
+
+    fn connect(&self) -> Result<::postgres::Client, ::postgres::Error> {
+        let made = self.first.lock().ok().and_then(|mut f| f.take());
+        match made {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => self.inner.connect(),
+        }
+    }
+
+    fn is_valid(&self, conn: &mut ::postgres::Client) -> Result<(), ::postgres::Error> {
+        self.inner.is_valid(conn)
+    }
+
+    fn has_broken(&self, conn: &mut ::postgres::Client) -> bool {
+        self.inner.has_broken(conn)
+    }
+}
 
 /// Whether `db` names a PostgreSQL archive rather than a file.
 pub fn is_postgres_url(db: &str) -> bool {

@@ -1,7 +1,7 @@
 //! Opening a team archive: the connection settings (sync level, schema,
 //! timeouts), the pool, then the migrations ([`super::migrate`]).
 
-use super::handle::{ArchiveInner, PgArchive};
+use super::handle::{ArchiveInner, Manager, PgArchive};
 use super::migrate;
 use crate::error::{Error, Result};
 use crate::storage::Durability;
@@ -30,6 +30,24 @@ fn schema_in_options(options: &str) -> Option<String> {
         .take_while(|c| !c.is_whitespace() && *c != ',')
         .collect();
     plain_identifier(&name).then_some(name)
+}
+
+/// `url` with any password replaced by `***`, for messages.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match auth.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
 }
 
 impl PgArchive {
@@ -76,7 +94,14 @@ impl PgArchive {
         if config.get_application_name().is_none() {
             config.application_name("sessiontree");
         }
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        // One connection made here, not by the pool: a bad host, port,
+        // socket directory or password fails now with the client's reason
+        // (the pool would retry for its whole timeout and then say only
+        // "timed out"). The pool lends this connection first.
+        let first = config
+            .connect(NoTls)
+            .map_err(|e| Error::postgres(format!("connecting to {}", redacted(url)), e))?;
+        let manager = Manager::new(PostgresConnectionManager::new(config, NoTls), first);
         let pool = r2d2::Pool::builder()
             .max_size(8)
             .min_idle(Some(0))

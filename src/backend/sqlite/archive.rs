@@ -339,6 +339,32 @@ impl Archive {
         tx.commit().map_err(sql("deleting a session"))
     }
 
+    /// Removes session `id`'s writer claim, whatever its lease, and says
+    /// whose it was (`None`: there was none); a running holder on this host
+    /// is refused unless `force` ([`crate::backend::claim::clear`]).
+    pub fn clear_claim(
+        &self,
+        id: &str,
+        force: bool,
+    ) -> Result<Option<crate::backend::claim::Cleared>> {
+        let ctx = "clearing a writer claim";
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, ctx)?;
+        let key: i64 = tx
+            .query_row(
+                "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql(ctx))?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        let cleared =
+            crate::backend::claim::clear(&mut super::claim::ClaimConn(&tx), key, id, force)?;
+        tx.commit().map_err(sql(ctx))?;
+        Ok(cleared)
+    }
+
     /// What became of an earlier import of `source` that was staged and not
     /// published: `Some(id)` of a live one (another process is importing the
     /// file now), or `None` once a dead one is discarded (or there was none).

@@ -210,6 +210,91 @@ fn mark_damage(archive: &std::path::Path, damage: &[String]) -> Result<()> {
     }
 }
 
+impl Archive {
+    /// What `check` finds in an archive that does not open (`opened`, the
+    /// error the open met: a damaged header, a truncated file, SQLite's
+    /// schema pages unreadable): that error, then every problem `PRAGMA
+    /// integrity_check` lists when SQLite can still read the file without
+    /// writing to it, each page it names. Leaves the damage marker, so
+    /// writers refuse the file until it passes again. `check` reports these
+    /// rather than stopping at the first damaged page.
+    pub fn damage_in_file(path: &std::path::Path, opened: &Error) -> Vec<String> {
+        // The open's advice ("run `sessiontree check`") is this very report.
+        let what = opened.to_string();
+        let what = what
+            .split("; nothing more was written")
+            .next()
+            .unwrap_or(&what);
+        let mut found = vec![what.to_owned()];
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        match Connection::open_with_flags(path, flags) {
+            Ok(conn) => found.extend(integrity_problems(&conn)),
+            Err(e) => found.push(format!("SQLite cannot open the file: {e}")),
+        }
+        if let Err(e) = mark_damage(path, &found) {
+            found.push(e.to_string());
+        }
+        found
+    }
+}
+
+/// One integrity check's rows (at most `limit`), or the error that stopped it.
+fn integrity_rows(conn: &Connection, pragma: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare(pragma)?;
+    let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+    rows.collect()
+}
+
+/// What `PRAGMA integrity_check` finds (empty: it passed). SQLite stops the
+/// whole check at the first page it cannot parse ("database disk image is
+/// malformed"), naming nothing; then each table and index is checked on its
+/// own (`PRAGMA integrity_check(NAME)`), so the report lists every one that
+/// is damaged, with what SQLite says of its pages. If even the list of
+/// tables cannot be read (the schema's own pages are damaged), that is said.
+fn integrity_problems(conn: &Connection) -> Vec<String> {
+    const LIMIT: usize = 1000;
+    let whole = integrity_rows(conn, &format!("PRAGMA integrity_check({LIMIT})"));
+    let e = match whole {
+        Ok(rows) => {
+            return rows
+                .into_iter()
+                .filter(|r| r != "ok")
+                .map(|r| format!("integrity_check: {r}"))
+                .collect()
+        }
+        Err(e) => e,
+    };
+    let mut found = vec![format!("integrity_check stopped: {e}")];
+    let tables: rusqlite::Result<Vec<String>> = conn
+        .prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND rootpage > 0 ORDER BY name",
+        )
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect());
+    let tables = match tables {
+        Ok(t) => t,
+        Err(e) => {
+            found.push(format!(
+                "the archive's schema cannot be read ({e}): the pages that describe its tables are damaged, so none of them can be checked or read"
+            ));
+            return found;
+        }
+    };
+    for table in tables {
+        let quoted = table.replace('"', "\"\"");
+        match integrity_rows(conn, &format!("PRAGMA integrity_check(\"{quoted}\")")) {
+            Ok(rows) => found.extend(
+                rows.into_iter()
+                    .filter(|r| r != "ok")
+                    .take(LIMIT)
+                    .map(|r| format!("table {table} (or its indexes): {r}")),
+            ),
+            Err(e) => found.push(format!("table {table} (or its indexes): {e}")),
+        }
+    }
+    found
+}
+
 /// A session to check.
 struct SessionRow {
     key: i64,
@@ -292,13 +377,7 @@ impl Archive {
         // On a damaged file SQLite may refuse the pragma itself; that is
         // damage found too. Nothing else is checked then: every derived check
         // would read the same broken pages.
-        let damage: Vec<String> = match conn.prepare("PRAGMA integrity_check").and_then(|mut st| {
-            st.query_map([], |r| r.get::<_, String>(0))
-                .and_then(Iterator::collect::<rusqlite::Result<Vec<String>>>)
-        }) {
-            Ok(rows) => rows.into_iter().filter(|r| r != "ok").collect(),
-            Err(e) => vec![format!("integrity_check: {e}")],
-        };
+        let damage = integrity_problems(&conn);
         if let Err(e) = mark_damage(self.path(), &damage) {
             problems.push(e.to_string());
         }

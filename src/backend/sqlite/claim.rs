@@ -4,7 +4,7 @@
 //! serializes two claimants on the archive's write lock.
 
 use super::handle::Archive;
-use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, Use};
+use crate::backend::claim::{self, ClaimRows, ClaimStore, Holder, SeenClaim, Use};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
@@ -33,7 +33,8 @@ impl ClaimConn<'_> {
 }
 
 impl ClaimRows for ClaimConn<'_> {
-    fn holder(&mut self, session_key: i64, context: &'static str) -> Result<Option<Holder>> {
+    /// The store's clock is this machine's: the file is local.
+    fn holder(&mut self, session_key: i64, context: &'static str) -> Result<Option<SeenClaim>> {
         let row: Option<(String, String, i64, i64)> = self
             .0
             .prepare_cached(
@@ -46,25 +47,37 @@ impl ClaimRows for ClaimConn<'_> {
                 .optional()
             })
             .map_err(|e| Error::sqlite(context, e))?;
-        Ok(row.map(|(token, host, pid, expires_ms)| Holder {
-            token,
-            host,
-            pid,
-            expires_ms,
+        Ok(row.map(|(token, host, pid, expires_ms)| SeenClaim {
+            holder: Holder {
+                token,
+                host,
+                pid,
+                expires_ms,
+            },
+            now_ms: claim::local_now_ms(),
         }))
     }
 
-    fn record(&mut self, session_key: i64, h: &Holder) -> Result<()> {
+    fn record(
+        &mut self,
+        session_key: i64,
+        token: &str,
+        host: &str,
+        pid: i64,
+        lease_ms: i64,
+    ) -> Result<()> {
+        let expires_ms = claim::local_now_ms().saturating_add(lease_ms);
         self.run(
             "taking the writer claim",
             "INSERT INTO writer_claims (session_key, token, host, pid, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (session_key) DO UPDATE SET token = excluded.token, host = excluded.host,
                  pid = excluded.pid, expires_ms = excluded.expires_ms",
-            params![session_key, h.token, h.host, h.pid, h.expires_ms],
+            params![session_key, token, host, pid, expires_ms],
         )
     }
 
-    fn renew(&mut self, session_key: i64, token: &str, expires_ms: i64) -> Result<()> {
+    fn renew(&mut self, session_key: i64, token: &str, lease_ms: i64) -> Result<()> {
+        let expires_ms = claim::local_now_ms().saturating_add(lease_ms);
         self.run(
             "renewing the writer claim",
             "UPDATE writer_claims SET expires_ms = ?3 WHERE session_key = ?1 AND token = ?2",

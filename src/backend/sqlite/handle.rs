@@ -9,7 +9,7 @@ use super::error::sql;
 use crate::error::Result;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -30,6 +30,9 @@ pub(super) struct ArchiveInner {
     /// Entry text this process appended while the archive had no dictionary
     /// (see [`Archive::appended_untrained`]).
     pub(super) untrained_bytes: AtomicUsize,
+    /// The inode of the write-ahead log the first write transaction found
+    /// (0: none yet); see [`Archive::refuse_if_log_gone`].
+    pub(super) wal_inode: AtomicU64,
 }
 
 impl std::fmt::Debug for ArchiveInner {
@@ -71,6 +74,10 @@ impl Drop for ArchiveConn {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             if !fit_to_lend_again(&conn) {
+                // The spare closes: if it was the last connection, SQLite
+                // deletes the log and a later one makes a new file, which
+                // is no sign of damage. (A deleted log is still noticed.)
+                self.home.wal_inode.store(0, Ordering::Relaxed);
                 return;
             }
             if let Ok(mut spare) = self.home.spare.lock() {
@@ -99,8 +106,60 @@ impl Archive {
         what: &'static str,
     ) -> Result<rusqlite::Transaction<'c>> {
         refuse_if_damaged(self.path())?;
-        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sql(what))
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql(what))?;
+        self.refuse_if_log_gone()?;
+        Ok(tx)
+    }
+
+    /// Inside a write transaction: refuses when the archive's write-ahead
+    /// log (`-wal`) was deleted or replaced while this process had it open.
+    /// SQLite deletes the log only when the last connection to the archive
+    /// closes, and this archive keeps one open for as long as it lives (its
+    /// spare), so while it lives the log is one file. If someone deletes it,
+    /// this process's connections keep writing into the unlinked file, and
+    /// every write after the last checkpoint is lost when they close (and
+    /// `check`, reading the file on disk, sees nothing wrong): so the write
+    /// is refused before it is made, naming the file. Cost: one `stat` per
+    /// write transaction.
+    pub(crate) fn refuse_if_log_gone(&self) -> Result<()> {
+        let wal = super::open::wal_path(self.path());
+        let found = match std::fs::metadata(&wal) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(log_gone(self.path(), &wal, "was deleted"));
+            }
+            Err(e) => {
+                return Err(crate::error::Error::io(
+                    format!("reading {}", wal.display()),
+                    e,
+                ))
+            }
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let ino = found.ino().max(1);
+            match self
+                .0
+                .wal_inode
+                .compare_exchange(0, ino, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {}
+                Err(seen) if seen == ino => {}
+                Err(_) => {
+                    return Err(log_gone(
+                        self.path(),
+                        &wal,
+                        "was deleted and another file took its place",
+                    ))
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = found;
+        Ok(())
     }
 
     /// Starts a read transaction on `conn`: every statement until it ends
@@ -154,4 +213,13 @@ impl Archive {
             home: self.0.clone(),
         })
     }
+}
+
+/// The refusal of a write whose write-ahead log is gone.
+fn log_gone(archive: &Path, wal: &Path, how: &str) -> crate::error::Error {
+    crate::error::Error::Corrupt(format!(
+        "{}: its write-ahead log {} {how} while this process was writing; writes are refused, since they would go to the deleted file and be lost. Writes this process made since the last checkpoint may be lost; stop it (and every other process using the archive), then run `sessiontree check`",
+        archive.display(),
+        wal.display()
+    ))
 }

@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 use crate::storage::Durability;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 impl Archive {
     /// Opens (creating if needed) an archive, migrated to the latest schema.
@@ -27,6 +28,7 @@ impl Archive {
         progress: &mut dyn FnMut(migrations::MigrationProgress),
     ) -> Result<Self> {
         let path = path.as_ref().to_owned();
+        inspect_file(&path, true)?;
         let manager = ConnectionManager {
             path: path.clone(),
             durability,
@@ -53,6 +55,7 @@ impl Archive {
         if !path.is_file() {
             return Err(Error::ArchiveNotFound(path));
         }
+        inspect_file(&path, false)?;
         let ctx = || format!("opening archive {} for reading", path.display());
         // A WAL database is readable without writing only where SQLite may
         // create its `-shm` file; where it may not (a read-only directory),
@@ -103,6 +106,116 @@ impl Archive {
             path,
             codec: codec::Codec::default(),
             untrained_bytes: AtomicUsize::new(0),
+            wal_inode: AtomicU64::new(0),
         }))
     }
+}
+
+/// How long a 0-byte file may be someone's archive being created: SQLite
+/// creates the file empty and writes its first page when the creator
+/// switches it to WAL, microseconds later. An empty file older than this
+/// is an archive that lost its contents.
+const CREATING: Duration = Duration::from_secs(5);
+
+/// The size of an SQLite file header.
+const HEADER: usize = 100;
+
+/// The cheap check at every open (one `stat` of the file and its `-wal`, and
+/// its first 100 bytes read): refuses a file that is not the archive that
+/// was last closed before SQLite reads it as something else. A missing
+/// file is fine (a writer creates it); an empty one is an error unless it
+/// is being created this moment (`creating_allowed`, for a writer); so is a
+/// file whose header is not SQLite's, or one shorter than its header says
+/// while no write-ahead log holds the rest (a truncated copy). It cannot
+/// see damage inside pages (only `sessiontree check` reads every page);
+/// SQLite reports that when it reads such a page ([`Error::sqlite`]).
+pub(super) fn inspect_file(path: &Path, creating_allowed: bool) -> Result<()> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    };
+    if !meta.is_file() {
+        return Ok(());
+    }
+    let damaged = |what: String| {
+        Err(Error::Corrupt(format!(
+            "{} {what}; nothing was read or written. Restore it from a backup, or move it aside and `sessiontree import` pi's files into a new archive",
+            path.display()
+        )))
+    };
+    let len = meta.len();
+    if len == 0 {
+        let young = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age < CREATING);
+        if creating_allowed && young {
+            return Ok(());
+        }
+        return damaged(
+            "is empty (0 bytes): not an archive, or one that lost its contents (truncated?)".into(),
+        );
+    }
+    let mut head = [0u8; HEADER];
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        use std::io::Read;
+        let mut got = 0;
+        while got < HEADER {
+            match f.read(&mut head[got..])? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        Ok(got)
+    });
+    let got = read.map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    if got < HEADER {
+        return damaged(format!(
+            "is {len} bytes, shorter than SQLite's 100-byte header: a truncated archive"
+        ));
+    }
+    if &head[..16] != b"SQLite format 3\0" {
+        return damaged(
+            "does not start with SQLite's header (\"SQLite format 3\"): not an SQLite archive, or its first bytes were overwritten".into(),
+        );
+    }
+    let page_size = match u32::from(u16::from_be_bytes([head[16], head[17]])) {
+        1 => 65536,
+        n => n,
+    };
+    let sane = page_size.is_power_of_two()
+        && (512..=65536).contains(&page_size)
+        && matches!(head[18], 1 | 2)
+        && matches!(head[19], 1 | 2)
+        && head[21..24] == [64, 32, 32];
+    if !sane {
+        return damaged(format!(
+            "has a damaged SQLite header (page size {page_size}, file format {}/{}, payload fractions {}/{}/{}): bytes 16-23 are not what SQLite writes",
+            head[18], head[19], head[21], head[22], head[23]
+        ));
+    }
+    // The page count in the header is valid when the change counter it was
+    // written with (bytes 24-27) is the one stamped beside it (92-95). A
+    // checkpoint killed half-way may leave the file shorter than that, with
+    // the rest still in the write-ahead log; with no log, it is truncated.
+    let counted = u32::from_be_bytes([head[28], head[29], head[30], head[31]]);
+    if head[24..28] == head[92..96] && counted > 0 {
+        let expected = u64::from(counted) * u64::from(page_size);
+        let wal_len = std::fs::metadata(wal_path(path)).map_or(0, |m| m.len());
+        if len < expected && wal_len == 0 {
+            return damaged(format!(
+                "is {len} bytes where its header counts {counted} pages of {page_size} ({expected} bytes), and no write-ahead log holds the rest: a truncated archive"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The archive's write-ahead log (`archive.db-wal`).
+pub(super) fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
