@@ -646,6 +646,14 @@ impl JsonlStorage {
                     .filter(|l| !matches!(l.why, SkipReason::Blank))
                     .map(|l| format!("line {}: kept in the file, {}", l.line, l.why.describe()))
                     .collect();
+                // pi 1.6 drops a torn last line and glues its next append
+                // onto it, losing that entry too: damage, not a tolerance.
+                if let Some(t) = &storage.torn_tail {
+                    problems.push(format!(
+                        "line {}: torn last line ({} bytes from byte {}, no final newline, not a complete JSON value): pi 1.6 drops it, and its next entry would be appended onto it and lost",
+                        t.line, t.len, t.offset
+                    ));
+                }
                 problems.extend(found.problems);
                 Ok(FileCheck {
                     entries: storage.all_entries().len(),

@@ -107,14 +107,14 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .map_or_else(|| m.created_at.clone(), sessiontree::entry::iso_timestamp);
         text.push_str(&format!(
             "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
-            m.id,
+            super::field(&m.id),
             last_active,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
             r.contract.as_str(),
-            pad(&super::terminal_safe(&name), 24),
-            m.cwd.as_deref().unwrap_or("")
+            pad(&super::field(&name), 24),
+            super::field(m.cwd.as_deref().unwrap_or(""))
         ));
         let mut row = ObjectWriter::new();
         row.str("id", &m.id)
@@ -180,7 +180,7 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let mut text = String::new();
     for e in &path {
         let line = preview_in(e, 100, cwd.as_deref());
-        text.push_str(&format!("{}  {line}\n", e.id()));
+        text.push_str(&format!("{}  {}\n", super::field(e.id()), super::field(&line)));
     }
     let entries: Vec<&str> = path.iter().map(sessiontree::Entry::json).collect();
     Ok(Report::raw(
@@ -218,10 +218,10 @@ pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
     for m in &moves {
         text.push_str(&format!(
             "{}  from {}\n{:>24}    to {}\n",
-            m.timestamp,
-            describe(m.from.as_deref())?,
+            super::field(&m.timestamp),
+            super::field(&describe(m.from.as_deref())?),
             "",
-            describe(m.to.as_deref())?
+            super::field(&describe(m.to.as_deref())?)
         ));
     }
     if moves.is_empty() {
@@ -285,7 +285,11 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     );
     for raw in &ctx.messages {
         let (role, body) = context_line(raw.get(), cwd.as_deref());
-        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+        text.push_str(&format!(
+            "{:>17}: {}\n",
+            super::field(&role),
+            super::field(&truncate(&body, 100))
+        ));
     }
     // `--json` returned above: no JSON is made for the readable form.
     Ok(Report::raw(String::new(), text))
@@ -353,7 +357,11 @@ fn context_app(
     );
     for m in &ctx.messages {
         let (role, body) = context_line(&m.to_json(), cwd.as_deref());
-        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+        text.push_str(&format!(
+            "{:>17}: {}\n",
+            super::field(&role),
+            super::field(&truncate(&body, 100))
+        ));
     }
     Ok(Report::raw(String::new(), text))
 }
@@ -502,13 +510,15 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
             .map_or_else(|| "-".to_owned(), |n| truncate(&n.to_string(), 24));
         text.push_str(&format!(
             "{} {} {} {} {:>10}: {}\n",
-            h.session_id,
-            h.session_created_at
-                .get(..10)
-                .unwrap_or(&h.session_created_at),
-            name,
-            h.entry_id,
-            h.role,
+            super::field(&h.session_id),
+            super::field(
+                h.session_created_at
+                    .get(..10)
+                    .unwrap_or(&h.session_created_at)
+            ),
+            super::field(&name),
+            super::field(&h.entry_id),
+            super::field(&h.role),
             shown_snippet(&h.snippet, colour)
         ));
     }

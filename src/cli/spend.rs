@@ -233,7 +233,7 @@ pub fn archive_stats(
         .iter()
         .map(|(keys, _)| {
             keys.iter()
-                .map(|k| super::terminal_safe(&k.show()))
+                .map(|k| super::field(&k.show()))
                 .collect()
         })
         .collect();

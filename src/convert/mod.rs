@@ -14,12 +14,14 @@
 //! `export`.
 
 mod append;
+mod door;
 mod export;
 mod hash;
 mod import;
 mod pipeline;
 mod plan;
 mod progress;
+mod safe_write;
 
 pub use export::{
     app_resume_note, export_file_to_file, export_jsonl, export_storage_to_file, export_to_file,
@@ -29,4 +31,5 @@ pub use import::{
     import_jsonl, import_jsonl_files, import_jsonl_files_with, import_jsonl_with,
     import_jsonl_with_progress, new_session_from_header, train_dictionary_for,
 };
+pub use safe_write::refuse_links_below;
 pub use plan::{FileImport, ImportOptions, ImportOutcome, ImportReport};
