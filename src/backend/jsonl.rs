@@ -135,6 +135,21 @@ pub enum SkipReason {
     /// An entry that is the missing parent of earlier entries (pi links
     /// them; the store, which placed them as roots, cannot).
     LateParent(String),
+    /// An entry that names itself as its parent (pi 1.6's path walk never
+    /// ends on it; its tree shows it as a root).
+    SelfParent(String),
+    /// A `message` entry whose `message` is `null` or absent (pi 1.6's
+    /// context and statistics fail on it for good).
+    NoMessage(String),
+}
+
+/// Why an archive refuses `e` at the door though pi 1.6 parses it
+/// ([`crate::entry::unreadable_later`]): the line is kept verbatim and reported.
+fn unreadable_later(e: &Entry) -> Option<SkipReason> {
+    crate::entry::unreadable_later(e).map(|u| match u {
+        crate::entry::Unreadable::SelfParent(id) => SkipReason::SelfParent(id),
+        crate::entry::Unreadable::NoMessage(id) => SkipReason::NoMessage(id),
+    })
 }
 
 impl SkipReason {
@@ -159,6 +174,12 @@ impl SkipReason {
             ),
             SkipReason::LateParent(id) => format!(
                 "not stored as an entry: {id:?} is the parent of earlier entries, which the archive stored as roots (pi 1.6 links them)"
+            ),
+            SkipReason::SelfParent(id) => format!(
+                "not stored as an entry: {id:?} names itself as its parent (pi 1.6's path walk never ends on it)"
+            ),
+            SkipReason::NoMessage(id) => format!(
+                "not stored as an entry: message entry {id:?} has no message (null), on which pi 1.6's context and statistics fail"
             ),
         }
     }
@@ -328,6 +349,7 @@ pub fn read_session_leniently<R: BufRead>(
                 Ok(e) if leniency.unique_ids && wanted.contains(e.id()) => {
                     Some(SkipReason::LateParent(e.id().to_owned()))
                 }
+                Ok(e) if leniency.unique_ids => unreadable_later(e),
                 Ok(_) => None,
             };
             if let Some(why) = why {

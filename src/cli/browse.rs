@@ -177,16 +177,33 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     } else {
         Session::new(storage).branch(args.from.as_deref())?
     };
+    if cli.json {
+        // Written an entry at a time, each let go once written: the
+        // entries are never joined into one text.
+        return Ok(Report::streamed(
+            Box::new(move |out| {
+                out.write_all(b"{\"entries\":[")?;
+                for (i, e) in path.into_iter().enumerate() {
+                    if i > 0 {
+                        out.write_all(b",")?;
+                    }
+                    out.write_all(e.json().as_bytes())?;
+                }
+                out.write_all(b"]}")
+            }),
+            String::new(),
+        ));
+    }
     let mut text = String::new();
     for e in &path {
         let line = preview_in(e, 100, cwd.as_deref());
-        text.push_str(&format!("{}  {}\n", super::field(e.id()), super::field(&line)));
+        text.push_str(&format!(
+            "{}  {}\n",
+            super::field(e.id()),
+            super::field(&line)
+        ));
     }
-    let entries: Vec<&str> = path.iter().map(sessiontree::Entry::json).collect();
-    Ok(Report::raw(
-        format!("{{\"entries\":[{}]}}", entries.join(",")),
-        text,
-    ))
+    Ok(Report::raw(String::new(), text))
 }
 
 /// Arguments of `history`.

@@ -216,8 +216,10 @@ pub fn print_sql(cli: &Cli, args: &SqlArgs) -> i32 {
         impl Sink<'_> {
             fn keep(&mut self, r: std::io::Result<()>) -> Result<()> {
                 r.map_err(|e| {
-                    let err =
-                        Error::io("writing output", std::io::Error::new(e.kind(), e.to_string()));
+                    let err = Error::io(
+                        "writing output",
+                        std::io::Error::new(e.kind(), e.to_string()),
+                    );
                     self.failed.get_or_insert(e);
                     err
                 })
@@ -337,6 +339,10 @@ fn open_json(out: &mut dyn std::io::Write, names: &[String]) -> std::io::Result<
 /// Sets SQLite's hard heap limit for this process (`PRAGMA hard_heap_limit`).
 fn set_sqlite_heap_limit(bytes: u64) {
     if let Ok(conn) = rusqlite::Connection::open_in_memory() {
-        let _ = conn.pragma_update(None, "hard_heap_limit", i64::try_from(bytes).unwrap_or(i64::MAX));
+        let _ = conn.pragma_update(
+            None,
+            "hard_heap_limit",
+            i64::try_from(bytes).unwrap_or(i64::MAX),
+        );
     }
 }

@@ -448,7 +448,8 @@ impl<'a> Document<'a> {
                             self.lines(t);
                         }
                         Block::ToolCall(name, args) => {
-                            self.out.put(&format!("[tool call: {}]\n", super::field(name)));
+                            self.out
+                                .put(&format!("[tool call: {}]\n", super::field(name)));
                             self.lines(args);
                         }
                         Block::Image(mime, data) => self
@@ -582,7 +583,8 @@ fn blocks_of(e: &Entry, cwd: Option<&str>) -> (String, Vec<Block>) {
         ),
         _ => (
             e.entry_type().as_str().to_owned(),
-            vec![Block::Text(preview_in(e, usize::MAX, cwd))],
+            // A label, a name, a model: stored fields, one line each.
+            vec![Block::Text(super::field(&preview_in(e, usize::MAX, cwd)))],
         ),
     }
 }

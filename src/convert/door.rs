@@ -164,7 +164,8 @@ mod tests {
             line: 1,
         };
         let mut all = Vec::new();
-        fine.read_to_end(&mut all).expect("every line within the cap");
+        fine.read_to_end(&mut all)
+            .expect("every line within the cap");
         assert_eq!(all, text);
     }
 }

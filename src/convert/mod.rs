@@ -31,5 +31,5 @@ pub use import::{
     import_jsonl, import_jsonl_files, import_jsonl_files_with, import_jsonl_with,
     import_jsonl_with_progress, new_session_from_header, train_dictionary_for,
 };
-pub use safe_write::refuse_links_below;
 pub use plan::{FileImport, ImportOptions, ImportOutcome, ImportReport};
+pub use safe_write::refuse_links_below;

@@ -52,7 +52,10 @@ pub(super) fn open_regular(path: &Path) -> Result<(File, Metadata)> {
     let io = |e| Error::io(format!("reading {}", path.display()), e);
     let linked = std::fs::symlink_metadata(path).map_err(io)?;
     if !linked.file_type().is_file() {
-        return Err(refused(path, "it is not a regular file (a symbolic link, say)"));
+        return Err(refused(
+            path,
+            "it is not a regular file (a symbolic link, say)",
+        ));
     }
     let file = open_nofollow(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
@@ -122,9 +125,9 @@ pub(super) fn sync_dir(path: &Path) {
 /// `--out` by a link someone planted there, nor into the file a link points
 /// at. `out` itself may be a link (the user named it). Returns `path`.
 pub fn refuse_links_below(out: &Path, path: &Path) -> Result<PathBuf> {
-    let rel = path.strip_prefix(out).map_err(|_| {
-        refused(path, &format!("it is not below {}", out.display()))
-    })?;
+    let rel = path
+        .strip_prefix(out)
+        .map_err(|_| refused(path, &format!("it is not below {}", out.display())))?;
     let mut at = out.to_owned();
     for part in rel.components() {
         at.push(part);

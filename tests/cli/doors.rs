@@ -51,7 +51,11 @@ fn only_jsonl(dir: &Path) -> PathBuf {
 fn first_lines(text: &[u8], n: usize) -> Vec<u8> {
     let mut end = 0;
     for _ in 0..n {
-        end += text[end..].iter().position(|&b| b == b'\n').expect("a line") + 1;
+        end += text[end..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .expect("a line")
+            + 1;
     }
     text[..end].to_vec()
 }
@@ -214,7 +218,7 @@ fn stored_line_breaks_cannot_forge_rows() {
             j("u1\nFORGED id")
         ),
         format!(
-            r#"{{"type":"message","id":"a1","parentId":{},"timestamp":"2025-03-01T10:00:02.000Z\nFORGED ts","message":{{"role":"assistant","content":[{{"type":"text","text":"findme too"}}],"timestamp":2}}}}"#,
+            r#"{{"type":"message","id":"a1","parentId":{},"timestamp":"2025-03-01T10:00:02.000Z\nFORGED ts","message":{{"role":"assistant","content":[{{"type":"text","text":"findme too"}}],"provider":"p","model":"m","usage":{{"input":1,"output":1,"cacheRead":0,"cacheWrite":0,"totalTokens":2,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":0}}}},"timestamp":2}}}}"#,
             j("u1\nFORGED id")
         ),
         format!(
@@ -292,10 +296,19 @@ fn sql_stops_at_its_limits() {
     assert_eq!(r.status, 2, "{r:#?}");
     let v = r.parse();
     assert_eq!(v["rows"].as_array().map(Vec::len), Some(7), "{v}");
-    assert!(v["stopped"].as_str().unwrap_or("").contains("row limit"), "{v}");
+    assert!(
+        v["stopped"].as_str().unwrap_or("").contains("row limit"),
+        "{v}"
+    );
     assert!(r.stderr.contains("--max-rows"), "{r:#?}");
     // Exactly the cap is no stop.
-    let r = sb.run(&["--json", "sql", "SELECT id FROM entries LIMIT 7", "--max-rows", "7"]);
+    let r = sb.run(&[
+        "--json",
+        "sql",
+        "SELECT id FROM entries LIMIT 7",
+        "--max-rows",
+        "7",
+    ]);
     assert_eq!(r.status, 0, "{r:#?}");
     // Time: an endless recursive query ends.
     let started = Instant::now();
@@ -383,7 +396,108 @@ fn import_caps_a_lines_length() {
     let r = sb.run_with(c, &["import", s(&src)]);
     assert_ne!(r.status, 0, "{r:#?}");
     let all = format!("{}{}", r.stdout, r.stderr);
-    assert!(all.contains("long.jsonl") && all.contains("line 4 is longer than 2 MB"), "{r:#?}");
+    assert!(
+        all.contains("long.jsonl") && all.contains("line 4 is longer than 2 MB"),
+        "{r:#?}"
+    );
     // Within the default cap it imports.
     sb.import(&[&src]);
+}
+
+/// What pi 1.6 reads, sessiontree reads: a `custom.data` and a
+/// `branch_summary.details` nested past serde_json's recursion limit (128)
+/// are read by `context` and `check`, in the file and in the archive.
+#[test]
+fn deep_custom_data_and_details_are_read() {
+    let sb = Sandbox::new();
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    let lines = [
+        format!(
+            r#"{{"type":"session","version":3,"id":"{ID}","timestamp":"2025-03-01T10:00:00.000Z","cwd":"/x"}}"#
+        ),
+        r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2025-03-01T10:00:01.000Z","message":{"role":"user","content":"hi","timestamp":1}}"#.to_owned(),
+        format!(
+            r#"{{"type":"custom","id":"c1","parentId":"u1","timestamp":"2025-03-01T10:00:02.000Z","customType":"x","data":{deep}}}"#
+        ),
+        format!(
+            r#"{{"type":"branch_summary","id":"b1","parentId":"c1","timestamp":"2025-03-01T10:00:03.000Z","fromId":"u1","summary":"s","details":{deep}}}"#
+        ),
+    ];
+    let src = sb.write("pi/deep.jsonl", &(lines.join("\n") + "\n"));
+    sb.run(&["check", s(&src)]).ok();
+    sb.import(&[&src]);
+    sb.run(&["check"]).ok();
+    // An SDK session (a `leaf` entry) reads it by the SDK's context.
+    let leaf = format!(
+        r#"{{"type":"leaf","id":"l1","parentId":"b1","timestamp":"2025-03-01T10:00:04.000Z","targetId":"b1"}}"#
+    );
+    let sdk = sb.write(
+        "pi/deep-sdk.jsonl",
+        &(lines
+            .join("\n")
+            .replace(ID, "01950000-d00d-7000-8000-000000000002")
+            + "\n"
+            + &leaf
+            + "\n"),
+    );
+    sb.import(&[&sdk]);
+    let ctx = sb.json(&["context", "01950000-d00d-7000-8000-000000000002"]);
+    assert_eq!(ctx["messages"][1]["role"], "branchSummary", "{ctx}");
+    sb.run(&["check"]).ok();
+}
+
+/// A `message` entry whose message is `null`, and an entry that is its own
+/// parent, are refused at the door: import keeps the line (reported with
+/// its file and line) and the session stays readable; an rpc append is
+/// `invalid_entry`.
+#[test]
+fn null_messages_and_self_parents_are_refused_at_the_door() {
+    let sb = Sandbox::new();
+    let lines = [
+        format!(
+            r#"{{"type":"session","version":3,"id":"{ID}","timestamp":"2025-03-01T10:00:00.000Z","cwd":"/x"}}"#
+        ),
+        r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2025-03-01T10:00:01.000Z","message":{"role":"user","content":"hi","timestamp":1}}"#.to_owned(),
+        r#"{"type":"message","id":"n1","parentId":"u1","timestamp":"2025-03-01T10:00:02.000Z","message":null}"#.to_owned(),
+        r#"{"type":"message","id":"s1","parentId":"s1","timestamp":"2025-03-01T10:00:03.000Z","message":{"role":"user","content":"self","timestamp":1}}"#.to_owned(),
+    ];
+    let src = sb.write("pi/bad.jsonl", &(lines.join("\n") + "\n"));
+    let report = sb.import(&[&src]).to_string();
+    assert!(report.contains("n1") && report.contains("s1"), "{report}");
+    sb.run(&["check"]).ok();
+    sb.run(&["stats", &ID[..13]]).ok();
+    sb.run(&["context", &ID[..13]]).ok();
+    // The file exports byte for byte (the lines are kept).
+    let out = sb.path("out");
+    sb.run(&["export", ID, "--out", s(&out)]).ok();
+    assert_eq!(read(&only_jsonl(&out)), read(&src));
+    // An append through rpc.
+    let mut rpc = sb.command();
+    rpc.args(["rpc", ID])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = rpc.spawn().expect("rpc");
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().expect("stdin");
+        for (i, entry) in [
+            r#"{"type":"message","id":"n2","parentId":"u1","timestamp":"2025-03-01T10:00:04.000Z","message":null}"#,
+            r#"{"type":"message","id":"s2","parentId":"s2","timestamp":"2025-03-01T10:00:05.000Z","message":{"role":"user","content":"x","timestamp":1}}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            writeln!(stdin, r#"{{"id":{i},"method":"appendEntry","params":{{"entry":{entry}}}}}"#)
+                .expect("send");
+        }
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("rpc output");
+    let answers = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        answers.matches(r#""code":"invalid_entry""#).count(),
+        2,
+        "{answers}"
+    );
+    sb.run(&["stats", &ID[..13]]).ok();
 }
