@@ -135,9 +135,6 @@ pub enum SkipReason {
     /// An entry that is the missing parent of earlier entries (pi links
     /// them; the store, which placed them as roots, cannot).
     LateParent(String),
-    /// An entry that names itself as its parent (pi 1.6's path walk never
-    /// ends on it; its tree shows it as a root).
-    SelfParent(String),
     /// A `message` entry whose `message` is `null` or absent (pi 1.6's
     /// context and statistics fail on it for good).
     NoMessage(String),
@@ -147,7 +144,6 @@ pub enum SkipReason {
 /// ([`crate::entry::unreadable_later`]): the line is kept verbatim and reported.
 fn unreadable_later(e: &Entry) -> Option<SkipReason> {
     crate::entry::unreadable_later(e).map(|u| match u {
-        crate::entry::Unreadable::SelfParent(id) => SkipReason::SelfParent(id),
         crate::entry::Unreadable::NoMessage(id) => SkipReason::NoMessage(id),
     })
 }
@@ -174,9 +170,6 @@ impl SkipReason {
             ),
             SkipReason::LateParent(id) => format!(
                 "not stored as an entry: {id:?} is the parent of earlier entries, which the archive stored as roots (pi 1.6 links them)"
-            ),
-            SkipReason::SelfParent(id) => format!(
-                "not stored as an entry: {id:?} names itself as its parent (pi 1.6's path walk never ends on it)"
             ),
             SkipReason::NoMessage(id) => format!(
                 "not stored as an entry: message entry {id:?} has no message (null), on which pi 1.6's context and statistics fail"

@@ -1,5 +1,5 @@
-//! Entries pi 1.6 parses that would make a session unreadable later: an
-//! archive refuses them at the door (import keeps the line verbatim and
+//! Entries pi 1.6 parses that would make a session unreadable later (a
+//! `message` entry without a message): an archive refuses them at the door (import keeps the line verbatim and
 //! reports it with its file and line; an append is `invalid_entry`).
 
 use super::{Entry, EntryType};
@@ -8,19 +8,16 @@ use crate::error::{Error, Result};
 /// What makes an entry unreadable later.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unreadable {
-    /// It names itself as its parent (pi 1.6's path walk never ends on it;
-    /// its tree shows it as a root).
-    SelfParent(String),
     /// A `message` entry whose `message` is `null` or absent (pi 1.6's
     /// context and statistics fail on it, for good: the log is append-only).
     NoMessage(String),
 }
 
-/// Whether `e` would make its session unreadable later, and why.
+/// Whether `e` would make its session unreadable later, and why. A
+/// self-parent is not refused: pi 1.6 reads it (its tree shows it as a
+/// root; the app differential's fixture holds one), so the archive stores
+/// it as pi reads it.
 pub fn unreadable_later(e: &Entry) -> Option<Unreadable> {
-    if e.parent_id() == Some(e.id()) {
-        return Some(Unreadable::SelfParent(e.id().to_owned()));
-    }
     if *e.entry_type() != EntryType::Message {
         return None;
     }
@@ -38,9 +35,6 @@ pub fn unreadable_later(e: &Entry) -> Option<Unreadable> {
 /// unreadable later: `invalid_entry`, saying why.
 pub fn refuse_unreadable(e: &Entry) -> Result<()> {
     match unreadable_later(e) {
-        Some(Unreadable::SelfParent(id)) => Err(Error::InvalidEntry(format!(
-            "Entry {id} names itself as its parent; refused (pi 1.6's path walk would never end)"
-        ))),
         Some(Unreadable::NoMessage(id)) => Err(Error::InvalidEntry(format!(
             "Entry {id} is a message entry without a message (null); refused (pi 1.6's context and statistics would fail on it for good)"
         ))),
