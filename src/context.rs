@@ -143,13 +143,19 @@ impl SessionContext {
     }
 }
 
-fn object(entry: &Entry) -> Result<serde_json::Map<String, Value>> {
-    match entry.value() {
-        Value::Object(m) => Ok(m),
-        _ => Err(Error::InvalidEntry(format!(
-            "Entry {} is not an object",
-            entry.id()
-        ))),
+/// JavaScript's truthiness of a member given as raw JSON (absent is falsy):
+/// arrays and objects are truthy without being parsed.
+fn raw_truthy(raw: Option<&RawValue>) -> bool {
+    let Some(raw) = raw else { return false };
+    let text = raw.get().trim();
+    match text.as_bytes().first() {
+        Some(b'[' | b'{') => true,
+        _ => match crate::json::parse_value_lossy(text) {
+            Ok(Value::Null | Value::Bool(false)) | Err(_) => false,
+            Ok(Value::String(s)) => !s.is_empty(),
+            Ok(Value::Number(n)) => n.as_f64().is_some_and(|x| x != 0.0),
+            Ok(_) => true,
+        },
     }
 }
 
@@ -318,10 +324,6 @@ fn millis(entry: &Entry) -> String {
     timestamp_millis(entry.timestamp()).map_or_else(|| "null".to_owned(), |ms| ms.to_string())
 }
 
-fn raw_member<'a>(m: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
-    m.get(key)
-}
-
 /// The messages one context entry becomes (pi's `sessionEntryToContextMessages`).
 fn entry_messages(
     entry: &Entry,
@@ -366,18 +368,12 @@ fn entry_messages(
             out
         }
         EntryType::BranchSummary => {
-            let v = object(entry)?;
-            let summary = raw_member(&v, "summary");
-            let truthy = match summary {
-                None | Some(Value::Null | Value::Bool(false)) => false,
-                Some(Value::String(s)) => !s.is_empty(),
-                Some(Value::Number(n)) => n.as_f64().is_some_and(|x| x != 0.0),
-                Some(_) => true,
-            };
-            if !truthy {
+            // The members as raw text: `details` may nest deeper than a
+            // parser's recursion limit, and pi reads it all the same.
+            let o = obj()?;
+            if !raw_truthy(o.get("summary")) {
                 return Ok(Vec::new());
             }
-            let o = obj()?;
             let mut w = ObjectWriter::new();
             w.str("role", "branchSummary");
             w.opt_raw("summary", o.get("summary").map(RawValue::get));
@@ -386,11 +382,14 @@ fn entry_messages(
             vec![raw_value(&w.finish()).into()]
         }
         EntryType::Custom => {
-            let o = object(entry)?;
+            // `data` may nest deeper than a parser's recursion limit: only
+            // `customType` is parsed.
+            let o = obj()?;
             let custom_type = o
                 .get("customType")
-                .and_then(Value::as_str)
+                .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
                 .unwrap_or_default();
+            let custom_type = custom_type.as_str();
             match options.entry_projectors.get(custom_type) {
                 Some(project) => project(entry, index, entries)
                     .iter()

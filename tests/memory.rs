@@ -86,6 +86,46 @@ fn fork_and_check_of_a_large_session_take_bounded_memory() {
     }
 }
 
+/// `sql` writes its rows as SQLite makes them: the peak RSS of a query
+/// whose answer is ten times longer grows by less than SQLite's page cache,
+/// where holding the result grew it by several times the answer.
+#[test]
+fn sql_streams_its_rows_in_bounded_memory() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        eprintln!("no /proc: peak RSS cannot be read here; skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mb = session_mb();
+    let (db, _) = large_archive(dir.path(), mb);
+    let entries = mb * 1_000_000 / 900;
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let mut peaks = Vec::new();
+    for rows in [entries / 10, entries] {
+        let query = format!("SELECT entry_text(entry_key) FROM entries LIMIT {rows}");
+        let args = [
+            os("--db"),
+            db.clone().into_os_string(),
+            os("--json"),
+            os("sql"),
+            os(&query),
+        ];
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let (ok, peak_mb) = run_measured(&refs);
+        assert!(ok, "sql failed");
+        eprintln!("sql of {rows} entries' text ({mb} MB session): peak RSS {peak_mb} MB");
+        peaks.push(peak_mb);
+    }
+    // The larger answer is about 0.9 × `mb` MB longer.
+    assert!(
+        peaks[1] < peaks[0] + 12,
+        "sql grew from {} MB to {} MB with an answer {} MB longer",
+        peaks[0],
+        peaks[1],
+        mb * 9 / 10
+    );
+}
+
 /// An archive holding one generated linear session of about `mb` MB.
 fn large_archive(dir: &std::path::Path, mb: usize) -> (std::path::PathBuf, String) {
     let report = sessiontree_bench::gen::generate(

@@ -135,6 +135,17 @@ pub enum SkipReason {
     /// An entry that is the missing parent of earlier entries (pi links
     /// them; the store, which placed them as roots, cannot).
     LateParent(String),
+    /// A `message` entry whose `message` is `null` or absent (pi 1.6's
+    /// context and statistics fail on it for good).
+    NoMessage(String),
+}
+
+/// Why an archive refuses `e` at the door though pi 1.6 parses it
+/// ([`crate::entry::unreadable_later`]): the line is kept verbatim and reported.
+fn unreadable_later(e: &Entry) -> Option<SkipReason> {
+    crate::entry::unreadable_later(e).map(|u| match u {
+        crate::entry::Unreadable::NoMessage(id) => SkipReason::NoMessage(id),
+    })
 }
 
 impl SkipReason {
@@ -159,6 +170,9 @@ impl SkipReason {
             ),
             SkipReason::LateParent(id) => format!(
                 "not stored as an entry: {id:?} is the parent of earlier entries, which the archive stored as roots (pi 1.6 links them)"
+            ),
+            SkipReason::NoMessage(id) => format!(
+                "not stored as an entry: message entry {id:?} has no message (null), on which pi 1.6's context and statistics fail"
             ),
         }
     }
@@ -328,6 +342,7 @@ pub fn read_session_leniently<R: BufRead>(
                 Ok(e) if leniency.unique_ids && wanted.contains(e.id()) => {
                     Some(SkipReason::LateParent(e.id().to_owned()))
                 }
+                Ok(e) if leniency.unique_ids => unreadable_later(e),
                 Ok(_) => None,
             };
             if let Some(why) = why {
@@ -646,6 +661,14 @@ impl JsonlStorage {
                     .filter(|l| !matches!(l.why, SkipReason::Blank))
                     .map(|l| format!("line {}: kept in the file, {}", l.line, l.why.describe()))
                     .collect();
+                // pi 1.6 drops a torn last line and glues its next append
+                // onto it, losing that entry too: damage, not a tolerance.
+                if let Some(t) = &storage.torn_tail {
+                    problems.push(format!(
+                        "line {}: torn last line ({} bytes from byte {}, no final newline, not a complete JSON value): pi 1.6 drops it, and its next entry would be appended onto it and lost",
+                        t.line, t.len, t.offset
+                    ));
+                }
                 problems.extend(found.problems);
                 Ok(FileCheck {
                     entries: storage.all_entries().len(),

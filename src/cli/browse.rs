@@ -107,14 +107,14 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .map_or_else(|| m.created_at.clone(), sessiontree::entry::iso_timestamp);
         text.push_str(&format!(
             "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
-            m.id,
+            super::field(&m.id),
             last_active,
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
             r.contract.as_str(),
-            pad(&super::terminal_safe(&name), 24),
-            m.cwd.as_deref().unwrap_or("")
+            pad(&super::field(&name), 24),
+            super::field(m.cwd.as_deref().unwrap_or(""))
         ));
         let mut row = ObjectWriter::new();
         row.str("id", &m.id)
@@ -177,16 +177,33 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     } else {
         Session::new(storage).branch(args.from.as_deref())?
     };
+    if cli.json {
+        // Written an entry at a time, each let go once written: the
+        // entries are never joined into one text.
+        return Ok(Report::streamed(
+            Box::new(move |out| {
+                out.write_all(b"{\"entries\":[")?;
+                for (i, e) in path.into_iter().enumerate() {
+                    if i > 0 {
+                        out.write_all(b",")?;
+                    }
+                    out.write_all(e.json().as_bytes())?;
+                }
+                out.write_all(b"]}")
+            }),
+            String::new(),
+        ));
+    }
     let mut text = String::new();
     for e in &path {
         let line = preview_in(e, 100, cwd.as_deref());
-        text.push_str(&format!("{}  {line}\n", e.id()));
+        text.push_str(&format!(
+            "{}  {}\n",
+            super::field(e.id()),
+            super::field(&line)
+        ));
     }
-    let entries: Vec<&str> = path.iter().map(sessiontree::Entry::json).collect();
-    Ok(Report::raw(
-        format!("{{\"entries\":[{}]}}", entries.join(",")),
-        text,
-    ))
+    Ok(Report::raw(String::new(), text))
 }
 
 /// Arguments of `history`.
@@ -218,10 +235,10 @@ pub fn history(cli: &Cli, args: &HistoryArgs) -> Result<Report> {
     for m in &moves {
         text.push_str(&format!(
             "{}  from {}\n{:>24}    to {}\n",
-            m.timestamp,
-            describe(m.from.as_deref())?,
+            super::field(&m.timestamp),
+            super::field(&describe(m.from.as_deref())?),
             "",
-            describe(m.to.as_deref())?
+            super::field(&describe(m.to.as_deref())?)
         ));
     }
     if moves.is_empty() {
@@ -285,7 +302,11 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     );
     for raw in &ctx.messages {
         let (role, body) = context_line(raw.get(), cwd.as_deref());
-        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+        text.push_str(&format!(
+            "{:>17}: {}\n",
+            super::field(&role),
+            super::field(&truncate(&body, 100))
+        ));
     }
     // `--json` returned above: no JSON is made for the readable form.
     Ok(Report::raw(String::new(), text))
@@ -353,7 +374,11 @@ fn context_app(
     );
     for m in &ctx.messages {
         let (role, body) = context_line(&m.to_json(), cwd.as_deref());
-        text.push_str(&format!("{role:>17}: {}\n", truncate(&body, 100)));
+        text.push_str(&format!(
+            "{:>17}: {}\n",
+            super::field(&role),
+            super::field(&truncate(&body, 100))
+        ));
     }
     Ok(Report::raw(String::new(), text))
 }
@@ -502,13 +527,15 @@ pub fn search(cli: &Cli, args: &SearchArgs) -> Result<Report> {
             .map_or_else(|| "-".to_owned(), |n| truncate(&n.to_string(), 24));
         text.push_str(&format!(
             "{} {} {} {} {:>10}: {}\n",
-            h.session_id,
-            h.session_created_at
-                .get(..10)
-                .unwrap_or(&h.session_created_at),
-            name,
-            h.entry_id,
-            h.role,
+            super::field(&h.session_id),
+            super::field(
+                h.session_created_at
+                    .get(..10)
+                    .unwrap_or(&h.session_created_at)
+            ),
+            super::field(&name),
+            super::field(&h.entry_id),
+            super::field(&h.role),
             shown_snippet(&h.snippet, colour)
         ));
     }

@@ -351,7 +351,7 @@ pub fn run() -> i32 {
         Command::Delete(args) => write::delete(&cli, args).map(Some),
         Command::Unclaim(args) => unclaim::run(&cli, args).map(Some),
         Command::Compact(args) => maintain::compact(&cli, args).map(Some),
-        Command::Sql(args) => maintain::sql(&cli, args).map(Some),
+        Command::Sql(args) => return maintain::print_sql(&cli, args),
     };
     match result {
         Ok(None) => exit::OK,
@@ -569,6 +569,30 @@ pub fn terminal_safe(text: &str) -> String {
     out
 }
 
+/// Stored text (an id, a name, a label, a cwd, a value) as one field of a
+/// line of human output: everything [`terminal_safe`] escapes, and line
+/// breaks too (`\n`), so that stored data can never forge a row of `ls`,
+/// `tree`, `search`, `stats` or `show`. JSON output never passes here: it
+/// stays exact.
+pub fn field(text: &str) -> String {
+    if !text
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}' | '\u{85}'))
+    {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\u{2028}' | '\u{2029}' => out.push_str(&c.escape_unicode().to_string()),
+            c => out.push(c),
+        }
+    }
+    // The rest (tabs, CR, escape sequences, bidi marks) as everywhere.
+    terminal_safe(&out)
+}
+
 /// Writes to stdout. A closed pipe (`sessiontree tree … | head`) is not an
 /// error; any other write failure is reported and exits as `storage` (7).
 fn write_stdout(s: &str) -> i32 {
@@ -709,6 +733,17 @@ pub fn progress_bar(cli: &Cli, template: &str) -> indicatif::ProgressBar {
 #[cfg(test)]
 mod terminal_tests {
     use super::terminal_safe;
+
+    #[test]
+    fn field_escapes_line_breaks_and_every_control() {
+        use super::field;
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a\nb"), "a\\nb");
+        assert_eq!(field("a\r\nb\tc"), "a\\r\\nb\\tc");
+        assert_eq!(field("x\u{1b}[2Ky"), "x\\u{1b}[2Ky");
+        assert_eq!(field("p\u{2028}q\u{85}"), "p\\u{2028}q\\u{85}");
+        assert!(!field("a\nb\u{2029}c\u{b}").contains(['\n', '\u{2029}', '\u{b}']));
+    }
 
     #[test]
     fn terminal_safe_escapes_controls_and_bidi_marks_and_keeps_the_rest() {

@@ -322,6 +322,11 @@ pub fn export_html(
         .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     let path = dir.join(format!("{id}.html"));
     let partial = dir.join(format!("{id}.html.partial"));
+    // No write through a link planted in DIR (into the file it points at).
+    sessiontree::convert::refuse_links_below(dir, &path)?;
+    if std::fs::symlink_metadata(&partial).is_ok_and(|m| m.file_type().is_symlink()) {
+        let _ = std::fs::remove_file(&partial);
+    }
     write_html_file(storage, &partial)?;
     let io = |e| Error::io(format!("writing {}", path.display()), e);
     let outcome = match std::fs::read(&path) {
@@ -429,7 +434,12 @@ impl<'a> Document<'a> {
                 if !self.first {
                     self.out.put("\n");
                 }
-                self.out.put(&format!("── {kind} · {} · {ts} ──\n", e.id()));
+                self.out.put(&format!(
+                    "── {} · {} · {} ──\n",
+                    super::field(&kind),
+                    super::field(e.id()),
+                    super::field(ts)
+                ));
                 for b in &blocks {
                     match b {
                         Block::Text(t) | Block::Code(t) => self.lines(t),
@@ -438,7 +448,8 @@ impl<'a> Document<'a> {
                             self.lines(t);
                         }
                         Block::ToolCall(name, args) => {
-                            self.out.put(&format!("[tool call: {name}]\n"));
+                            self.out
+                                .put(&format!("[tool call: {}]\n", super::field(name)));
                             self.lines(args);
                         }
                         Block::Image(mime, data) => self
@@ -452,7 +463,7 @@ impl<'a> Document<'a> {
                 self.out.put(&format!(
                     "\n## {} · `{}` · {}\n\n",
                     md_inline(&kind),
-                    e.id().replace('`', "'"),
+                    md_inline(&e.id().replace('`', "'")),
                     md_inline(ts)
                 ));
                 for b in &blocks {
@@ -572,7 +583,8 @@ fn blocks_of(e: &Entry, cwd: Option<&str>) -> (String, Vec<Block>) {
         ),
         _ => (
             e.entry_type().as_str().to_owned(),
-            vec![Block::Text(preview_in(e, usize::MAX, cwd))],
+            // A label, a name, a model: stored fields, one line each.
+            vec![Block::Text(super::field(&preview_in(e, usize::MAX, cwd)))],
         ),
     }
 }
@@ -707,7 +719,7 @@ pub fn html_escape(s: &str) -> String {
 
 /// One line of Markdown heading text: line breaks become spaces.
 fn md_inline(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
+    super::field(s)
 }
 
 /// The page's style: readable text, a card per entry, tool calls and

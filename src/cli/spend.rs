@@ -231,11 +231,7 @@ pub fn archive_stats(
     // Text.
     let shown: Vec<Vec<String>> = list
         .iter()
-        .map(|(keys, _)| {
-            keys.iter()
-                .map(|k| super::terminal_safe(&k.show()))
-                .collect()
-        })
+        .map(|(keys, _)| keys.iter().map(|k| super::field(&k.show())).collect())
         .collect();
     let widths: Vec<usize> = by
         .iter()

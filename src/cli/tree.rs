@@ -752,7 +752,7 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 /// Text as the terminal will get it (the printer escapes again; escaping is
 /// idempotent), so that its width can be measured here.
 fn safe(s: &str) -> String {
-    super::terminal_safe(s)
+    super::field(s)
 }
 
 #[cfg(test)]

@@ -170,7 +170,7 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             ExportSource::Archive(id) => (
                 id.clone(),
                 archive().and_then(|a| {
-                    a.export_session(id, &|m| export_path(&args.out, m), args.force, &mut reached)
+                    a.export_session(id, &|m| out_path(&args.out, m), args.force, &mut reached)
                         .map(|(p, o)| (p, PiExport::Plain(o)))
                 }),
             ),
@@ -281,12 +281,18 @@ fn merged_text(session: &str, m: &sessiontree::convert::MergeExport) -> String {
     t
 }
 
+/// Where a session is exported below `out` (pi's layout), refused if a
+/// symbolic link below `out` would take the write elsewhere.
+fn out_path(out: &Path, meta: &SessionMetadata) -> Result<PathBuf> {
+    sessiontree::convert::refuse_links_below(out, &export_path(out, meta)?)
+}
+
 /// Writes a pi file below `out` as version 3, by the same rules.
 fn export_file(file: &Path, out: &Path, force: bool) -> Result<(PathBuf, ExportOutcome)> {
     let source =
         sessiontree::backend::jsonl::JsonlStorage::open(file, sessiontree::Durability::Relaxed)?;
     let meta = sessiontree::SessionStorage::metadata(&source)?;
-    let path = export_path(out, &meta)?;
+    let path = out_path(out, &meta)?;
     let outcome = export_file_to_file(&source, &path, force)?;
     Ok((path, outcome))
 }

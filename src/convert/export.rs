@@ -8,7 +8,7 @@ use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::storage::SessionStorage;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 
 /// Writes a session of the archive as a pi JSONL file: its header line, then
@@ -228,22 +228,16 @@ fn place_export(tmp: &Path, path: &Path, force: bool) -> Result<ExportOutcome> {
     let ours_len = std::fs::metadata(tmp)
         .map_err(|e| io("reading", tmp, e))?
         .len();
-    let mut theirs = File::open(path).map_err(|e| io("reading", path, e))?;
-    let theirs_len = theirs.metadata().map_err(|e| io("reading", path, e))?.len();
+    let (mut theirs, theirs_meta) = super::safe_write::open_regular(path)?;
+    let theirs_len = theirs_meta.len();
     let mut ours = File::open(tmp).map_err(|e| io("reading", tmp, e))?;
     let common = common_prefix(&mut theirs, &mut ours).map_err(|e| io("comparing", path, e))?;
     if common == theirs_len && common == ours_len {
         return Ok(ExportOutcome::Unchanged);
     }
     if common == theirs_len {
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| io("appending to", path, e))?;
-        ours.seek(SeekFrom::Start(common))
-            .map_err(|e| io("reading", tmp, e))?;
-        let bytes = std::io::copy(&mut ours, &mut file).map_err(|e| io("appending to", path, e))?;
-        file.sync_all().map_err(|e| io("appending to", path, e))?;
+        let seen = super::safe_write::Seen::of(&theirs_meta);
+        let bytes = super::safe_write::replace_grown(tmp, path, &seen, &theirs_meta)?;
         return Ok(ExportOutcome::Appended { bytes });
     }
     if !force {

@@ -12,7 +12,6 @@ use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter};
 use crate::contract::Contract;
 use crate::error::{Error, Result};
 use crate::header::Header;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
@@ -32,7 +31,9 @@ pub fn train_dictionary_for(
     let mut samples = Vec::new();
     let mut total = 0;
     for file in files {
-        let Ok(f) = File::open(file) else { continue };
+        let Ok(f) = super::door::open_regular(file) else {
+            continue;
+        };
         let mut taken = 0;
         // The header line teaches nothing entries share.
         for line in BufReader::new(f).split(b'\n').skip(1) {

@@ -512,32 +512,11 @@ fn reissue(source: &Entry, id: &str, parent: &str) -> Result<Entry> {
 }
 
 /// Appends `bytes` (whole lines, each ending in `\n`) to the pi file at
-/// `path`, first ending its last line if pi left it open, and syncs it.
-///
-/// SWAP POINT for the lead: the "doors" helper adds the project's safe
-/// append (no torn line) in `src/convert/safe_write.rs`; this function is
-/// the one place the merge appends to a user's file and should call it.
+/// `path`, first ending its last line if pi left it open: through the safe
+/// path of every export that grows a file (a whole new copy, one rename),
+/// so a kill at any instant leaves pi's file as it was or whole.
 pub(super) fn append_lines(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |e| Error::io(format!("appending to {}", path.display()), e);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
-    let mut data = Vec::with_capacity(bytes.len() + 1);
-    if len > 0 {
-        let mut last = [0u8; 1];
-        file.seek(SeekFrom::Start(len - 1)).map_err(io)?;
-        file.read_exact(&mut last).map_err(io)?;
-        if last[0] != b'\n' {
-            data.push(b'\n');
-        }
-    }
-    data.extend_from_slice(bytes);
-    // One write: a reader (pi) sees the lines whole or not yet.
-    file.write_all(&data).map_err(io)?;
-    file.sync_all().map_err(io)
+    super::safe_write::append_whole(path, bytes)
 }
 
 /// The pi files below `root` holding session `id`, by their headers.

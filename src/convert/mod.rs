@@ -16,6 +16,7 @@
 //! `export`.
 
 mod append;
+mod door;
 mod export;
 mod hash;
 mod import;
@@ -23,6 +24,7 @@ mod merge;
 mod pipeline;
 mod plan;
 mod progress;
+mod safe_write;
 
 pub use export::{
     app_resume_note, export_file_to_file, export_jsonl, export_storage_to_file, export_to_file,
@@ -37,3 +39,4 @@ pub use merge::{
     MergeExport, PiExport,
 };
 pub use plan::{FileImport, ImportOptions, ImportOutcome, ImportReport};
+pub use safe_write::refuse_links_below;

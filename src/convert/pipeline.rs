@@ -225,8 +225,12 @@ impl PipelineReader<'_> {
         };
         // pi 1.6 opens what it can; an archive needs unique ids.
         let mut skipped = Vec::new();
+        let lines_before = match &start {
+            ReadStart::Beginning => 0,
+            ReadStart::After { lines, .. } => *lines,
+        };
         let summary = read_session_leniently(
-            reader,
+            super::door::LineCap::new(reader, lines_before),
             &path,
             start,
             Leniency::APP_UNIQUE_IDS,

@@ -82,6 +82,7 @@ impl ImportReport {
 }
 
 pub(super) fn file_facts(path: &Path) -> Result<(String, u64, i64)> {
+    super::door::admit(path)?;
     let io = |e| Error::io(format!("Failed to read session {}", path.display()), e);
     let canon = std::fs::canonicalize(path).map_err(io)?;
     let meta = std::fs::metadata(&canon).map_err(io)?;

@@ -154,15 +154,7 @@ impl<S: SessionStorage> AppRpc<S> {
                 out
             }
             "getEntryCount" => s.entry_count()?.to_string(),
-            "getBranch" => match p.get("fromId") {
-                // `fromId ?? this.leafId`.
-                None | Some(JsValue::Null) => entry_list(&s.branch(None)?),
-                Some(JsValue::String(_)) => match p.id("fromId") {
-                    Some(id) if !id.is_empty() => entry_list(&s.branch(Some(&id))?),
-                    _ => "[]".into(),
-                },
-                Some(_) => "[]".into(),
-            },
+            "getBranch" => entry_list(&branch_of(s, &p)?),
             "getTree" => s.tree_json_text()?,
             "getLabel" => {
                 let key = p
@@ -282,6 +274,32 @@ struct Request {
     params: Option<Box<RawValue>>,
 }
 
+/// pi's `getBranch(fromId)`: `fromId ?? this.leafId`.
+fn branch_of<S: SessionStorage>(s: &AppSession<S>, p: &Params) -> Result<Vec<Entry>> {
+    match p.get("fromId") {
+        None | Some(JsValue::Null) => s.branch(None),
+        Some(JsValue::String(_)) => match p.id("fromId") {
+            Some(id) if !id.is_empty() => s.branch(Some(&id)),
+            _ => Ok(Vec::new()),
+        },
+        Some(_) => Ok(Vec::new()),
+    }
+}
+
+impl<S: SessionStorage> AppRpc<S> {
+    /// The entries a whole-path method answers with (`getBranch`,
+    /// `buildContextEntries`), for [`serve`] to write one at a time instead
+    /// of joining them into one text; `None` for any other method.
+    fn entry_answer(&mut self, method: &str, params_json: &str) -> Option<Result<Vec<Entry>>> {
+        let s = &self.session;
+        match method {
+            "getBranch" => Some(Params::parse(params_json).and_then(|p| branch_of(s, &p))),
+            "buildContextEntries" => Some(s.context_entries()),
+            _ => None,
+        }
+    }
+}
+
 /// Serves app-contract requests from `input` until it ends, one answer per
 /// line, flushed. If the session could not be opened, every request is
 /// answered with that error.
@@ -319,10 +337,23 @@ pub fn serve<S: SessionStorage>(
                 respond_with_entries(&mut output, id, |sink| st.visit_entries(0, None, sink))?;
                 continue;
             }
-            Ok(r) => answer(r.call(
-                &request.method,
-                request.params.as_deref().map_or("", RawValue::get),
-            )),
+            Ok(r) => {
+                let params = request.params.as_deref().map_or("", RawValue::get);
+                match r.entry_answer(&request.method, params) {
+                    // A whole path, written an entry at a time and let go
+                    // as it is written: never joined into one text.
+                    Some(Ok(entries)) => {
+                        respond_with_entries(&mut output, id, |sink| {
+                            entries
+                                .into_iter()
+                                .try_for_each(|e| sink(e.json().to_owned()))
+                        })?;
+                        continue;
+                    }
+                    Some(Err(e)) => answer(Err(e)),
+                    None => answer(r.call(&request.method, params)),
+                }
+            }
             Err(open_error) => Err(open_error.clone()),
         };
         respond(&mut output, id, &result)?;

@@ -131,8 +131,8 @@ fn dispatch<S: SessionStorage>(
         "getLabel" => opt_js_string(st.label(&p.required_string("id")?)?),
         "getSessionName" => opt_js_string(st.session_name()?),
         "getSessionStats" => st.session_stats()?.to_json_text(),
-        "getPathToRootOrCompaction" => {
-            entry_list(&st.path_to_root_or_compaction(p.string("leafId")?.as_deref())?)
+        "getPathToRootOrCompaction" | "getBranch" | "getEntriesToFork" => {
+            entry_list(&entry_answer(session, method, p)?)
         }
         "appendMessage" => {
             let m = p
@@ -222,24 +222,44 @@ fn dispatch<S: SessionStorage>(
             };
             opt_string(session.move_to(target.as_deref(), summary.as_ref())?)
         }
-        "getBranch" => entry_list(&session.branch(p.string("fromId")?.as_deref())?),
         "buildContext" => session
             .build_context(p.string("fromId")?.as_deref())?
             .to_json_text(),
+        other => return Err(Error::Unknown(format!("unknown method {other:?}"))),
+    })
+}
+
+/// Whether `method` answers with a whole path of entries ([`entry_answer`]).
+fn is_path_method(method: &str) -> bool {
+    matches!(
+        method,
+        "getPathToRootOrCompaction" | "getBranch" | "getEntriesToFork"
+    )
+}
+
+/// The entries of a whole-path answer (`getBranch`, `getEntriesToFork`,
+/// `getPathToRootOrCompaction`), which [`serve`] writes one at a time.
+fn entry_answer<S: SessionStorage>(
+    session: &Session<S>,
+    method: &str,
+    p: &Params,
+) -> Result<Vec<Entry>> {
+    let st = session.storage();
+    match method {
+        "getPathToRootOrCompaction" => {
+            st.path_to_root_or_compaction(p.string("leafId")?.as_deref())
+        }
+        "getBranch" => session.branch(p.string("fromId")?.as_deref()),
         "getEntriesToFork" => {
             let position = match p.string("position")? {
                 None => ForkPosition::Before,
                 Some(name) => ForkPosition::from_name(&name)
                     .ok_or_else(|| Error::Unknown(format!("unknown fork position {name:?}")))?,
             };
-            entry_list(&entries_to_fork(
-                st,
-                p.string("entryId")?.as_deref(),
-                position,
-            )?)
+            entries_to_fork(st, p.string("entryId")?.as_deref(), position)
         }
-        other => return Err(Error::Unknown(format!("unknown method {other:?}"))),
-    })
+        other => Err(Error::Unknown(format!("unknown method {other:?}"))),
+    }
 }
 
 /// A JSON list of the entry texts `visit` hands out.
@@ -371,6 +391,25 @@ pub(crate) fn respond_with_entries(
     }
 }
 
+/// Answers with a value that `write` writes as it makes it (after the
+/// answer's head, before its closing brace).
+fn respond_with_value(
+    out: &mut impl Write,
+    id: Option<&RawValue>,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut head = ObjectWriter::new();
+    head.raw("id", id.map_or("null", RawValue::get))
+        .raw("ok", "true")
+        .raw("value", "0");
+    let head = head.finish();
+    // Up to the value's placeholder `0}`.
+    out.write_all(&head.as_bytes()[..head.len() - 2])?;
+    write(out)?;
+    out.write_all(b"}\n")?;
+    out.flush()
+}
+
 /// Serves requests from `input` until it ends. If the source could not be
 /// opened, every request is answered with that error.
 pub fn serve<S: SessionStorage>(
@@ -431,6 +470,33 @@ pub fn serve<S: SessionStorage>(
                 }
                 Err(e) => answer(Err(e)),
             },
+            // A whole path: written an entry at a time, never joined.
+            Ok(s) if is_path_method(&request.method) => {
+                match entry_answer(s, &request.method, &params) {
+                    Ok(entries) => {
+                        respond_with_entries(&mut output, id, |sink| {
+                            entries
+                                .into_iter()
+                                .try_for_each(|e| sink(e.json().to_owned()))
+                        })?;
+                        continue;
+                    }
+                    Err(e) => answer(Err(e)),
+                }
+            }
+            // The context: its messages written as they are, never joined.
+            Ok(s) if request.method == "buildContext" => {
+                match params
+                    .string("fromId")
+                    .and_then(|from| s.build_context(from.as_deref()))
+                {
+                    Ok(ctx) => {
+                        respond_with_value(&mut output, id, |out| ctx.write_json(out))?;
+                        continue;
+                    }
+                    Err(e) => answer(Err(e)),
+                }
+            }
             Ok(s) => answer(dispatch(s, &request.method, &params)),
             Err(open_error) => Err(open_error.clone()),
         };

@@ -29,6 +29,7 @@ mod abuse;
 mod args;
 mod browse;
 mod contract;
+mod doors;
 mod import;
 mod ls_stats;
 mod merge;

@@ -58,6 +58,9 @@ impl PgStorage {
     }
 
     fn write(&mut self, entries: &[Entry]) -> Result<()> {
+        for e in entries {
+            crate::entry::refuse_unreadable(e)?;
+        }
         self.claim_writer()?;
         let ctx = "appending";
         let mut conn = self.archive.conn()?;

@@ -57,7 +57,7 @@ pub use compact::{CompactReport, StorageSplit};
 pub use connection::{damage_marker, ConnectionManager, Pool};
 pub use handle::{Archive, ArchiveConn, TRAIN_AFTER_APPENDING};
 pub use migrations::{current_version, latest_version, MigrationProgress};
-pub use query::QueryResult;
+pub use query::{QueryEnd, QueryLimits, QueryResult};
 pub use rows::{ImportRecord, NewSession};
 pub use storage::SqliteStorage;
 pub use writer::{SessionWriter, STAGED_GAP};
