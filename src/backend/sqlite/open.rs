@@ -40,7 +40,13 @@ impl Archive {
             return Err(Error::JournalMode { path, mode });
         }
         migrations::migrate(&mut conn, &path, progress)?;
-        Ok(Archive::with_connection(manager, path, conn))
+        let archive = Archive::with_connection(manager, path, conn);
+        // A delete or fork that a dead process left half-done (invisible to
+        // every reader meanwhile) is finished or undone now, in batches.
+        // Best effort: what cannot be done now (the lock is busy, say)
+        // stays invisible and is done at a later open.
+        let _ = archive.recover_half_done();
+        Ok(archive)
     }
 
     /// Opens an existing archive for reading only: nothing is created (a
