@@ -7,7 +7,6 @@ use super::storage::SqliteStorage;
 use super::writer::{
     insert_session, Appender, SessionWriter, BATCHED_WRITE, DELETE_MARKER, FORK_MARKER, STAGED_GAP,
 };
-use std::time::Instant;
 use super::{branch_cache, fts};
 use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
@@ -16,6 +15,7 @@ use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionS
 use crate::search;
 use crate::usage::{UsageQuery, UsageRow};
 use rusqlite::{params, OptionalExtension};
+use std::time::Instant;
 
 /// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,
 /// `?2` a directory the cwd is (under), `?3` the earliest creation (ms),
@@ -364,9 +364,7 @@ impl Archive {
         let found: Vec<(i64, String)> = {
             let conn = self.conn()?;
             let mut st = conn
-                .prepare(
-                    "SELECT session_key, id FROM sessions WHERE staged_from IN (?1, ?2)",
-                )
+                .prepare("SELECT session_key, id FROM sessions WHERE staged_from IN (?1, ?2)")
                 .map_err(sql("finding half-done deletes and forks"))?;
             let rows = st
                 .query_map(params![DELETE_MARKER, FORK_MARKER], |r| {
@@ -747,7 +745,10 @@ fn remove_some(tx: &rusqlite::Transaction, key: i64) -> Result<bool> {
     // archive), with the blobs only they held.
     let blobs: Vec<i64> = tx
         .prepare_cached("SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1")
-        .and_then(|mut st| st.query_map([key], |r| r.get(0)).and_then(Iterator::collect))
+        .and_then(|mut st| {
+            st.query_map([key], |r| r.get(0))
+                .and_then(Iterator::collect)
+        })
         .map_err(sql(ctx))?;
     if !blobs.is_empty() {
         tx.execute("DELETE FROM entry_blobs WHERE session_key = ?1", [key])

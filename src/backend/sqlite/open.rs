@@ -35,6 +35,16 @@ impl Archive {
         };
         let ctx = || format!("opening archive {}", path.display());
         let mut conn = manager.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
+        // A new archive gives space back a few pages at a time (`compact`
+        // never holds the write lock for a whole VACUUM); the mode can only
+        // be set before the first table.
+        let pages: i64 = conn
+            .pragma_query_value(None, "page_count", |r| r.get(0))
+            .map_err(|e| Error::sqlite(ctx(), e))?;
+        if pages == 0 {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+                .map_err(|e| Error::sqlite(ctx(), e))?;
+        }
         let mode = switch_to_wal(&conn).map_err(|e| Error::sqlite(ctx(), e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::JournalMode { path, mode });
