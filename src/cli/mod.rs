@@ -160,7 +160,7 @@ Examples:
   sessiontree check ffae            # one session
   sessiontree check session.jsonl   # a pi file, without importing it")]
     Check(write::CheckArgs),
-    /// Delete sessions from the archive (each in one transaction, with everything derived from it).
+    /// Delete sessions from the archive, with everything derived from it (in short batches; invisible from the first).
     #[command(after_help = "\
 Examples:
   sessiontree delete d703
