@@ -52,6 +52,18 @@ pub trait SessionWrite {
 
     /// Appends one entry to the session begun.
     fn push(&mut self, entry: &Entry) -> Result<()>;
+
+    /// Creates the session row of a large write (a fork) that may commit
+    /// in several short transactions, so that writers of other sessions
+    /// wait at most one of them: the session stays invisible until
+    /// [`SessionWrite::publish`], and is removed by the next open if the
+    /// writer dies first. (On PostgreSQL, where the write's row locks hold
+    /// no other session's writer, it is [`SessionWrite::begin`].)
+    fn begin_batched(&mut self, new: &NewSession) -> Result<()>;
+
+    /// Makes a session begun with [`SessionWrite::begin_batched`] visible
+    /// with its last transaction; called after its last entry.
+    fn publish(&mut self) -> Result<()>;
 }
 
 /// An archive of many sessions (see the module docs).
@@ -201,6 +213,14 @@ macro_rules! session_archive {
 
             fn push(&mut self, entry: &Entry) -> Result<()> {
                 <$writer>::push(self, entry)
+            }
+
+            fn begin_batched(&mut self, new: &NewSession) -> Result<()> {
+                <$writer>::begin_batched(self, new)
+            }
+
+            fn publish(&mut self) -> Result<()> {
+                <$writer>::publish(self)
             }
         }
 

@@ -961,3 +961,279 @@ fn an_import_is_checkpointed_while_it_runs() {
     assert_eq!(archive.list(&Default::default()).unwrap().len(), 1);
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
+
+/// Entries of the session the fork/delete/compact availability tests work
+/// on: CI-sized (a debug build forks it in about a second, many batches),
+/// 1,000,000 with `SESSIONTREE_SCALE_TESTS=1`.
+fn long_op_entries() -> usize {
+    if std::env::var_os("SESSIONTREE_SCALE_TESTS").is_some() {
+        1_000_000
+    } else {
+        env_usize("AVAILABILITY_ENTRIES", 2_000)
+    }
+}
+
+/// An archive holding one large generated session (imported by the binary)
+/// and a small one, "other", to append to; the large one's id.
+fn archive_with_long_session(dir: &Path, entries: usize) -> (PathBuf, Archive, String) {
+    let report = sessiontree_bench::gen::generate(
+        &dir.join("long"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Forked,
+            entries,
+            seed: 17,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (db, archive) = archive_with_session(dir, "other");
+    let file = &report.sessions[0].path;
+    assert!(spawn_import(&db, file).wait().unwrap().success());
+    (db, archive, report.sessions[0].id.clone())
+}
+
+/// What appending to another session saw while an operation ran.
+struct Overlap {
+    /// Appends that began and ended while the operation ran.
+    inside: usize,
+    /// The longest any append during the operation took.
+    worst: Duration,
+    /// How long the operation took.
+    took: Duration,
+}
+
+/// Runs `op` on another thread while this one appends to `other` every
+/// 3 ms; what the appends saw.
+fn appending_during(
+    other: &mut Session<sessiontree::backend::sqlite::SqliteStorage>,
+    op: impl FnOnce() + Send,
+) -> Overlap {
+    let running = AtomicBool::new(true);
+    let message =
+        sessiontree::JsonText::parse(r#"{"role":"user","content":"still here"}"#).unwrap();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            op();
+            running.store(false, Ordering::SeqCst);
+            started.elapsed()
+        });
+        let (mut inside, mut worst) = (0, Duration::ZERO);
+        while running.load(Ordering::SeqCst) {
+            let t = Instant::now();
+            other
+                .append_message(&message)
+                .expect("an append during the operation");
+            let waited = t.elapsed();
+            if running.load(Ordering::SeqCst) {
+                inside += 1;
+                worst = worst.max(waited);
+            } else {
+                // Began during it, ended after: its wait counts.
+                worst = worst.max(waited);
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        let took = worker.join().unwrap();
+        Overlap {
+            inside,
+            worst,
+            took,
+        }
+    })
+}
+
+/// The availability promise for the long operations: while a large session
+/// is forked, deleted and the archive compacted (each on another thread), an
+/// append to another session gets in between their batches — counted, so a
+/// fork or delete in one transaction fails it however fast the machine —
+/// and waits at most one batch (asserted with a generous bound).
+#[test]
+fn writers_get_between_the_batches_of_fork_delete_and_compact() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = long_op_entries();
+    let (_db, archive, id) = archive_with_long_session(dir.path(), entries);
+    let mut other = Session::new(archive.open_session("other").unwrap());
+    let source = sessiontree::SessionMetadata {
+        id: id.clone(),
+        ..Default::default()
+    };
+    let mut report = Vec::new();
+    let fork = appending_during(&mut other, || {
+        let mut repo = SqliteRepo::new(archive.clone());
+        let options = sessiontree::repo::ForkOptions {
+            id: Some("forked".into()),
+            ..Default::default()
+        };
+        repo.fork(&source, &options).expect("fork");
+    });
+    report.push(("fork", fork));
+    assert_eq!(
+        archive
+            .open_session("forked")
+            .unwrap()
+            .entry_count()
+            .unwrap(),
+        archive.open_session(&id).unwrap().entry_count().unwrap()
+    );
+    let delete = appending_during(&mut other, || {
+        archive.delete_session("forked").expect("delete")
+    });
+    report.push(("delete", delete));
+    assert!(!archive.has_session("forked").unwrap());
+    let compact = appending_during(&mut other, || {
+        archive.compact(&mut |_, _| {}).expect("compact");
+    });
+    report.push(("compact", compact));
+    for (op, o) in &report {
+        eprintln!(
+            "{op} of {entries} entries took {:?}: {} appends to another session inside it, worst wait {:?}",
+            o.took, o.inside, o.worst
+        );
+    }
+    for (op, o) in &report {
+        // One transaction for the whole operation lets at most the append
+        // already running in; batches let one in every ~50 ms.
+        assert!(
+            o.inside >= 5,
+            "{op}: only {} appends got in during {:?}",
+            o.inside,
+            o.took
+        );
+        assert!(
+            o.worst < Duration::from_secs(2),
+            "{op}: an append waited {:?}",
+            o.worst
+        );
+    }
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}
+
+/// The staged sessions of `db` marked `marker` and their entries.
+fn marked(db: &Path, marker: &str) -> (i64, i64) {
+    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT count(*), (SELECT count(*) FROM entries e JOIN sessions s USING (session_key)
+                                   WHERE s.staged_from = ?1)
+                 FROM sessions WHERE staged_from = ?1",
+                [marker],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .unwrap_or((0, 0))
+}
+
+/// kill -9 of a batched fork and of a batched delete, each after some of
+/// its batches committed: the archive opens and checks clean, the half-done
+/// session was invisible to readers in the meantime, and the next open
+/// removes the fork's copy and finishes the delete.
+#[test]
+fn a_killed_fork_or_delete_is_invisible_and_the_next_open_undoes_or_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, archive, id) =
+        archive_with_long_session(dir.path(), env_usize("AVAILABILITY_ENTRIES", 2_000));
+    let total = archive.open_session(&id).unwrap().entry_count().unwrap() as i64;
+    drop(archive);
+    let sessions = |archive: &Archive| -> Vec<String> {
+        let mut ids: Vec<String> = archive
+            .list(&Default::default())
+            .unwrap()
+            .into_iter()
+            .map(|s| s.metadata.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut before = vec!["other".to_string(), id.clone()];
+    before.sort();
+    for (command, marker) in [
+        ("fork", "sessiontree:fork"),
+        ("delete", "sessiontree:delete"),
+    ] {
+        let mut child = std::process::Command::new(bin())
+            .arg("--db")
+            .arg(&db)
+            .args([command, id.as_str()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        // Killed once some batches are in and some are not.
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "{command} never committed a batch"
+            );
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "{command} ended before it was killed"
+            );
+            let (n, rows) = marked(&db, marker);
+            let half = match command {
+                "fork" => rows > 300,
+                _ => n == 1 && rows < total - 300,
+            };
+            if half {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            marked(&db, marker).0,
+            1,
+            "{command}: the half-done session is still there"
+        );
+        // Readers never see it: a read-only open does not repair anything.
+        let reader = Archive::open_read_only(&db).unwrap();
+        let visible = sessions(&reader);
+        match command {
+            "fork" => assert_eq!(visible, before, "a half-done fork is listed"),
+            _ => assert_eq!(
+                visible,
+                vec!["other".to_string()],
+                "a half-deleted session is listed"
+            ),
+        }
+        assert_eq!(reader.totals().unwrap().sessions, visible.len() as i64);
+        drop(reader);
+        // The next open removes the fork's copy, or finishes the delete.
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        assert_eq!(
+            marked(&db, marker),
+            (0, 0),
+            "{command}: not finished at open"
+        );
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+        match command {
+            "fork" => {
+                assert_eq!(sessions(&archive), before);
+                assert_eq!(
+                    archive.open_session(&id).unwrap().entry_count().unwrap() as i64,
+                    total
+                );
+            }
+            _ => assert_eq!(sessions(&archive), vec!["other".to_string()]),
+        }
+        let rows: i64 = rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))
+            .unwrap();
+        let other = archive
+            .open_session("other")
+            .unwrap()
+            .entry_count()
+            .unwrap() as i64;
+        let expected = if command == "fork" {
+            total + other
+        } else {
+            other
+        };
+        assert_eq!(
+            rows, expected,
+            "{command}: rows of the half-done session are left"
+        );
+    }
+}

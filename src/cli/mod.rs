@@ -175,7 +175,7 @@ Examples:
   sessiontree unclaim ffae           # a claim whose holder was killed, or set by a clock ahead
   sessiontree unclaim ffae --force   # even from a running process on this host")]
     Unclaim(unclaim::UnclaimArgs),
-    /// Delete sessions from the archive (each in one transaction, with everything derived from it).
+    /// Delete sessions from the archive, with everything derived from it (in short batches; invisible from the first).
     #[command(after_help = "\
 Examples:
   sessiontree delete d703

@@ -56,7 +56,9 @@ impl<A: TypedArchive> SessionRepo for ArchiveRepo<A> {
         self.archive.as_archive().delete_session(&session.id)
     }
 
-    /// Forks in one transaction; entry ids are kept.
+    /// Forks into a new session, entry ids kept: in batches that other
+    /// writers get between (the copy stays invisible until its last batch,
+    /// and is removed by the next open if this process dies first).
     fn fork(
         &mut self,
         source: &SessionMetadata,
@@ -70,13 +72,14 @@ impl<A: TypedArchive> SessionRepo for ArchiveRepo<A> {
         // The fork is read as it is written: a whole-session fork takes
         // bounded memory however long the session.
         self.archive.as_archive().write_session(&mut |w| {
-            w.begin(&new)?;
+            w.begin_batched(&new)?;
             visit_entries_to_fork(
                 &storage,
                 options.entry_id.as_deref(),
                 options.position,
                 &mut |e| w.push(&e),
-            )
+            )?;
+            w.publish()
         })?;
         self.archive.session(&new.id).map(Session::new)
     }

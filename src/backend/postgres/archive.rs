@@ -69,6 +69,20 @@ impl SessionWriter<'_> {
         })?;
         appender.push(&mut self.tx, entry)
     }
+
+    /// [`SessionWriter::begin`]: on PostgreSQL a fork is one transaction.
+    /// Its row locks are on the new session's rows alone, so writers of
+    /// other sessions never wait for it (SQLite's one write lock is why the
+    /// SQLite archive writes a fork in batches), and until it commits no
+    /// reader sees the session.
+    pub fn begin_batched(&mut self, new: &NewSession) -> Result<()> {
+        self.begin(new)
+    }
+
+    /// Nothing to do: the session appears when the transaction commits.
+    pub fn publish(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl PgArchive {

@@ -4,7 +4,9 @@ use super::error::sql;
 use super::handle::Archive;
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
-use super::writer::{insert_session, Appender, SessionWriter};
+use super::writer::{
+    insert_session, Appender, SessionWriter, BATCHED_WRITE, DELETE_MARKER, FORK_MARKER, STAGED_GAP,
+};
 use super::{branch_cache, fts};
 use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
@@ -13,6 +15,7 @@ use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionS
 use crate::search;
 use crate::usage::{UsageQuery, UsageRow};
 use rusqlite::{params, OptionalExtension};
+use std::time::Instant;
 
 /// The filter of [`Archive::list`] and [`Archive::count`]: `?1` a cwd,
 /// `?2` a directory the cwd is (under), `?3` the earliest creation (ms),
@@ -105,7 +108,7 @@ impl Archive {
                 // import never did (if this fails too, the next import of the
                 // file discards them: they stay staged, invisible).
                 if let Some(staged) = staged {
-                    let _ = self.discard_staged(staged.key());
+                    let _ = self.discard_staged(staged.key(), staged.token());
                 }
                 return Err(e);
             }
@@ -320,23 +323,111 @@ impl Archive {
     }
 
     /// Deletes a session and everything derived from it (cache, labels, leaf
-    /// events, search rows, import records), in one transaction; refuses a
-    /// session a writer holds.
+    /// events, search rows, import records); refuses a session a writer
+    /// holds. The first, short transaction marks the session deleted
+    /// ([`DELETE_MARKER`]: from then on no reader sees it) and takes its
+    /// claim; the rows then go in transactions of at most
+    /// [`BATCHED_WRITE`], so other writers wait at most one batch. If this
+    /// process dies half-way, the next open of the archive finishes it.
     pub fn delete_session(&self, id: &str) -> Result<()> {
-        let mut conn = self.conn()?;
-        let tx = self.begin_write(&mut conn, "deleting a session")?;
-        let key: Option<i64> = tx
-            .query_row(
-                "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
-                [id],
-                |r| r.get(0),
+        let token = uuid::Uuid::now_v7().to_string();
+        let key = {
+            let mut conn = self.conn()?;
+            let tx = self.begin_write(&mut conn, "deleting a session")?;
+            let key: Option<i64> = tx
+                .query_row(
+                    "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
+                    [id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql("deleting a session"))?;
+            let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+            super::claim::refuse_if_held(&tx, key, id)?;
+            tx.execute(
+                "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
+                params![key, DELETE_MARKER],
             )
-            .optional()
             .map_err(sql("deleting a session"))?;
-        let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-        super::claim::refuse_if_held(&tx, key, id)?;
-        delete_session_rows(&tx, key)?;
-        tx.commit().map_err(sql("deleting a session"))
+            super::claim::insert_claim(&tx, key, &token)?;
+            tx.commit().map_err(sql("deleting a session"))?;
+            key
+        };
+        self.remove_in_batches(key, &token)
+    }
+
+    /// Finishes what a process that died half-way left: a batched delete
+    /// ([`DELETE_MARKER`]) is finished, a batched fork ([`FORK_MARKER`]) is
+    /// removed. A session whose claim a live writer holds (its delete or
+    /// fork is running now) is left to it. Returns how many it finished.
+    pub fn recover_half_done(&self) -> Result<usize> {
+        let found: Vec<(i64, String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare("SELECT session_key, id FROM sessions WHERE staged_from IN (?1, ?2)")
+                .map_err(sql("finding half-done deletes and forks"))?;
+            let rows = st
+                .query_map(params![DELETE_MARKER, FORK_MARKER], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .and_then(Iterator::collect);
+            rows.map_err(sql("finding half-done deletes and forks"))?
+        };
+        let mut done = 0;
+        for (key, id) in found {
+            let token = uuid::Uuid::now_v7().to_string();
+            {
+                let mut conn = self.conn()?;
+                let tx = self.begin_write(&mut conn, "finishing a half-done delete")?;
+                match super::claim::refuse_if_held(&tx, key, &id) {
+                    Err(Error::WriterClaimed { .. }) => continue,
+                    other => other?,
+                }
+                let n = tx
+                    .execute(
+                        "UPDATE sessions SET staged_from = ?2
+                         WHERE session_key = ?1 AND staged_from IN (?2, ?3)",
+                        params![key, DELETE_MARKER, FORK_MARKER],
+                    )
+                    .map_err(sql("finishing a half-done delete"))?;
+                if n == 0 {
+                    continue;
+                }
+                super::claim::insert_claim(&tx, key, &token)?;
+                tx.commit().map_err(sql("finishing a half-done delete"))?;
+            }
+            self.remove_in_batches(key, &token)?;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// Removes session `key`, already invisible to readers (staged, or
+    /// marked deleted) and claimed by `token`, with everything derived from
+    /// it: transactions of at most [`BATCHED_WRITE`] each, a pause of
+    /// [`STAGED_GAP`] between them so that a waiting writer gets the lock.
+    /// Any process may finish it after a crash (each batch leaves a
+    /// consistent, still invisible remainder).
+    pub(super) fn remove_in_batches(&self, key: i64, token: &str) -> Result<()> {
+        let mut conn = self.conn()?;
+        loop {
+            let tx = self.begin_write(&mut conn, "deleting a session")?;
+            super::claim::renew_claim(&tx, key, token)?;
+            let started = Instant::now();
+            let gone = loop {
+                if remove_some(&tx, key)? {
+                    break true;
+                }
+                if started.elapsed() >= BATCHED_WRITE {
+                    break false;
+                }
+            };
+            tx.commit().map_err(sql("deleting a session"))?;
+            if gone {
+                return Ok(());
+            }
+            std::thread::sleep(STAGED_GAP);
+        }
     }
 
     /// Removes session `id`'s writer claim, whatever its lease, and says
@@ -386,17 +477,35 @@ impl Archive {
             Err(Error::WriterClaimed { .. }) => return Ok(Some(id)),
             other => other?,
         }
-        delete_session_rows(&tx, key)?;
+        // Marked deleted and claimed, so that if this process dies before
+        // the last batch the next open finishes it.
+        let token = uuid::Uuid::now_v7().to_string();
+        tx.execute(
+            "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
+            params![key, DELETE_MARKER],
+        )
+        .map_err(sql("discarding a staged import"))?;
+        super::claim::insert_claim(&tx, key, &token)?;
         tx.commit().map_err(sql("discarding a staged import"))?;
+        drop(conn);
+        self.remove_in_batches(key, &token)?;
         Ok(None)
     }
 
-    /// Removes a staged session whose import failed (its committed batches).
-    pub(super) fn discard_staged(&self, key: i64) -> Result<()> {
-        let mut conn = self.conn()?;
-        let tx = self.begin_write(&mut conn, "discarding a failed import")?;
-        delete_session_rows(&tx, key)?;
-        tx.commit().map_err(sql("discarding a failed import"))
+    /// Removes a staged session whose write failed (its committed batches),
+    /// in batches; this process holds its claim (`token`).
+    pub(super) fn discard_staged(&self, key: i64, token: &str) -> Result<()> {
+        {
+            let mut conn = self.conn()?;
+            let tx = self.begin_write(&mut conn, "discarding a failed import")?;
+            tx.execute(
+                "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
+                params![key, DELETE_MARKER],
+            )
+            .map_err(sql("discarding a failed import"))?;
+            tx.commit().map_err(sql("discarding a failed import"))?;
+        }
+        self.remove_in_batches(key, token)
     }
 
     /// Full-text search over message text, best first: the first `limit` hits.
@@ -585,30 +694,123 @@ impl Archive {
     }
 }
 
-/// Deletes a session and everything derived from it, inside `tx`: its search
-/// rows and the blobs only it held explicitly, the rest by cascade.
-fn delete_session_rows(tx: &rusqlite::Transaction, key: i64) -> Result<()> {
-    tx.execute(
-        "DELETE FROM message_text WHERE rowid IN (SELECT entry_key FROM entries WHERE session_key = ?1)",
-        [key],
-    )
-    .map_err(sql("deleting a session"))?;
-    // The session's blobs, before the cascade forgets which they were.
+/// Entries removed per step of [`remove_some`] (a step then checks the clock).
+const REMOVE_ENTRIES: i64 = 256;
+/// Rows of the other tables removed per step.
+const REMOVE_ROWS: i64 = 1_024;
+
+/// The tables that hold a session's rows besides `entries`, each with the
+/// statement that removes up to `?2` of session `?1`'s rows.
+const REMOVE_OTHER: [&str; 9] = [
+    "DELETE FROM segments WHERE segment_id IN
+       (SELECT segment_id FROM segments WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM leaf_events WHERE session_key = ?1 AND seq IN
+       (SELECT seq FROM leaf_events WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM compactions WHERE entry_key IN
+       (SELECT entry_key FROM compactions WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM labels WHERE session_key = ?1 AND target_id IN
+       (SELECT target_id FROM labels WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM usage_facts WHERE fact_key IN
+       (SELECT fact_key FROM usage_facts WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM usage_daily WHERE session_key = ?1 AND (day, model) IN
+       (SELECT day, model FROM usage_daily WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM kept_lines WHERE kept_key IN
+       (SELECT kept_key FROM kept_lines WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM entry_blocks WHERE block_id IN
+       (SELECT block_id FROM entry_blocks WHERE session_key = ?1 LIMIT ?2)",
+    "DELETE FROM imports WHERE session_key = ?1",
+];
+
+/// One step of removing session `key` inside `tx`: its newest
+/// [`REMOVE_ENTRIES`] entries (with their search rows and the blobs only
+/// they held), or once none is left up to [`REMOVE_ROWS`] rows of another
+/// table, or once those are gone too the session row. True when the session
+/// is gone. Every step leaves a consistent remainder.
+fn remove_some(tx: &rusqlite::Transaction, key: i64) -> Result<bool> {
+    let ctx = "deleting a session";
+    let lowest: Option<i64> = tx
+        .prepare_cached(
+            "SELECT min(seq) FROM (SELECT seq FROM entries WHERE session_key = ?1
+             ORDER BY seq DESC LIMIT ?2)",
+        )
+        .and_then(|mut st| st.query_row(params![key, REMOVE_ENTRIES], |r| r.get(0)))
+        .map_err(sql(ctx))?;
+    if let Some(lowest) = lowest {
+        tx.prepare_cached(
+            "DELETE FROM message_text WHERE rowid IN
+               (SELECT entry_key FROM entries WHERE session_key = ?1 AND seq >= ?2)",
+        )
+        .and_then(|mut st| st.execute(params![key, lowest]))
+        .map_err(sql(ctx))?;
+        // The blobs these entries held, before their rows forget which.
+        let blobs: Vec<i64> = tx
+            .prepare_cached(
+                "SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1 AND entry_key IN
+                   (SELECT entry_key FROM entries WHERE session_key = ?1 AND seq >= ?2)",
+            )
+            .and_then(|mut st| {
+                st.query_map(params![key, lowest], |r| r.get(0))
+                    .and_then(Iterator::collect)
+            })
+            .map_err(sql(ctx))?;
+        if !blobs.is_empty() {
+            tx.prepare_cached(
+                "DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key IN
+                   (SELECT entry_key FROM entries WHERE session_key = ?1 AND seq >= ?2)",
+            )
+            .and_then(|mut st| st.execute(params![key, lowest]))
+            .map_err(sql(ctx))?;
+        }
+        tx.prepare_cached("DELETE FROM entries WHERE session_key = ?1 AND seq >= ?2")
+            .and_then(|mut st| st.execute(params![key, lowest]))
+            .map_err(sql(ctx))?;
+        remove_unheld_blobs(tx, &blobs)?;
+        return Ok(false);
+    }
+    // Blob references left without their entries (none in a consistent
+    // archive), with the blobs only they held.
     let blobs: Vec<i64> = tx
-        .prepare("SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1")
+        .prepare_cached("SELECT DISTINCT blob_id FROM entry_blobs WHERE session_key = ?1")
         .and_then(|mut st| {
             st.query_map([key], |r| r.get(0))
                 .and_then(Iterator::collect)
         })
-        .map_err(sql("deleting a session"))?;
+        .map_err(sql(ctx))?;
+    if !blobs.is_empty() {
+        tx.execute("DELETE FROM entry_blobs WHERE session_key = ?1", [key])
+            .map_err(sql(ctx))?;
+        remove_unheld_blobs(tx, &blobs)?;
+        return Ok(false);
+    }
+    for statement in REMOVE_OTHER {
+        let n = tx
+            .prepare_cached(statement)
+            .and_then(|mut st| {
+                if statement.contains("?2") {
+                    st.execute(params![key, REMOVE_ROWS])
+                } else {
+                    st.execute(params![key])
+                }
+            })
+            .map_err(sql(ctx))?;
+        if n > 0 {
+            return Ok(false);
+        }
+    }
+    // What is left cascades with the row (its claim, a few usage rows).
     tx.execute("DELETE FROM sessions WHERE session_key = ?1", [key])
-        .map_err(sql("deleting a session"))?;
+        .map_err(sql(ctx))?;
+    Ok(true)
+}
+
+/// Removes those of `blobs` that no entry holds any more.
+fn remove_unheld_blobs(tx: &rusqlite::Transaction, blobs: &[i64]) -> Result<()> {
     for blob in blobs {
-        tx.execute(
+        tx.prepare_cached(
             "DELETE FROM blobs WHERE blob_id = ?1
                AND NOT EXISTS (SELECT 1 FROM entry_blobs WHERE blob_id = ?1)",
-            [blob],
         )
+        .and_then(|mut st| st.execute([blob]))
         .map_err(sql("deleting a session"))?;
     }
     Ok(())

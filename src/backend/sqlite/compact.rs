@@ -13,8 +13,9 @@ use super::codec::{self, Codec, Encoder, Training};
 use super::error::sql;
 use super::handle::Archive;
 use super::reencode_guard::reencoding;
+use super::writer::{BATCHED_WRITE, STAGED_GAP};
 use crate::error::{Error, Result};
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
@@ -179,56 +180,90 @@ pub(in crate::backend::sqlite) fn reencode_batch(
     packing: Packing,
     pass: &mut Pass,
 ) -> Result<Option<i64>> {
+    let Some(batch) = read_batch(conn, codec, (after, max_rows), packing, pass)? else {
+        return Ok(None);
+    };
+    let last = batch.last;
+    let encoded = encode_batch(batch, packing, pool);
+    write_batch(conn, codec, pool, encoded, false, pass)?;
+    Ok(Some(last))
+}
+
+/// The rows of one batch, read.
+pub(in crate::backend::sqlite) struct ReadBatch {
+    rows: Vec<Row>,
+    last: i64,
+}
+
+/// A batch's rows, cut in runs (each a block or an entry alone), each run
+/// compressed.
+pub(in crate::backend::sqlite) struct EncodedBatch {
+    rows: Vec<Row>,
+    runs: Vec<std::ops::Range<usize>>,
+    prepared: Vec<codec::Prepared>,
+}
+
+/// Reads the entries after `after` (entry_key order), about `max_rows` of
+/// them, never ending inside a block; `None` at the end. Needs no write lock
+/// (`compact` reads in a read transaction, one snapshot).
+fn read_batch(
+    conn: &Connection,
+    codec: &Codec,
+    (after, max_rows): (i64, i64),
+    packing: Packing,
+    pass: &mut Pass,
+) -> Result<Option<ReadBatch>> {
     let mut rows = Vec::new();
     let mut bytes = 0;
     let mut last = None;
-    {
-        let mut st = conn
-            .prepare_cached(
-                "SELECT entry_key, session_key, json FROM entries WHERE entry_key > ?1 ORDER BY entry_key LIMIT ?2",
-            )
-            .map_err(sql("re-encoding entries"))?;
-        let mut found = st
-            .query(params![after, max_rows + block::BLOCK_ENTRIES as i64])
-            .map_err(sql("re-encoding entries"))?;
-        let mut seen = 0;
-        while let Some(row) = found.next().map_err(sql("re-encoding entries"))? {
-            let key: i64 = row.get(0).map_err(sql("re-encoding entries"))?;
-            let old: rusqlite::types::Value = row.get(2).map_err(sql("re-encoding entries"))?;
-            let place = block::place((&old).into());
-            if (seen >= max_rows || bytes >= BATCH_BYTES) && block::may_end_before(place) {
-                break;
-            }
-            seen += 1;
-            last = Some(key);
-            if packing == Packing::Alone && place.is_some() {
-                pass.entries += 1;
-                continue;
-            }
-            // An entry holding images is re-encoded from its template
-            // (`store_spliced`); its text is never assembled. Left empty,
-            // it never joins a block (an empty text is not an object).
-            let spliced =
-                place.is_none() && !super::stored::body_refs((&old).into())?.blobs.is_empty();
-            let text = if spliced {
-                String::new()
-            } else {
-                codec.decode(conn, (&old).into())?
-            };
-            bytes += text.len();
-            rows.push(Row {
-                key,
-                session: row.get(1).map_err(sql("re-encoding entries"))?,
-                old,
-                text,
-                spliced,
-            });
+    let mut st = conn
+        .prepare_cached(
+            "SELECT entry_key, session_key, json FROM entries WHERE entry_key > ?1 ORDER BY entry_key LIMIT ?2",
+        )
+        .map_err(sql("re-encoding entries"))?;
+    let mut found = st
+        .query(params![after, max_rows + block::BLOCK_ENTRIES as i64])
+        .map_err(sql("re-encoding entries"))?;
+    let mut seen = 0;
+    while let Some(row) = found.next().map_err(sql("re-encoding entries"))? {
+        let key: i64 = row.get(0).map_err(sql("re-encoding entries"))?;
+        let old: rusqlite::types::Value = row.get(2).map_err(sql("re-encoding entries"))?;
+        let place = block::place((&old).into());
+        if (seen >= max_rows || bytes >= BATCH_BYTES) && block::may_end_before(place) {
+            break;
         }
+        seen += 1;
+        last = Some(key);
+        if packing == Packing::Alone && place.is_some() {
+            pass.entries += 1;
+            continue;
+        }
+        // An entry holding images is re-encoded from its template
+        // (`store_spliced`); its text is never assembled. Left empty,
+        // it never joins a block (an empty text is not an object).
+        let spliced = place.is_none() && !super::stored::body_refs((&old).into())?.blobs.is_empty();
+        let text = if spliced {
+            String::new()
+        } else {
+            codec.decode(conn, (&old).into())?
+        };
+        bytes += text.len();
+        rows.push(Row {
+            key,
+            session: row.get(1).map_err(sql("re-encoding entries"))?,
+            old,
+            text,
+            spliced,
+        });
     }
-    let Some(last) = last else {
-        return Ok(None);
-    };
-    let runs = match packing {
+    Ok(last.map(|last| ReadBatch { rows, last }))
+}
+
+/// Cuts a batch in runs and compresses each (on the pool's threads): the
+/// slow part, which holds no lock.
+fn encode_batch(batch: ReadBatch, packing: Packing, pool: &EncodePool<'_>) -> EncodedBatch {
+    let rows = batch.rows;
+    let runs: Vec<std::ops::Range<usize>> = match packing {
         Packing::Alone => (0..rows.len()).map(|i| i..i + 1).collect(),
         Packing::Blocks => block::runs(rows.iter().map(|r| (r.session, r.text.as_str()))),
     };
@@ -244,9 +279,54 @@ pub(in crate::backend::sqlite) fn reencode_batch(
         .map(|(run, joined)| joined.as_deref().unwrap_or(rows[run.start].text.as_str()))
         .collect();
     let prepared = pool.encode(&texts);
+    EncodedBatch {
+        rows,
+        runs,
+        prepared,
+    }
+}
+
+/// Whether every member of a run still holds the value it was read with
+/// (a run read outside the write transaction: another `compact`, or the
+/// re-encode after a first dictionary, or a delete, may have changed it).
+fn unchanged(conn: &Connection, members: &[Row]) -> Result<bool> {
+    let mut st = conn
+        .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
+        .map_err(sql("re-encoding entries"))?;
+    for row in members {
+        let now: Option<rusqlite::types::Value> = st
+            .query_row([row.key], |r| r.get(0))
+            .optional()
+            .map_err(sql("re-encoding entries"))?;
+        if now.as_ref() != Some(&row.old) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Writes an encoded batch in `conn`'s (write) transaction. `recheck`: the
+/// batch was read before the transaction began, so a run whose rows changed
+/// since is left as it is now (the next `compact` re-encodes it).
+fn write_batch(
+    conn: &Connection,
+    codec: &Codec,
+    pool: &EncodePool<'_>,
+    batch: EncodedBatch,
+    recheck: bool,
+    pass: &mut Pass,
+) -> Result<()> {
+    let EncodedBatch {
+        rows,
+        runs,
+        prepared,
+    } = batch;
     for (run, prepared) in runs.into_iter().zip(prepared) {
         let members = &rows[run];
         pass.entries += members.len() as u64;
+        if recheck && !unchanged(conn, members)? {
+            continue;
+        }
         if let [row] = members {
             if row.spliced {
                 if store_spliced(conn, codec, pool.encoder, row)? {
@@ -273,7 +353,7 @@ pub(in crate::backend::sqlite) fn reencode_batch(
             }
         }
     }
-    Ok(Some(last))
+    Ok(())
 }
 
 /// Stores `row` alone as `prepared`; whether its stored value changed.
@@ -537,21 +617,21 @@ impl Archive {
         let mut pass = Pass::default();
         let mut after = i64::MIN;
         EncodePool::run(encoder, |pool| loop {
+            // Read in one snapshot and compressed holding no lock; only
+            // the writes (each run checked unchanged first) take the lock.
+            let read = {
+                let tx = Archive::begin_read(conn, "re-encoding entries")?;
+                read_batch(&tx, self.codec(), (after, BATCH_ROWS), packing, &mut pass)?
+            };
+            let Some(batch) = read else {
+                return Ok(pass);
+            };
+            after = batch.last;
+            let encoded = encode_batch(batch, packing, pool);
             let tx = self.begin_write(conn, "re-encoding entries")?;
-            let last = reencode_batch(
-                &tx,
-                self.codec(),
-                pool,
-                (after, BATCH_ROWS),
-                packing,
-                &mut pass,
-            )?;
+            write_batch(&tx, self.codec(), pool, encoded, true, &mut pass)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
             progress(pass.entries);
-            match last {
-                Some(l) => after = l,
-                None => return Ok(pass),
-            }
         })
     }
 
@@ -567,9 +647,22 @@ impl Archive {
         let mut conn = self.conn()?;
         // The dictionary is committed before any entry uses it (codec invariant 2).
         let encoder = {
-            let tx = self.begin_write(&mut conn, "training a dictionary")?;
-            let trained = train_from_archive(&tx, self.codec(), Training::Search)?;
-            tx.commit().map_err(sql("training a dictionary"))?;
+            // Sampled in one snapshot and trained holding no lock (the
+            // search takes seconds); only storing it takes the lock.
+            let samples = {
+                let tx = Archive::begin_read(&conn, "sampling entries")?;
+                training_samples(&tx, self.codec())?
+            };
+            let trained = match codec::train(&samples, Training::Search) {
+                Some(bytes) => {
+                    let tx = self.begin_write(&mut conn, "training a dictionary")?;
+                    let sample_bytes = samples.iter().map(Vec::len).sum();
+                    let d = codec::insert_dictionary(&tx, bytes, samples.len(), sample_bytes)?;
+                    tx.commit().map_err(sql("training a dictionary"))?;
+                    Some(d)
+                }
+                None => None,
+            };
             report.dictionary_bytes = trained.as_ref().map_or(0, |d| d.len());
             match trained {
                 Some(d) => Encoder::new(Some(self.codec().dictionary(&conn, d.id)?)),
@@ -589,11 +682,8 @@ impl Archive {
         report.dictionaries_removed = dictionaries;
         report.blobs_removed = blobs;
         // One b-tree for the search index instead of its many segments.
-        conn.execute_batch(
-            "INSERT INTO message_text (message_text) VALUES ('optimize');
-             VACUUM;",
-        )
-        .map_err(sql("vacuuming the archive"))?;
+        merge_search_index(self, &mut conn)?;
+        give_back_space(self, &mut conn)?;
         super::connection::truncate_log(&mut conn).map_err(sql("vacuuming the archive"))?;
         report.bytes_after = file_bytes(self.path());
         Ok(report)
@@ -624,15 +714,17 @@ impl Archive {
 }
 
 /// Removes blocks no entry names, dictionaries no entry or block uses
-/// (never the newest) and blobs no entry holds, in one transaction (so no
-/// writer appends in between).
+/// (never the newest) and blobs no entry holds. Which are used is read in
+/// one snapshot holding no lock (every entry is read); the removal is one
+/// short transaction. Nothing written meanwhile can start using what is
+/// removed: appends encode with the newest dictionary, and only `compact`
+/// writes blocks.
 fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)> {
     let codec = archive.codec();
-    let tx = archive.begin_write(conn, "removing unused dictionaries")?;
-    let newest = codec.newest(&tx)?.map(|d| d.id);
     let mut used = std::collections::HashSet::new();
     let mut blocks = std::collections::HashSet::new();
-    {
+    let (unused_blocks, dictionary_ids) = {
+        let tx = Archive::begin_read(conn, "removing unused dictionaries")?;
         let mut st = tx
             .prepare("SELECT json FROM entries WHERE typeof(json) = 'blob'")
             .map_err(sql("removing unused dictionaries"))?;
@@ -645,25 +737,36 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
             used.extend(refs.dictionary);
             blocks.extend(refs.block);
         }
-        let unused: Vec<i64> = tx
+        drop(rows);
+        drop(st);
+        let all_blocks: Vec<i64> = tx
             .prepare("SELECT block_id FROM entry_blocks")
             .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
             .map_err(sql("removing unused blocks"))?;
+        let ids: Vec<i64> = tx
+            .prepare("SELECT dict_id FROM dictionaries")
+            .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
+            .map_err(sql("removing unused dictionaries"))?;
+        let unused: Vec<i64> = all_blocks
+            .into_iter()
+            .filter(|id| !blocks.contains(id))
+            .collect();
+        (unused, ids)
+    };
+    let tx = archive.begin_write(conn, "removing unused dictionaries")?;
+    let newest = codec.newest(&tx)?.map(|d| d.id);
+    {
         let mut delete = tx
             .prepare("DELETE FROM entry_blocks WHERE block_id = ?1")
             .map_err(sql("removing unused blocks"))?;
-        for id in unused.into_iter().filter(|id| !blocks.contains(id)) {
+        for id in unused_blocks {
             delete
                 .execute([id])
                 .map_err(sql("removing unused blocks"))?;
         }
     }
-    let ids: Vec<i64> = tx
-        .prepare("SELECT dict_id FROM dictionaries")
-        .and_then(|mut st| st.query_map([], |r| r.get(0)).and_then(Iterator::collect))
-        .map_err(sql("removing unused dictionaries"))?;
     let mut dictionaries = 0;
-    for id in ids {
+    for id in dictionary_ids {
         if Some(id) != newest && !used.contains(&id) {
             tx.execute("DELETE FROM dictionaries WHERE dict_id = ?1", [id])
                 .map_err(sql("removing unused dictionaries"))?;
@@ -679,6 +782,86 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
     tx.commit().map_err(sql("removing unused dictionaries"))?;
     Ok((dictionaries, blobs as u64))
 }
+
+/// Search-index pages merged per step of [`merge_search_index`].
+const MERGE_PAGES: i64 = 64;
+/// Free pages given back per step of [`give_back_space`].
+const VACUUM_PAGES: i64 = 256;
+
+/// Runs `step` in write transactions of at most [`BATCHED_WRITE`] each
+/// (several steps to one), a pause between them so that a waiting writer
+/// gets the lock, until `step` says it is done.
+fn in_batches(
+    archive: &Archive,
+    conn: &mut Connection,
+    what: &'static str,
+    step: &mut dyn FnMut(&Connection) -> Result<bool>,
+) -> Result<()> {
+    loop {
+        let tx = archive.begin_write(conn, what)?;
+        let started = std::time::Instant::now();
+        let done = loop {
+            if step(&tx)? {
+                break true;
+            }
+            if started.elapsed() >= BATCHED_WRITE {
+                break false;
+            }
+        };
+        tx.commit().map_err(sql(what))?;
+        if done {
+            return Ok(());
+        }
+        std::thread::sleep(STAGED_GAP);
+    }
+}
+
+/// Merges the search index's segments into one b-tree (what FTS5's
+/// `optimize` does in one go), a few pages a step.
+fn merge_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
+    in_batches(archive, conn, "merging the search index", &mut |tx| {
+        let before = tx.total_changes();
+        tx.execute(
+            "INSERT INTO message_text (message_text, rank) VALUES ('merge', ?1)",
+            [-MERGE_PAGES],
+        )
+        .map_err(sql("merging the search index"))?;
+        // FTS5: fewer than two rows changed means nothing was left to merge.
+        Ok(tx.total_changes() - before < 2)
+    })
+}
+
+/// Gives the free pages back to the file system. An archive in incremental
+/// auto-vacuum mode (every archive this build creates) moves pages and
+/// truncates the file a few pages a step; an older one is VACUUMed once
+/// (holding the lock for it) and set to incremental mode, so that its later
+/// compacts step too.
+fn give_back_space(archive: &Archive, conn: &mut Connection) -> Result<()> {
+    let mode: i64 = conn
+        .pragma_query_value(None, "auto_vacuum", |r| r.get(0))
+        .map_err(sql("vacuuming the archive"))?;
+    if mode != INCREMENTAL_VACUUM {
+        return conn
+            .execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
+            .map_err(sql("vacuuming the archive"));
+    }
+    in_batches(archive, conn, "vacuuming the archive", &mut |tx| {
+        tx.query_row(
+            &format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"),
+            [],
+            |_| Ok(()),
+        )
+        .optional()
+        .map_err(sql("vacuuming the archive"))?;
+        let free: i64 = tx
+            .pragma_query_value(None, "freelist_count", |r| r.get(0))
+            .map_err(sql("vacuuming the archive"))?;
+        Ok(free == 0)
+    })
+}
+
+/// `PRAGMA auto_vacuum`'s value for incremental mode.
+pub(in crate::backend::sqlite) const INCREMENTAL_VACUUM: i64 = 2;
 
 #[cfg(test)]
 mod tests {

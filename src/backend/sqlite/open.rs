@@ -37,12 +37,28 @@ impl Archive {
         };
         let ctx = || format!("opening archive {}", path.display());
         let mut conn = manager.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
+        // A new archive gives space back a few pages at a time (`compact`
+        // never holds the write lock for a whole VACUUM); the mode can only
+        // be set before the first table.
+        let pages: i64 = conn
+            .pragma_query_value(None, "page_count", |r| r.get(0))
+            .map_err(|e| Error::sqlite(ctx(), e))?;
+        if pages == 0 {
+            conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+                .map_err(|e| Error::sqlite(ctx(), e))?;
+        }
         let mode = switch_to_wal(&conn).map_err(|e| Error::sqlite(ctx(), e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::JournalMode { path, mode });
         }
         migrations::migrate(&mut conn, &path, progress)?;
-        Ok(Archive::with_connection(manager, path, conn))
+        let archive = Archive::with_connection(manager, path, conn);
+        // A delete or fork that a dead process left half-done (invisible to
+        // every reader meanwhile) is finished or undone now, in batches.
+        // Best effort: what cannot be done now (the lock is busy, say)
+        // stays invisible and is done at a later open.
+        let _ = archive.recover_half_done();
+        Ok(archive)
     }
 
     /// Opens an existing archive for reading only: nothing is created (a

@@ -455,12 +455,19 @@ pub(super) struct Staged {
     /// Copies the relaxed batches' log into the database beside the import
     /// ([`Checkpointer`]); stopped when the write ends.
     checkpointer: Option<Checkpointer>,
+    /// How long one of its transactions may hold the write lock.
+    batch: Duration,
 }
 
 impl Staged {
     /// The staged session's key.
     pub(super) fn key(&self) -> i64 {
         self.key
+    }
+
+    /// The token of the claim the staged write holds.
+    pub(super) fn token(&self) -> &str {
+        &self.token
     }
 
     /// The `synchronous` level to set back on the connection, if relaxed.
@@ -500,6 +507,22 @@ pub(super) fn restore_sync(conn: &Connection, level: i64) -> Result<()> {
 /// How long one transaction of a staged import may hold the write lock.
 pub const STAGED_BATCH: Duration = Duration::from_millis(100);
 
+/// How long one transaction of a batched write (a fork's copy, a delete)
+/// may run before it commits and lets other writers in: half the bound on
+/// any writer's wait, so that the bound holds with a commit on top on a
+/// loaded machine.
+pub const BATCHED_WRITE: Duration = Duration::from_millis(50);
+
+/// `sessions.staged_from` of a fork being written in batches (never a
+/// canonical path, which an import's marker is): invisible until published;
+/// removed by the next open of the archive if its writer died.
+pub const FORK_MARKER: &str = "sessiontree:fork";
+
+/// `sessions.staged_from` of a session being deleted in batches: invisible
+/// from the first batch; whoever opens the archive next finishes it if its
+/// deleter died.
+pub const DELETE_MARKER: &str = "sessiontree:delete";
+
 /// The pause between a staged import's transactions: longer than other
 /// writers' busy-wait step (`ConnectionManager`'s busy handler polls every
 /// millisecond), so a writer waiting for the lock gets it before the import
@@ -513,6 +536,19 @@ impl SessionWriter<'_> {
     /// holds its writer claim, so that the next import of `source` can tell a
     /// live import from one that died (and discard that one).
     pub fn begin_staged(&mut self, new: &NewSession, source: &str) -> Result<()> {
+        self.begin_staged_in(new, source, STAGED_BATCH)
+    }
+
+    /// Creates a new session (a fork's copy) and writes it as a staged write
+    /// ([`SessionWriter::begin_staged`]) in transactions of at most
+    /// [`BATCHED_WRITE`]: until [`SessionWriter::publish`] it is invisible,
+    /// and if its writer dies first, the next open of the archive removes it
+    /// ([`Archive::recover_half_done`](super::handle::Archive)).
+    pub fn begin_batched(&mut self, new: &NewSession) -> Result<()> {
+        self.begin_staged_in(new, FORK_MARKER, BATCHED_WRITE)
+    }
+
+    fn begin_staged_in(&mut self, new: &NewSession, source: &str, batch: Duration) -> Result<()> {
         self.refuse_if_writing()?;
         if !self.held_text.is_empty() {
             return Err(Error::Unknown(
@@ -536,6 +572,7 @@ impl SessionWriter<'_> {
             published: false,
             relaxed_from: None,
             checkpointer: None,
+            batch,
         });
         Ok(())
     }
@@ -577,7 +614,7 @@ impl SessionWriter<'_> {
         let Some(staged) = self.staged.as_ref() else {
             return Ok(());
         };
-        if staged.published || staged.batch_started.elapsed() < STAGED_BATCH {
+        if staged.published || staged.batch_started.elapsed() < staged.batch {
             return Ok(());
         }
         self.next_batch(true)
@@ -822,7 +859,8 @@ impl SessionWriter<'_> {
         let appender = self.appender.as_mut().ok_or_else(|| {
             Error::Unknown("a session's entries were written before the session".into())
         })?;
-        appender.push(&self.tx, entry)
+        appender.push(&self.tx, entry)?;
+        self.end_batch_if_due()
     }
 
     /// Appends one entry whose search text (role, text) and stored encoding
