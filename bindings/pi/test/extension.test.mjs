@@ -414,3 +414,37 @@ test("the mirror's added time per turn", async (t) => {
   // Generous: a debug build on a busy 2-core machine; the mirror itself runs off the turn.
   assert.ok(added < 25, `the mirror added ${added.toFixed(2)} ms per turn`);
 });
+
+test("/sessions at 10,000 sessions (SESSIONTREE_SCALE_TESTS=1)", { skip: !process.env.SESSIONTREE_SCALE_TESTS }, async (t) => {
+  const dir = tempDir(t, "sessiontree-pi-pkg-");
+  const archivePath = join(dir, "archive.db");
+  // 10,000 small pi files, imported as `sessiontree import` would.
+  const files = join(dir, "pi-home");
+  mkdirSync(files);
+  const n = 10000;
+  for (let i = 0; i < n; i++) {
+    const id = `00000000-0000-7000-8000-${String(i).padStart(12, "0")}`;
+    const at = new Date(Date.UTC(2026, 0, 1) + i * 60000).toISOString();
+    const lines = [
+      { type: "session", version: 3, id, timestamp: at, cwd: i % 10 === 0 ? dir : "/elsewhere" },
+      { type: "message", id: "a0000001", parentId: null, timestamp: at, message: { role: "user", content: `question ${i}`, timestamp: Date.parse(at) } },
+      { type: "session_info", id: "a0000002", parentId: "a0000001", timestamp: at, name: `session ${i}` },
+    ];
+    writeFileSync(join(files, `${i}.jsonl`), `${lines.map((l) => JSON.stringify(l)).join("\n")}\n`);
+  }
+  const archive = await Archive.open(archivePath, { durability: "relaxed" });
+  const summary = await archive.importPiSessions(files);
+  assert.equal(summary.imported, n);
+  const { runtime, ui } = await piWith(t, dir, { archive: archivePath });
+  // The first command opens the archive.
+  await runtime.session.prompt("/sessions all");
+  for (const arg of ["all", "", "session 99"]) {
+    const start = performance.now();
+    await runtime.session.prompt(`/sessions ${arg}`);
+    const took = performance.now() - start;
+    const shown = ui.selects.at(-1).options;
+    console.log(`# /sessions ${arg || "(this directory)"} at ${n} sessions: ${took.toFixed(1)} ms, ${shown.length} options`);
+    assert.ok(shown.length >= 11, JSON.stringify(shown.slice(0, 3)));
+    assert.ok(took < 250, `/sessions ${arg} took ${took.toFixed(1)} ms`);
+  }
+});
