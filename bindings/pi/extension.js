@@ -13,7 +13,7 @@
 // next event tries again).
 import { existsSync } from "node:fs";
 import { homedir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 /** What the tools and pickers return at most (the tools' descriptions state them). */
@@ -95,6 +95,22 @@ function quietly(f) {
   } catch {
     // The session this context belonged to is gone; nothing to tell.
   }
+}
+
+/**
+ * The root of pi's sessions directory, as `sessiontree export --out` takes
+ * it: above pi's per-directory folder (`--home-me-project--`), else pi's
+ * own (a `sessionDir` setting keeps every session in one folder).
+ */
+function sessionsRoot(ctx) {
+  let dir;
+  try {
+    dir = ctx.sessionManager.getSessionDir();
+  } catch {
+    dir = undefined;
+  }
+  if (!dir) return "~/.pi/agent/sessions";
+  return basename(dir).startsWith("--") ? dirname(dir) : dir;
 }
 
 /** The file pi writes the current session to, if it writes one. */
@@ -275,7 +291,7 @@ export default function sessiontree(pi) {
   async function openSession(ctx, id, file) {
     if (!file) {
       ctx.ui.notify(
-        `Session ${id} has no pi file on disk: \`sessiontree export ${id}\` writes one, then pick it again`,
+        `Session ${id} has no pi file on disk: \`sessiontree export ${id} --out ${sessionsRoot(ctx)}\` writes one; \`sessiontree import\` then records it, and it opens from here`,
         "warning",
       );
       return;

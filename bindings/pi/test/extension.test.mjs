@@ -289,6 +289,7 @@ test("/search finds a past session and switches to it; /sessions lists from the 
   // A session only in the archive (no pi file): listed, not openable.
   const only = archive.createSessionManager(dir);
   only.appendMessage({ role: "user", content: "archive only zanzibar", timestamp: Date.now() });
+  const onlyId = only.getSessionId();
   only.close();
 
   ui.choose = (_title, options) => options.find((o) => o.includes("island notes"));
@@ -317,7 +318,7 @@ test("/search finds a past session and switches to it; /sessions lists from the 
   ui.choose = (_title, options) => options.find((o) => o.includes("(no pi file)"));
   await runtime.session.prompt("/sessions all");
   assert.equal(runtime.session.sessionFile, current.file);
-  assert.match(ui.notes.at(-1).message, /sessiontree export/);
+  assert.match(ui.notes.at(-1).message, new RegExp(`sessiontree export ${onlyId} --out ${join(dir, "sessions")}`));
 
   // /sessions (this directory) pages: a page is LIMITS.pageSize sessions.
   ui.choose = () => undefined;
@@ -411,8 +412,10 @@ test("the mirror's added time per turn", async (t) => {
     `# pi package: median turn ${bare.toFixed(2)} ms without the extension, ${off.toFixed(2)} ms with it and the mirror off, ` +
       `${on.toFixed(2)} ms with the mirror (${added >= 0 ? "+" : ""}${added.toFixed(2)} ms) over ${turns} turns`,
   );
-  // Generous: a debug build on a busy 2-core machine; the mirror itself runs off the turn.
-  assert.ok(added < 25, `the mirror added ${added.toFixed(2)} ms per turn`);
+  // Generous: on a 2-core machine under load the import's thread takes its
+  // share of CPU from pi's thread (on an idle one the difference is noise);
+  // that a turn never waits for the import is the locked-archive test's.
+  assert.ok(added < 100, `the mirror added ${added.toFixed(2)} ms per turn`);
 });
 
 test("/sessions at 10,000 sessions (SESSIONTREE_SCALE_TESTS=1)", { skip: !process.env.SESSIONTREE_SCALE_TESTS }, async (t) => {
