@@ -166,6 +166,28 @@ export interface SearchOptions {
   offset?: number;
 }
 
+/** Which sessions `listSessions` returns: those of `cwd` (exactly), or whose name contains `nameContains`; `limit` of them after `offset`. */
+export interface ListSessionsOptions {
+  cwd?: string;
+  nameContains?: string;
+  limit?: number;
+  offset?: number;
+}
+
+/** One session as `listSessions` gives it. */
+export interface SessionListing {
+  id: string;
+  cwd: string | null;
+  createdAt: string;
+  name: string | null;
+  /** The newest entry's time (else the creation time), Unix ms and ISO-8601. */
+  lastActiveMs: number | null;
+  lastActiveAt: string | null;
+  entryCount: number;
+  /** The pi file it was imported from, where that file still exists. */
+  sourceFile: string | null;
+}
+
 /** Archive-wide totals. */
 export interface ArchiveStats {
   sessions: number;
@@ -271,6 +293,19 @@ export declare class Archive {
   repo<TSession = Session<SessionMetadata>>(options?: { Session?: SessionClass<TSession> }): ArchiveRepo<TSession>;
   /** Full-text search over message text, best first. */
   search(query: string, options?: SearchOptions): Promise<SearchHit[]>;
+  /**
+   * One page of the sessions, newest activity first (`sessiontree ls`'s order), for
+   * pickers; its time does not grow with the archive beyond the page.
+   */
+  listSessions(options?: ListSessionsOptions): Promise<SessionListing[]>;
+  /** The pi file each session was imported from (`null` where none exists on disk): what pi's `switchSession` opens. */
+  sourceFiles(sessionIds: Iterable<string>): Promise<Record<string, string | null>>;
+  /**
+   * Imports one pi session file incrementally (only lines new since the last
+   * import; a half-written last line waits), off the JS thread. Rejects with a
+   * `SessionError` (e.g. `busy` while another writer holds the archive).
+   */
+  importPiFile(path: string): Promise<FileImportResult>;
   /** Archive-wide totals. */
   stats(): Promise<ArchiveStats>;
   /** Imports pi session files (a file or a directory; pi's sessions directory by default), as `sessiontree import`. */

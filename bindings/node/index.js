@@ -607,6 +607,36 @@ export class Archive {
     return JSON.parse(await engine(this.#native.search(query, optionsJson(options))));
   }
 
+  /**
+   * One page of the sessions, newest activity first (`sessiontree ls`'s
+   * order), for pickers: id, cwd, creation time, name, last activity, entry
+   * count and the pi file the session was imported from (`sourceFile`,
+   * `null` when none exists). Its time does not grow with the archive
+   * beyond the page.
+   */
+  async listSessions(options) {
+    return JSON.parse(await engine(this.#native.listSessions(optionsJson(options)))).map((s) => ({
+      ...s,
+      lastActiveAt: s.lastActiveMs === null ? null : new Date(s.lastActiveMs).toISOString(),
+    }));
+  }
+
+  /** The pi file each session was imported from (`null` where none exists on disk): what pi's `switchSession` opens. */
+  async sourceFiles(sessionIds) {
+    return JSON.parse(await engine(this.#native.sourceFiles([...sessionIds])));
+  }
+
+  /**
+   * Imports one pi session file, incrementally: a file imported before gets
+   * only its new complete lines appended (a half-written last line waits for
+   * the next call); an unchanged file costs one stat. The work runs off the
+   * JS thread. Rejects with a `SessionError` (e.g. `busy` while another
+   * writer holds the archive).
+   */
+  async importPiFile(path) {
+    return JSON.parse(await engine(this.#native.importFile(path)));
+  }
+
   /** Archive-wide totals. */
   async stats() {
     return JSON.parse(await engine(this.#native.stats()));

@@ -1,5 +1,6 @@
 // Runs the tests that need pi 1.6 (test/pi16/*.test.mjs: pi-coding-agent
-// 1.6.0's AgentSession on the binding) under the Node 22 that tests/pi16 pins
+// 1.6.0's AgentSession on the binding; ../pi/test/*.test.mjs: the pi
+// package's extension in pi 1.6's runtime) under the Node 22 that tests/pi16 pins
 // (pi 1.6 needs Node >= 22.19), installing tests/pi16 from its lockfile on
 // first use. Fails, never skips, when it cannot.
 import { spawnSync } from "node:child_process";
@@ -29,10 +30,12 @@ if (!existsSync(node)) {
 }
 if (!existsSync(agent)) fail(`pi-coding-agent 1.6.0 is not installed in ${pi16}`);
 
-const dir = join(pkg, "test", "pi16");
-const tests = readdirSync(dir)
-  .filter((f) => f.endsWith(".test.mjs"))
-  .sort()
-  .map((f) => join("test", "pi16", f));
+// test/pi16, then the pi package's (../pi/test: its extension in pi 1.6's runtime).
+const testsIn = (rel) =>
+  readdirSync(join(pkg, rel))
+    .filter((f) => f.endsWith(".test.mjs"))
+    .sort()
+    .map((f) => join(rel, f));
+const tests = [...testsIn(join("test", "pi16")), ...testsIn(join("..", "pi", "test"))];
 const r = spawnSync(node, ["--test", "--test-concurrency=1", ...tests], { cwd: pkg, stdio: "inherit" });
 process.exit(r.status ?? 1);

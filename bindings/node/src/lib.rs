@@ -318,6 +318,25 @@ pub fn open_archive(
     })
 }
 
+/// The pi file `id` was imported from that still exists (the import
+/// records name canonical paths; a session pi copied has several, the one
+/// imported furthest wins), or `None`.
+fn source_file(archive: &Archive, id: &str) -> Result<Option<String>> {
+    let failed = |e: &dyn std::fmt::Display| Error::Unknown(format!("reading import records: {e}"));
+    let conn = archive.conn()?;
+    let mut st = conn
+        .prepare_cached(
+            "SELECT i.source_path FROM imports i JOIN sessions s USING (session_key)
+             WHERE s.id = ?1 ORDER BY i.bytes DESC",
+        )
+        .map_err(|e| failed(&e))?;
+    let paths = st
+        .query_map([id], |r| r.get::<_, String>(0))
+        .and_then(Iterator::collect::<std::result::Result<Vec<String>, _>>)
+        .map_err(|e| failed(&e))?;
+    Ok(paths.into_iter().find(|p| Path::new(p).is_file()))
+}
+
 fn metadata_json(m: &SessionMetadata) -> Value {
     m.to_json()
 }
@@ -449,6 +468,72 @@ impl NativeArchive {
                 })
                 .collect();
             Ok(Value::Array(listed).to_string())
+        })
+    }
+
+    /// The sessions newest activity first, for pickers (options JSON: `cwd`,
+    /// `nameContains`, `limit`, `offset`): id, cwd, creation time, name,
+    /// last activity (Unix ms), entry count, and the pi file the session was
+    /// imported from (`sourceFile`, `null` when none exists any more). One
+    /// page of the listing `sessiontree ls` reads, so its time does not grow
+    /// with the sessions beyond the page.
+    #[napi]
+    pub fn list_sessions(&self, options_json: Option<String>) -> AsyncTask<Job<String>> {
+        let archive = self.archive.clone();
+        let local = self.local.clone();
+        job(move || {
+            let o = options(options_json.as_deref())?;
+            let q = ListQuery {
+                cwd: opt_str(&o, "cwd")?,
+                name_contains: opt_str(&o, "nameContains")?,
+                limit: opt_usize(&o, "limit")?,
+                offset: opt_usize(&o, "offset")?.unwrap_or(0),
+                by_activity: true,
+                ..ListQuery::default()
+            };
+            let listed: Vec<Value> = archive
+                .list(&q)?
+                .iter()
+                .map(|s| {
+                    let name = s.name.as_ref().map(|n| {
+                        serde_json::from_str(n.json())
+                            .unwrap_or_else(|_| Value::String(n.to_string_lossy()))
+                    });
+                    let source = match &local {
+                        Some(a) => source_file(a, &s.metadata.id)?,
+                        None => None,
+                    };
+                    Ok(json!({
+                        "id": s.metadata.id,
+                        "cwd": s.metadata.cwd,
+                        "createdAt": s.metadata.created_at,
+                        "name": name,
+                        "lastActiveMs": s.last_active_or_created(),
+                        "entryCount": s.entry_count,
+                        "sourceFile": source,
+                    }))
+                })
+                .collect::<Result<_>>()?;
+            Ok(Value::Array(listed).to_string())
+        })
+    }
+
+    /// The pi file each session was imported from (a JSON object from id to
+    /// path, `null` for a session with no such file on disk): what pi's
+    /// `switchSession` opens. Always `null` on a team archive.
+    #[napi]
+    pub fn source_files(&self, ids: Vec<String>) -> AsyncTask<Job<String>> {
+        let local = self.local.clone();
+        job(move || {
+            let mut found = serde_json::Map::new();
+            for id in ids {
+                let path = match &local {
+                    Some(a) => source_file(a, &id)?,
+                    None => None,
+                };
+                found.insert(id, path.map_or(Value::Null, Value::String));
+            }
+            Ok(Value::Object(found).to_string())
         })
     }
 

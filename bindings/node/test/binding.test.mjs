@@ -389,3 +389,44 @@ test("a postgres:// URL opens a team archive with the same API; import is refuse
   await fork.getStorage().close();
   await rejects(archive.importPiSessions(fixturesDir), "usage", /local SQLite archive only/);
 });
+
+test("extras for pickers and mirrors: importPiFile (only new lines), listSessions, sourceFiles", async (t) => {
+  const dir = tempDir(t);
+  const archive = await Archive.open(join(dir, "a.db"), { durability: "relaxed" });
+  const header = (id, at, cwd) => JSON.stringify({ type: "session", version: 3, id, timestamp: at, cwd });
+  const message = (id, parentId, at, text) =>
+    JSON.stringify({ type: "message", id, parentId, timestamp: at, message: { role: "user", content: text, timestamp: Date.parse(at) } });
+  const older = join(dir, "older.jsonl");
+  const newer = join(dir, "newer.jsonl");
+  writeFileSync(older, `${header("s-older", "2026-01-01T00:00:00.000Z", "/a")}\n${message("e1", null, "2026-01-01T00:00:01.000Z", "first")}\n`);
+  writeFileSync(newer, `${header("s-newer", "2026-02-01T00:00:00.000Z", "/b")}\n${message("f1", null, "2026-02-01T00:00:01.000Z", "other")}\n`);
+  assert.equal((await archive.importPiFile(older)).outcome, "imported");
+  assert.equal((await archive.importPiFile(newer)).outcome, "imported");
+  assert.equal((await archive.importPiFile(older)).outcome, "unchanged");
+  // pi appends a line (and half of the next): only the complete new line is imported.
+  writeFileSync(older, `${readFileSync(older, "utf8")}${message("e2", "e1", "2026-03-01T00:00:00.000Z", "later")}\n{"type":"mess`);
+  const appended = await archive.importPiFile(older);
+  assert.equal(appended.outcome, "appended");
+  assert.equal(appended.entries, 1);
+  assert.equal(appended.tornTailLine, 4);
+
+  // Newest activity first: the older session's entry of March beats February.
+  const all = await archive.listSessions();
+  assert.deepEqual(all.map((s) => s.id), ["s-older", "s-newer"]);
+  assert.equal(all[0].lastActiveAt, "2026-03-01T00:00:00.000Z");
+  assert.equal(all[0].entryCount, 2);
+  assert.equal(all[0].name, null);
+  assert.equal(all[0].cwd, "/a");
+  assert.equal(all[0].sourceFile, older);
+  assert.deepEqual((await archive.listSessions({ limit: 1, offset: 1 })).map((s) => s.id), ["s-newer"]);
+  assert.deepEqual((await archive.listSessions({ cwd: "/b" })).map((s) => s.id), ["s-newer"]);
+  const named = archive.sessionManager("s-newer");
+  named.appendSessionInfo("the newer one");
+  named.close();
+  assert.deepEqual((await archive.listSessions({ nameContains: "newer" })).map((s) => [s.id, s.name]), [["s-newer", "the newer one"]]);
+
+  // The pi file, while it exists.
+  assert.deepEqual(await archive.sourceFiles(["s-older", "s-newer", "s-none"]), { "s-older": older, "s-newer": newer, "s-none": null });
+  renameSync(newer, join(dir, "moved.jsonl"));
+  assert.deepEqual(await archive.sourceFiles(["s-newer"]), { "s-newer": null });
+});
