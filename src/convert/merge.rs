@@ -29,7 +29,7 @@ use crate::error::{Error, MergeConflict, Result};
 use crate::header::Header;
 use crate::storage::{KeptLine, SessionStorage};
 use std::collections::{HashMap, HashSet};
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 /// A pi file read whole, as pi 1.6 reads it.
