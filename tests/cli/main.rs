@@ -7,8 +7,8 @@
 //! `write` (label, name, move, fork, export, delete), `args` (SESSION
 //! arguments, errors, help and its examples, completions), `rpc`, `tree`
 //! (real trees: known shapes, large generated sessions, memory, colour and
-//! the pager) and `readme` (the examples of README.md and `docs/` against
-//! the binary). This file holds what they share: the sandbox that runs the
+//! the pager), `watch` (pi's sessions directory, `sessiontree watch`) and
+//! `readme` (the examples of README.md and `docs/` against the binary). This file holds what they share: the sandbox that runs the
 //! binary, the session files they start from, and example command lines (of
 //! `--help` and the documents) taken apart.
 //!

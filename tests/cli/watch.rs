@@ -541,3 +541,33 @@ fn watch_takes_a_burst_of_a_thousand_files() {
         .json();
     assert_eq!(n["rows"][0]["n"], 1000);
 }
+
+/// The archive locked by another writer for longer than a connection waits
+/// (10 s): the watcher reports `busy`, backs off, and imports the lines once
+/// the lock is gone. Slow (about 12 s), so only with `WATCH_BUSY=1`.
+#[test]
+fn watch_retries_a_busy_archive() {
+    if std::env::var_os("WATCH_BUSY").is_none() {
+        eprintln!("skipped: WATCH_BUSY=1 runs it (about 12 s)");
+        return;
+    }
+    let sb = Sandbox::new();
+    let dir = sb.path("pi");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.jsonl");
+    let id = "0195eeee-0000-7000-8000-000000000001";
+    std::fs::write(&file, session_text(id, 1)).expect("file");
+    let w = Watcher::start(&sb, &dir);
+    w.wait_for(Duration::from_secs(20), is("imported"));
+    let lock = rusqlite::Connection::open(sb.default_db()).expect("open");
+    lock.execute_batch("BEGIN IMMEDIATE").expect("lock");
+    append(&file, &format!("{}\n", entry_line(2)));
+    let v = w.wait_for(Duration::from_secs(30), is("busy"));
+    assert!(v["retryInSeconds"].as_f64().is_some(), "{v}");
+    lock.execute_batch("ROLLBACK").expect("unlock");
+    drop(lock);
+    let v = w.wait_for(Duration::from_secs(30), is("appended"));
+    assert_eq!(v["entries"], 1, "{v}");
+    assert_eq!(entries(&sb, id), 2);
+    assert_eq!(w.stop().0, 0);
+}
