@@ -173,3 +173,10 @@ pub(super) fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
         }
     }
 }
+
+/// The archive's write-ahead log (`archive.db-wal`).
+pub(super) fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}

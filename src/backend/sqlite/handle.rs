@@ -124,7 +124,7 @@ impl Archive {
     /// is refused before it is made, naming the file. Cost: one `stat` per
     /// write transaction.
     pub(crate) fn refuse_if_log_gone(&self) -> Result<()> {
-        let wal = super::open::wal_path(self.path());
+        let wal = super::connection::wal_path(self.path());
         let found = match std::fs::metadata(&wal) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
