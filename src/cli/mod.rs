@@ -425,15 +425,24 @@ fn refuse_on_postgres(cli: &Cli) -> Option<Error> {
 
 /// Prints a failed command's error (stdout too with `--json`); returns its exit status.
 fn report_error(cli: &Cli, e: &Error) -> i32 {
+    let mut message = e.to_string();
+    // SQLite reports a damaged page without saying which file it is in:
+    // the archive this command opened is named, so the user knows which to
+    // check and restore.
+    if matches!(e, Error::Corrupt(_)) && db::postgres_url(cli).is_none() {
+        let path = archive_path(cli).display().to_string();
+        if !message.contains(&path) {
+            message = format!("archive {path}: {message}");
+        }
+    }
     if cli.json {
-        let err =
-            serde_json::json!({"error": {"code": e.code().as_str(), "message": e.to_string()}});
+        let err = serde_json::json!({"error": {"code": e.code().as_str(), "message": message}});
         write_stdout(&format!("{err}\n"));
     }
     eprintln!(
         "sessiontree: error [{}]: {}",
         e.code(),
-        terminal_safe(&e.to_string())
+        terminal_safe(&message)
     );
     exit_status(e)
 }

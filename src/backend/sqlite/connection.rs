@@ -173,3 +173,33 @@ pub(super) fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
         }
     }
 }
+
+/// The archive's write-ahead log (`archive.db-wal`).
+pub(super) fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// The refusal of a write whose write-ahead log is gone.
+pub(super) fn log_gone(archive: &Path, wal: &Path, how: &str) -> crate::error::Error {
+    crate::error::Error::Corrupt(format!(
+        "{}: its write-ahead log {} {how} while this process was writing; writes are refused, since they would go to the deleted file and be lost. Writes this process made since the last checkpoint may be lost; stop it (and every other process using the archive), then run `sessiontree check`",
+        archive.display(),
+        wal.display()
+    ))
+}
+
+/// Inside a write transaction that holds no [`super::handle::Archive`] (a
+/// staged import's next batch): refuses when the write-ahead log is gone.
+/// The archive's own check also notices a log replaced by another file.
+pub(super) fn refuse_if_log_missing(archive: &Path) -> Result<()> {
+    let wal = wal_path(archive);
+    match std::fs::metadata(&wal) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(log_gone(archive, &wal, "was deleted"))
+        }
+        Err(e) => Err(Error::io(format!("reading {}", wal.display()), e)),
+    }
+}

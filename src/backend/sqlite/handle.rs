@@ -124,11 +124,15 @@ impl Archive {
     /// is refused before it is made, naming the file. Cost: one `stat` per
     /// write transaction.
     pub(crate) fn refuse_if_log_gone(&self) -> Result<()> {
-        let wal = super::open::wal_path(self.path());
+        let wal = super::connection::wal_path(self.path());
         let found = match std::fs::metadata(&wal) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(log_gone(self.path(), &wal, "was deleted"));
+                return Err(super::connection::log_gone(
+                    self.path(),
+                    &wal,
+                    "was deleted",
+                ));
             }
             Err(e) => {
                 return Err(crate::error::Error::io(
@@ -149,7 +153,7 @@ impl Archive {
                 Ok(_) => {}
                 Err(seen) if seen == ino => {}
                 Err(_) => {
-                    return Err(log_gone(
+                    return Err(super::connection::log_gone(
                         self.path(),
                         &wal,
                         "was deleted and another file took its place",
@@ -213,13 +217,4 @@ impl Archive {
             home: self.0.clone(),
         })
     }
-}
-
-/// The refusal of a write whose write-ahead log is gone.
-fn log_gone(archive: &Path, wal: &Path, how: &str) -> crate::error::Error {
-    crate::error::Error::Corrupt(format!(
-        "{}: its write-ahead log {} {how} while this process was writing; writes are refused, since they would go to the deleted file and be lost. Writes this process made since the last checkpoint may be lost; stop it (and every other process using the archive), then run `sessiontree check`",
-        archive.display(),
-        wal.display()
-    ))
 }

@@ -3,7 +3,7 @@
 //! is handed out; or reading one without writing anything.
 
 use super::codec;
-use super::connection::{switch_to_wal, ConnectionManager};
+use super::connection::{switch_to_wal, wal_path, ConnectionManager};
 use super::handle::{Archive, ArchiveInner};
 use super::migrations;
 use crate::error::{Error, Result};
@@ -227,11 +227,4 @@ pub(super) fn inspect_file(path: &Path, creating_allowed: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The archive's write-ahead log (`archive.db-wal`).
-pub(super) fn wal_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
 }

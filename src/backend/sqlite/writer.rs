@@ -682,6 +682,7 @@ impl SessionWriter<'_> {
         self.tx
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(sql("starting an import batch"))?;
+        super::connection::refuse_if_log_missing(&self.manager.path)?;
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         if let Some(staged) = self.staged.as_mut() {
             staged.batch_started = Instant::now();
