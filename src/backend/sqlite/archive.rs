@@ -477,14 +477,10 @@ impl Archive {
             Err(Error::WriterClaimed { .. }) => return Ok(Some(id)),
             other => other?,
         }
-        // Marked deleted and claimed, so that if this process dies before
-        // the last batch the next open finishes it.
+        // Claimed, so that no other import discards it at the same time; if
+        // this process dies before the last batch, the next import of the
+        // file finds what is left, still staged, and discards it.
         let token = uuid::Uuid::now_v7().to_string();
-        tx.execute(
-            "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
-            params![key, DELETE_MARKER],
-        )
-        .map_err(sql("discarding a staged import"))?;
         super::claim::insert_claim(&tx, key, &token)?;
         tx.commit().map_err(sql("discarding a staged import"))?;
         drop(conn);
@@ -493,18 +489,10 @@ impl Archive {
     }
 
     /// Removes a staged session whose write failed (its committed batches),
-    /// in batches; this process holds its claim (`token`).
+    /// in batches; this process holds its claim (`token`). It stays staged
+    /// meanwhile: if this fails half-way, the next import of its file (or,
+    /// for a fork, the next open) removes the rest.
     pub(super) fn discard_staged(&self, key: i64, token: &str) -> Result<()> {
-        {
-            let mut conn = self.conn()?;
-            let tx = self.begin_write(&mut conn, "discarding a failed import")?;
-            tx.execute(
-                "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
-                params![key, DELETE_MARKER],
-            )
-            .map_err(sql("discarding a failed import"))?;
-            tx.commit().map_err(sql("discarding a failed import"))?;
-        }
         self.remove_in_batches(key, token)
     }
 
