@@ -435,7 +435,7 @@ fn deep_custom_data_and_details_are_read() {
             .join("\n")
             .replace(ID, "01950000-d00d-7000-8000-000000000002")
             + "\n"
-            + &leaf
+            + leaf
             + "\n"),
     );
     sb.import(&[&sdk]);
