@@ -141,10 +141,10 @@ pub enum SkipReason {
 }
 
 /// Why an archive refuses `e` at the door though pi 1.6 parses it
-/// ([`crate::entry::unreadable_later`]): the line is kept verbatim and reported.
+/// ([`crate::storage::unreadable_later`]): the line is kept verbatim and reported.
 fn unreadable_later(e: &Entry) -> Option<SkipReason> {
-    crate::entry::unreadable_later(e).map(|u| match u {
-        crate::entry::Unreadable::NoMessage(id) => SkipReason::NoMessage(id),
+    crate::storage::unreadable_later(e).map(|u| match u {
+        crate::storage::Unreadable::NoMessage(id) => SkipReason::NoMessage(id),
     })
 }
 

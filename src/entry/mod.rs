@@ -11,13 +11,11 @@
 //! parser), `ids` (new ids) and `dates` (JavaScript dates).
 
 mod dates;
-mod door;
 mod facts;
 mod ids;
 mod parse;
 
 pub use dates::{iso_timestamp, now_timestamp, timestamp_millis};
-pub use door::{refuse_unreadable, unreadable_later, Unreadable};
 pub use facts::{EntryFacts, EntryType, Usage};
 pub use ids::{new_entry_id, new_session_id};
 pub use parse::EntryProblem;

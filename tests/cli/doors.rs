@@ -428,16 +428,14 @@ fn deep_custom_data_and_details_are_read() {
     sb.import(&[&src]);
     sb.run(&["check"]).ok();
     // An SDK session (a `leaf` entry) reads it by the SDK's context.
-    let leaf = format!(
-        r#"{{"type":"leaf","id":"l1","parentId":"b1","timestamp":"2025-03-01T10:00:04.000Z","targetId":"b1"}}"#
-    );
+    let leaf = r#"{"type":"leaf","id":"l1","parentId":"b1","timestamp":"2025-03-01T10:00:04.000Z","targetId":"b1"}"#;
     let sdk = sb.write(
         "pi/deep-sdk.jsonl",
         &(lines
             .join("\n")
             .replace(ID, "01950000-d00d-7000-8000-000000000002")
             + "\n"
-            + &leaf
+            + leaf
             + "\n"),
     );
     sb.import(&[&sdk]);
@@ -462,7 +460,7 @@ fn null_messages_are_refused_at_the_door() {
     let src = sb.write("pi/bad.jsonl", &(lines.join("\n") + "\n"));
     let report = sb.import(&[&src]).to_string();
     assert!(
-        report.contains("n1") && report.contains("line 3"),
+        report.contains("n1") && report.contains(r#""line":3"#),
         "{report}"
     );
     sb.run(&["check"]).ok();

@@ -59,7 +59,7 @@ impl PgStorage {
 
     fn write(&mut self, entries: &[Entry]) -> Result<()> {
         for e in entries {
-            crate::entry::refuse_unreadable(e)?;
+            crate::storage::refuse_unreadable(e)?;
         }
         self.claim_writer()?;
         let ctx = "appending";

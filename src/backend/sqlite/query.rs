@@ -249,7 +249,7 @@ impl Archive {
                 );
             }
             let mut values = Vec::with_capacity(n);
-            for i in 0..n {
+            for (i, name) in names.iter().enumerate() {
                 let v = r.get_ref(i).map_err(sql("reading a query's row"))?;
                 let len = match v {
                     rusqlite::types::ValueRef::Text(b) | rusqlite::types::ValueRef::Blob(b) => {
@@ -263,7 +263,7 @@ impl Archive {
                         format!(
                             "stopped at row {}: column {:?} holds {len} bytes, over the limit of one value (--max-value-mb raises it; substr() shows a part)",
                             rows + 1,
-                            names[i]
+                            name
                         ),
                     );
                 }

@@ -75,7 +75,7 @@ impl SqliteStorage {
 
     fn write(&mut self, entries: &[Entry]) -> Result<()> {
         for e in entries {
-            crate::entry::refuse_unreadable(e)?;
+            crate::storage::refuse_unreadable(e)?;
         }
         // Taking the claim is a write too: refused first on a damaged
         // archive (each append's transaction is checked by `begin_write`).
