@@ -1449,14 +1449,25 @@ fn a_hot_standby_answers_every_read_command_and_refuses_every_write() {
         }
     }
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    assert_eq!(cli_json(&["--db", &primary, "export", "--all", "--out", s(&a)]).1, 0);
-    assert_eq!(cli_json(&["--db", &replica, "export", "--all", "--out", s(&b)]).1, 0);
+    assert_eq!(
+        cli_json(&["--db", &primary, "export", "--all", "--out", s(&a)]).1,
+        0
+    );
+    assert_eq!(
+        cli_json(&["--db", &replica, "export", "--all", "--out", s(&b)]).1,
+        0
+    );
     let (mut fa, mut fb) = (Vec::new(), Vec::new());
     collect_files(&a, &mut fa);
     collect_files(&b, &mut fb);
     assert_eq!(fa.len(), ids.len());
     for (x, y) in fa.iter().zip(&fb) {
-        assert_eq!(std::fs::read(x).ok(), std::fs::read(y).ok(), "{}", x.display());
+        assert_eq!(
+            std::fs::read(x).ok(),
+            std::fs::read(y).ok(),
+            "{}",
+            x.display()
+        );
     }
     // rpc reads.
     let mut rpc = RpcChild::spawn(["--db", replica.as_str(), "rpc", ids[0].as_str()]);
@@ -1492,10 +1503,7 @@ fn a_hot_standby_answers_every_read_command_and_refuses_every_write() {
             .as_str()
             .or(v["failed"][0]["message"].as_str())
             .unwrap_or_default();
-        assert!(
-            message.contains("read-only hot standby"),
-            "{args:?}: {v}"
-        );
+        assert!(message.contains("read-only hot standby"), "{args:?}: {v}");
     }
     // Nothing changed on either side.
     same_on_both(&primary, &replica, &["ls"]);

@@ -599,7 +599,12 @@ impl<S: BatchStore> CacheStore for Batched<'_, S> {
     }
 
     fn last_compaction_in(&mut self, from: i64, to: i64) -> Result<Option<i64>> {
-        let here = self.rows.compactions.range(from..=to).next_back().map(|(k, _)| *k);
+        let here = self
+            .rows
+            .compactions
+            .range(from..=to)
+            .next_back()
+            .map(|(k, _)| *k);
         if self.rows.holds_all_compactions_of(split_key(from).0) {
             return Ok(here);
         }
@@ -649,9 +654,10 @@ impl<S: BatchStore> CacheStore for Batched<'_, S> {
 
     fn is_missing_root_parent(&mut self, id: &str) -> Result<bool> {
         let here = self.rows.unwritten.iter().any(|s| {
-            self.rows.known.get(s).is_some_and(|s| {
-                s.parent.is_none() && s.missing_root_parent.as_deref() == Some(id)
-            })
+            self.rows
+                .known
+                .get(s)
+                .is_some_and(|s| s.parent.is_none() && s.missing_root_parent.as_deref() == Some(id))
         });
         Ok(here || self.store.is_missing_root_parent(id)?)
     }

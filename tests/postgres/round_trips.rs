@@ -86,7 +86,9 @@ fn relay(mut client: UnixStream, mut upstream: UnixStream, count: &AtomicU64) {
         if upstream.write_all(&body).is_err() {
             return;
         }
-        let code = body.get(..4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        let code = body
+            .get(..4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
         // 80877103: SSLRequest, 80877104: GSSENCRequest; anything else is the startup.
         if !matches!(code, Some(80_877_103 | 80_877_104)) {
             break;

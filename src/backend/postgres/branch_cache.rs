@@ -7,8 +7,7 @@
 
 use super::handle::{col, pg};
 use crate::backend::branch_cache::{
-    AncestryRow, BatchStore, Batched, CacheRows, CacheStore, NewSegment, OpenTail,
-    Segment,
+    AncestryRow, BatchStore, Batched, CacheRows, CacheStore, NewSegment, OpenTail, Segment,
 };
 use crate::entry::Entry;
 use crate::error::Result;
@@ -323,8 +322,10 @@ impl<C: GenericClient> BatchStore for PgCache<'_, C> {
             let positions: Vec<i64> = segs.iter().map(|s| s.position).collect();
             let jumps: Vec<Option<i64>> = segs.iter().map(|s| s.jump).collect();
             let inherited: Vec<Option<i64>> = segs.iter().map(|s| s.inherited_compaction).collect();
-            let missing: Vec<Option<&str>> =
-                segs.iter().map(|s| s.missing_root_parent.as_deref()).collect();
+            let missing: Vec<Option<&str>> = segs
+                .iter()
+                .map(|s| s.missing_root_parent.as_deref())
+                .collect();
             self.run(
                 "numbering segments",
                 "UPDATE sessions SET segment_count = greatest(segment_count, $2) WHERE session_key = $1",

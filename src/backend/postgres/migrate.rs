@@ -46,10 +46,7 @@ pub(super) fn require_current(archive: &PgArchive) -> Result<()> {
     let mut conn = archive.conn()?;
     let ctx = "reading the standby's schema version";
     let exists: bool = conn
-        .query_typed_one(
-            "SELECT to_regclass('sessiontree_schema') IS NOT NULL",
-            &[],
-        )
+        .query_typed_one("SELECT to_regclass('sessiontree_schema') IS NOT NULL", &[])
         .map_err(pg(ctx))
         .and_then(|r| col(&r, 0))?;
     let found: i64 = if exists {

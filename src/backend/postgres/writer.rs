@@ -223,8 +223,11 @@ impl Appender {
 
     /// Inserts the entry, cache, leaf move and search rows placed so far.
     fn insert_pending<C: GenericClient>(&mut self, c: &mut C) -> Result<()> {
-        self.cache
-            .write(&mut branch_cache::PgCache::writing(c, self.key, &self.pending))?;
+        self.cache.write(&mut branch_cache::PgCache::writing(
+            c,
+            self.key,
+            &self.pending,
+        ))?;
         let (seqs, keys, targets) = std::mem::take(&mut self.leaf_moves);
         if !seqs.is_empty() {
             c.execute(
@@ -259,10 +262,11 @@ impl Appender {
 
     /// Inserts what is pending, writes back the open segment and the session row.
     pub(super) fn finish<C: GenericClient>(mut self, c: &mut C) -> Result<()> {
-        self.tail.flush(&mut crate::backend::branch_cache::Batched {
-            store: branch_cache::PgCache::writing(c, self.key, &self.pending),
-            rows: &mut self.cache,
-        })?;
+        self.tail
+            .flush(&mut crate::backend::branch_cache::Batched {
+                store: branch_cache::PgCache::writing(c, self.key, &self.pending),
+                rows: &mut self.cache,
+            })?;
         self.insert_pending(c)?;
         write_session_facts(c, self.key, &self.facts)?;
         match self.last_active {
