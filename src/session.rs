@@ -251,10 +251,7 @@ impl<S: SessionStorage> Session<S> {
     pub fn branch(&self, from: Option<&str>) -> Result<Vec<Entry>> {
         match from {
             Some(id) => self.storage.path_to_root_or_compaction(Some(id)),
-            None => {
-                let leaf = self.storage.leaf_id()?;
-                self.storage.path_to_root_or_compaction(leaf.as_deref())
-            }
+            None => Ok(self.storage.active_path()?.1),
         }
     }
 

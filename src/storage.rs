@@ -229,6 +229,16 @@ pub trait SessionStorage {
         walk_to_root_or_compaction(id, |id| self.entry(id))
     }
 
+    /// The current leaf ([`SessionStorage::leaf_id`]) and the path from it
+    /// ([`SessionStorage::path_to_root_or_compaction`]): what a resume reads.
+    /// A store that answers both at once (PostgreSQL: one round trip)
+    /// overrides it.
+    fn active_path(&self) -> Result<(Option<String>, Vec<Entry>)> {
+        let leaf = self.leaf_id()?;
+        let path = self.path_to_root_or_compaction(leaf.as_deref())?;
+        Ok((leaf, path))
+    }
+
     /// The tree's skeleton (ids, parents, types, user messages, label
     /// changes; see [`crate::skeleton`]) handed to `sink`. The default reads
     /// the log in pages; backends with an index of the tree answer from it
@@ -335,6 +345,9 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn contains_entry(&self, id: &str) -> Result<bool> {
         (**self).contains_entry(id)
+    }
+    fn active_path(&self) -> Result<(Option<String>, Vec<Entry>)> {
+        (**self).active_path()
     }
     fn find_entries(&self, entry_type: &str) -> Result<Vec<Entry>> {
         (**self).find_entries(entry_type)

@@ -4,13 +4,19 @@
 //! processes), search through the GIN index, and the CLI on a team archive:
 //! every command's output compared with its output on the SQLite archive the
 //! team archive was synced from, writes refused under another writer's claim,
-//! and `check` finding damage planted in the cache and the session rows.
+//! and `check` finding damage planted in the cache and the session rows;
+//! round trips counted (a path read and a resume are one each, a sync's
+//! branch cache is written per batch), and a hot standby
+//! (`SESSIONTREE_TEST_PG_STANDBY`) answering every read command, refusing
+//! every write.
 //! Everything runs against the test server (`SESSIONTREE_TEST_PG`, started by
 //! `.ci/pg-cluster`); without one each test says it is skipped.
 
 #[path = "conformance/pg.rs"]
 #[allow(dead_code)]
 mod pg;
+#[path = "postgres/round_trips.rs"]
+mod round_trips;
 mod support;
 
 use serde_json::{json, Value};
@@ -1458,4 +1464,248 @@ fn a_bad_connection_option_fails_at_once_saying_why() {
     assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
     assert!(text.contains("no-socket-here"), "{text}");
     assert!(text.contains("No such file or directory"), "{text}");
+
+/// The path from `from` (or the leaf) on a storage, as ids.
+fn path_of(s: &dyn SessionStorage, from: Option<&str>) -> Vec<String> {
+    s.path_to_root_or_compaction(from)
+        .expect("path")
+        .iter()
+        .map(|e| Entry::id(e).to_owned())
+        .collect()
+}
+
+#[test]
+fn a_path_read_and_a_resume_are_one_round_trip_each() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Forks and compactions: the plan has a compaction stop to find.
+    let file = generated_file(dir.path(), "trips", 3_000);
+    sessiontree::sync::sync_jsonl_file(&file, &team.archive).expect("sync");
+    let source = sessiontree::backend::jsonl::JsonlStorage::open(&file, Durability::Relaxed)
+        .expect("source");
+    let proxy = round_trips::Proxy::new(&team.schema_url());
+    let archive = PgArchive::open(&proxy.url, Durability::Relaxed).expect("open via the proxy");
+    proxy.take();
+
+    let s = archive.open_session("trips").expect("open");
+    assert_eq!(proxy.take(), 1, "opening a session");
+    let (leaf, path) = s.active_path().expect("resume");
+    assert_eq!(proxy.take(), 1, "a resume: the leaf and its path");
+    let ids: Vec<String> = path.iter().map(|e| e.id().to_owned()).collect();
+    assert_eq!((leaf, ids.clone()), active_path(&source));
+
+    for from in [&ids[ids.len() / 2], &ids[0], &ids[ids.len() - 1]] {
+        let fresh = archive.open_session("trips").expect("open");
+        proxy.take();
+        let read = path_of(&fresh, Some(from));
+        assert_eq!(proxy.take(), 1, "a path read from {from}");
+        assert_eq!(read, path_of(&source, Some(from)), "from {from}");
+    }
+    // Through the SDK: a resume is build_context on a fresh handle.
+    let session = sessiontree::Session::new(archive.open_session("trips").expect("open"));
+    proxy.take();
+    session.build_context(None).expect("context");
+    assert_eq!(proxy.take(), 1, "Session::build_context");
+    // A missing start is one round trip too, and `not_found`.
+    let err = s
+        .path_to_root_or_compaction(Some("no-such-entry"))
+        .expect_err("missing");
+    assert_eq!(err.code().as_str(), "not_found", "{err}");
+    assert!(proxy.take() <= 2, "a missing start");
+}
+
+#[test]
+fn sync_writes_the_branch_cache_per_batch_not_per_fork() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entries = 3 * SYNC_BATCH;
+    let file = spec_file(
+        dir.path(),
+        &SessionSpec {
+            id: "forky".into(),
+            created_ms: 1_748_736_000_000,
+            cwd: "/work/team".into(),
+            entries,
+            forks: entries / 10,
+            compaction_every: 300,
+            seed: 5,
+            tree: TreeShape::Spread,
+            dangling_root: false,
+        },
+    );
+    let proxy = round_trips::Proxy::new(&team.schema_url());
+    let archive = PgArchive::open(&proxy.url, Durability::Relaxed).expect("open via the proxy");
+    proxy.take();
+    let (_, copied) = sessiontree::sync::sync_jsonl_file(&file, &archive).expect("sync");
+    let trips = proxy.take();
+    assert_eq!(copied, entries as u64);
+    // Placed entry by entry, a fork cost about sixteen round trips (its
+    // segment row, numbering, ancestry, jump and compaction reads: some
+    // 5,000 here); per batch, about thirty per batch remain, plus the stored
+    // rows a fork reaches back to in an earlier batch (its parent's key,
+    // segment and block), read once each.
+    assert!(
+        trips <= 600,
+        "{trips} round trips to sync 3 batches holding 300 forks"
+    );
+    let source = sessiontree::backend::jsonl::JsonlStorage::open(&file, Durability::Relaxed)
+        .expect("source");
+    let copy = team.archive.open_session("forky").expect("copy");
+    assert_eq!(texts(&source), texts(&copy));
+    assert_eq!(active_path(&source), active_path(&copy));
+    // Every entry's path is the contract's walk (the cache rows placed per
+    // batch answer as the entry-by-entry ones did).
+    for (i, e) in texts(&source).iter().enumerate().step_by(37) {
+        let id = Entry::from_checked_text(e.clone()).id().to_owned();
+        assert_eq!(
+            path_of(&copy, Some(&id)),
+            path_of(&source, Some(&id)),
+            "entry {i}"
+        );
+    }
+}
+
+/// The hot standby's URL (`SESSIONTREE_TEST_PG_STANDBY`, a streaming replica
+/// of the test server that `.ci/pg-cluster standby` starts), or `None`
+/// (skipped, said on stderr).
+fn standby_url() -> Option<String> {
+    match std::env::var("SESSIONTREE_TEST_PG_STANDBY") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("skipped: no hot standby (SESSIONTREE_TEST_PG_STANDBY; `.ci/pg-cluster standby PRIMARY_DIR DIR` starts one)");
+            None
+        }
+    }
+}
+
+/// Waits until the standby at `standby` has replayed everything the primary
+/// at `primary` had written when called.
+fn wait_for_replay(primary: &str, standby: &str) {
+    let mut p = postgres::Client::connect(primary, postgres::NoTls).expect("primary");
+    let lsn: String = p
+        .query_one("SELECT pg_current_wal_lsn()::TEXT", &[])
+        .expect("lsn")
+        .get(0);
+    let mut r = postgres::Client::connect(standby, postgres::NoTls).expect("standby");
+    let caught_up = wait_until(Duration::from_secs(60), || {
+        r.query_one(
+            "SELECT pg_last_wal_replay_lsn() >= $1::TEXT::pg_lsn",
+            &[&lsn],
+        )
+        .map(|row| row.get::<_, bool>(0))
+        .unwrap_or(false)
+    });
+    assert!(caught_up, "the standby never replayed up to {lsn}");
+}
+
+#[test]
+fn a_hot_standby_answers_every_read_command_and_refuses_every_write() {
+    let Some(standby) = standby_url() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, _db)) = synced_pair(dir.path()) else {
+        return;
+    };
+    let primary = team.schema_url();
+    let replica = pg::url_in_schema(&standby, &team.schema);
+    wait_for_replay(&team.url, &standby);
+    let archive = PgArchive::open(&replica, Durability::Relaxed).expect("open the standby");
+    assert!(archive.is_read_only());
+    assert!(!team.archive.is_read_only());
+
+    let (v, status) = cli_json(&["--db", &primary, "ls"]);
+    assert_eq!(status, 0, "{v}");
+    let ids: Vec<String> = v["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s["id"].as_str().expect("id").to_owned())
+        .collect();
+    assert!(ids.len() >= 2, "{v}");
+    same_on_both(&primary, &replica, &["ls"]);
+    same_on_both(&primary, &replica, &["stats"]);
+    same_on_both(&primary, &replica, &["search", "the"]);
+    same_on_both(&primary, &replica, &["check"]);
+    // Per session on one (the others are read by ls, search, check and
+    // export above): the CI budget.
+    for id in &ids[..1] {
+        for args in [
+            &["show", id][..],
+            &["branch", id],
+            &["context", id],
+            &["tree", id],
+            &["history", id],
+            &["stats", id],
+        ] {
+            same_on_both(&primary, &replica, args);
+        }
+    }
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    assert_eq!(
+        cli_json(&["--db", &primary, "export", "--all", "--out", s(&a)]).1,
+        0
+    );
+    assert_eq!(
+        cli_json(&["--db", &replica, "export", "--all", "--out", s(&b)]).1,
+        0
+    );
+    let (mut fa, mut fb) = (Vec::new(), Vec::new());
+    collect_files(&a, &mut fa);
+    collect_files(&b, &mut fb);
+    assert_eq!(fa.len(), ids.len());
+    for (x, y) in fa.iter().zip(&fb) {
+        assert_eq!(
+            std::fs::read(x).ok(),
+            std::fs::read(y).ok(),
+            "{}",
+            x.display()
+        );
+    }
+    // rpc reads.
+    let mut rpc = RpcChild::spawn(["--db", replica.as_str(), "rpc", ids[0].as_str()]);
+    let leaf = rpc.call("getLeafId", json!({}));
+    assert!(leaf.get("error").is_none(), "{leaf}");
+    let entries = rpc.call("getEntries", json!({}));
+    assert!(entries.get("error").is_none(), "{entries}");
+    drop(rpc.finish());
+
+    // Every write is refused before it reaches the server, naming the standby.
+    let id = ids[0].as_str();
+    let entry = {
+        let (v, _) = cli_json(&["--db", &primary, "branch", id]);
+        v["entries"][0]["id"].as_str().expect("id").to_owned()
+    };
+    let fixtures = fixtures_dir();
+    let mut writes: Vec<Vec<&str>> = vec![
+        vec!["--db", &replica, "label", id, &entry, "nope"],
+        vec!["--db", &replica, "name", id, "nope"],
+        vec!["--db", &replica, "delete", id],
+        vec!["--db", &replica, "move", id, &entry],
+    ];
+    let src;
+    if let Some(f) = &fixtures {
+        src = s(f).to_owned();
+        writes.push(vec!["sync", "--to", &replica, &src]);
+    }
+    for args in writes {
+        let (v, status) = cli_json(&args);
+        assert_ne!(status, 0, "{args:?}: {v}");
+        // `delete` reports each session's failure; the others, the one error.
+        let message = v["error"]["message"]
+            .as_str()
+            .or(v["failed"][0]["message"].as_str())
+            .unwrap_or_default();
+        assert!(message.contains("read-only hot standby"), "{args:?}: {v}");
+    }
+    // Nothing changed on either side.
+    same_on_both(&primary, &replica, &["ls"]);
+    // A schema the primary never created is not created on the standby.
+    let other = pg::url_in_schema(&standby, &pg::fresh_schema());
+    let err = PgArchive::open(&other, Durability::Relaxed).expect_err("no archive there");
+    assert!(err.to_string().contains("schema version 0"), "{err}");
 }

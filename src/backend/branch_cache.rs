@@ -445,3 +445,296 @@ pub fn plan_path<S: CacheStore>(
         low,
     })
 }
+
+/// One row of `segment_ancestry` (invariant 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AncestryRow {
+    /// The segment whose block it is in.
+    pub segment: i64,
+    /// First depth the ancestor contributes to `segment`'s path.
+    pub from_depth: i64,
+    /// The ancestor (or `segment` itself).
+    pub ancestor: i64,
+    /// Last depth it contributes ([`OPEN_END`] for the segment's own row).
+    pub to_depth: i64,
+}
+
+/// A store that can take a batch of placements' cache rows at once: the
+/// statements [`Batched`] needs beyond [`CacheStore`]'s, so that a bulk
+/// write (a sync) places every entry in memory through [`place`] — the one
+/// placement — and writes the rows it produced in a few statements per
+/// batch instead of a few per fork.
+pub trait BatchStore: CacheStore {
+    /// The id the session's next segment gets (ids only grow, invariant 3).
+    fn next_segment_id(&mut self) -> Result<i64>;
+    /// Segment `id`'s stored ancestry block.
+    fn ancestry_block(&mut self, id: i64) -> Result<Vec<AncestryRow>>;
+    /// Writes `rows` (new segments with their blocks, moved tails of stored
+    /// segments, new compactions) and numbers the session's segments up to
+    /// the last new one.
+    fn write_batch(&mut self, rows: &CacheRows) -> Result<()>;
+}
+
+/// The cache rows a batch wrote and the store has not, and what the batch
+/// knows of rows already stored (read once, kept up to date).
+#[derive(Debug, Default)]
+pub struct CacheRows {
+    /// The next id to hand out, once read from the store.
+    next_id: Option<i64>,
+    /// The first id this batch handed out: segments from it on were all
+    /// created here, so their compactions are all in [`CacheRows::compactions`].
+    first_id: Option<i64>,
+    /// Every segment row the batch knows, current (tails moved here included).
+    known: std::collections::HashMap<i64, Segment>,
+    /// Known ancestry blocks (rows never change once written).
+    blocks: std::collections::HashMap<i64, Vec<AncestryRow>>,
+    /// Compactions placed by this batch, by key, with their stops.
+    compactions: std::collections::BTreeMap<i64, Option<i64>>,
+    /// Ids of the segments not written yet.
+    unwritten: std::collections::BTreeSet<i64>,
+    /// Stored segments whose `tail_depth` moved, not written yet.
+    moved: std::collections::BTreeSet<i64>,
+    /// Compactions not written yet.
+    unwritten_compactions: Vec<i64>,
+}
+
+impl CacheRows {
+    /// Rows kept in memory past a write, at most: past it the knowledge of
+    /// stored rows is dropped (it is re-read as needed), so memory stays
+    /// bounded however long the sync.
+    const KEEP: usize = 50_000;
+
+    /// The segments to insert, ordered by id.
+    pub fn new_segments(&self) -> impl Iterator<Item = &Segment> {
+        self.unwritten.iter().filter_map(|id| self.known.get(id))
+    }
+
+    /// The ancestry rows of the segments to insert.
+    pub fn new_ancestry(&self) -> impl Iterator<Item = &AncestryRow> {
+        self.unwritten
+            .iter()
+            .filter_map(|id| self.blocks.get(id))
+            .flatten()
+    }
+
+    /// Stored segments whose `tail_depth` moved: `(id, tail_depth)`.
+    pub fn moved_tails(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.moved
+            .iter()
+            .filter_map(|id| self.known.get(id).map(|s| (*id, s.tail_depth)))
+    }
+
+    /// The compactions to insert: `(key, stop_key)`.
+    pub fn new_compactions(&self) -> impl Iterator<Item = (i64, Option<i64>)> + '_ {
+        self.unwritten_compactions
+            .iter()
+            .map(|k| (*k, self.compactions.get(k).copied().flatten()))
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_clean(&self) -> bool {
+        self.unwritten.is_empty() && self.moved.is_empty() && self.unwritten_compactions.is_empty()
+    }
+
+    /// Writes what is unwritten through `store` (inside the write's
+    /// transaction), then forgets it as unwritten.
+    pub fn write<S: BatchStore>(&mut self, store: &mut S) -> Result<()> {
+        if self.is_clean() {
+            return Ok(());
+        }
+        store.write_batch(self)?;
+        self.unwritten.clear();
+        self.moved.clear();
+        self.unwritten_compactions.clear();
+        if self.known.len() + self.blocks.len() + self.compactions.len() > Self::KEEP {
+            self.known.clear();
+            self.blocks.clear();
+            self.compactions.clear();
+            self.first_id = None;
+        }
+        Ok(())
+    }
+
+    /// Whether every compaction of segment `id` is in memory.
+    fn holds_all_compactions_of(&self, id: i64) -> bool {
+        self.first_id.is_some_and(|first| id >= first)
+    }
+}
+
+/// A [`BatchStore`] with a batch's [`CacheRows`] in front of it: reads see
+/// the batch's rows, writes go to memory until [`CacheRows::write`]. Each
+/// method answers as the store's statement would after the batch's writes.
+pub struct Batched<'a, S> {
+    /// The store.
+    pub store: S,
+    /// The batch's rows.
+    pub rows: &'a mut CacheRows,
+}
+
+impl<S: BatchStore> Batched<'_, S> {
+    fn known(&mut self, id: i64) -> Result<&Segment> {
+        if !self.rows.known.contains_key(&id) {
+            let row = self.store.segment(id)?;
+            self.rows.known.insert(id, row);
+        }
+        self.rows
+            .known
+            .get(&id)
+            .ok_or_else(|| Error::Corrupt(format!("segment {id} vanished from the batch")))
+    }
+}
+
+impl<S: BatchStore> CacheStore for Batched<'_, S> {
+    fn segment(&mut self, id: i64) -> Result<Segment> {
+        self.known(id).cloned()
+    }
+
+    fn position_and_jump(&mut self, id: i64) -> Result<(i64, Option<i64>)> {
+        let s = self.known(id)?;
+        Ok((s.position, s.jump))
+    }
+
+    fn key_of(&mut self, id: &str) -> Result<Option<i64>> {
+        self.store.key_of(id)
+    }
+
+    fn last_compaction_in(&mut self, from: i64, to: i64) -> Result<Option<i64>> {
+        let here = self
+            .rows
+            .compactions
+            .range(from..=to)
+            .next_back()
+            .map(|(k, _)| *k);
+        if self.rows.holds_all_compactions_of(split_key(from).0) {
+            return Ok(here);
+        }
+        Ok(self.store.last_compaction_in(from, to)?.max(here))
+    }
+
+    /// The store's search, with the hops through this batch's segments taken
+    /// in memory.
+    fn segment_holding(&mut self, from: i64, depth: i64) -> Result<Option<i64>> {
+        let mut at = from;
+        loop {
+            if !self.rows.unwritten.contains(&at) {
+                return self.store.segment_holding(at, depth);
+            }
+            let s = self.known(at)?.clone();
+            if s.first_depth <= depth {
+                return Ok(Some(at));
+            }
+            let jump_first = match s.jump {
+                Some(j) => Some(self.known(j)?.first_depth),
+                None => None,
+            };
+            at = match (jump_first, s.jump, s.parent) {
+                (Some(jf), Some(j), _) if jf > depth => j,
+                (_, _, Some(p)) => p,
+                _ => return Ok(None),
+            };
+        }
+    }
+
+    fn stop_of(&mut self, key: i64) -> Result<Option<i64>> {
+        match self.rows.compactions.get(&key) {
+            Some(stop) => Ok(*stop),
+            None => self.store.stop_of(key),
+        }
+    }
+
+    fn has_dangling_roots(&mut self) -> Result<bool> {
+        let here = self.rows.unwritten.iter().any(|id| {
+            self.rows
+                .known
+                .get(id)
+                .is_some_and(|s| s.parent.is_none() && s.missing_root_parent.is_some())
+        });
+        Ok(here || self.store.has_dangling_roots()?)
+    }
+
+    fn is_missing_root_parent(&mut self, id: &str) -> Result<bool> {
+        let here = self.rows.unwritten.iter().any(|s| {
+            self.rows
+                .known
+                .get(s)
+                .is_some_and(|s| s.parent.is_none() && s.missing_root_parent.as_deref() == Some(id))
+        });
+        Ok(here || self.store.is_missing_root_parent(id)?)
+    }
+
+    fn insert_segment(&mut self, new: &NewSegment<'_>) -> Result<i64> {
+        let id = match self.rows.next_id {
+            Some(id) => id,
+            None => self.store.next_segment_id()?,
+        };
+        self.rows.next_id = Some(id + 1);
+        self.rows.first_id.get_or_insert(id);
+        self.rows.unwritten.insert(id);
+        self.rows.known.insert(
+            id,
+            Segment {
+                id,
+                parent: new.parent,
+                first_depth: new.first_depth,
+                tail_depth: new.first_depth,
+                position: new.position,
+                jump: new.jump,
+                inherited_compaction: new.inherited_compaction,
+                missing_root_parent: new.missing_root_parent.map(str::to_owned),
+            },
+        );
+        Ok(id)
+    }
+
+    fn insert_own_ancestry(&mut self, id: i64, from_depth: i64, to_depth: i64) -> Result<()> {
+        self.rows.blocks.entry(id).or_default().push(AncestryRow {
+            segment: id,
+            from_depth,
+            ancestor: id,
+            to_depth,
+        });
+        Ok(())
+    }
+
+    /// As the stores' statement: the parent's rows nearest the child
+    /// (largest `from_depth`), each cut at `cut`.
+    fn copy_ancestry(&mut self, child: i64, parent: i64, cut: i64) -> Result<()> {
+        if !self.rows.blocks.contains_key(&parent) {
+            let block = self.store.ancestry_block(parent)?;
+            self.rows.blocks.insert(parent, block);
+        }
+        let mut block = self.rows.blocks.get(&parent).cloned().unwrap_or_default();
+        block.sort_by_key(|r| std::cmp::Reverse(r.from_depth));
+        let copied = block
+            .into_iter()
+            .take(usize::try_from(ANCESTRY_BLOCK - 1).unwrap_or(0))
+            .map(|r| AncestryRow {
+                segment: child,
+                to_depth: r.to_depth.min(cut),
+                ..r
+            });
+        self.rows.blocks.entry(child).or_default().extend(copied);
+        Ok(())
+    }
+
+    fn set_tail_depth(&mut self, id: i64, tail_depth: i64) -> Result<()> {
+        if !self.rows.known.contains_key(&id) {
+            // Unknown here: a row the batch never read; read it so that the
+            // write below has the whole row to answer later reads from.
+            self.known(id)?;
+        }
+        if let Some(s) = self.rows.known.get_mut(&id) {
+            s.tail_depth = tail_depth;
+        }
+        if !self.rows.unwritten.contains(&id) {
+            self.rows.moved.insert(id);
+        }
+        Ok(())
+    }
+
+    fn insert_compaction(&mut self, key: i64, stop: Option<i64>) -> Result<()> {
+        self.rows.compactions.insert(key, stop);
+        self.rows.unwritten_compactions.push(key);
+        Ok(())
+    }
+}

@@ -88,7 +88,7 @@ impl PathMemo {
     }
 
     /// Keeps the path from `start`, dropping the oldest paths past the bounds.
-    fn keep(&mut self, start: &str, path: &[Entry]) {
+    pub fn keep(&mut self, start: &str, path: &[Entry]) {
         let bytes: usize = path.iter().map(|e| e.json().len()).sum();
         if bytes > Self::BYTES || self.get(start).is_some() {
             return;

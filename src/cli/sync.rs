@@ -30,6 +30,7 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> Result<Report> {
         )));
     }
     let target = super::db::open_postgres(cli, &args.to)?;
+    target.writable("sync --to")?;
     let mut results: Vec<(String, Result<u64>)> = Vec::new();
     if args.sources.is_empty() {
         let archive = super::open_archive_for_reading(cli)?;

@@ -88,6 +88,7 @@ impl SessionWriter<'_> {
 impl PgArchive {
     /// Creates a session and returns it open for writing (claim taken).
     pub fn create_session(&self, new: &NewSession) -> Result<PgStorage> {
+        self.writable("creating a session")?;
         let key = insert_session(&mut *self.conn()?, new)?;
         let mut s = PgStorage::new(self.clone(), key, &new.id);
         s.claim_writer()?;
@@ -100,6 +101,7 @@ impl PgArchive {
         &self,
         fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.writable("writing a session")?;
         let mut conn = self.conn()?;
         let tx = conn.transaction().map_err(pg("starting a session write"))?;
         let mut writer = SessionWriter { tx, appender: None };
@@ -116,7 +118,10 @@ impl PgArchive {
     pub fn open_session(&self, id: &str) -> Result<PgStorage> {
         let row = self
             .conn()?
-            .query_opt("SELECT session_key FROM sessions WHERE id = $1", &[&id])
+            .query_typed_opt(
+                "SELECT session_key FROM sessions WHERE id = $1",
+                &[(&id, ::postgres::types::Type::TEXT)],
+            )
             .map_err(pg("opening a session"))?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
         Ok(PgStorage::new(self.clone(), col(&row, 0)?, id))
@@ -273,6 +278,7 @@ impl PgArchive {
     /// Deletes a session and everything derived from it, in one transaction;
     /// refuses a session a live writer holds.
     pub fn delete_session(&self, id: &str) -> Result<()> {
+        self.writable("deleting a session")?;
         let ctx = "deleting a session";
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;
@@ -423,6 +429,7 @@ impl PgArchive {
     /// fill; an existing session must have been created with the same header
     /// (else `invalid_session`: two different sessions under one id).
     pub fn ensure_session(&self, new: &NewSession) -> Result<()> {
+        self.writable("sync")?;
         let mut conn = self.conn()?;
         match insert_session(&mut *conn, new) {
             Err(Error::SessionExists(_)) => {
@@ -497,6 +504,7 @@ impl PgArchive {
     /// concurrent sync of the same source, which the caller re-reads and
     /// continues after. A session a live writer holds is refused.
     pub fn append_if_at(&self, id: &str, expected: u64, entries: &[Entry]) -> Result<bool> {
+        self.writable("sync")?;
         let ctx = "syncing entries";
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;

@@ -6,7 +6,9 @@
 //! batches after placing, path rows ordered by the server).
 
 use super::handle::{col, pg};
-use crate::backend::branch_cache::{plan_path, CacheStore, NewSegment, OpenTail, Segment};
+use crate::backend::branch_cache::{
+    AncestryRow, BatchStore, Batched, CacheRows, CacheStore, NewSegment, OpenTail, Segment,
+};
 use crate::entry::Entry;
 use crate::error::Result;
 use ::postgres::GenericClient;
@@ -26,15 +28,6 @@ pub(super) struct PgCache<'a, C> {
 }
 
 impl<'a, C: GenericClient> PgCache<'a, C> {
-    /// The cache of session `session` on `c`, for a read.
-    pub(super) fn new(c: &'a mut C, session: i64) -> Self {
-        PgCache {
-            c,
-            session,
-            pending: None,
-        }
-    }
-
     /// The cache of session `session` on `c`, for a write that has placed
     /// `pending` and not inserted them yet.
     pub(super) fn writing(c: &'a mut C, session: i64, pending: &'a Pending) -> Self {
@@ -70,9 +63,12 @@ impl<'a, C: GenericClient> PgCache<'a, C> {
 
 /// The key of the entry answering to `id` in the session.
 pub fn key_of<C: GenericClient>(c: &mut C, session: i64, id: &str) -> Result<Option<i64>> {
-    c.query_opt(
+    c.query_typed_opt(
         "SELECT entry_key FROM entries WHERE session_key = $1 AND id = $2",
-        &[&session, &id],
+        &[
+            (&session, ::postgres::types::Type::INT8),
+            (&id, ::postgres::types::Type::TEXT),
+        ],
     )
     .map_err(pg("looking up an entry id"))?
     .map(|r| col(&r, 0))
@@ -263,28 +259,165 @@ impl<C: GenericClient> CacheStore for PgCache<'_, C> {
 }
 
 /// Places a new entry of session `session` (`backend::branch_cache::place`
-/// over the team archive's tables) and returns its entry key. Must run
-/// inside the append's transaction, where `pending` holds the entries this
-/// write placed and has not inserted yet.
+/// over the team archive's tables, with `rows` in front of them: the cache
+/// rows it writes wait in memory for [`CacheRows::write`]) and returns its
+/// entry key. Must run inside the append's transaction, where `pending`
+/// holds the entries this write placed and has not inserted yet.
 pub fn place<C: GenericClient>(
     c: &mut C,
     session: i64,
     entry: &Entry,
     tail: &mut OpenTail,
     pending: &Pending,
+    rows: &mut CacheRows,
 ) -> Result<i64> {
-    let mut cache = PgCache::writing(c, session, pending);
+    let mut cache = Batched {
+        store: PgCache::writing(c, session, pending),
+        rows,
+    };
     Ok(crate::backend::branch_cache::place(&mut cache, entry, tail)?.key)
 }
 
-/// The path query (`$1` the session, `$2` the start's segment, `$3` the
-/// root-side depth, `$4` the start's depth): a recursive walk from block to
-/// block (invariant 4), each block's rows joined with their key ranges of
-/// entries, root-side first.
-const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
-     SELECT $2::BIGINT, $4::BIGINT
+impl<C: GenericClient> BatchStore for PgCache<'_, C> {
+    fn next_segment_id(&mut self) -> Result<i64> {
+        let session = self.session;
+        let count: i64 = self.one(
+            "numbering a segment",
+            "SELECT segment_count FROM sessions WHERE session_key = $1",
+            &[&session],
+        )?;
+        Ok(count + 1)
+    }
+
+    fn ancestry_block(&mut self, id: i64) -> Result<Vec<AncestryRow>> {
+        let rows = self
+            .c
+            .query(
+                "SELECT from_depth, ancestor_segment, to_depth FROM segment_ancestry
+                 WHERE session_key = $1 AND segment_id = $2",
+                &[&self.session, &id],
+            )
+            .map_err(pg("reading segment ancestry"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(AncestryRow {
+                    segment: id,
+                    from_depth: col(r, 0)?,
+                    ancestor: col(r, 1)?,
+                    to_depth: col(r, 2)?,
+                })
+            })
+            .collect()
+    }
+
+    /// One statement per table, through `unnest`.
+    fn write_batch(&mut self, rows: &CacheRows) -> Result<()> {
+        let session = self.session;
+        let segs: Vec<&Segment> = rows.new_segments().collect();
+        if let Some(last) = segs.last() {
+            let ids: Vec<i64> = segs.iter().map(|s| s.id).collect();
+            let parents: Vec<Option<i64>> = segs.iter().map(|s| s.parent).collect();
+            let firsts: Vec<i64> = segs.iter().map(|s| s.first_depth).collect();
+            let tails: Vec<i64> = segs.iter().map(|s| s.tail_depth).collect();
+            let positions: Vec<i64> = segs.iter().map(|s| s.position).collect();
+            let jumps: Vec<Option<i64>> = segs.iter().map(|s| s.jump).collect();
+            let inherited: Vec<Option<i64>> = segs.iter().map(|s| s.inherited_compaction).collect();
+            let missing: Vec<Option<&str>> = segs
+                .iter()
+                .map(|s| s.missing_root_parent.as_deref())
+                .collect();
+            self.run(
+                "numbering segments",
+                "UPDATE sessions SET segment_count = greatest(segment_count, $2) WHERE session_key = $1",
+                &[&session, &last.id],
+            )?;
+            self.run(
+                "creating segments",
+                "INSERT INTO segments (session_key, segment_id, parent_segment, first_depth, tail_depth,
+                                       position, jump_segment, inherited_compaction, missing_root_parent)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[],
+                                          $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::TEXT[])",
+                &[
+                    &session, &ids, &parents, &firsts, &tails, &positions, &jumps, &inherited,
+                    &missing,
+                ],
+            )?;
+            let anc: Vec<&AncestryRow> = rows.new_ancestry().collect();
+            let segment: Vec<i64> = anc.iter().map(|r| r.segment).collect();
+            let from: Vec<i64> = anc.iter().map(|r| r.from_depth).collect();
+            let ancestor: Vec<i64> = anc.iter().map(|r| r.ancestor).collect();
+            let to: Vec<i64> = anc.iter().map(|r| r.to_depth).collect();
+            self.run(
+                "writing segment ancestry",
+                "INSERT INTO segment_ancestry (session_key, segment_id, from_depth, ancestor_segment, to_depth)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[])",
+                &[&session, &segment, &from, &ancestor, &to],
+            )?;
+        }
+        let (moved, depths): (Vec<i64>, Vec<i64>) = rows.moved_tails().unzip();
+        if !moved.is_empty() {
+            self.run(
+                "extending segments",
+                "UPDATE segments s SET tail_depth = u.t
+                 FROM unnest($2::BIGINT[], $3::BIGINT[]) AS u (id, t)
+                 WHERE s.session_key = $1 AND s.segment_id = u.id",
+                &[&session, &moved, &depths],
+            )?;
+        }
+        let (keys, stops): (Vec<i64>, Vec<Option<i64>>) = rows.new_compactions().unzip();
+        if !keys.is_empty() {
+            self.run(
+                "recording compactions",
+                "INSERT INTO compactions (session_key, entry_key, stop_key)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[])",
+                &[&session, &keys, &stops],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The whole path read in one statement: the start's row, the plan of a
+/// path read (`backend::branch_cache::plan_path`'s rule in SQL: the nearest compaction at or above
+/// the start — the largest compaction key in the start's segment up to it,
+/// else the segment's inherited one — and that compaction's stop; without a
+/// stop, a root with a missing parent is an error) and a recursive walk from block to block (invariant 4), each block's rows
+/// joined with their key ranges of entries), so a path read is one round trip. `$1` the session, `$2`
+/// the start's id; or, with `$2` NULL, the session's leaf (the resume's
+/// read: the leaf and its path in the same round trip).
+///
+/// Rows: `(json, NULL, NULL, leaf)` for each entry of the path, root-side
+/// first; or one row `(NULL, missing, cycle, leaf)` when the walk would reach
+/// a root whose parent `missing` is not in the session (`cycle`: it is, as
+/// the start's own ancestor); or one row `(NULL, NULL, NULL, leaf)` when the
+/// leaf names no entry; no row when the start is not in the session.
+const PATH_STATEMENT: &str = "WITH RECURSIVE
+ target AS (
+     SELECT coalesce($2::TEXT, (SELECT leaf_id FROM sessions WHERE session_key = $1)) AS id,
+            (SELECT leaf_id FROM sessions WHERE session_key = $1 AND $2::TEXT IS NULL) AS leaf
+ ),
+ start AS (
+     SELECT e.entry_key >> 32 AS seg, e.entry_key & 4294967295 AS depth, g.first_depth,
+            g.inherited_compaction, g.missing_root_parent
+     FROM target t
+     JOIN entries e ON e.session_key = $1 AND e.id = t.id
+     JOIN segments g ON g.session_key = $1 AND g.segment_id = e.entry_key >> 32
+ ),
+ plan AS (
+     SELECT st.seg, st.depth, coalesce(c.stop_key & 4294967295, 0) AS low,
+            c.stop_key IS NULL AND st.missing_root_parent IS NOT NULL AS broken,
+            st.missing_root_parent AS missing
+     FROM start st
+     LEFT JOIN compactions c ON c.session_key = $1 AND c.entry_key = coalesce(
+         (SELECT max(entry_key) FROM compactions
+          WHERE session_key = $1
+            AND entry_key BETWEEN ((st.seg << 32) | st.first_depth) AND ((st.seg << 32) | st.depth)),
+         st.inherited_compaction)
+ ),
+ walk (head, high, low) AS (
+     SELECT seg, depth, low FROM plan WHERE NOT broken
      UNION ALL
-     SELECT s.parent_segment, a.from_depth - 1
+     SELECT s.parent_segment, a.from_depth - 1, walk.low
      FROM walk
      CROSS JOIN LATERAL (
          SELECT from_depth, ancestor_segment FROM segment_ancestry
@@ -292,29 +425,95 @@ const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
          ORDER BY from_depth LIMIT 1
      ) a
      JOIN segments s ON s.session_key = $1 AND s.segment_id = a.ancestor_segment
-     WHERE a.from_depth > $3 AND s.parent_segment IS NOT NULL
+     WHERE a.from_depth > walk.low AND s.parent_segment IS NOT NULL
+ ),
+ rows AS (
+     SELECT a.ancestor_segment AS o1, e.entry_key AS o2, e.json, NULL::TEXT AS missing,
+            NULL::BOOLEAN AS cycle
+     FROM walk
+     JOIN segment_ancestry a ON a.session_key = $1 AND a.segment_id = walk.head
+          AND a.to_depth >= walk.low
+     JOIN entries e ON e.session_key = $1
+          AND e.entry_key BETWEEN ((a.ancestor_segment << 32) | GREATEST(a.from_depth, walk.low))
+                              AND ((a.ancestor_segment << 32) | LEAST(a.to_depth, walk.high))
+     UNION ALL
+     SELECT 0, 0, NULL, p.missing,
+            EXISTS (SELECT 1 FROM entries WHERE session_key = $1 AND id = p.missing)
+     FROM plan p WHERE p.broken
+     UNION ALL
+     SELECT 0, 0, NULL, NULL, NULL FROM target t
+     WHERE t.leaf IS NOT NULL AND NOT EXISTS (SELECT 1 FROM start)
  )
- SELECT e.json FROM walk
- JOIN segment_ancestry a ON a.session_key = $1 AND a.segment_id = walk.head AND a.to_depth >= $3
- JOIN entries e ON e.session_key = $1
-      AND e.entry_key BETWEEN ((a.ancestor_segment << 32) | GREATEST(a.from_depth, $3))
-                          AND ((a.ancestor_segment << 32) | LEAST(a.to_depth, walk.high))
- ORDER BY a.ancestor_segment, e.entry_key";
+ SELECT r.json, r.missing, r.cycle, t.leaf FROM rows r CROSS JOIN target t ORDER BY r.o1, r.o2";
 
-/// The path from `start` to the root or the compaction stop (spec §5),
-/// root-side first: the stop found through the indexes ([`plan_path`]),
-/// then one path query.
-pub fn path<C: GenericClient>(c: &mut C, session: i64, start: &str) -> Result<Vec<Entry>> {
-    let plan = plan_path(&mut PgCache::new(c, session), start, None, &mut 0)?;
+/// What [`PATH_STATEMENT`] answered.
+enum PathAnswer {
+    /// The start is not in the session.
+    NotFound,
+    /// The leaf names an entry the session does not hold.
+    DanglingLeaf(String),
+    /// The path, with the leaf when the read started from it.
+    Path(Option<String>, Vec<Entry>),
+}
+
+/// Runs [`PATH_STATEMENT`] (one round trip: parsed, bound and run in one
+/// exchange with the server).
+fn path_statement<C: GenericClient>(
+    c: &mut C,
+    session: i64,
+    start: Option<&str>,
+) -> Result<PathAnswer> {
+    use ::postgres::types::Type;
     let rows = c
-        .query(
-            PATH_QUERY,
-            &[&session, &plan.segment, &plan.low, &plan.depth],
+        .query_typed(
+            PATH_STATEMENT,
+            &[(&session, Type::INT8), (&start, Type::TEXT)],
         )
         .map_err(pg("reading a path"))?;
-    rows.iter()
+    let Some(first) = rows.first() else {
+        return Ok(PathAnswer::NotFound);
+    };
+    let leaf: Option<String> = col(first, 3)?;
+    if let Some(missing) = col::<Option<String>>(first, 1)? {
+        return Err(if col::<Option<bool>>(first, 2)? == Some(true) {
+            crate::error::Error::ParentCycle(missing)
+        } else {
+            crate::error::Error::DanglingReference(missing)
+        });
+    }
+    if col::<Option<String>>(first, 0)?.is_none() {
+        return Ok(PathAnswer::DanglingLeaf(leaf.unwrap_or_default()));
+    }
+    let path = rows
+        .iter()
         .map(|r| col::<String>(r, 0).map(Entry::from_checked_text))
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(PathAnswer::Path(leaf, path))
+}
+
+/// The path from `start` to the root or the compaction stop (spec §5),
+/// root-side first, in one statement ([`PATH_STATEMENT`]).
+pub fn path<C: GenericClient>(c: &mut C, session: i64, start: &str) -> Result<Vec<Entry>> {
+    match path_statement(c, session, Some(start))? {
+        PathAnswer::Path(_, path) => Ok(path),
+        PathAnswer::NotFound | PathAnswer::DanglingLeaf(_) => {
+            Err(crate::error::Error::EntryNotFound(start.to_owned()))
+        }
+    }
+}
+
+/// The session's leaf and the path from it, in one statement: what a resume
+/// reads. `Ok((None, []))` for a session without a leaf; a leaf naming no
+/// entry is `invalid_session` ([`crate::SessionStorage::leaf_id`]'s rule).
+pub fn active_path<C: GenericClient>(
+    c: &mut C,
+    session: i64,
+) -> Result<(Option<String>, Vec<Entry>)> {
+    match path_statement(c, session, None)? {
+        PathAnswer::Path(leaf, path) => Ok((leaf, path)),
+        PathAnswer::NotFound => Ok((None, Vec::new())),
+        PathAnswer::DanglingLeaf(leaf) => Err(crate::error::Error::DanglingReference(leaf)),
+    }
 }
 
 #[cfg(test)]

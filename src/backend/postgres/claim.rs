@@ -124,6 +124,7 @@ impl ClaimStore for PgArchive {
     /// Locks the session row first (`FOR UPDATE`): a deleted session is not
     /// found, and two machines claiming at once take turns.
     fn in_claim_transaction(&self, session_key: i64, session_id: &str, take: Use) -> Result<()> {
+        self.writable(&format!("writing session {session_id}"))?;
         let ctx = "taking the writer claim";
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;

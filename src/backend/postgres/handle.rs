@@ -83,6 +83,10 @@ pub(super) struct ArchiveInner {
     pub(super) pool: Pool,
     pub(super) url: String,
     pub(super) schema: Option<String>,
+    /// Whether the server is a hot standby (`pg_is_in_recovery()` at open):
+    /// then the archive opened read-only and every write is refused before
+    /// it reaches the server ([`PgArchive::writable`]).
+    pub(super) read_only: bool,
 }
 
 /// A team archive: one PostgreSQL database (or one schema of it).
@@ -98,6 +102,24 @@ impl PgArchive {
     /// The connection pool.
     pub fn pool(&self) -> &Pool {
         &self.0.pool
+    }
+
+    /// Whether the archive is read-only: its server is a hot standby (a
+    /// streaming replica), where every read command works and nothing writes.
+    pub fn is_read_only(&self) -> bool {
+        self.0.read_only
+    }
+
+    /// Refuses `what` (a write) on a read-only archive, naming the primary
+    /// as the place to write; nothing is sent to the server.
+    pub fn writable(&self, what: &str) -> Result<()> {
+        if self.0.read_only {
+            return Err(Error::Usage(format!(
+                "{}: the server is a read-only hot standby (pg_is_in_recovery); {what} writes, so run it against the primary",
+                self.0.url
+            )));
+        }
+        Ok(())
     }
 
     /// A pooled connection.

@@ -30,6 +30,44 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
 /// sessiontree's own migrations take it).
 const MIGRATION_LOCK: i64 = 0x5e55_1017_7ee0_0001;
 
+/// Whether the server is in recovery: a hot standby, read-only.
+pub(super) fn in_recovery(pool: &super::handle::Pool) -> Result<bool> {
+    let mut conn = pool.get()?;
+    let row = conn
+        .query_typed_one("SELECT pg_is_in_recovery()", &[])
+        .map_err(pg("asking whether the server is a standby"))?;
+    col(&row, 0)
+}
+
+/// On a read-only archive (a hot standby): the schema must be the one this
+/// build writes, since nothing can migrate it there.
+pub(super) fn require_current(archive: &PgArchive) -> Result<()> {
+    let latest = i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX);
+    let mut conn = archive.conn()?;
+    let ctx = "reading the standby's schema version";
+    let exists: bool = conn
+        .query_typed_one("SELECT to_regclass('sessiontree_schema') IS NOT NULL", &[])
+        .map_err(pg(ctx))
+        .and_then(|r| col(&r, 0))?;
+    let found: i64 = if exists {
+        conn.query_typed_one(
+            "SELECT coalesce(max(version), 0) FROM sessiontree_schema",
+            &[],
+        )
+        .map_err(pg(ctx))
+        .and_then(|r| col(&r, 0))?
+    } else {
+        0
+    };
+    if found == latest {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "{}: the server is a read-only hot standby and its archive has schema version {found}, not the {latest} this build reads; open the primary once with this build (it migrates), then the standby follows",
+        archive.0.url
+    )))
+}
+
 /// Applies the migrations not yet applied, each in its own transaction,
 /// under an advisory lock so that machines opening a new archive at once
 /// create it once.

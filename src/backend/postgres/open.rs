@@ -52,7 +52,9 @@ fn redacted(url: &str) -> String {
 
 impl PgArchive {
     /// Opens the archive at `url` (`postgres://…`), creating its tables on
-    /// first use and migrating them to the latest schema.
+    /// first use and migrating them to the latest schema; on a hot standby
+    /// (`pg_is_in_recovery()`), read-only: no migration, no claim, every
+    /// write refused ([`PgArchive::writable`]), the schema required current.
     pub fn open(url: &str, durability: Durability) -> Result<Self> {
         Self::open_inner(url, None, durability)
     }
@@ -108,12 +110,18 @@ impl PgArchive {
             .test_on_check_out(false)
             .connection_timeout(Duration::from_secs(30))
             .build_unchecked(manager);
+        let read_only = migrate::in_recovery(&pool)?;
         let archive = PgArchive(Arc::new(ArchiveInner {
             pool,
             url: url.to_owned(),
             schema,
+            read_only,
         }));
-        migrate::migrate(&archive)?;
+        if read_only {
+            migrate::require_current(&archive)?;
+        } else {
+            migrate::migrate(&archive)?;
+        }
         Ok(archive)
     }
 }

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::json::JsString;
 use crate::rules::Replay;
 use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
-use ::postgres::types::ToSql;
+use ::postgres::types::{ToSql, Type};
 use std::cell::RefCell;
 
 /// One session of a team archive.
@@ -244,6 +244,15 @@ impl SessionStorage for PgStorage {
             .collect()
     }
 
+    /// One statement (the leaf and its path), kept like any path read.
+    fn active_path(&self) -> Result<(Option<String>, Vec<Entry>)> {
+        let (leaf, path) = branch_cache::active_path(&mut *self.archive.conn()?, self.session_key)?;
+        if let Some(leaf) = &leaf {
+            self.paths.borrow_mut().keep(leaf, &path);
+        }
+        Ok((leaf, path))
+    }
+
     /// A path this handle read before, or one that follows from it, comes
     /// from its [`PathMemo`] without the path query.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
@@ -265,9 +274,9 @@ impl PathSource<::postgres::Client> for PgStorage {
     }
 
     fn start(&self, conn: &mut ::postgres::Client, id: &str) -> Result<Option<((), Entry)>> {
-        conn.query_opt(
+        conn.query_typed_opt(
             "SELECT json FROM entries WHERE session_key = $1 AND id = $2",
-            &[&self.session_key, &id],
+            &[(&self.session_key, Type::INT8), (&id, Type::TEXT)],
         )
         .map_err(pg("reading an entry"))?
         .map(|r| col(&r, 0).map(|text| ((), Entry::from_checked_text(text))))
@@ -275,9 +284,9 @@ impl PathSource<::postgres::Client> for PgStorage {
     }
 
     fn still_this_session(&self, conn: &mut ::postgres::Client) -> Result<bool> {
-        conn.query_opt(
+        conn.query_typed_opt(
             "SELECT 1 FROM sessions WHERE session_key = $1 AND id = $2",
-            &[&self.session_key, &self.id],
+            &[(&self.session_key, Type::INT8), (&self.id, Type::TEXT)],
         )
         .map(|row| row.is_some())
         .map_err(pg("checking a kept path"))

@@ -36,7 +36,7 @@ pub(super) fn session_facts<C: GenericClient>(c: &mut C, key: i64, lock: bool) -
         if lock { " FOR UPDATE" } else { "" }
     );
     let row = c
-        .query_opt(&sql_text, &[&key])
+        .query_typed_opt(&sql_text, &[(&key, ::postgres::types::Type::INT8)])
         .map_err(pg("reading session facts"))?
         .ok_or_else(|| Error::SessionNotFound(format!("(deleted session, key {key})")))?;
     facts_at(&row, 0)
@@ -76,6 +76,10 @@ pub(super) struct Appender {
     key: i64,
     facts: Replay,
     tail: crate::backend::branch_cache::OpenTail,
+    /// The branch cache rows placed and not yet written.
+    cache: crate::backend::branch_cache::CacheRows,
+    /// Leaf moves waiting to be inserted: seq, entry key, target.
+    leaf_moves: (Vec<i64>, Vec<i64>, Vec<Option<String>>),
     /// Placed, not yet inserted: id to key, and the rows.
     pending: branch_cache::Pending,
     rows: EntryRows,
@@ -117,6 +121,8 @@ impl Appender {
             key,
             facts: session_facts(c, key, true)?,
             tail: crate::backend::branch_cache::OpenTail::default(),
+            cache: crate::backend::branch_cache::CacheRows::default(),
+            leaf_moves: Default::default(),
             pending: branch_cache::Pending::new(),
             rows: EntryRows::default(),
             words: WordRows::default(),
@@ -161,7 +167,14 @@ impl Appender {
         if self.pending.contains_key(&f.id) || self.stored.contains(&f.id) {
             return Err(duplicate(&f.id));
         }
-        let key = branch_cache::place(c, self.key, entry, &mut self.tail, &self.pending)?;
+        let key = branch_cache::place(
+            c,
+            self.key,
+            entry,
+            &mut self.tail,
+            &self.pending,
+            &mut self.cache,
+        )?;
         let seq = i64::try_from(self.facts.entry_count).unwrap_or(i64::MAX);
         self.pending.insert(f.id.clone(), key);
         self.rows.keys.push(key);
@@ -170,12 +183,9 @@ impl Appender {
         self.rows.types.push(f.entry_type.as_str().to_owned());
         self.rows.texts.push(entry.json().to_owned());
         if f.entry_type == EntryType::Leaf {
-            c.execute(
-                "INSERT INTO leaf_events (session_key, seq, entry_key, target_id)
-                 VALUES ($1, $2, $3, $4)",
-                &[&self.key, &seq, &key, &f.target_id],
-            )
-            .map_err(pg("recording a leaf move"))?;
+            self.leaf_moves.0.push(seq);
+            self.leaf_moves.1.push(key);
+            self.leaf_moves.2.push(f.target_id.clone());
         }
         if let Some((target, label)) = f.label_update() {
             match label {
@@ -211,8 +221,22 @@ impl Appender {
         Ok(())
     }
 
-    /// Inserts the entry and search rows placed so far.
+    /// Inserts the entry, cache, leaf move and search rows placed so far.
     fn insert_pending<C: GenericClient>(&mut self, c: &mut C) -> Result<()> {
+        self.cache.write(&mut branch_cache::PgCache::writing(
+            c,
+            self.key,
+            &self.pending,
+        ))?;
+        let (seqs, keys, targets) = std::mem::take(&mut self.leaf_moves);
+        if !seqs.is_empty() {
+            c.execute(
+                "INSERT INTO leaf_events (session_key, seq, entry_key, target_id)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[])",
+                &[&self.key, &seqs, &keys, &targets],
+            )
+            .map_err(pg("recording leaf moves"))?;
+        }
         let rows = std::mem::take(&mut self.rows);
         if !rows.keys.is_empty() {
             c.execute(
@@ -238,9 +262,12 @@ impl Appender {
 
     /// Inserts what is pending, writes back the open segment and the session row.
     pub(super) fn finish<C: GenericClient>(mut self, c: &mut C) -> Result<()> {
-        self.insert_pending(c)?;
         self.tail
-            .flush(&mut branch_cache::PgCache::new(c, self.key))?;
+            .flush(&mut crate::backend::branch_cache::Batched {
+                store: branch_cache::PgCache::writing(c, self.key, &self.pending),
+                rows: &mut self.cache,
+            })?;
+        self.insert_pending(c)?;
         write_session_facts(c, self.key, &self.facts)?;
         match self.last_active {
             Some(ms) => write_last_active(c, self.key, ms),
