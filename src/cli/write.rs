@@ -126,7 +126,13 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         bar.set_message(format!("session {} / {total}", i + 1));
         let mut open_error = None;
         if matches!(source, ExportSource::Archive(_)) && !args.html && local_archive.is_none() {
-            match super::open_archive(cli) {
+            // A missing archive is refused as a read refuses it, never created.
+            let opened = if super::archive_path(cli).exists() {
+                super::open_archive(cli)
+            } else {
+                super::open_archive_for_reading(cli)
+            };
+            match opened {
                 Ok(a) => local_archive = Some(a),
                 Err(e) => open_error = Some(e),
             }

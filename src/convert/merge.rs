@@ -690,7 +690,7 @@ pub fn export_to_pi_dir(
                         .collect();
                     let app = storage.contract()? == Contract::App;
                     let more = side.entries.iter().any(|e| {
-                        !in_file.contains(e.id()) && !(app && *e.entry_type() == EntryType::Leaf)
+                        !(in_file.contains(e.id()) || (app && *e.entry_type() == EntryType::Leaf))
                     });
                     if !more {
                         record_file(archive, id, &path)?;
