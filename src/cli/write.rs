@@ -134,6 +134,9 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
             };
             match opened {
                 Ok(a) => local_archive = Some(a),
+                // An archive that opens only for reading (a read-only
+                // directory) exports as before: nothing merged or recorded.
+                Err(_) if super::archive_path(cli).exists() => {}
                 Err(e) => open_error = Some(e),
             }
         }
@@ -160,19 +163,23 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                     .and_then(|s| super::show::export_html(s, &args.out, args.force))
                     .map(|(p, o)| (p, PiExport::Plain(o))),
             ),
-            ExportSource::Archive(id) if super::db::postgres_url(cli).is_none() => (
-                id.clone(),
-                local().and_then(|a| {
-                    sessiontree::convert::export_to_pi_dir(
-                        a,
-                        id,
-                        &args.out,
-                        (args.force, args.upgrade),
-                        &mut by_id,
-                        &mut reached,
-                    )
-                }),
-            ),
+            ExportSource::Archive(id)
+                if super::db::postgres_url(cli).is_none() && local_archive.is_some() =>
+            {
+                (
+                    id.clone(),
+                    local().and_then(|a| {
+                        sessiontree::convert::export_to_pi_dir(
+                            a,
+                            id,
+                            &args.out,
+                            (args.force, args.upgrade),
+                            &mut by_id,
+                            &mut reached,
+                        )
+                    }),
+                )
+            }
             ExportSource::Archive(id) => (
                 id.clone(),
                 archive().and_then(|a| {
