@@ -126,8 +126,17 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
         bar.set_message(format!("session {} / {total}", i + 1));
         let mut open_error = None;
         if matches!(source, ExportSource::Archive(_)) && !args.html && local_archive.is_none() {
-            match super::open_archive(cli) {
+            // A missing archive is refused as a read refuses it, never created.
+            let opened = if super::archive_path(cli).exists() {
+                super::open_archive(cli)
+            } else {
+                super::open_archive_for_reading(cli)
+            };
+            match opened {
                 Ok(a) => local_archive = Some(a),
+                // An archive that opens only for reading (a read-only
+                // directory) exports as before: nothing merged or recorded.
+                Err(_) if super::archive_path(cli).exists() => {}
                 Err(e) => open_error = Some(e),
             }
         }
@@ -154,19 +163,23 @@ pub fn export(cli: &Cli, args: &ExportArgs) -> Result<Report> {
                     .and_then(|s| super::show::export_html(s, &args.out, args.force))
                     .map(|(p, o)| (p, PiExport::Plain(o))),
             ),
-            ExportSource::Archive(id) if super::db::postgres_url(cli).is_none() => (
-                id.clone(),
-                local().and_then(|a| {
-                    sessiontree::convert::export_to_pi_dir(
-                        a,
-                        id,
-                        &args.out,
-                        (args.force, args.upgrade),
-                        &mut by_id,
-                        &mut reached,
-                    )
-                }),
-            ),
+            ExportSource::Archive(id)
+                if super::db::postgres_url(cli).is_none() && local_archive.is_some() =>
+            {
+                (
+                    id.clone(),
+                    local().and_then(|a| {
+                        sessiontree::convert::export_to_pi_dir(
+                            a,
+                            id,
+                            &args.out,
+                            (args.force, args.upgrade),
+                            &mut by_id,
+                            &mut reached,
+                        )
+                    }),
+                )
+            }
             ExportSource::Archive(id) => (
                 id.clone(),
                 archive().and_then(|a| {

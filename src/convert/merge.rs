@@ -543,9 +543,9 @@ pub fn session_files_by_id(root: &Path) -> Result<HashMap<String, Vec<PathBuf>>>
 /// What [`export_to_pi_dir`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PiExport {
-    /// As [`super::export_to_file`] does it: created, unchanged, appended to
+    /// As [`super::export::export_to_file`] does it: created, unchanged, appended to
     /// (a prefix of the session), or replaced with `force`.
-    Plain(super::ExportOutcome),
+    Plain(super::export::ExportOutcome),
     /// Merged by entry id into the file, which had entries of its own.
     Merged(MergeExport),
     /// An old-format file rewritten as version 3 (`--upgrade`); the old one kept.
@@ -605,7 +605,7 @@ fn record_file(archive: &Archive, id: &str, path: &Path) -> Result<()> {
 /// that is a prefix of the session gets the rest appended, and one that has
 /// entries of its own is merged by id ([`merge_export`]); an old-format file
 /// is written over only with `upgrade` (kept as `NAME.bak`), and `force`
-/// replaces a differing file as [`super::export_to_file`] does. The file
+/// replaces a differing file as [`super::export::export_to_file`] does. The file
 /// written is recorded as the session's.
 pub fn export_to_pi_dir(
     archive: &Archive,
@@ -636,8 +636,8 @@ pub fn export_to_pi_dir(
                 Err(e) => return Err(e),
             }
             let storage = archive.open_session(id)?;
-            return match super::export_storage_to_file(&header, &storage, &path, true, progress)? {
-                super::ExportOutcome::Replaced { backup } => {
+            return match super::export::export_storage_to_file(&header, &storage, &path, true, progress)? {
+                super::export::ExportOutcome::Replaced { backup } => {
                     record_file(archive, id, &path)?;
                     Ok((path, PiExport::Upgraded { backup }))
                 }
@@ -650,7 +650,7 @@ pub fn export_to_pi_dir(
         if version < 3 {
             return Err(old(format!("a version {version} pi file")));
         }
-        return match super::export_storage_to_file(&header, &storage, &path, false, progress) {
+        return match super::export::export_storage_to_file(&header, &storage, &path, false, progress) {
             Ok(outcome) => {
                 record_file(archive, id, &path)?;
                 Ok((path, PiExport::Plain(outcome)))
@@ -669,11 +669,11 @@ pub fn export_to_pi_dir(
                         .collect();
                     let app = storage.contract()? == Contract::App;
                     let more = side.entries.iter().any(|e| {
-                        !in_file.contains(e.id()) && !(app && *e.entry_type() == EntryType::Leaf)
+                        !(in_file.contains(e.id()) || (app && *e.entry_type() == EntryType::Leaf))
                     });
                     if !more {
                         record_file(archive, id, &path)?;
-                        return Ok((path, PiExport::Plain(super::ExportOutcome::Unchanged)));
+                        return Ok((path, PiExport::Plain(super::export::ExportOutcome::Unchanged)));
                     }
                     return Err(old(
                         "a version 1 file pi upgraded since it was imported (its entries have new ids)"
@@ -687,7 +687,7 @@ pub fn export_to_pi_dir(
             Err(e) => Err(e),
         };
     }
-    let outcome = super::export_storage_to_file(&header, &storage, &path, force, progress)?;
+    let outcome = super::export::export_storage_to_file(&header, &storage, &path, force, progress)?;
     record_file(archive, id, &path)?;
     Ok((path, PiExport::Plain(outcome)))
 }

@@ -228,7 +228,7 @@ fn a_label_in_the_archive_survives_pi_appending_and_goes_back_to_pi() {
     let r = sb.json(&["export", &id, "--out", s(&dir)]);
     assert_eq!(r["exported"][0]["action"], "merged", "{r}");
     assert_eq!(r["exported"][0]["path"], s(&file), "{r}");
-    assert_eq!(files_below(&dir), [file.clone()]);
+    assert_eq!(files_below(&dir), std::slice::from_ref(&file));
     let st = pi.open(&file);
     assert_eq!(st["labels"][&first], "reviewed", "{st}");
     let branch: Vec<String> = st["branch"]
@@ -496,7 +496,7 @@ fn interleaved_pi_appends_archive_writes_imports_and_exports_agree_on_the_entry_
                     assert_eq!(r["failed"], json!([]), "{what}: {r}");
                 }
             }
-            assert_eq!(files_below(&dir), [file.clone()], "{what}");
+            assert_eq!(files_below(&dir), std::slice::from_ref(&file), "{what}");
         }
         let what = format!("case seed {case_seed}, ops {log:?}");
         assert_eq!(sb.json(&["import"])["failed"], json!([]), "{what}");

@@ -623,30 +623,33 @@ fn export_never_destroys_a_file_that_differs() {
     assert_eq!(action(&r), json!("appended"), "{r:#?}");
     assert_eq!(read(&src), full);
 
-    // pi appended a line since the import: refused, the file untouched.
+    // pi appended a line since the import: merged by id (pi's line goes
+    // into the archive, nothing of pi's file is lost), the file untouched.
     let longer = format!(
         "{full}{}\n",
         r#"{"type":"custom","id":"zz","parentId":null,"timestamp":"2025-03-02T00:00:00.000Z","customType":"pi-later"}"#
     );
     std::fs::write(&src, &longer).expect("append");
     let r = export(&[]);
+    assert_eq!(r.status, 0, "{r:#?}");
+    assert_eq!(r.parse()["exported"][0]["merge"]["imported"], 1, "{r:#?}");
+    assert_eq!(read(&src), longer);
+
+    // A file that differs inside (one id, two contents): a conflict, refused,
+    // naming the step that resolves it.
+    let different = longer.replacen("safety", "SAFETY", 1);
+    std::fs::write(&src, &different).expect("rewrite");
+    let r = export(&[]);
     assert_eq!(r.status, 2, "{r:#?}");
-    let v = r.parse();
-    assert_eq!(v["failed"][0]["code"], json!("storage"), "{v}");
     assert!(
-        v["failed"][0]["message"]
+        r.parse()["failed"][0]["message"]
             .as_str()
             .unwrap_or("")
             .contains("--force"),
-        "{v}"
+        "{r:#?}"
     );
-    assert_eq!(read(&src), longer);
-
-    // A file that differs inside: refused too.
-    let different = full.replacen("safety", "SAFETY", 1);
-    std::fs::write(&src, &different).expect("rewrite");
-    assert_eq!(export(&[]).status, 2);
     assert_eq!(read(&src), different);
+    let full = longer;
 
     // --force replaces it and keeps the old file beside it.
     let r = export(&["--force"]);
