@@ -235,11 +235,9 @@ pub fn app_dataset(
         if long { "long" } else { "session" }
     ));
     let done = dir.join("done.json");
-    if let Ok(v) = std::fs::read_to_string(&done).map(|t| serde_json::from_str::<Value>(&t)) {
-        if let Ok(v) = v {
-            if let (Some(f), Some(id)) = (v["file"].as_str(), v["id"].as_str()) {
-                return Ok((PathBuf::from(f), dir.join("archive.db"), id.to_owned()));
-            }
+    if let Ok(Ok(v)) = std::fs::read_to_string(&done).map(|t| serde_json::from_str::<Value>(&t)) {
+        if let (Some(f), Some(id)) = (v["file"].as_str(), v["id"].as_str()) {
+            return Ok((PathBuf::from(f), dir.join("archive.db"), id.to_owned()));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -294,6 +292,7 @@ fn row(op: &str, size: usize, side: &str, ms: f64, how: &str) -> Value {
 /// Resume, `getBranch` and `branch` + append of the forked session `file`
 /// (archive session `id` in `archive`) at `size` entries: pi 1.6 and the
 /// binding in process, the CLI and the rpc as whole processes.
+#[allow(clippy::too_many_arguments)]
 pub fn measure_session(
     pi: &Pi16,
     st: &Path,
