@@ -504,6 +504,23 @@ fn archive_specs(options: &GenOptions, rng: &mut SplitMix64) -> Vec<SessionSpec>
         .collect()
 }
 
+/// Appends `len` base64 characters of random bytes (a multiple of 4).
+fn push_base64_noise(out: &mut String, rng: &mut SplitMix64, len: usize) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let len = len / 4 * 4;
+    out.reserve(len);
+    let mut left = len;
+    while left > 0 {
+        let mut r = rng.next_u64();
+        // Ten 6-bit digits per draw.
+        for _ in 0..10.min(left) {
+            out.push(ALPHABET[(r & 63) as usize] as char);
+            r >>= 6;
+        }
+        left = left.saturating_sub(10);
+    }
+}
+
 /// A UUIDv7 text for a creation time, its random bits from `rng`.
 pub fn uuid_v7(ms: i64, rng: &mut SplitMix64) -> String {
     let ms = ms as u64 & 0xffff_ffff_ffff;
@@ -985,6 +1002,9 @@ struct Builder<'w, W: Write> {
     turns: usize,
     /// Whether the session has been named.
     named: bool,
+    /// Inline images in tool results: the chance a tool result carries one,
+    /// and its base64 length (0: none).
+    images: (f64, usize),
 }
 
 impl<'w, W: Write> Builder<'w, W> {
@@ -1017,6 +1037,7 @@ impl<'w, W: Write> Builder<'w, W> {
             in_side: false,
             turns: 0,
             named: false,
+            images: (0.0, 0),
         }
     }
 
@@ -1274,8 +1295,15 @@ impl<'w, W: Write> Builder<'w, W> {
         push_json_str(&mut self.line, call_id);
         self.line.push_str(",\"toolName\":");
         push_json_str(&mut self.line, name);
-        self.line
-            .push_str(",\"content\":[{\"type\":\"text\",\"text\":");
+        self.line.push_str(",\"content\":[");
+        let (chance, image_len) = self.images;
+        if image_len > 0 && self.rng.chance(chance) {
+            // A screenshot as pi stores it: inline base64, incompressible.
+            self.line.push_str("{\"type\":\"image\",\"data\":\"");
+            push_base64_noise(&mut self.line, &mut self.rng, image_len);
+            self.line.push_str("\",\"mimeType\":\"image/png\"},");
+        }
+        self.line.push_str("{\"type\":\"text\",\"text\":");
         push_json_str(&mut self.line, &out);
         self.line.push_str("}]");
         if name == "edit" && self.rng.chance(0.7) {
@@ -1718,6 +1746,19 @@ pub fn write_session<W: Write>(
     out: &mut W,
     spec: &SessionSpec,
 ) -> std::io::Result<GeneratedSession> {
+    write_session_with_images(out, spec, 0.0, 0)
+}
+
+/// [`write_session`] where each tool result carries, with probability
+/// `image_chance`, an inline base64 image of `image_len` characters (random
+/// bytes, as incompressible as a PNG screenshot): the multi-gigabyte sessions
+/// pi users report are made of these.
+pub fn write_session_with_images<W: Write>(
+    out: &mut W,
+    spec: &SessionSpec,
+    image_chance: f64,
+    image_len: usize,
+) -> std::io::Result<GeneratedSession> {
     let created_at = iso_millis(spec.created_ms);
     let mut header = String::with_capacity(160);
     header.push_str("{\"type\":\"session\",\"version\":3,\"id\":");
@@ -1748,6 +1789,7 @@ pub fn write_session<W: Write>(
     let ids = SessionIds::new(spec.seed);
     let mut b = Builder::new(out, rng, ids, spec.entries, spec.created_ms);
     b.bytes = header.len() as u64;
+    b.images = (image_chance, image_len);
     b.next_compaction = first_compaction;
     b.compaction_every = every.max(1);
     // The id entry 2^32 − 1 would have: no generated session reaches it.

@@ -8,10 +8,12 @@
 
 pub mod gen;
 pub mod gen_command;
+pub mod home;
 pub mod naive;
 pub mod node_binding;
 pub mod ops;
 pub mod peers;
+pub mod pi16;
 pub mod report;
 pub mod stats_command;
 pub mod team;

@@ -17,6 +17,8 @@ struct Cli {
 }
 
 /// The commands.
+// Parsed once per run: the report's many options need no box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Benchmark SQLite against JSONL, memory and naive SQL designs; write a report.

@@ -65,6 +65,24 @@ pub struct BenchArgs {
     /// `<pi-dir>/sqlite`, installed by a full `--pi` report, else `node` on PATH).
     #[arg(long)]
     pub node24: Option<PathBuf>,
+    /// The largest pi home of the `home` part (e.g. `5G`, `500M`): it is
+    /// generated in pi's layout under `--work` at a hundredth, a tenth and
+    /// all of this size, each put through import, ls, search, stats, check,
+    /// compact (and sync with `--pg`), then deleted. Default: 500M, 4M with
+    /// `--quick`.
+    #[arg(long, value_parser = crate::home::parse_size)]
+    pub home_size: Option<u64>,
+    /// A PostgreSQL server for the home's `sync` (a URL such as
+    /// `.ci/pg-cluster` prints); a fresh database is made on it per home.
+    #[arg(long)]
+    pub pg: Option<String>,
+    /// Keep the generated homes (default: deleted once measured).
+    #[arg(long)]
+    pub keep_home: bool,
+    /// Run `compact` only on homes up to this size (e.g. `200M`; default:
+    /// every home): it re-encodes every entry, the slowest command by far.
+    #[arg(long, value_parser = crate::home::parse_size)]
+    pub home_compact_max: Option<u64>,
     /// Internal: print the text of this many rows of the data set's main
     /// session (a rowid range scan), the floor of printing a context.
     #[arg(long, hide = true)]
@@ -85,7 +103,9 @@ pub struct BenchArgs {
 }
 
 /// Every operation, in report order.
-const OPS: [&str; 12] = [
+const OPS: [&str; 14] = [
+    "pi16",
+    "home",
     "resume",
     "path",
     "path_long",
@@ -118,6 +138,8 @@ fn op_doc(op: &str) -> &'static str {
         "search" => "all messages mentioning one word across the archive (sqlite FTS5; others scan)",
         "path_long" => "the active path of a linear session without compactions, from its leaf (every entry of the session), whole read through one open handle (sqlite: answered from the path the handle keeps; sqlite-query: that path forgotten first, so the query runs, and its decoded-entry cache of 24 MB serves the 10k path, while the 100k path does not fit and is decoded each time); floors = rowid range scan of as many rows (floor-decoded: of the archive's own rows, each decompressed); compacted-query / compacted-floor = the same read and decompressed scan on a compacted copy (entries in blocks)",
         "compact" => "the archive after `sessiontree compact` beside the import-only archive of the same data (copied with VACUUM INTO, then compacted): bytes ÷ JSONL with the split per table (forked session, archive of size/100 sessions, the real pi files), and cold resume, path from a random entry (path query, kept paths forgotten) and search on both",
+        "pi16" => "pi 1.6 (pi-coding-agent 1.6.0 under Node 22, `--pi`): SessionManager.open + buildSessionContext, getBranch, branch + append, listAll over 300 and 3,000 files, against the CLI and `rpc --contract app` (whole processes) and the binding's archive.sessionManager (in process)",
+        "home" => "a pi home in pi's layout (thousands of sessions, two of 20 % each made of inline images) at three sizes up to --home-size: import, ls, search, stats, check, compact, sync (with --pg), each a whole process with MB/s and peak RSS",
         "process" => "whole process, as a user runs one command (spawn to exit, stdout to /dev/null, median of alternating runs): see the whole-process table",
         "shapes" => "SQLite only, one session per tree shape (linear, regenerate: a fork at the tip every ~4 entries, caterpillar: a fork at every entry of the active path): import MB/s and archive bytes per entry, cold resume, path from a random entry, leaf move near the tip",
         _ => "",
@@ -1081,6 +1103,37 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         }
     }
 
+    // pi 1.6, what pi users run, beside the CLI, the rpc and the binding.
+    let mut pi16_section = json!({"skipped": "run with --pi"});
+    if args.pi && ops.contains(&"pi16") {
+        pi16_section = measure_pi16(args, &work, &sizes)?;
+    }
+    // A pi home at a user's scale.
+    let mut home_section = json!({"skipped": "not among --ops"});
+    if ops.contains(&"home") {
+        let max = args
+            .home_size
+            .unwrap_or(if args.quick { 4_000_000 } else { 500_000_000 });
+        home_section = match peers::sessiontree_binary() {
+            Err(why) => json!({"skipped": why}),
+            Ok(bin) => {
+                let mut v = crate::home::measure(
+                    &bin,
+                    &work,
+                    &crate::home::points(max),
+                    args.seed,
+                    args.pg.as_deref(),
+                    args.keep_home,
+                    // The quick report compacts its smallest home only (CI time).
+                    args.home_compact_max
+                        .unwrap_or(if args.quick { 1_500_000 } else { u64::MAX }),
+                )?;
+                v["targets"] = json!(crate::home::targets(&v));
+                v
+            }
+        };
+    }
+
     let targets = targets(
         &rows,
         &rss,
@@ -1119,9 +1172,18 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         "process_notes": proc_notes,
         "peers": peers_json(&rows, &proc_rows),
         "targets": targets,
+        "pi16": pi16_section,
+        "home": home_section,
         "elapsed_secs": elapsed,
     });
-    let mut text = render_text(&report, &rows);
+    let mut text = String::new();
+    if args.pi {
+        text.push_str(&crate::pi16::render(&report["pi16"]));
+    }
+    if ops.contains(&"home") {
+        text.push_str(&crate::home::render(&report["home"]));
+    }
+    text.push_str(&render_text(&report, &rows));
     text.push_str(&render_shapes(&shape_rows));
     text.push_str(&compacted::render(&compact_rows));
     text.push_str(&render_peers(&report, &proc_rows));
@@ -1138,13 +1200,65 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     )?;
     write("report.md", &text)?;
     write("scaling.svg", &svg(&rows))?;
+    if ops.contains(&"home") {
+        write("home.svg", &crate::home::svg(&report["home"]))?;
+    }
     let _ = writeln!(
         text,
-        "\nwrote {0}/report.json, {0}/report.md, {0}/scaling.svg in {1:.0} s",
+        "\nwrote {0}/report.json, {0}/report.md, {0}/scaling.svg (and home.svg) in {1:.0} s",
         args.out.display(),
         elapsed
     );
     Ok(Report::new(report, text))
+}
+
+/// The pi 1.6 part: per size, the forked session through pi 1.6 and the
+/// binding (in process) and the CLI and rpc (whole processes); the listing
+/// over 300 and 3,000 files (`--quick`: 300 small ones).
+fn measure_pi16(args: &BenchArgs, work: &Path, sizes: &[usize]) -> Result<Value> {
+    let pi = match crate::pi16::find() {
+        Ok(p) => p,
+        Err(why) => {
+            progress(&format!("pi 1.6 peer skipped: {why}"));
+            return Ok(json!({"skipped": why}));
+        }
+    };
+    if let Err(why) = crate::pi16::binding_ready() {
+        progress(&format!("pi 1.6 peer skipped: {why}"));
+        return Ok(json!({"skipped": why}));
+    }
+    let st = match peers::sessiontree_binary() {
+        Ok(b) => b,
+        Err(why) => return Ok(json!({"skipped": why})),
+    };
+    let mut rows = Vec::new();
+    for &size in sizes {
+        progress(&format!("pi 1.6 session @ {size}"));
+        let (file, archive, id) = crate::pi16::app_dataset(&st, work, size, args.seed, false)?;
+        rows.extend(crate::pi16::measure_session(
+            &pi, &st, work, &file, &archive, &id, size, args.quick,
+        )?);
+        progress(&format!("binding read path @ {size}"));
+        let (_, long, long_id) = crate::pi16::app_dataset(&st, work, size, args.seed, true)?;
+        rows.extend(crate::pi16::measure_read(
+            &pi, &long, &long_id, size, args.quick,
+        )?);
+    }
+    // 300 files of ~420 entries (~125 MB, the home); 3,000 of them.
+    let lists: &[(usize, usize)] = if args.quick {
+        &[(300, 8)]
+    } else {
+        &[(300, 420), (3000, 420)]
+    };
+    for &(files, per_file) in lists {
+        progress(&format!("pi 1.6 listAll over {files} files"));
+        rows.extend(crate::pi16::measure_list(
+            &pi, &st, work, files, per_file, args.seed, args.quick,
+        )?);
+    }
+    crate::pi16::with_ratios(&mut rows);
+    let targets = crate::pi16::targets(&rows);
+    Ok(json!({"node": pi.version, "rows": rows, "targets": targets}))
 }
 
 /// Where the real pi session files are: `../shared/fixtures/pi-sessions`

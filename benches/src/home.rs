@@ -1,0 +1,711 @@
+//! A pi home at a pi user's scale, generated in pi's layout and put through
+//! every maintenance command as a user runs it: `import`, `ls`, `search`,
+//! `stats`, `check`, `compact` and `sync` (to PostgreSQL when a server is
+//! given), each a whole `sessiontree` process with its time, MB/s of the
+//! home and peak RSS, at home sizes ten times apart (e.g. 50 MB, 500 MB,
+//! 5 GB), so the report shows how each grows.
+//!
+//! A home is thousands of sessions spread over `--<cwd>--` directories with
+//! pi's file names ([`gen::generate`], [`Shape::Archive`]) holding 60 % of
+//! its bytes, and two sessions of 20 % each made mostly of inline base64
+//! screenshots in tool results (capped at 2 GB each), as the 1–2.6 GB files
+//! pi users report are.
+
+use crate::gen::{self, GenOptions, SessionSpec, Shape, SplitMix64, TreeShape};
+use serde_json::{json, Value};
+use sessiontree::{Error, Result};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Base64 characters of one generated screenshot (~225 KB of PNG).
+const IMAGE_LEN: usize = 300_000;
+/// The chance a tool result of a big session carries a screenshot.
+const IMAGE_CHANCE: f64 = 0.25;
+/// About how many bytes an entry of a big session takes (text ~940 B, a
+/// third of the entries are tool results, a quarter of those an image).
+const BIG_ENTRY_BYTES: u64 = 26_000;
+/// About how many bytes a small session file takes.
+const SMALL_FILE_BYTES: u64 = 500_000;
+
+/// Parses a size such as `5G`, `500M`, `2.5G` or `123456` (bytes).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().trim_end_matches(['B', 'b']);
+    let (num, mult) = match t.chars().last() {
+        Some('G' | 'g') => (&t[..t.len() - 1], 1e9),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1e6),
+        Some('K' | 'k') => (&t[..t.len() - 1], 1e3),
+        _ => (t, 1.0),
+    };
+    let x: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 5G, 500M)"))?;
+    if x <= 0.0 {
+        return Err(format!("{s:?}: a home has a positive size"));
+    }
+    Ok((x * mult) as u64)
+}
+
+/// The home sizes measured for a largest one: a hundredth, a tenth and all
+/// of it (none below 2 MB, at least two points).
+pub fn points(max: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = [max / 100, max / 10, max]
+        .into_iter()
+        .filter(|&b| b >= 2_000_000)
+        .collect();
+    if v.len() < 2 {
+        v = vec![(max / 4).max(500_000), max];
+    }
+    v.dedup();
+    v
+}
+
+/// What [`generate_home`] wrote.
+#[derive(Debug, Clone)]
+pub struct Home {
+    /// The agent directory (`PI_CODING_AGENT_DIR`); sessions under `sessions/`.
+    pub dir: PathBuf,
+    /// Session files written.
+    pub files: usize,
+    /// Entries written.
+    pub entries: usize,
+    /// Bytes of every session file.
+    pub bytes: u64,
+    /// Bytes and entries of each big (image) session.
+    pub big: Vec<(u64, usize)>,
+    /// Seconds to write it.
+    pub secs: f64,
+}
+
+/// Generates a home of about `bytes` under `dir` (replacing what is there).
+pub fn generate_home(dir: &Path, bytes: u64, seed: u64) -> Result<Home> {
+    let t = Instant::now();
+    let _ = std::fs::remove_dir_all(dir);
+    let sessions = dir.join("sessions");
+    let small_bytes = bytes * 6 / 10;
+    let files = (small_bytes / SMALL_FILE_BYTES).max(10) as usize;
+    let report = gen::generate(
+        &sessions,
+        &GenOptions {
+            shape: Shape::Archive,
+            entries: ((small_bytes / 940) as usize).max(files * 4),
+            sessions: Some(files),
+            seed,
+            ..GenOptions::default()
+        },
+    )?;
+    let mut home = Home {
+        dir: dir.to_owned(),
+        files: report.sessions.len(),
+        entries: report.total_entries(),
+        bytes: report.total_bytes(),
+        big: Vec::new(),
+        secs: 0.0,
+    };
+    let mut rng = SplitMix64::new(seed ^ 0x0b16_5e55);
+    for (k, project) in ["screenshots-app", "design-review"].iter().enumerate() {
+        let target = (bytes / 5).min(2_000_000_000);
+        let entries = (target / BIG_ENTRY_BYTES).max(20) as usize;
+        let created_ms = 1_748_736_000_000 + k as i64 * 3_600_000;
+        let spec = SessionSpec {
+            id: gen::uuid_v7(created_ms, &mut rng),
+            created_ms,
+            cwd: format!("/home/dev/projects/{project}"),
+            entries,
+            forks: entries / 100,
+            compaction_every: 500,
+            seed: rng.next_u64(),
+            tree: TreeShape::Spread,
+            dangling_root: false,
+        };
+        let d = sessions.join(sessiontree::layout::encode_cwd(&spec.cwd));
+        std::fs::create_dir_all(&d)
+            .map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
+        let path = d.join(sessiontree::layout::session_file_name(
+            &gen::iso_millis(created_ms),
+            &spec.id,
+        ));
+        let file = std::fs::File::create(&path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        let s = gen::write_session_with_images(&mut w, &spec, IMAGE_CHANCE, IMAGE_LEN)
+            .and_then(|s| w.flush().map(|_| s))
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        home.files += 1;
+        home.entries += s.entries;
+        home.bytes += s.bytes;
+        home.big.push((s.bytes, s.entries));
+    }
+    home.secs = t.elapsed().as_secs_f64();
+    Ok(home)
+}
+
+/// CPU seconds (user + system) a live process has used, from `/proc/PID/stat`.
+fn cpu_secs(stat_path: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(stat_path).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// What one whole process took.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    /// Wall seconds, spawn to exit.
+    pub secs: f64,
+    /// Peak RSS in kB (`VmHWM`, polled while it runs).
+    pub peak_kb: u64,
+    /// CPU seconds (user + system, polled: the last reading before exit).
+    pub cpu_secs: f64,
+}
+
+/// One whole process: its wall and CPU seconds and peak RSS, its stdout, or
+/// why it failed.
+pub fn run_measured(cmd: &mut Command, out_file: &Path) -> Result<(Measured, String)> {
+    let stdout = std::fs::File::create(out_file)
+        .map_err(|e| Error::io(format!("creating {}", out_file.display()), e))?;
+    let t = Instant::now();
+    let mut child = cmd
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io("spawning a measured command".to_owned(), e))?;
+    let status_path = format!("/proc/{}/status", child.id());
+    let stat_path = format!("/proc/{}/stat", child.id());
+    let mut peak = 0u64;
+    let mut cpu = 0.0f64;
+    let mut stderr = child.stderr.take();
+    // Drain stderr on a thread so a chatty child never blocks on a full pipe.
+    let errs = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = std::io::Read::read_to_string(e, &mut s);
+        }
+        s
+    });
+    let mut nap = Duration::from_millis(1);
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&status_path) {
+            if let Some(kb) = text
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                peak = peak.max(kb);
+            }
+        }
+        if let Some(c) = cpu_secs(&stat_path) {
+            cpu = cpu.max(c);
+        }
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => return Err(Error::io("waiting for a measured command".to_owned(), e)),
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(20));
+    };
+    let secs = t.elapsed().as_secs_f64();
+    let err = errs.join().unwrap_or_default();
+    let out = std::fs::read_to_string(out_file).unwrap_or_default();
+    if !status.success() {
+        let line = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(Error::Usage(format!("exit {status}: {}", line.trim())));
+    }
+    Ok((
+        Measured {
+            secs,
+            peak_kb: peak,
+            cpu_secs: cpu,
+        },
+        out,
+    ))
+}
+
+/// `url` with its database name replaced by `db`.
+fn with_database(url: &str, db: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let path_start = rest.find('/').map(|i| scheme_end + 3 + i);
+    let query_start = url.find('?');
+    match (path_start, query_start) {
+        (Some(p), Some(q)) if p < q => format!("{}/{db}{}", &url[..p], &url[q..]),
+        (Some(p), None) => format!("{}/{db}", &url[..p]),
+        (None, Some(q)) => format!("{}/{db}{}", &url[..q], &url[q..]),
+        _ => format!("{url}/{db}"),
+    }
+}
+
+/// A fresh, empty database `db` on the server of `url` (psql); its URL.
+fn fresh_database(url: &str, db: &str) -> std::result::Result<String, String> {
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {db}"),
+        format!("CREATE DATABASE {db}"),
+    ] {
+        let out = Command::new("psql")
+            .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", &sql])
+            .output()
+            .map_err(|e| format!("running psql: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "psql {sql}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(with_database(url, db))
+}
+
+fn file_bytes(p: &Path) -> u64 {
+    ["", "-wal"]
+        .iter()
+        .filter_map(|s| std::fs::metadata(format!("{}{s}", p.display())).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Generates each home of `sizes` under `work` in turn, runs the commands on
+/// it and (unless `keep`) deletes it. Rows: one per (command, home size).
+pub fn measure(
+    st: &Path,
+    work: &Path,
+    sizes: &[u64],
+    seed: u64,
+    pg: Option<&str>,
+    keep: bool,
+    compact_max: u64,
+) -> Result<Value> {
+    let mut rows = Vec::new();
+    let mut homes = Vec::new();
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let dir = work.join(format!("home-{bytes}"));
+        eprintln!(
+            "bench: generating a {:.0} MB pi home in {}",
+            bytes as f64 / 1e6,
+            dir.display()
+        );
+        let home = generate_home(&dir, bytes, seed ^ bytes)?;
+        let mb = home.bytes as f64 / 1e6;
+        let db = dir.join("archive.db");
+        let out = dir.join("stdout.txt");
+        let mut notes: Vec<Value> = Vec::new();
+        let mut record = |op: &str, args: &[&str], extra: Value| -> Result<Option<f64>> {
+            eprintln!("bench: home {mb:.0} MB: {op}");
+            let mut c = Command::new(st);
+            c.arg("--db").arg(&db).args(args);
+            match run_measured(&mut c, &out) {
+                Ok((m, _)) => {
+                    rows.push(json!({"op": op, "home_mb": mb, "secs": m.secs, "mb_per_s": mb / m.secs,
+                        "cpu_secs": m.cpu_secs, "mb_per_cpu_s": mb / m.cpu_secs.max(0.01),
+                        "peak_rss_mb": m.peak_kb as f64 / 1024.0, "archive_mb": file_bytes(&db) as f64 / 1e6, "extra": extra}));
+                    Ok(Some(m.secs))
+                }
+                Err(e) => {
+                    rows.push(json!({"op": op, "home_mb": mb, "error": e.to_string()}));
+                    Ok(None)
+                }
+            }
+        };
+        let sessions = home.dir.join("sessions");
+        let sessions_s = sessions.to_string_lossy().into_owned();
+        record(
+            "import",
+            &["--json", "import", "--quiet", &sessions_s],
+            json!({}),
+        )?;
+        record("ls", &["ls"], json!({}))?;
+        record("search", &["search", gen::SEARCH_TERMS[0]], json!({}))?;
+        record("stats", &["stats"], json!({}))?;
+        record("check", &["check"], json!({}))?;
+        if home.bytes <= compact_max {
+            record("compact", &["compact", "--quiet"], json!({}))?;
+        } else {
+            notes.push(json!({"op": "compact", "home_mb": mb, "skipped": format!("not run above {:.0} MB (--home-compact-max)", compact_max as f64 / 1e6)}));
+        }
+        match pg {
+            Some(url) => match fresh_database(url, &format!("sessiontree_bench_home_{i}")) {
+                Ok(to) => {
+                    record(
+                        "sync",
+                        &["sync", "--to", &to],
+                        json!({"to": "a fresh database on the given server"}),
+                    )?;
+                }
+                Err(e) => notes.push(json!({"op": "sync", "home_mb": mb, "error": e})),
+            },
+            None => {
+                notes.push(json!({"op": "sync", "home_mb": mb, "skipped": "no --pg server given"}))
+            }
+        }
+        rows.append(&mut notes);
+        homes.push(json!({"target_bytes": bytes, "bytes": home.bytes, "files": home.files, "entries": home.entries,
+            "big_sessions": home.big.iter().map(|(b, e)| json!({"bytes": b, "entries": e})).collect::<Vec<_>>(),
+            "generate_secs": home.secs}));
+        if !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(json!({"homes": homes, "rows": rows, "growth": growth(&rows)}))
+}
+
+/// Per command: time per MB and peak RSS at the largest home over the
+/// smallest (≤ 1: linear or better; RSS near 1: bounded memory).
+fn growth(rows: &[Value]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for op in [
+        "import", "ls", "search", "stats", "check", "compact", "sync",
+    ] {
+        let mut r: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["op"] == op && r["secs"].is_number())
+            .collect();
+        r.sort_by(|a, b| {
+            a["home_mb"]
+                .as_f64()
+                .unwrap_or(0.0)
+                .total_cmp(&b["home_mb"].as_f64().unwrap_or(0.0))
+        });
+        let (Some(lo), Some(hi)) = (r.first(), r.last()) else {
+            continue;
+        };
+        if r.len() < 2 {
+            continue;
+        }
+        let per = |x: &Value| {
+            x["secs"].as_f64().unwrap_or(f64::NAN) / x["home_mb"].as_f64().unwrap_or(f64::NAN)
+        };
+        out.push(json!({"op": op, "from_mb": lo["home_mb"], "to_mb": hi["home_mb"],
+            "secs_per_mb_growth": per(hi) / per(lo),
+            "rss_growth": hi["peak_rss_mb"].as_f64().unwrap_or(f64::NAN) / lo["peak_rss_mb"].as_f64().unwrap_or(f64::NAN)}));
+    }
+    out
+}
+
+/// The targets: import ≥ 60 MB/s, check ≥ 50 MB/s, compact ≥ 20 MB/s at
+/// the largest home; every command linear or better; bounded memory.
+pub fn targets(v: &Value) -> Vec<Value> {
+    let rows = v["rows"].as_array().cloned().unwrap_or_default();
+    let largest = rows
+        .iter()
+        .filter_map(|r| r["home_mb"].as_f64())
+        .fold(0.0, f64::max);
+    let at = |op: &str| {
+        rows.iter()
+            .find(|r| r["op"] == op && r["home_mb"].as_f64() == Some(largest))
+    };
+    let mut out = Vec::new();
+    for (op, min) in [("import", 60.0), ("check", 50.0), ("compact", 20.0)] {
+        let r = rows
+            .iter()
+            .filter(|r| r["op"] == op && r["secs"].is_number())
+            .max_by(|a, b| {
+                a["home_mb"]
+                    .as_f64()
+                    .unwrap_or(0.0)
+                    .total_cmp(&b["home_mb"].as_f64().unwrap_or(0.0))
+            });
+        let _ = at;
+        let m = r.and_then(|r| r["mb_per_s"].as_f64());
+        let cpu = r.and_then(|r| r["mb_per_cpu_s"].as_f64());
+        let home = r.and_then(|r| r["home_mb"].as_f64()).unwrap_or(largest);
+        out.push(json!({"target": format!("`{op}` of the {home:.0} MB home ≥ {min} MB/s"), "measured": m.map(|x| format!("{x:.1} MB/s wall ({:.1} MB per CPU second)", cpu.unwrap_or(f64::NAN))), "met": m.map(|x| x >= min)}));
+    }
+    for g in v["growth"].as_array().into_iter().flatten() {
+        let x = g["secs_per_mb_growth"].as_f64().unwrap_or(f64::NAN);
+        out.push(json!({"target": format!("`{}` grows linearly or better ({:.0} → {:.0} MB: time per MB ≤ 1.5× the smallest home's)", g["op"].as_str().unwrap_or(""), g["from_mb"].as_f64().unwrap_or(0.0), g["to_mb"].as_f64().unwrap_or(0.0)),
+            "measured": format!("{x:.2}× time per MB, {:.2}× peak RSS", g["rss_growth"].as_f64().unwrap_or(f64::NAN)), "met": x <= 1.5}));
+    }
+    out
+}
+
+/// The section as markdown.
+pub fn render(v: &Value) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "\n## A pi home at a user's scale\n");
+    if let Some(why) = v["skipped"].as_str() {
+        let _ = writeln!(t, "- skipped: {why}\n");
+        return t;
+    }
+    for h in v["homes"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            t,
+            "- home of {:.1} MB: {} files, {} entries; big sessions {}; generated in {:.1} s",
+            h["bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            h["files"],
+            h["entries"],
+            h["big_sessions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| format!(
+                    "{:.1} MB / {} entries",
+                    b["bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                    b["entries"]
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            h["generate_secs"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(t, "\nEach command a whole `sessiontree` process on the home's archive, in this order (import into a fresh archive, then the rest on it; sync to a fresh PostgreSQL database); MB/s = the home's JSONL bytes ÷ the time; peak RSS = `VmHWM` polled while it runs.\n");
+    let _ = writeln!(t, "| command | home MB | seconds | MB/s | CPU seconds | MB per CPU second | peak RSS MB | archive MB after |");
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in v["rows"].as_array().into_iter().flatten() {
+        let op = r["op"].as_str().unwrap_or("");
+        let mb = r["home_mb"].as_f64().unwrap_or(0.0);
+        if let Some(e) = r["error"].as_str().or(r["skipped"].as_str()) {
+            let _ = writeln!(t, "| {op} | {mb:.0} | {} | | | | | |", e.replace('|', "/"));
+            continue;
+        }
+        let rss = r["peak_rss_mb"]
+            .as_f64()
+            .filter(|x| *x > 0.0)
+            .map_or("— (ended before a reading)".to_owned(), |x| {
+                format!("{x:.1}")
+            });
+        let _ = writeln!(
+            t,
+            "| {op} | {mb:.0} | {:.3} | {:.1} | {:.2} | {:.1} | {rss} | {:.0} |",
+            r["secs"].as_f64().unwrap_or(f64::NAN),
+            r["mb_per_s"].as_f64().unwrap_or(f64::NAN),
+            r["cpu_secs"].as_f64().unwrap_or(f64::NAN),
+            r["mb_per_cpu_s"].as_f64().unwrap_or(f64::NAN),
+            r["archive_mb"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    let _ = writeln!(t);
+    for g in v["targets"].as_array().into_iter().flatten() {
+        let verdict = match g["met"].as_bool() {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "not measured",
+        };
+        let _ = writeln!(
+            t,
+            "- target: {}: {}, **{verdict}**",
+            g["target"].as_str().unwrap_or(""),
+            g["measured"].as_str().unwrap_or("—")
+        );
+    }
+    t
+}
+
+/// The plot: seconds (and peak RSS) against home size, log–log, one line
+/// per command, with a dotted slope-1 guide (linear growth).
+pub fn svg(v: &Value) -> String {
+    let rows: Vec<&Value> = v["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["secs"].is_number())
+        .collect();
+    let ops = [
+        "import", "ls", "search", "stats", "check", "compact", "sync",
+    ];
+    let colors = [
+        "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#d62728", "#8c564b", "#17becf",
+    ];
+    let (w, h) = (900.0, 380.0);
+    let (pw, ph, ml, mt) = (360.0, 280.0, 60.0, 40.0);
+    let xs: Vec<f64> = rows.iter().filter_map(|r| r["home_mb"].as_f64()).collect();
+    let (x0, x1) = (
+        xs.iter().cloned().fold(f64::MAX, f64::min),
+        xs.iter().cloned().fold(0.0, f64::max),
+    );
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    if rows.is_empty() || x1 <= x0 {
+        let _ = writeln!(
+            s,
+            r#"<text x="20" y="30">no home measured at two sizes</text></svg>"#
+        );
+        return s;
+    }
+    for (panel, (key, title)) in [("secs", "seconds"), ("peak_rss_mb", "peak RSS (MB)")]
+        .iter()
+        .enumerate()
+    {
+        let left = ml + panel as f64 * (pw + 90.0);
+        let ys: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| r[*key].as_f64())
+            .filter(|y| *y > 0.0)
+            .collect();
+        let (y0, y1) = (
+            ys.iter().cloned().fold(f64::MAX, f64::min) / 1.5,
+            ys.iter().cloned().fold(0.0, f64::max) * 1.5,
+        );
+        let lx = |x: f64| left + (x.ln() - x0.ln()) / (x1.ln() - x0.ln()).max(1e-9) * pw;
+        let ly = |y: f64| mt + ph - (y.ln() - y0.ln()) / (y1.ln() - y0.ln()).max(1e-9) * ph;
+        let _ = writeln!(
+            s,
+            r##"<rect x="{left}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>"##
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle" font-size="13">{title} against home size (MB), log–log</text>"#,
+            left + pw / 2.0,
+            mt - 12.0
+        );
+        for x in [x0, (x0 * x1).sqrt(), x1] {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{x:.0}</text>"#,
+                lx(x),
+                mt + ph + 14.0
+            );
+        }
+        for y in [y0 * 1.5, (y0 * y1).sqrt(), y1 / 1.5] {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                left - 4.0,
+                ly(y) + 4.0,
+                if y < 1.0 {
+                    format!("{y:.3}")
+                } else {
+                    format!("{y:.1}")
+                }
+            );
+        }
+        if panel == 0 {
+            // Slope 1 through the import's first point: linear growth.
+            if let Some(r) = rows.iter().find(|r| r["op"] == "import") {
+                let (a, b) = (
+                    r["home_mb"].as_f64().unwrap_or(x0),
+                    r["secs"].as_f64().unwrap_or(1.0),
+                );
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#bbb" stroke-dasharray="3,3"/>"##,
+                    lx(a),
+                    ly(b),
+                    lx(x1),
+                    ly(b * x1 / a).max(mt)
+                );
+            }
+        }
+        for (op, color) in ops.iter().zip(colors) {
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r["op"] == *op)
+                .filter_map(|r| Some((r["home_mb"].as_f64()?, r[*key].as_f64()?)))
+                .filter(|p| p.1 > 0.0)
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if pts.is_empty() {
+                continue;
+            }
+            let d: Vec<String> = pts
+                .iter()
+                .map(|(x, y)| format!("{:.1},{:.1}", lx(*x), ly(*y)))
+                .collect();
+            let _ = writeln!(
+                s,
+                r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+                d.join(" ")
+            );
+            for (x, y) in &pts {
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+                    lx(*x),
+                    ly(*y)
+                );
+            }
+        }
+    }
+    for (i, (op, color)) in ops.iter().zip(colors).enumerate() {
+        let x = ml + i as f64 * 110.0;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{x}" y="{}" width="10" height="10" fill="{color}"/><text x="{}" y="{}">{op}</text>"#,
+            h - 22.0,
+            x + 14.0,
+            h - 13.0
+        );
+    }
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// Writes `text` to `path`.
+pub fn write(path: &Path, text: &str) -> Result<()> {
+    let mut f = std::fs::File::create(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_points_span_a_hundredfold() {
+        assert_eq!(parse_size("5G").unwrap(), 5_000_000_000);
+        assert_eq!(parse_size("2.5g").unwrap(), 2_500_000_000);
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert!(parse_size("lots").is_err());
+        assert_eq!(
+            points(5_000_000_000),
+            vec![50_000_000, 500_000_000, 5_000_000_000]
+        );
+        assert_eq!(points(8_000_000), vec![2_000_000, 8_000_000]);
+        assert_eq!(points(4_000_000), vec![1_000_000, 4_000_000]);
+    }
+
+    #[test]
+    fn database_names_are_replaced_in_urls() {
+        assert_eq!(
+            with_database("postgres://postgres@localhost/postgres?host=/tmp/x", "b"),
+            "postgres://postgres@localhost/b?host=/tmp/x"
+        );
+        assert_eq!(
+            with_database("postgres://u@h:5432/db", "b"),
+            "postgres://u@h:5432/b"
+        );
+    }
+
+    #[test]
+    fn a_small_home_is_in_pi_layout_with_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = generate_home(&dir.path().join("h"), 3_000_000, 7).unwrap();
+        assert!(home.files >= 12, "{home:?}");
+        assert!(home.bytes > 1_500_000 && home.bytes < 6_000_000, "{home:?}");
+        let mut images = 0;
+        let mut dirs = 0;
+        for d in std::fs::read_dir(dir.path().join("h/sessions")).unwrap() {
+            let d = d.unwrap();
+            let name = d.file_name().to_string_lossy().into_owned();
+            assert!(name.starts_with("--") && name.ends_with("--"), "{name}");
+            dirs += 1;
+            for f in std::fs::read_dir(d.path()).unwrap() {
+                let f = f.unwrap().path();
+                assert!(f.extension().is_some_and(|e| e == "jsonl"));
+                images += std::fs::read_to_string(&f)
+                    .unwrap()
+                    .matches("\"type\":\"image\"")
+                    .count();
+            }
+        }
+        assert!(dirs >= 3);
+        assert!(images > 0, "the big sessions carry inline images");
+    }
+}
