@@ -618,6 +618,14 @@ pub fn export_to_pi_dir(
     let storage = archive.open_session(id)?;
     let default = crate::layout::export_path(out, &storage.metadata()?)?;
     let path = session_target(archive, id, out, default, by_id)?;
+    // Never through a link planted below `out` (nor into the file it names).
+    // A recorded path is canonical: it is checked below `out`'s canonical
+    // form (`out` itself may be a link the user named).
+    let below = match std::fs::canonicalize(out) {
+        Ok(root) if !path.starts_with(out) && path.starts_with(&root) => root,
+        _ => out.to_owned(),
+    };
+    let path = super::safe_write::refuse_links_below(&below, &path)?;
     let header = storage.header_json()?;
     if path.exists() && !force {
         let version = crate::backend::jsonl::read_header(&path)?.version;
