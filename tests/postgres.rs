@@ -1464,6 +1464,7 @@ fn a_bad_connection_option_fails_at_once_saying_why() {
     assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
     assert!(text.contains("no-socket-here"), "{text}");
     assert!(text.contains("No such file or directory"), "{text}");
+}
 
 /// The path from `from` (or the leaf) on a storage, as ids.
 fn path_of(s: &dyn SessionStorage, from: Option<&str>) -> Vec<String> {

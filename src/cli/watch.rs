@@ -267,6 +267,14 @@ impl Watch {
                     ImportOutcome::Appended if done.entries == 0 => {
                         self.out.reported.remove(file);
                     }
+                    _ if done.report.archive_only > 0 => self.out.problem(
+                        file,
+                        &format!(
+                            "is shorter than when it was imported (truncated or rewritten): the archive keeps the {} entries it no longer has; `sessiontree export {} --out DIR` writes them back",
+                            done.report.archive_only, done.session_id
+                        ),
+                        "invalid_session",
+                    ),
                     ImportOutcome::Imported | ImportOutcome::Appended => {
                         self.updated += 1;
                         self.entries += done.entries;

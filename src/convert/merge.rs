@@ -156,6 +156,9 @@ struct ImportMerge {
     new: Vec<Entry>,
     /// The file's lines pi skips that the archive does not keep yet.
     new_kept: Vec<Vec<u8>>,
+    /// The archive's ids of the entries the file holds under other ids (a
+    /// version 1 file pi upgraded).
+    aliased: Vec<String>,
 }
 
 /// Compares `file` with the archive's session: the file's entries the
@@ -225,7 +228,12 @@ fn plan_import_merge(
             _ => new_kept.push(s.text.clone()),
         }
     }
-    Ok(ImportMerge { new, new_kept })
+    let aliased = aliases.into_values().collect();
+    Ok(ImportMerge {
+        new,
+        new_kept,
+        aliased,
+    })
 }
 
 /// The import record of `path` as it is now: all of it imported.
@@ -270,6 +278,11 @@ pub(super) fn merge_file_into_archive(
             ),
         });
     }
+    // A file shorter than when it was last imported lost entries (pi never
+    // shortens its files); the archive keeps them, and the caller says so.
+    let shrank = archive
+        .import_record(canon)?
+        .is_some_and(|r| r.bytes > file.summary.bytes);
     let storage = archive.open_session(session)?;
     let side = read_archive_side(&storage)?;
     let kept = storage.kept_lines()?;
@@ -307,7 +320,22 @@ pub(super) fn merge_file_into_archive(
     } else {
         ImportOutcome::Appended
     };
-    let report = ImportReport::of(Vec::new(), &file.summary, contract);
+    let mut report = ImportReport::of(Vec::new(), &file.summary, contract);
+    // What the file lost (truncated, or rewritten without some entries):
+    // the archive keeps it, and the caller says so.
+    let in_file: HashSet<&str> = file
+        .entries
+        .iter()
+        .map(|e| e.id())
+        .chain(plan.aliased.iter().map(String::as_str))
+        .collect();
+    if shrank {
+        report.archive_only = side
+            .entries
+            .iter()
+            .filter(|e| !in_file.contains(e.id()) && *e.entry_type() != EntryType::Leaf)
+            .count() as u64;
+    }
     Ok((
         FileImport {
             session_id: session.to_owned(),
@@ -644,7 +672,9 @@ pub fn export_to_pi_dir(
                 Err(e) => return Err(e),
             }
             let storage = archive.open_session(id)?;
-            return match super::export::export_storage_to_file(&header, &storage, &path, true, progress)? {
+            return match super::export::export_storage_to_file(
+                &header, &storage, &path, true, progress,
+            )? {
                 super::export::ExportOutcome::Replaced { backup } => {
                     record_file(archive, id, &path)?;
                     Ok((path, PiExport::Upgraded { backup }))
@@ -658,7 +688,9 @@ pub fn export_to_pi_dir(
         if version < 3 {
             return Err(old(format!("a version {version} pi file")));
         }
-        return match super::export::export_storage_to_file(&header, &storage, &path, false, progress) {
+        return match super::export::export_storage_to_file(
+            &header, &storage, &path, false, progress,
+        ) {
             Ok(outcome) => {
                 record_file(archive, id, &path)?;
                 Ok((path, PiExport::Plain(outcome)))
@@ -681,7 +713,10 @@ pub fn export_to_pi_dir(
                     });
                     if !more {
                         record_file(archive, id, &path)?;
-                        return Ok((path, PiExport::Plain(super::export::ExportOutcome::Unchanged)));
+                        return Ok((
+                            path,
+                            PiExport::Plain(super::export::ExportOutcome::Unchanged),
+                        ));
                     }
                     return Err(old(
                         "a version 1 file pi upgraded since it was imported (its entries have new ids)"

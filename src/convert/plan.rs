@@ -56,6 +56,9 @@ pub struct ImportReport {
     pub contract: Option<Contract>,
     /// What pi 1.6 would do to the file on open, each to follow `pi 1.6 will `.
     pub pi_rewrites: Vec<String>,
+    /// Entries the archive holds that the file no longer has (someone
+    /// truncated or rewrote it since it was imported); the archive keeps them.
+    pub archive_only: u64,
 }
 
 impl ImportReport {
@@ -77,6 +80,7 @@ impl ImportReport {
             kept,
             contract: Some(contract),
             pi_rewrites,
+            archive_only: 0,
         }
     }
 }

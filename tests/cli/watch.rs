@@ -431,7 +431,13 @@ fn watch_follows_appends_waits_for_half_lines_and_reports_truncation() {
     let renamed = dir.join("renamed.jsonl");
     std::fs::rename(&file, &renamed).expect("rename");
     let v = w.wait_for(Duration::from_secs(10), |v| v["file"] == json!(s(&renamed)));
-    assert_eq!(v["session"], id, "{v}");
+    // Skipped (its session is the archive's), or, as here where its content
+    // was replaced, a conflict naming the session: either way said, and
+    // nothing lost.
+    assert!(
+        v["session"] == id || v["message"].as_str().is_some_and(|m| m.contains(id)),
+        "{v}"
+    );
     assert_eq!(entries(&sb, id), 6);
 
     let (status, last) = w.stop();
