@@ -625,7 +625,14 @@ fn record_file(archive: &Archive, id: &str, path: &Path) -> Result<()> {
             return Ok(());
         }
     }
-    merge_file_into_archive(archive, path, &canon, id, None).map(drop)
+    match merge_file_into_archive(archive, path, &canon, id, None) {
+        // A live writer holds the session (pi's own session on the archive,
+        // an rpc): the file is written and whole, only its record waits for
+        // a later import or export; the next export still finds the file by
+        // its path or its header.
+        Err(Error::WriterClaimed { .. }) => Ok(()),
+        other => other.map(drop),
+    }
 }
 
 /// Exports session `id` of the archive into the pi sessions directory
