@@ -969,7 +969,7 @@ fn long_op_entries() -> usize {
     if std::env::var_os("SESSIONTREE_SCALE_TESTS").is_some() {
         1_000_000
     } else {
-        env_usize("AVAILABILITY_ENTRIES", 2_000)
+        env_usize("AVAILABILITY_ENTRIES", 8_000)
     }
 }
 
@@ -1092,10 +1092,13 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
         );
     }
     for (op, o) in &report {
-        // One transaction for the whole operation lets at most the append
-        // already running in; batches let one in every ~50 ms.
+        // One transaction for the whole operation lets at most two appends
+        // in (the one already running, the one waiting as it commits);
+        // batches let one in every ~50 ms. 8,000 entries make even the
+        // fastest of the three (delete) several batches long on a fast
+        // machine.
         assert!(
-            o.inside >= 5,
+            o.inside >= 3,
             "{op}: only {} appends got in during {:?}",
             o.inside,
             o.took
