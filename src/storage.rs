@@ -581,9 +581,10 @@ pub fn collect_entries(
 }
 
 // Entries pi 1.6 parses that would make a session unreadable later (a
-// `message` entry without a message): an archive refuses them at the door
-// (import keeps the line verbatim and reports it with its file and line;
-// an append is `invalid_entry`).
+// `message` entry without a message): import keeps such a line verbatim
+// out of the entries and reports it with its file and line; `appendEntry`
+// takes it as pi's does (the SDK contract, alike on every backend), and
+// reads then fail on it as pi's do.
 
 /// What makes an entry unreadable later.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -609,15 +610,4 @@ pub fn unreadable_later(e: &Entry) -> Option<Unreadable> {
             .map_or(true, |o| o.get("message").is_none_or(|m| null(m.get()))),
     };
     missing.then(|| Unreadable::NoMessage(e.id().to_owned()))
-}
-
-/// Refuses an append of `e` to an archive when it would make the session
-/// unreadable later: `invalid_entry`, saying why.
-pub fn refuse_unreadable(e: &Entry) -> Result<()> {
-    match unreadable_later(e) {
-        Some(Unreadable::NoMessage(id)) => Err(Error::InvalidEntry(format!(
-            "Entry {id} is a message entry without a message (null); refused (pi 1.6's context and statistics would fail on it for good)"
-        ))),
-        None => Ok(()),
-    }
 }
