@@ -550,7 +550,8 @@ fn damaged_real_lines() {
                     imported_cases.fetch_add(1, Ordering::Relaxed);
                     let got = archive_entries(&archive, &r.session_id);
                     // The archive keeps an id's first entry and leaves a late
-                    // parent out (kept verbatim instead); otherwise the same.
+                    // parent and a message entry without a message out (kept
+                    // verbatim instead); otherwise the same.
                     let mut seen = std::collections::HashSet::new();
                     let unique = s
                         .all_entries()
@@ -559,7 +560,9 @@ fn damaged_real_lines() {
                     let kept_out = r.report.kept.iter().any(|k| {
                         matches!(
                             k.why,
-                            SkipReason::DuplicateId(_) | SkipReason::LateParent(_)
+                            SkipReason::DuplicateId(_)
+                                | SkipReason::LateParent(_)
+                                | SkipReason::NoMessage(_)
                         )
                     });
                     if unique && !kept_out {
