@@ -85,6 +85,18 @@ impl SessionWriter<'_> {
     }
 }
 
+/// Session `id`'s key, its row locked until `tx` ends (so no other
+/// transaction deletes the session or takes its claim meanwhile).
+fn lock_session_row(tx: &mut Transaction<'_>, id: &str, ctx: &'static str) -> Result<i64> {
+    tx.query_opt(
+        "SELECT session_key FROM sessions WHERE id = $1 FOR UPDATE",
+        &[&id],
+    )
+    .map_err(pg(ctx))?
+    .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+    .and_then(|r| col(&r, 0))
+}
+
 impl PgArchive {
     /// Creates a session and returns it open for writing (claim taken).
     pub fn create_session(&self, new: &NewSession) -> Result<PgStorage> {
@@ -282,14 +294,7 @@ impl PgArchive {
         let ctx = "deleting a session";
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;
-        let key: i64 = tx
-            .query_opt(
-                "SELECT session_key FROM sessions WHERE id = $1 FOR UPDATE",
-                &[&id],
-            )
-            .map_err(pg(ctx))?
-            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
-            .and_then(|r| col(&r, 0))?;
+        let key = lock_session_row(&mut tx, id, ctx)?;
         refuse_if_held(&mut tx, key, id)?;
         tx.execute("DELETE FROM sessions WHERE session_key = $1", &[&key])
             .map_err(pg(ctx))?;
@@ -308,14 +313,7 @@ impl PgArchive {
         let ctx = "clearing a writer claim";
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;
-        let key: i64 = tx
-            .query_opt(
-                "SELECT session_key FROM sessions WHERE id = $1 FOR UPDATE",
-                &[&id],
-            )
-            .map_err(pg(ctx))?
-            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
-            .and_then(|r| col(&r, 0))?;
+        let key = lock_session_row(&mut tx, id, ctx)?;
         let cleared =
             crate::backend::claim::clear(&mut super::claim::PgClaims(&mut tx), key, id, force)?;
         tx.commit().map_err(pg(ctx))?;
