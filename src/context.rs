@@ -111,10 +111,33 @@ impl SessionContext {
 
     /// The context's JSON text, handed to `piece` in order.
     fn json_pieces<E>(&self, piece: &mut dyn FnMut(&str) -> Result<(), E>) -> Result<(), E> {
+        piece(&head_json(
+            &self.thinking_level,
+            &self.model,
+            &self.active_tool_names,
+        ))?;
+        for (i, m) in self.messages.iter().enumerate() {
+            if i > 0 {
+                piece(",")?;
+            }
+            piece(m.get())?;
+        }
+        piece("]}")
+    }
+}
+
+/// The context's JSON up to its messages: `{thinkingLevel, model,
+/// activeToolNames, "messages":[` (the messages and `]}` follow).
+fn head_json(
+    thinking_level: &Option<Box<RawValue>>,
+    model: &Option<ModelRef>,
+    active_tool_names: &Option<Box<RawValue>>,
+) -> String {
+    {
         let raw = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_owned());
         let mut w = ObjectWriter::new();
-        w.opt_raw("thinkingLevel", raw(&self.thinking_level).as_deref());
-        match &self.model {
+        w.opt_raw("thinkingLevel", raw(thinking_level).as_deref());
+        match model {
             // pi builds `{provider, modelId}` in that order.
             Some(m) => {
                 let mut mw = ObjectWriter::new();
@@ -128,18 +151,11 @@ impl SessionContext {
         }
         w.raw(
             "activeToolNames",
-            self.active_tool_names.as_ref().map_or("null", |t| t.get()),
+            active_tool_names.as_ref().map_or("null", |t| t.get()),
         );
         // The members so far, then the messages array, written as it goes.
         w.raw("messages", "[");
-        piece(&w.unclosed())?;
-        for (i, m) in self.messages.iter().enumerate() {
-            if i > 0 {
-                piece(",")?;
-            }
-            piece(m.get())?;
-        }
-        piece("]}")
+        w.unclosed()
     }
 }
 
@@ -416,4 +432,178 @@ pub fn build_context(path: &[Entry], options: &ContextOptions) -> Result<Session
         active_tool_names,
         messages,
     })
+}
+
+/// A path read that can be repeated: hands the same path to its sink,
+/// root-side first, each time it is called
+/// ([`crate::SessionStorage::visit_path`] from a fixed entry).
+pub type PathVisit<'a> = dyn Fn(&mut dyn FnMut(Entry) -> Result<()>) -> Result<()> + 'a;
+
+/// [`build_context`] without the path in memory (default options: no
+/// transforms, no projectors): the state and the compaction's place are
+/// read in a first pass over the path (a second finds the compaction's
+/// first kept entry), and the messages are made in a last pass, each
+/// handed out as it is made ([`StreamedContext::visit_messages`]). Memory
+/// holds a few entries whatever the path's length. Errors of the state
+/// (a message entry without a message) come from [`StreamedContext::read`],
+/// before any message.
+#[derive(Debug)]
+pub struct StreamedContext {
+    /// The thinking level, as [`SessionContext::thinking_level`].
+    pub thinking_level: Option<Box<RawValue>>,
+    /// The model, as [`SessionContext::model`].
+    pub model: Option<ModelRef>,
+    /// The active tools, as [`SessionContext::active_tool_names`].
+    pub active_tool_names: Option<Box<RawValue>>,
+    /// The last compaction on the path, its index, and the index of its
+    /// first kept entry before it where the default transform keeps some.
+    compaction: Option<(Entry, usize, Option<usize>)>,
+}
+
+impl StreamedContext {
+    /// The first passes over the path `visit` reads.
+    pub fn read(visit: &PathVisit<'_>) -> Result<StreamedContext> {
+        // derive_state's rule in one pass: the last thinking-level and model
+        // entries are kept and read at the end; its errors are the first in
+        // path order, so each is kept with its index and the least wins.
+        let mut last_thinking: Option<(usize, Entry)> = None;
+        let mut last_model: Option<(usize, Entry)> = None;
+        let mut tools = None;
+        let mut first_error: Option<(usize, Error)> = None;
+        let mut compaction: Option<(usize, Entry)> = None;
+        let mut i = 0;
+        visit(&mut |entry| {
+            let at = i;
+            i += 1;
+            let is_assistant = *entry.entry_type() == EntryType::Message
+                && entry.facts().role.as_deref() == Some("assistant");
+            match entry.entry_type() {
+                EntryType::ThinkingLevelChange => last_thinking = Some((at, entry.clone())),
+                EntryType::ModelChange => last_model = Some((at, entry.clone())),
+                EntryType::Message => {
+                    if first_error.is_none() && lacks_message(&entry) {
+                        first_error = Some((at, message_missing(entry.id())));
+                    }
+                    if is_assistant {
+                        last_model = Some((at, entry.clone()));
+                    }
+                }
+                EntryType::ActiveToolsChange if first_error.is_none() => {
+                    match derive_state(std::slice::from_ref(&entry)) {
+                        Ok((_, _, t)) => tools = t,
+                        Err(e) => first_error = Some((at, e)),
+                    }
+                }
+                EntryType::Compaction => compaction = Some((at, entry)),
+                _ => {}
+            }
+            Ok(())
+        })?;
+        let mut thinking_level = Some(json::raw_value("\"off\""));
+        let mut model = None;
+        let mut errors = Vec::from_iter(first_error);
+        if let Some((at, entry)) = &last_thinking {
+            match members_of(entry, entry.json(), ["thinkingLevel"]) {
+                Ok([level]) => thinking_level = level,
+                Err(e) => errors.push((*at, e)),
+            }
+        }
+        if let Some((at, entry)) = &last_model {
+            let found = if *entry.entry_type() == EntryType::ModelChange {
+                members_of(entry, entry.json(), ["provider", "modelId"])
+            } else if lacks_message(entry) {
+                Ok([None, None])
+            } else {
+                message_of(entry).and_then(|m| match m {
+                    Some(raw) => members_of(entry, raw.get(), ["provider", "model"]),
+                    None => Ok([None, None]),
+                })
+            };
+            match found {
+                Ok([provider, model_id]) => model = Some(ModelRef { provider, model_id }),
+                Err(e) => errors.push((*at, e)),
+            }
+        }
+        if let Some((_, e)) = errors.into_iter().min_by_key(|(at, _)| *at) {
+            return Err(e);
+        }
+        let compaction = match compaction {
+            None => None,
+            Some((c_index, entry)) => {
+                let f = entry.facts();
+                let kept = match f.first_kept_entry_id.as_deref().filter(|s| !s.is_empty()) {
+                    Some(first_kept) if !f.has_retained_tail => {
+                        let mut found = None;
+                        let mut i = 0;
+                        visit(&mut |e| {
+                            if found.is_none() && i < c_index && e.id() == first_kept {
+                                found = Some(i);
+                            }
+                            i += 1;
+                            Ok(())
+                        })?;
+                        found
+                    }
+                    _ => None,
+                };
+                Some((entry, c_index, kept))
+            }
+        };
+        Ok(StreamedContext {
+            thinking_level,
+            model,
+            active_tool_names: tools,
+            compaction,
+        })
+    }
+
+    /// The context's messages, made in one more pass over the path and
+    /// handed to `sink` in order, as [`build_context`] makes them.
+    pub fn visit_messages(
+        &self,
+        visit: &PathVisit<'_>,
+        sink: &mut dyn FnMut(&ContextMessage) -> Result<()>,
+    ) -> Result<()> {
+        let options = ContextOptions::default();
+        if let Some((compaction, _, _)) = &self.compaction {
+            for m in entry_messages(compaction, 0, &[], &options)? {
+                sink(&m)?;
+            }
+        }
+        let mut i = 0;
+        visit(&mut |entry| {
+            let at = i;
+            i += 1;
+            let keep = match &self.compaction {
+                None => true,
+                Some((_, c, kept)) => at > *c || (at < *c && kept.is_some_and(|k| at >= k)),
+            };
+            if keep {
+                for m in entry_messages(&entry, at, &[], &options)? {
+                    sink(&m)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes the context's JSON ([`SessionContext::to_json_text`]'s text) to
+    /// `out` as its messages are made. An error after the first byte leaves
+    /// the text unfinished.
+    pub fn write_json(&self, visit: &PathVisit<'_>, out: &mut dyn std::io::Write) -> Result<()> {
+        let io = |e| Error::io("writing a context", e);
+        out.write_all(
+            head_json(&self.thinking_level, &self.model, &self.active_tool_names).as_bytes(),
+        )
+        .map_err(io)?;
+        let mut first = true;
+        self.visit_messages(visit, &mut |m| {
+            if !first {
+                out.write_all(b",").map_err(io)?;
+            }
+            first = false;
+            out.write_all(m.get().as_bytes()).map_err(io)
+        })?;
+        out.write_all(b"]}").map_err(io)
+    }
 }

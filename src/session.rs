@@ -1,7 +1,9 @@
 //! The session layer (spec §8): typed appends, leaf moves with branch
 //! summaries, branches and context, over any [`SessionStorage`].
 
-use crate::context::{build_context, context_entries, ContextOptions, SessionContext};
+use crate::context::{
+    build_context, context_entries, ContextMessage, ContextOptions, SessionContext, StreamedContext,
+};
 use crate::entry::{now_timestamp, Entry};
 use crate::error::{Error, Result};
 use crate::json::{JsString, JsonText, ObjectWriter};
@@ -255,6 +257,45 @@ impl<S: SessionStorage> Session<S> {
         }
     }
 
+    /// [`Session::branch`] handed to `sink` one entry at a time, root-side
+    /// first ([`SessionStorage::visit_path`]): bounded memory whatever the
+    /// path's length.
+    pub fn visit_branch(
+        &self,
+        from: Option<&str>,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        match from {
+            Some(id) => self.storage.visit_path(Some(id), sink),
+            None => self.storage.visit_active_path(sink).map(drop),
+        }
+    }
+
+    /// [`Session::build_context`] to be written as it is made: without
+    /// transforms or projectors (the rpc's and the CLI's sessions), the path
+    /// is read in passes and never held ([`StreamedContext`]); with them,
+    /// the context is built whole. Errors of the state come from here,
+    /// before any message.
+    pub fn context_stream(&self, from: Option<&str>) -> Result<ContextStream<'_, S>> {
+        if !self.options.entry_transforms.is_empty() || !self.options.entry_projectors.is_empty() {
+            return Ok(ContextStream::Whole(self.build_context(from)?));
+        }
+        // The leaf is read once: every pass reads the same path.
+        let start = match from {
+            Some(id) => Some(id.to_owned()),
+            None => self.storage.leaf_id()?,
+        };
+        let storage = &self.storage;
+        let context = StreamedContext::read(&|sink: &mut dyn FnMut(Entry) -> Result<()>| {
+            storage.visit_path(start.as_deref(), sink)
+        })?;
+        Ok(ContextStream::Streamed {
+            storage,
+            start,
+            context,
+        })
+    }
+
     /// The entries the model sees, after the compaction rule and the transforms.
     pub fn context_entries(&self, from: Option<&str>) -> Result<Vec<Entry>> {
         Ok(context_entries(&self.branch(from)?, &self.options))
@@ -263,6 +304,77 @@ impl<S: SessionStorage> Session<S> {
     /// The model's context for the branch at `from` (or the current leaf).
     pub fn build_context(&self, from: Option<&str>) -> Result<SessionContext> {
         build_context(&self.branch(from)?, &self.options)
+    }
+}
+
+/// A context to be written as it is made ([`Session::context_stream`]).
+#[derive(Debug)]
+pub enum ContextStream<'s, S> {
+    /// Built whole (the session has transforms or projectors).
+    Whole(SessionContext),
+    /// Read from the path in passes; the messages are made as they are written.
+    Streamed {
+        /// The session's storage.
+        storage: &'s S,
+        /// The entry the path ends at (`None`: an empty session).
+        start: Option<String>,
+        /// The state and the compaction's place, from the first passes.
+        context: StreamedContext,
+    },
+}
+
+impl<S: SessionStorage> ContextStream<'_, S> {
+    /// The thinking level, model and active tools, as stored.
+    #[allow(clippy::type_complexity)]
+    pub fn state(
+        &self,
+    ) -> (
+        &Option<Box<serde_json::value::RawValue>>,
+        &Option<crate::context::ModelRef>,
+        &Option<Box<serde_json::value::RawValue>>,
+    ) {
+        match self {
+            ContextStream::Whole(c) => (&c.thinking_level, &c.model, &c.active_tool_names),
+            ContextStream::Streamed { context: c, .. } => {
+                (&c.thinking_level, &c.model, &c.active_tool_names)
+            }
+        }
+    }
+
+    /// Hands each message to `sink` in order, made as it goes.
+    pub fn visit_messages(
+        &self,
+        sink: &mut dyn FnMut(&ContextMessage) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            ContextStream::Whole(c) => c.messages.iter().try_for_each(sink),
+            ContextStream::Streamed {
+                storage,
+                start,
+                context,
+            } => context.visit_messages(
+                &|s: &mut dyn FnMut(Entry) -> Result<()>| storage.visit_path(start.as_deref(), s),
+                sink,
+            ),
+        }
+    }
+
+    /// Writes the context's JSON ([`SessionContext::to_json_text`]'s text) to
+    /// `out`, never holding it whole.
+    pub fn write_json(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        match self {
+            ContextStream::Whole(c) => c
+                .write_json(out)
+                .map_err(|e| Error::io("writing a context", e)),
+            ContextStream::Streamed {
+                storage,
+                start,
+                context,
+            } => context.write_json(
+                &|s: &mut dyn FnMut(Entry) -> Result<()>| storage.visit_path(start.as_deref(), s),
+                out,
+            ),
+        }
     }
 }
 

@@ -229,6 +229,35 @@ pub trait SessionStorage {
         walk_to_root_or_compaction(id, |id| self.entry(id))
     }
 
+    /// [`SessionStorage::path_to_root_or_compaction`] handed to `sink` one
+    /// entry at a time, root-side first, so that a path of any length is
+    /// answered in bounded memory (the rpc's and the CLI's whole-path
+    /// answers write each entry as it comes). Errors the walk finds before
+    /// its first entry (an unknown start, a dangling root) come before any
+    /// entry is handed out. `sink` must not call back into this storage.
+    /// Stores that hold their log in memory keep this default; SQLite and
+    /// PostgreSQL stream the rows of their branch cache's path read.
+    fn visit_path(
+        &self,
+        id: Option<&str>,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        self.path_to_root_or_compaction(id)?
+            .into_iter()
+            .try_for_each(sink)
+    }
+
+    /// [`SessionStorage::visit_path`] from the current leaf
+    /// ([`SessionStorage::leaf_id`]); returns the leaf.
+    fn visit_active_path(
+        &self,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<Option<String>> {
+        let leaf = self.leaf_id()?;
+        self.visit_path(leaf.as_deref(), sink)?;
+        Ok(leaf)
+    }
+
     /// The current leaf ([`SessionStorage::leaf_id`]) and the path from it
     /// ([`SessionStorage::path_to_root_or_compaction`]): what a resume reads.
     /// A store that answers both at once (PostgreSQL: one round trip)
@@ -384,6 +413,19 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
         (**self).path_to_root_or_compaction(id)
+    }
+    fn visit_path(
+        &self,
+        id: Option<&str>,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_path(id, sink)
+    }
+    fn visit_active_path(
+        &self,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<Option<String>> {
+        (**self).visit_active_path(sink)
     }
     fn visit_skeleton(&self, sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>) -> Result<()> {
         (**self).visit_skeleton(sink)

@@ -255,3 +255,130 @@ fn every_command_takes_deep_and_bushy_trees() {
         );
     }
 }
+
+/// A linear session of `entries` entries without compactions (its active
+/// path is the whole log), in an archive; its id, and the id of the entry
+/// a tenth of the way down (a path a tenth as long).
+fn path_archive(dir: &std::path::Path, entries: usize) -> (std::path::PathBuf, String, String) {
+    let report = sessiontree_bench::gen::generate(
+        &dir.join("files"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Linear,
+            entries,
+            compaction_every: 0,
+            seed: 7,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let session = &report.sessions[0];
+    let db = dir.join("p.db");
+    import_jsonl(
+        &Archive::open(&db, Durability::Relaxed).unwrap(),
+        &session.path,
+    )
+    .unwrap();
+    // Line 0 is the header.
+    let text = std::fs::read_to_string(&session.path).unwrap();
+    let line = text.lines().nth(entries / 10 + 1).unwrap();
+    let tenth: serde_json::Value = serde_json::from_str(line).unwrap();
+    let tenth = tenth["id"].as_str().unwrap().to_owned();
+    (db, session.id.clone(), tenth)
+}
+
+/// Every whole-path answer (CLI `branch` and `context`, both forms; rpc
+/// `getBranch`, `getEntriesToFork`, `getPathToRootOrCompaction`,
+/// `buildContext`) is written as the path is read: the process's peak RSS
+/// for a path ten times longer grows by far less than the path (about
+/// 36 MB here), where holding it grew it by more than the path.
+/// `SESSIONTREE_SCALE_TESTS=1` runs it on a 1,000,000-entry path.
+#[test]
+fn whole_path_answers_stream_in_bounded_memory() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        eprintln!("no /proc: peak RSS cannot be read here; skipped");
+        return;
+    }
+    let entries = if std::env::var_os("SESSIONTREE_SCALE_TESTS").is_some() {
+        1_000_000
+    } else {
+        40_000
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (db, id, tenth) = path_archive(dir.path(), entries);
+    let os = |s: &str| std::ffi::OsString::from(s);
+    for command in [
+        vec!["--json", "branch"],
+        vec!["branch"],
+        vec!["--json", "context"],
+        vec!["context"],
+    ] {
+        let mut peaks = Vec::new();
+        for from in [Some(tenth.as_str()), None] {
+            let mut args = vec![os("--db"), db.clone().into_os_string()];
+            args.extend(command.iter().map(|a| os(a)));
+            args.push(os(&id));
+            if let Some(from) = from {
+                args.extend([os("--from"), os(from)]);
+            }
+            let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+            let (ok, peak_mb) = run_measured(&refs);
+            assert!(ok, "{command:?} failed");
+            peaks.push(peak_mb);
+        }
+        eprintln!(
+            "{command:?}: peak RSS {} MB for a tenth of the path, {} MB for all {entries} entries",
+            peaks[0], peaks[1]
+        );
+        assert!(
+            peaks[1] < peaks[0] + 12,
+            "{command:?} grew from {} MB to {} MB with a path ten times longer",
+            peaks[0],
+            peaks[1]
+        );
+    }
+    let mut rpc = RpcChild::spawn([
+        std::ffi::OsStr::new("--db"),
+        db.as_os_str(),
+        std::ffi::OsStr::new("rpc"),
+        std::ffi::OsStr::new(&id),
+    ]);
+    // The leaf is the last entry of a linear session.
+    let leaf = rpc.call("getLeafId", json!({}))["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    rpc.call("getSessionStats", json!({}));
+    let baseline = peak_rss_kb(rpc.pid());
+    for (method, params) in [
+        ("getBranch", json!({})),
+        (
+            "getEntriesToFork",
+            json!({"entryId": leaf, "position": "at"}),
+        ),
+        ("getPathToRootOrCompaction", json!({"leafId": leaf})),
+        ("buildContext", json!({})),
+    ] {
+        let (_, line) = rpc.request(method, params);
+        rpc.send_raw(format!("{line}\n").as_bytes());
+        let answer = rpc.recv(Duration::from_secs(600)).expect("an answer");
+        let value = &answer["value"];
+        let listed = value
+            .as_array()
+            .or_else(|| value["messages"].as_array())
+            .map_or(0, Vec::len);
+        assert!(
+            listed >= entries / 2,
+            "{method}: {listed} of {entries}: {answer}"
+        );
+        let grown_mb = peak_rss_kb(rpc.pid()).saturating_sub(baseline) / 1024;
+        eprintln!(
+            "{method}: {listed} entries, peak RSS grew {grown_mb} MB over {} MB",
+            baseline / 1024
+        );
+        // SQLite's page cache is 16 MB; the answer is about 36 MB.
+        assert!(
+            grown_mb < 20,
+            "{method} grew the process by {grown_mb} MB for a {entries}-entry path"
+        );
+    }
+}

@@ -5,7 +5,9 @@
 mod support;
 
 use serde_json::json;
-use sessiontree::backend::sqlite::internals::{ANCESTRY_BLOCK, PATH_QUERY, SEGMENT_HOLDING_QUERY};
+use sessiontree::backend::sqlite::internals::{
+    ANCESTRY_BLOCK, PATH_QUERY, PATH_RANGES_QUERY, SEGMENT_HOLDING_QUERY,
+};
 use sessiontree::backend::sqlite::{latest_version, ReadCost};
 use sessiontree::backend::sqlite::{Archive, NewSession, SqliteStorage};
 use sessiontree::{Durability, Entry, ErrorCode, SessionStorage};
@@ -397,6 +399,11 @@ fn hot_queries_use_indexes() -> R {
             "INTEGER PRIMARY KEY",
         ),
         (PATH_QUERY, "INTEGER PRIMARY KEY"),
+        (PATH_RANGES_QUERY, "INTEGER PRIMARY KEY"),
+        (
+            "SELECT entry_key, type, json FROM entries WHERE entry_key BETWEEN 1 AND 9 ORDER BY entry_key",
+            "INTEGER PRIMARY KEY",
+        ),
         (SEGMENT_HOLDING_QUERY, "INTEGER PRIMARY KEY"),
     ];
     for (sql, wanted) in checks {

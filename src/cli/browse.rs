@@ -172,11 +172,14 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     let cwd = storage.metadata()?.cwd;
     // An app session's branch is pi 1.6's `getBranch`: the whole path to the
     // root from the last entry (or `--from`); an SDK session's is cut at a compaction.
-    let path = if storage.contract()? == sessiontree::Contract::App {
-        sessiontree::app::AppSession::open(storage)?.branch(args.from.as_deref())?
-    } else {
-        Session::new(storage).branch(args.from.as_deref())?
-    };
+    if storage.contract()? != sessiontree::Contract::App {
+        return Ok(branch_streamed(
+            Session::new(storage),
+            args.from.clone(),
+            cwd,
+        ));
+    }
+    let path = sessiontree::app::AppSession::open(storage)?.branch(args.from.as_deref())?;
     if cli.json {
         // Written an entry at a time, each let go once written: the
         // entries are never joined into one text.
@@ -204,6 +207,43 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
         ));
     }
     Ok(Report::raw(String::new(), text))
+}
+
+/// An SDK session's branch written as the store reads it, an entry at a
+/// time in either form ([`Session::visit_branch`]): bounded memory however
+/// long the path.
+fn branch_streamed(
+    session: Session<sessiontree::archive::BoxedStorage>,
+    from: Option<String>,
+    cwd: Option<String>,
+) -> Report {
+    let session = std::rc::Rc::new(session);
+    let (for_json, json_from) = (std::rc::Rc::clone(&session), from.clone());
+    Report::streamed_both(
+        Box::new(move |out| {
+            let mut first = true;
+            for_json
+                .visit_branch(json_from.as_deref(), &mut |e| {
+                    let sep: &[u8] = if first { b"{\"entries\":[" } else { b"," };
+                    first = false;
+                    out.write_all(sep)
+                        .and_then(|()| out.write_all(e.json().as_bytes()))
+                        .map_err(|e| Error::io("writing output", e))
+                })
+                .map_err(super::stream_error)?;
+            out.write_all(if first { b"{\"entries\":[]}" } else { b"]}" })
+        }),
+        Box::new(move |out| {
+            session
+                .visit_branch(from.as_deref(), &mut |e| {
+                    let line = preview_in(&e, 100, cwd.as_deref());
+                    let line = format!("{}  {}\n", super::field(e.id()), super::field(&line));
+                    out.write_all(super::highlight(&super::terminal_safe(&line)).as_bytes())
+                        .map_err(|e| Error::io("writing output", e))
+                })
+                .map_err(super::stream_error)
+        }),
+    )
 }
 
 /// Arguments of `history`.
@@ -257,19 +297,37 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     if storage.contract()? == sessiontree::Contract::App {
         return context_app(cli, storage, args);
     }
-    let session = Session::new(storage);
-    let ctx = session.build_context(args.from.as_deref())?;
-    if cli.json {
-        // The JSON is the stored text passed through, never re-parsed (a
-        // message nested deeper than a parser's recursion limit comes out
-        // exactly as stored), and written as it goes, never held whole; the
-        // readable form is not made at all.
-        return Ok(Report::streamed(
-            Box::new(move |out| ctx.write_json(out)),
-            String::new(),
-        ));
-    }
-    let cwd = session.storage().metadata()?.cwd;
+    let cwd = storage.metadata()?.cwd;
+    let session = std::rc::Rc::new(Session::new(storage));
+    let (for_json, json_from) = (std::rc::Rc::clone(&session), args.from.clone());
+    let from = args.from.clone();
+    // The JSON is the stored text passed through, never re-parsed (a message
+    // nested deeper than a parser's recursion limit comes out exactly as
+    // stored); both forms are made from the path as it is read, in passes,
+    // and written as they go, never held whole ([`Session::context_stream`]).
+    Ok(Report::streamed_both(
+        Box::new(move |out| {
+            for_json
+                .context_stream(json_from.as_deref())
+                .and_then(|ctx| ctx.write_json(out))
+                .map_err(super::stream_error)
+        }),
+        Box::new(move |out| {
+            let ctx = session
+                .context_stream(from.as_deref())
+                .map_err(super::stream_error)?;
+            write_context_text(&ctx, cwd.as_deref(), out).map_err(super::stream_error)
+        }),
+    ))
+}
+
+/// The readable form of an SDK session's context, written a message at a time.
+fn write_context_text(
+    ctx: &sessiontree::session::ContextStream<'_, sessiontree::archive::BoxedStorage>,
+    cwd: Option<&str>,
+    out: &mut dyn std::io::Write,
+) -> Result<()> {
+    let io = |e| Error::io("writing output", e);
     // Readable forms of the stored JSON (strings unquoted).
     let show =
         |raw: Option<&RawValue>| match raw.map(|r| sessiontree::json::parse_value_lossy(r.get())) {
@@ -282,7 +340,8 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
             Some(Ok(other)) => other.to_string(),
             Some(Err(_)) | None => "?".into(),
         };
-    let model = match &ctx.model {
+    let (thinking_level, model, active_tool_names) = ctx.state();
+    let model = match model {
         Some(m) => format!(
             "{}/{}",
             show(m.provider.as_deref()),
@@ -290,26 +349,27 @@ pub fn context(cli: &Cli, args: &BranchArgs) -> Result<Report> {
         ),
         None => "-".into(),
     };
-    let tools = ctx
-        .active_tool_names
+    let tools = active_tool_names
         .as_deref()
         .map_or_else(|| "-".into(), |t| show(Some(t)));
-    let mut text = format!(
+    let head = format!(
         "thinking: {}  model: {model}  tools: {tools}\n",
-        ctx.thinking_level
+        thinking_level
             .as_deref()
             .map_or_else(|| "-".into(), |t| show(Some(t))),
     );
-    for raw in &ctx.messages {
-        let (role, body) = context_line(raw.get(), cwd.as_deref());
-        text.push_str(&format!(
+    out.write_all(super::highlight(&super::terminal_safe(&head)).as_bytes())
+        .map_err(io)?;
+    ctx.visit_messages(&mut |raw| {
+        let (role, body) = context_line(raw.get(), cwd);
+        let line = format!(
             "{:>17}: {}\n",
             super::field(&role),
             super::field(&truncate(&body, 100))
-        ));
-    }
-    // `--json` returned above: no JSON is made for the readable form.
-    Ok(Report::raw(String::new(), text))
+        );
+        out.write_all(super::highlight(&super::terminal_safe(&line)).as_bytes())
+            .map_err(io)
+    })
 }
 
 /// `stats` of an app session: pi 1.6's `AgentSession.getSessionStats()`

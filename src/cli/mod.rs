@@ -236,6 +236,9 @@ pub struct Report {
     /// The JSON form written as it is made instead of `json` (output too
     /// long to hold twice: a long context).
     pub json_stream: Option<JsonStream>,
+    /// The readable form written as it is made instead of `text` (a long
+    /// path), already escaped ([`terminal_safe`]).
+    pub text_stream: Option<JsonStream>,
     /// The readable form.
     pub text: String,
     /// Exit status when the command succeeded only in part (e.g. some files
@@ -248,6 +251,7 @@ impl std::fmt::Debug for Report {
         f.debug_struct("Report")
             .field("json", &self.json)
             .field("json_stream", &self.json_stream.is_some())
+            .field("text_stream", &self.text_stream.is_some())
             .field("text", &self.text)
             .field("status", &self.status)
             .finish()
@@ -265,6 +269,7 @@ impl Report {
         Report {
             json,
             json_stream: None,
+            text_stream: None,
             text,
             status: exit::OK,
         }
@@ -277,6 +282,24 @@ impl Report {
             ..Report::raw(String::new(), text)
         }
     }
+
+    /// A report whose both forms are written as they are made: an error
+    /// of the command's own (not of the output) that a stream meets comes
+    /// back wrapped in its `io::Error` ([`stream_error`]) and is reported as
+    /// the command's error.
+    pub fn streamed_both(json: JsonStream, text: JsonStream) -> Self {
+        Report {
+            json_stream: Some(json),
+            text_stream: Some(text),
+            ..Report::raw(String::new(), String::new())
+        }
+    }
+}
+
+/// A command's error met while its output is streamed, carried through the
+/// stream's `io::Error` so that [`run`] reports it with its own exit status.
+pub fn stream_error(e: Error) -> std::io::Error {
+    std::io::Error::other(e)
 }
 
 /// Every exit status (documented in the README): one per error code, and two
@@ -359,13 +382,15 @@ pub fn run() -> i32 {
             json_stream: Some(stream),
             status,
             ..
-        })) if cli.json => match write_stdout_with(|out| {
+        })) if cli.json => write_stream(&cli, status, |out| {
             stream(out)?;
             out.write_all(b"\n")
-        }) {
-            exit::OK => status,
-            failed => failed,
-        },
+        }),
+        Ok(Some(Report {
+            text_stream: Some(stream),
+            status,
+            ..
+        })) => write_stream(&cli, status, stream),
         Ok(Some(report)) => {
             let mut out = if cli.json {
                 report.json
@@ -606,6 +631,36 @@ pub fn field(text: &str) -> String {
 /// error; any other write failure is reported and exits as `storage` (7).
 fn write_stdout(s: &str) -> i32 {
     write_stdout_with(|out| out.write_all(s.as_bytes()))
+}
+
+/// Runs a report's stream on standard output ([`write_stdout_with`]): a
+/// command's error it meets ([`stream_error`]) is reported as that error.
+fn write_stream(
+    cli: &Cli,
+    status: i32,
+    stream: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> i32 {
+    let mut command_error = None;
+    let written = write_stdout_with(|out| match stream(out) {
+        Err(e) if e.get_ref().is_some_and(|inner| inner.is::<Error>()) => {
+            // What was written stays written; the error follows it.
+            let _ = out.flush();
+            command_error = e
+                .into_inner()
+                .and_then(|inner| inner.downcast::<Error>().ok());
+            Ok(())
+        }
+        other => other,
+    });
+    match (command_error.map(|e| *e), written) {
+        // The output closed (`| head`) while the command wrote it.
+        (Some(Error::Io { source, .. }), _) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            status
+        }
+        (Some(e), _) => report_error(cli, &e),
+        (None, exit::OK) => status,
+        (None, failed) => failed,
+    }
 }
 
 /// Runs `write` on standard output (buffered) and flushes it; a closed pipe

@@ -190,8 +190,8 @@ pub fn entries_to_fork<S: SessionStorage + ?Sized>(
 }
 
 /// [`entries_to_fork`], handed to `sink` one at a time: a whole-log fork
-/// streams the log (bounded memory however long it is); a path fork hands
-/// out the path it read.
+/// streams the log, a path fork the path ([`SessionStorage::visit_path`]),
+/// in bounded memory however long either is.
 pub fn visit_entries_to_fork<S: SessionStorage + ?Sized>(
     storage: &S,
     entry_id: Option<&str>,
@@ -200,10 +200,7 @@ pub fn visit_entries_to_fork<S: SessionStorage + ?Sized>(
 ) -> Result<()> {
     match fork_start(entry_id, position, |id| storage.entry(id))? {
         None => storage.visit_entries(0, None, &mut |text| sink(Entry::from_checked_text(text))),
-        Some(start) => storage
-            .path_to_root_or_compaction(start.as_deref())?
-            .into_iter()
-            .try_for_each(sink),
+        Some(start) => storage.visit_path(start.as_deref(), sink),
     }
 }
 

@@ -15,7 +15,7 @@ pub mod app;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::json::{self, JsString, JsonText, ObjectWriter};
-use crate::repo::entries_to_fork;
+use crate::repo::visit_entries_to_fork;
 use crate::rules::ForkPosition;
 use crate::session::{BranchSummary, Compaction, Session};
 use crate::storage::SessionStorage;
@@ -88,11 +88,6 @@ impl Params {
     }
 }
 
-fn entry_list(entries: &[Entry]) -> String {
-    let parts: Vec<&str> = entries.iter().map(Entry::json).collect();
-    format!("[{}]", parts.join(","))
-}
-
 fn opt_js_string(s: Option<JsString>) -> String {
     s.map_or_else(|| "null".to_owned(), |s| s.json().to_owned())
 }
@@ -132,7 +127,9 @@ fn dispatch<S: SessionStorage>(
         "getSessionName" => opt_js_string(st.session_name()?),
         "getSessionStats" => st.session_stats()?.to_json_text(),
         "getPathToRootOrCompaction" | "getBranch" | "getEntriesToFork" => {
-            entry_list(&entry_answer(session, method, p)?)
+            entry_list_text(|sink| {
+                visit_entry_answer(session, method, p, &mut |e| sink(e.json().to_owned()))
+            })?
         }
         "appendMessage" => {
             let m = p
@@ -238,25 +235,26 @@ fn is_path_method(method: &str) -> bool {
 }
 
 /// The entries of a whole-path answer (`getBranch`, `getEntriesToFork`,
-/// `getPathToRootOrCompaction`), which [`serve`] writes one at a time.
-fn entry_answer<S: SessionStorage>(
+/// `getPathToRootOrCompaction`), handed to `sink` one at a time as the
+/// store reads them ([`SessionStorage::visit_path`]): [`serve`] writes each
+/// before the next is read, so the answer takes bounded memory.
+fn visit_entry_answer<S: SessionStorage>(
     session: &Session<S>,
     method: &str,
     p: &Params,
-) -> Result<Vec<Entry>> {
+    sink: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
     let st = session.storage();
     match method {
-        "getPathToRootOrCompaction" => {
-            st.path_to_root_or_compaction(p.string("leafId")?.as_deref())
-        }
-        "getBranch" => session.branch(p.string("fromId")?.as_deref()),
+        "getPathToRootOrCompaction" => st.visit_path(p.string("leafId")?.as_deref(), sink),
+        "getBranch" => session.visit_branch(p.string("fromId")?.as_deref(), sink),
         "getEntriesToFork" => {
             let position = match p.string("position")? {
                 None => ForkPosition::Before,
                 Some(name) => ForkPosition::from_name(&name)
                     .ok_or_else(|| Error::Unknown(format!("unknown fork position {name:?}")))?,
             };
-            entries_to_fork(st, p.string("entryId")?.as_deref(), position)
+            visit_entries_to_fork(st, p.string("entryId")?.as_deref(), position, sink)
         }
         other => Err(Error::Unknown(format!("unknown method {other:?}"))),
     }
@@ -392,11 +390,13 @@ pub(crate) fn respond_with_entries(
 }
 
 /// Answers with a value that `write` writes as it makes it (after the
-/// answer's head, before its closing brace).
+/// answer's head, before its closing brace). A failure of the output ends
+/// the serving; any other failure ends the broken line early, followed by
+/// an error answer under the same id (as [`respond_with_entries`]).
 fn respond_with_value(
     out: &mut impl Write,
     id: Option<&RawValue>,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    write: impl FnOnce(&mut dyn Write) -> Result<()>,
 ) -> std::io::Result<()> {
     let mut head = ObjectWriter::new();
     head.raw("id", id.map_or("null", RawValue::get))
@@ -405,9 +405,47 @@ fn respond_with_value(
     let head = head.finish();
     // Up to the value's placeholder `0}`.
     out.write_all(&head.as_bytes()[..head.len() - 2])?;
-    write(out)?;
-    out.write_all(b"}\n")?;
-    out.flush()
+    let mut recording = RecordingWriter {
+        inner: &mut *out,
+        failed: None,
+    };
+    let written = write(&mut recording);
+    if let Some(e) = recording.failed {
+        return Err(e);
+    }
+    match written {
+        Ok(()) => {
+            out.write_all(b"}\n")?;
+            out.flush()
+        }
+        Err(e) => {
+            out.write_all(b"\n")?;
+            respond(out, id, &answer(Err(e)))
+        }
+    }
+}
+
+/// A writer that keeps its inner writer's first failure, so that a failure
+/// of the output is told from a failure of the value being written.
+struct RecordingWriter<'a, W: Write> {
+    inner: &'a mut W,
+    failed: Option<std::io::Error>,
+}
+
+impl<W: Write> Write for RecordingWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| {
+            self.failed
+                .get_or_insert_with(|| std::io::Error::new(e.kind(), e.to_string()));
+        })
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().inspect_err(|e| {
+            self.failed
+                .get_or_insert_with(|| std::io::Error::new(e.kind(), e.to_string()));
+        })
+    }
 }
 
 /// Serves requests from `input` until it ends. If the source could not be
@@ -472,23 +510,19 @@ pub fn serve<S: SessionStorage>(
             },
             // A whole path: written an entry at a time, never joined.
             Ok(s) if is_path_method(&request.method) => {
-                match entry_answer(s, &request.method, &params) {
-                    Ok(entries) => {
-                        respond_with_entries(&mut output, id, |sink| {
-                            entries
-                                .into_iter()
-                                .try_for_each(|e| sink(e.json().to_owned()))
-                        })?;
-                        continue;
-                    }
-                    Err(e) => answer(Err(e)),
-                }
+                respond_with_entries(&mut output, id, |sink| {
+                    visit_entry_answer(s, &request.method, &params, &mut |e| {
+                        sink(e.json().to_owned())
+                    })
+                })?;
+                continue;
             }
-            // The context: its messages written as they are, never joined.
+            // The context: its messages made and written as the path is
+            // read again, never held.
             Ok(s) if request.method == "buildContext" => {
                 match params
                     .string("fromId")
-                    .and_then(|from| s.build_context(from.as_deref()))
+                    .and_then(|from| s.context_stream(from.as_deref()))
                 {
                     Ok(ctx) => {
                         respond_with_value(&mut output, id, |out| ctx.write_json(out))?;

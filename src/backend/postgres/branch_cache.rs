@@ -516,6 +516,74 @@ pub fn active_path<C: GenericClient>(
     }
 }
 
+/// Rows a streamed path read ([`visit_path`]) fetches per round trip: a few
+/// hundred entries in memory at most, few round trips on a long path.
+const PATH_BATCH: i32 = 256;
+
+/// [`PATH_STATEMENT`] run through a portal in a read-only transaction and
+/// handed to `sink` [`PATH_BATCH`] rows at a time, root-side first: the
+/// server orders the rows, the client holds one batch whatever the path's
+/// length. `start` `None` reads from the session's leaf, which is returned
+/// (`Ok(None)` for a session without one); errors as [`path`] and
+/// [`active_path`] answer them, before any entry.
+pub fn visit_path(
+    c: &mut ::postgres::Client,
+    session: i64,
+    start: Option<&str>,
+    sink: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<Option<String>> {
+    use ::postgres::types::Type;
+    let mut tx = c
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .map_err(pg("starting a path read"))?;
+    let statement = tx
+        .prepare_typed(PATH_STATEMENT, &[Type::INT8, Type::TEXT])
+        .map_err(pg("reading a path"))?;
+    let portal = tx
+        .bind(&statement, &[&session, &start])
+        .map_err(pg("reading a path"))?;
+    let mut first = true;
+    let mut leaf = None;
+    loop {
+        let rows = tx
+            .query_portal(&portal, PATH_BATCH)
+            .map_err(pg("reading a path"))?;
+        if rows.is_empty() {
+            if first {
+                return match start {
+                    Some(id) => Err(crate::error::Error::EntryNotFound(id.to_owned())),
+                    None => Ok(None),
+                };
+            }
+            break;
+        }
+        for row in &rows {
+            if first {
+                first = false;
+                leaf = col::<Option<String>>(row, 3)?;
+                if let Some(missing) = col::<Option<String>>(row, 1)? {
+                    return Err(if col::<Option<bool>>(row, 2)? == Some(true) {
+                        crate::error::Error::ParentCycle(missing)
+                    } else {
+                        crate::error::Error::DanglingReference(missing)
+                    });
+                }
+                if col::<Option<String>>(row, 0)?.is_none() {
+                    return Err(match start {
+                        Some(id) => crate::error::Error::EntryNotFound(id.to_owned()),
+                        None => crate::error::Error::DanglingReference(leaf.unwrap_or_default()),
+                    });
+                }
+            }
+            sink(Entry::from_checked_text(col::<String>(row, 0)?))?;
+        }
+    }
+    tx.commit().map_err(pg("ending a path read"))?;
+    Ok(leaf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

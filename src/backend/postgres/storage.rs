@@ -259,6 +259,29 @@ impl SessionStorage for PgStorage {
         let mut conn = self.archive.conn()?;
         self.paths.borrow_mut().read(self, &mut *conn, id)
     }
+
+    /// The path statement's rows fetched a batch at a time through a portal
+    /// ([`branch_cache::visit_path`]); nothing kept in the handle's memo.
+    fn visit_path(
+        &self,
+        id: Option<&str>,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        let Some(id) = id else {
+            return Ok(());
+        };
+        branch_cache::visit_path(&mut *self.archive.conn()?, self.session_key, Some(id), sink)
+            .map(drop)
+    }
+
+    /// The leaf and its path in the same statement, streamed as
+    /// [`SessionStorage::visit_path`] is.
+    fn visit_active_path(
+        &self,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<Option<String>> {
+        branch_cache::visit_path(&mut *self.archive.conn()?, self.session_key, None, sink)
+    }
 }
 
 /// How the handle's [`PathMemo`] reads the team archive.

@@ -467,6 +467,98 @@ pub fn entry_by_id(
     Ok(Some((key, entry)))
 }
 
+/// The ranges of a path read (`?1` the start's segment, `?2` the root-side
+/// depth, `?3` the start's depth): [`PATH_QUERY`]'s walk and ancestry rows
+/// without the entries, one row `(segment, from_depth, to_depth)` for each
+/// segment the path spans. Root-first order is ascending entry key
+/// (invariants 2 and 3), so sorting these rows by segment orders the path.
+pub const PATH_RANGES_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
+     SELECT ?1, ?3
+     UNION ALL
+     SELECT s.parent_segment, a.from_depth - 1
+     FROM walk
+     JOIN segment_ancestry a ON a.segment_id = walk.head
+          AND a.from_depth = (SELECT min(from_depth) FROM segment_ancestry WHERE segment_id = walk.head)
+     JOIN segments s ON s.segment_id = a.ancestor_segment
+     WHERE a.from_depth > ?2 AND s.parent_segment IS NOT NULL
+ )
+ SELECT a.ancestor_segment, max(a.from_depth, ?2), min(a.to_depth, walk.high) FROM walk
+ JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2";
+
+/// The entries of one segment's depth range, root-side first (a rowid range).
+const RANGE_QUERY: &str = "SELECT entry_key, type, json FROM entries
+     WHERE entry_key BETWEEN ?1 AND ?2 ORDER BY entry_key";
+
+/// The path from `start` to the root or the compaction stop (spec §5),
+/// handed to `sink` root-side first, one entry at a time: the plan, then
+/// the ranges of the segments the path spans (`O(segments)` integers, no
+/// entry), then each range's rows in key order, each decoded and handed
+/// out before the next is read. Memory holds one entry whatever the
+/// path's length; one read transaction keeps the statements on one
+/// snapshot. Statements: the plan's, one for the ranges, one per segment.
+pub fn visit_path(
+    conn: &Connection,
+    codec: &Codec,
+    session_key: i64,
+    start: &str,
+    cost: &mut ReadCost,
+    sink: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
+    // A deferred read transaction where the caller has none: the ranges
+    // and the rows they name come from one snapshot.
+    let snapshot = if conn.is_autocommit() {
+        Some(
+            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Deferred)
+                .map_err(sql("starting a path read"))?,
+        )
+    } else {
+        None
+    };
+    let plan = plan(conn, session_key, start, None, cost)?;
+    let mut ranges = conn
+        .prepare_cached(PATH_RANGES_QUERY)
+        .and_then(|mut st| {
+            st.query_map(params![plan.segment, plan.low, plan.depth], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
+            .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        })
+        .map_err(sql("reading a path"))?;
+    cost.statements += 1;
+    cost.rows += ranges.len() as u64;
+    ranges.retain(|&(_, from, to)| from <= to);
+    ranges.sort_unstable_by_key(|&(seg, _, _)| seg);
+    let mut stmt = conn
+        .prepare_cached(RANGE_QUERY)
+        .map_err(sql("reading a path"))?;
+    for (seg, from, to) in ranges {
+        let mut rows = stmt
+            .query([entry_key(seg, from), entry_key(seg, to)])
+            .map_err(sql("reading a path"))?;
+        cost.statements += 1;
+        while let Some(row) = rows.next().map_err(sql("reading a path"))? {
+            let kind = row
+                .get_ref(1)
+                .and_then(|v| v.as_str().map_err(Into::into))
+                .map_err(sql("reading a path"))?;
+            let stored = row.get_ref(2).map_err(sql("reading a path"))?;
+            let entry = codec.decode_entry(conn, stored, Some(EntryType::from_name(kind)))?;
+            cost.rows += 1;
+            cost.decoded += 1;
+            sink(entry)?;
+        }
+    }
+    drop(stmt);
+    if let Some(tx) = snapshot {
+        tx.commit().map_err(sql("ending a path read"))?;
+    }
+    Ok(())
+}
+
 /// The path's rows as stored, neither decoded nor built into entries: what
 /// the bench's SQL-only diagnostic measures. Returns the rows read.
 #[doc(hidden)]

@@ -68,7 +68,9 @@ pub use writer::{SessionWriter, STAGED_GAP};
 #[doc(hidden)]
 pub mod internals {
     pub use super::block::{place, BLOCK_BYTES, BLOCK_ENTRIES};
-    pub use super::branch_cache::{path_rows_sql_only, PATH_QUERY, SEGMENT_HOLDING_QUERY};
+    pub use super::branch_cache::{
+        path_rows_sql_only, PATH_QUERY, PATH_RANGES_QUERY, SEGMENT_HOLDING_QUERY,
+    };
     pub use super::claim::host_name;
     pub use crate::backend::branch_rules::ANCESTRY_BLOCK;
 }

@@ -333,6 +333,32 @@ impl SessionStorage for SqliteStorage {
         self.last_read.set(source.cost.into_inner());
         read
     }
+
+    /// Streams the rows of the branch cache's path read
+    /// ([`branch_cache::visit_path`]): one entry in memory at a time, none
+    /// kept in the handle's caches (a path that fits them is read by
+    /// [`SessionStorage::path_to_root_or_compaction`]).
+    fn visit_path(
+        &self,
+        id: Option<&str>,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        let Some(id) = id else {
+            return Ok(());
+        };
+        let conn = self.archive.conn()?;
+        let mut cost = ReadCost::default();
+        let read = branch_cache::visit_path(
+            &conn,
+            self.archive.codec(),
+            self.session_key,
+            id,
+            &mut cost,
+            sink,
+        );
+        self.last_read.set(cost);
+        read
+    }
 }
 
 /// How a handle's [`PathMemo`] reads this archive, counting the work.
