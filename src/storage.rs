@@ -11,6 +11,7 @@ use crate::json::JsString;
 use crate::rules::{walk_joining, walk_to_root_or_compaction, SessionStats, Walk, WalkEnd};
 use crate::skeleton::{self, SkeletonItem};
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 /// How hard an append works to survive a crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -121,6 +122,51 @@ impl LeafMove {
             to: f.target_id.clone(),
         }
     }
+}
+
+/// What a light scan of a path ([`SessionStorage::visit_path_facts`]) says
+/// of one `message` entry's `message` member, read from what the store keeps
+/// beside the text where it can (the search index's role, the stored tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFact<'a> {
+    /// Not a `message` entry.
+    NotMessage,
+    /// `message` is present and not `null` (reading its `role` does not
+    /// throw). `role`: the role search filed the message under, where the
+    /// store knows it: a name other than `assistant` proves `message.role`
+    /// is not `"assistant"`; `assistant` or `None` prove nothing.
+    Present {
+        /// The search index's role, if any.
+        role: Option<&'a str>,
+    },
+    /// Only the text says: the entry's text.
+    Text(&'a str),
+}
+
+impl<'a> MessageFact<'a> {
+    /// The fact for the `message` entry whose stored text is `text`, from a
+    /// structural scan of it (no parse): present when its `message` member
+    /// is there and not `null`; the text itself where the scan defers
+    /// (duplicate keys, escapes) or the member is `null` or absent.
+    pub fn of_text(text: &'a str) -> Self {
+        match crate::json::checked_object_members(text, ["message"]) {
+            Some([Some(raw)]) if !raw.trim_start().starts_with('n') => {
+                MessageFact::Present { role: None }
+            }
+            _ => MessageFact::Text(text),
+        }
+    }
+}
+
+/// One entry of a path as [`SessionStorage::visit_path_facts`] hands it out.
+#[derive(Debug, Clone, Copy)]
+pub struct PathFact<'a> {
+    /// `id`.
+    pub id: &'a str,
+    /// `type`.
+    pub entry_type: &'a str,
+    /// What is known of a `message` entry's `message`.
+    pub message: MessageFact<'a>,
 }
 
 /// One session's append-only log with its leaf pointer (spec §4).
@@ -256,6 +302,34 @@ pub trait SessionStorage {
         let leaf = self.leaf_id()?;
         self.visit_path(leaf.as_deref(), sink)?;
         Ok(leaf)
+    }
+
+    /// pi 1.6's whole path from `start` (`getBranch`: to the root, across
+    /// compactions, ending at an entry whose parent is missing) handed to
+    /// `sink` root side first, one light fact per entry: what the app's
+    /// context settings and compaction search read of every entry, without
+    /// parsing texts where the store keeps enough beside them. Nothing is
+    /// handed out when `start` names no entry; a parent chain that loops is
+    /// an error. The default reads the path's entries (their texts scanned,
+    /// not parsed); SQLite and PostgreSQL read columns only.
+    fn visit_path_facts(
+        &self,
+        start: &str,
+        sink: &mut dyn FnMut(PathFact<'_>) -> Result<()>,
+    ) -> Result<()> {
+        for e in whole_path(self, start)? {
+            let message = if *e.entry_type() == crate::entry::EntryType::Message {
+                MessageFact::of_text(e.json())
+            } else {
+                MessageFact::NotMessage
+            };
+            sink(PathFact {
+                id: e.id(),
+                entry_type: e.entry_type().as_str(),
+                message,
+            })?;
+        }
+        Ok(())
     }
 
     /// The current leaf ([`SessionStorage::leaf_id`]) and the path from it
@@ -427,6 +501,13 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     ) -> Result<Option<String>> {
         (**self).visit_active_path(sink)
     }
+    fn visit_path_facts(
+        &self,
+        start: &str,
+        sink: &mut dyn FnMut(PathFact<'_>) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_path_facts(start, sink)
+    }
     fn visit_skeleton(&self, sink: &mut dyn FnMut(SkeletonItem<'_>) -> Result<()>) -> Result<()> {
         (**self).visit_skeleton(sink)
     }
@@ -459,6 +540,105 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     fn leaf_entry(&self, id: Option<&str>) -> Result<Entry> {
         (**self).leaf_entry(id)
     }
+}
+
+/// pi 1.6's whole path from `start` (`getBranch`), root first: `[]` when
+/// `start` names no entry, ending (at its root side) at an entry whose
+/// parent is missing. Built from the store's cached SDK walks
+/// ([`SessionStorage::path_to_root_or_compaction`]) chained, each starting
+/// at the parent of where the last stopped: one cached walk per compaction
+/// on the path, never a scan, and no entry's facts parsed but the first of
+/// each walk. A parent chain that loops is an error (pi would hang).
+pub fn whole_path<S: SessionStorage + ?Sized>(st: &S, start: &str) -> Result<Vec<Entry>> {
+    path_suffix(st, start, usize::MAX)
+}
+
+/// The root-side end of [`whole_path`] from `start` with at least `need`
+/// entries (the whole path when it is shorter), root first: the walks
+/// stop once they hold that many.
+pub fn path_suffix<S: SessionStorage + ?Sized>(
+    st: &S,
+    start: &str,
+    need: usize,
+) -> Result<Vec<Entry>> {
+    if !st.contains_entry(start)? {
+        return Ok(Vec::new());
+    }
+    // Segments leaf side first; each is root side first.
+    let mut segments: Vec<Vec<Entry>> = Vec::new();
+    let mut held = 0usize;
+    // Each walk's start: the walk from an entry is the same whenever it
+    // is taken, so a start met twice means the chain loops.
+    let mut starts: HashSet<String> = HashSet::new();
+    let mut next = Some(start.to_owned());
+    while let Some(id) = next.take() {
+        if !starts.insert(id.clone()) {
+            return Err(first_revisit(st, start));
+        }
+        let segment = match st.path_to_root_or_compaction(Some(&id)) {
+            Ok(segment) => segment,
+            // The SDK refuses a path with a missing parent; the app stops
+            // there. Only the segment that reaches it is walked entry by entry.
+            Err(Error::DanglingReference(_) | Error::EntryNotFound(_)) => step_walk(st, &id)?,
+            Err(e) => return Err(e),
+        };
+        held += segment.len();
+        if held < need {
+            if let Some(parent) = segment.first().and_then(|f| f.facts().parent()) {
+                if st.contains_entry(parent)? {
+                    next = Some(parent.to_owned());
+                }
+            }
+        }
+        segments.push(segment);
+    }
+    let mut path = Vec::with_capacity(held);
+    for segment in segments.into_iter().rev() {
+        path.extend(segment);
+    }
+    Ok(path)
+}
+
+/// The error of a looping parent chain from `start`: the first entry the
+/// walk meets again, found one lookup per entry.
+fn first_revisit<S: SessionStorage + ?Sized>(st: &S, start: &str) -> Error {
+    let mut seen = HashSet::new();
+    let mut current = st.entry(start);
+    loop {
+        match current {
+            Ok(Some(e)) => {
+                if !seen.insert(e.id().to_owned()) {
+                    return Error::ParentCycle(e.id().to_owned());
+                }
+                current = match e.facts().parent() {
+                    Some(p) => st.entry(p),
+                    None => Ok(None),
+                };
+            }
+            Ok(None) => return Error::ParentCycle(start.to_owned()),
+            Err(e) => return e,
+        }
+    }
+}
+
+/// The walk from `start` one lookup per entry, to the root or to the entry
+/// whose parent is missing; root first.
+fn step_walk<S: SessionStorage + ?Sized>(st: &S, start: &str) -> Result<Vec<Entry>> {
+    let mut path = Vec::new();
+    let mut seen = HashSet::new();
+    let mut current = st.entry(start)?;
+    while let Some(e) = current {
+        if !seen.insert(e.id().to_owned()) {
+            return Err(Error::ParentCycle(e.id().to_owned()));
+        }
+        current = match e.facts().parent() {
+            Some(p) => st.entry(p)?,
+            None => None,
+        };
+        path.push(e);
+    }
+    path.reverse();
+    Ok(path)
 }
 
 /// What resuming `storage` would hit: the active path failing to read, or

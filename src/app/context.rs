@@ -6,7 +6,7 @@ use super::session::AppSession;
 use super::value::JsValue;
 use crate::entry::{timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::storage::SessionStorage;
+use crate::storage::{MessageFact, SessionStorage};
 use std::collections::HashMap;
 
 /// pi's `buildSessionContext()`: `{messages, thinkingLevel, model}`.
@@ -229,72 +229,245 @@ fn project(entry: &Entry, v: &JsValue, edit: Option<&JsValue>) -> Result<Vec<JsV
         .collect()
 }
 
-/// pi's `getSessionContextSettings`: thinking level and model from the whole path.
-fn settings(path: &[(Entry, JsValue)]) -> Result<(Option<JsValue>, JsValue)> {
-    let mut level = Some(JsValue::str("off"));
-    let mut model = JsValue::Null;
-    for (entry, v) in path {
-        match entry.entry_type() {
-            EntryType::ThinkingLevelChange => level = v.get("thinkingLevel").cloned(),
-            EntryType::ModelChange => {
-                model = object(vec![
-                    ("provider", v.get("provider").cloned()),
-                    ("modelId", v.get("modelId").cloned()),
-                ]);
-            }
-            EntryType::Message if message_role(v)?.is_some_and(|r| r.is_str("assistant")) => {
-                let m = v.get("message");
-                model = object(vec![
-                    ("provider", m.and_then(|m| m.get("provider")).cloned()),
-                    ("modelId", m.and_then(|m| m.get("model")).cloned()),
-                ]);
-            }
-            _ => {}
-        }
-    }
-    Ok((level, model))
+/// `{provider, modelId}` of a `model_change` entry.
+fn model_of_change(v: &JsValue) -> JsValue {
+    object(vec![
+        ("provider", v.get("provider").cloned()),
+        ("modelId", v.get("modelId").cloned()),
+    ])
 }
 
-/// pi's `buildContextEntries` over a path (root first).
-fn context_selection(path: &[(Entry, JsValue)]) -> Result<Vec<usize>> {
-    let Some(c) = path
-        .iter()
-        .rposition(|(e, _)| *e.entry_type() == EntryType::Compaction)
-    else {
-        return Ok((0..path.len()).collect());
-    };
-    // `path.findIndex(e => e.id === compaction.id)`: the first with that id.
-    let id = path[c].0.id();
-    let c = path.iter().position(|(e, _)| e.id() == id).unwrap_or(c);
-    let first_kept = path[c].1.get("firstKeptEntryId");
-    let mut out = vec![c];
-    let mut found = false;
-    for (i, (e, v)) in path.iter().enumerate().take(c) {
-        if first_kept.is_some_and(|k| k.is_str(e.id())) {
-            found = true;
-        }
-        if found {
-            let system = *e.entry_type() == EntryType::Message
-                && message_role(v)?.is_some_and(|r| r.is_str("system"));
-            if !system {
-                out.push(i);
-            }
-        }
-    }
-    out.extend(c + 1..path.len());
-    Ok(out)
+/// `{provider, modelId}` of an assistant message entry, `None` when the
+/// entry's `message.role` is not `"assistant"` (its message is present).
+fn model_of_message(v: &JsValue) -> Option<JsValue> {
+    let m = v.get("message");
+    let assistant = matches!(m, Some(JsValue::Object(_) | JsValue::Array(_)))
+        && m.and_then(|m| m.get("role"))
+            .is_some_and(|r| r.is_str("assistant"));
+    assistant.then(|| {
+        object(vec![
+            ("provider", m.and_then(|m| m.get("provider")).cloned()),
+            ("modelId", m.and_then(|m| m.get("model")).cloned()),
+        ])
+    })
 }
+
+/// What the light scan of the leaf's path found ([`SessionStorage::visit_path_facts`]):
+/// what pi's `getSessionContextSettings` and `buildContextEntries` read of
+/// every entry of the path, without its text where the store keeps enough.
+#[derive(Debug, Default)]
+pub(super) struct PathScan {
+    /// The ids, root first, end to end in one text (`ends`: where each ends).
+    ids: String,
+    ends: Vec<usize>,
+    /// The newest `compaction`.
+    last_compaction: Option<usize>,
+    /// The newest `thinking_level_change`.
+    last_thinking: Option<usize>,
+    /// Entries that may set the model, root first: `model_change` entries
+    /// and messages that may be assistant messages, with the model where
+    /// the scan parsed the entry anyway.
+    model_candidates: Vec<(usize, Option<JsValue>)>,
+    /// pi's TypeError (its message) for the first `message` entry without a message.
+    broken: Option<String>,
+    /// Entries parsed (for the bound's test).
+    pub(super) parsed: usize,
+}
+
+impl PathScan {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn id(&self, i: usize) -> &str {
+        let from = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.ids[from..self.ends[i]]
+    }
+
+    /// Scans the path from `leaf`.
+    fn read<S: SessionStorage + ?Sized>(st: &S, leaf: &str) -> Result<PathScan> {
+        let mut scan = PathScan::default();
+        st.visit_path_facts(leaf, &mut |f| {
+            let i = scan.ends.len();
+            scan.ids.push_str(f.id);
+            scan.ends.push(scan.ids.len());
+            match f.entry_type {
+                "compaction" => scan.last_compaction = Some(i),
+                "thinking_level_change" => scan.last_thinking = Some(i),
+                "model_change" => scan.model_candidates.push((i, None)),
+                "message" => match f.message {
+                    MessageFact::Present { role: Some(r) } if r != "assistant" => {}
+                    MessageFact::Present { .. } | MessageFact::NotMessage => {
+                        scan.model_candidates.push((i, None));
+                    }
+                    MessageFact::Text(text) => {
+                        scan.parsed += 1;
+                        let v = JsValue::parse(text)?;
+                        match v.get("message") {
+                            m @ (Some(JsValue::Null) | None) => {
+                                if scan.broken.is_none() {
+                                    scan.broken = Some(type_error(m, "role").to_string());
+                                }
+                            }
+                            Some(_) => {
+                                if let Some(model) = model_of_message(&v) {
+                                    scan.model_candidates.push((i, Some(model)));
+                                }
+                            }
+                        }
+                    }
+                },
+                _ => {}
+            }
+            Ok(())
+        })?;
+        Ok(scan)
+    }
+}
+
+/// Entries read by id for the settings, a batch per statement where the
+/// store batches: the first batch small (the newest candidate usually
+/// decides), each next one four times larger, up to the last size.
+const SETTINGS_BATCHES: [usize; 4] = [2, 8, 32, 128];
 
 impl<S: SessionStorage> AppSession<S> {
-    /// The path from the leaf, each entry with its parsed value.
-    fn parsed_path(&self) -> Result<Vec<(Entry, JsValue)>> {
-        self.branch(None)?
+    /// The light scan of the leaf's path, kept for the leaf until the log
+    /// changes.
+    fn scan(&self) -> Result<std::sync::Arc<PathScan>> {
+        let leaf = self.leaf.clone().unwrap_or_default();
+        if let Some((at, scan)) = &*self.scanned.borrow() {
+            if *at == leaf {
+                return Ok(std::sync::Arc::clone(scan));
+            }
+        }
+        let scan = std::sync::Arc::new(if leaf.is_empty() {
+            PathScan::default()
+        } else {
+            PathScan::read(&self.storage, &leaf)?
+        });
+        self.parses.set(self.parses.get() + scan.parsed);
+        *self.scanned.borrow_mut() = Some((leaf, std::sync::Arc::clone(&scan)));
+        Ok(scan)
+    }
+
+    /// The path entry at `i` of `scan`, parsed.
+    fn parsed_at(&self, scan: &PathScan, i: usize) -> Result<Option<JsValue>> {
+        self.parses.set(self.parses.get() + 1);
+        match self.storage.entry(scan.id(i))? {
+            Some(e) => Ok(Some(JsValue::parse(e.json())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// pi's `getSessionContextSettings` over the scanned path: the newest
+    /// thinking level and model, reading only the entries that decide them.
+    fn settings(&self, scan: &PathScan) -> Result<(Option<JsValue>, JsValue)> {
+        if let Some(e) = &scan.broken {
+            return Err(Error::InvalidEntry(e.clone()));
+        }
+        let level = match scan.last_thinking {
+            Some(i) => self
+                .parsed_at(scan, i)?
+                .and_then(|v| v.get("thinkingLevel").cloned()),
+            None => Some(JsValue::str("off")),
+        };
+        // The newest candidate that is one decides; read newest first, a
+        // batch at a time.
+        let mut pending = scan.model_candidates.iter().rev().peekable();
+        let mut round = 0;
+        while pending.peek().is_some() {
+            let size = SETTINGS_BATCHES[round.min(SETTINGS_BATCHES.len() - 1)];
+            round += 1;
+            let batch: Vec<&(usize, Option<JsValue>)> = pending.by_ref().take(size).collect();
+            let ids: Vec<&str> = batch
+                .iter()
+                .filter(|(_, known)| known.is_none())
+                .map(|(i, _)| scan.id(*i))
+                .collect();
+            let mut texts: HashMap<usize, Entry> = HashMap::new();
+            self.storage.visit_entries_by_id(&ids, &mut |n, e| {
+                texts.insert(n, e);
+                Ok(())
+            })?;
+            let mut n = 0;
+            for (_, known) in batch {
+                if let Some(model) = known {
+                    return Ok((level, model.clone()));
+                }
+                let entry = texts.remove(&n);
+                n += 1;
+                let Some(entry) = entry else { continue };
+                self.parses.set(self.parses.get() + 1);
+                let v = JsValue::parse(entry.json())?;
+                if *entry.entry_type() == EntryType::ModelChange {
+                    return Ok((level, model_of_change(&v)));
+                }
+                if let Some(model) = model_of_message(&v) {
+                    return Ok((level, model));
+                }
+            }
+        }
+        Ok((level, JsValue::Null))
+    }
+
+    /// pi's `buildContextEntries` over the scanned path: the context's
+    /// entries parsed, and which of them are selected (indices into it).
+    /// Reads the path from the newest compaction's first kept entry (or the
+    /// compaction itself) to the leaf; the whole path where there is no
+    /// compaction.
+    fn selection(&self, scan: &PathScan) -> Result<(Vec<(Entry, JsValue)>, Vec<usize>)> {
+        let (from, c, kept) = match scan.last_compaction {
+            None => (0, None, None),
+            Some(c) => {
+                // `path.findIndex(e => e.id === compaction.id)`: ids on a
+                // path are distinct (a repeat would be a loop), so it is `c`.
+                let first_kept = self
+                    .parsed_at(scan, c)?
+                    .and_then(|v| v.get("firstKeptEntryId").cloned());
+                let kept = first_kept
+                    .as_ref()
+                    .and_then(|k| (0..c).find(|&i| k.is_str(scan.id(i))));
+                (kept.unwrap_or(c), Some(c), kept)
+            }
+        };
+        let need = scan.len() - from;
+        let leaf = self.leaf.as_deref().unwrap_or_default();
+        let mut suffix = if need == 0 {
+            Vec::new()
+        } else {
+            crate::storage::path_suffix(&self.storage, leaf, need)?
+        };
+        if suffix.len() < need {
+            return Err(Error::Corrupt(format!(
+                "the path from {leaf} changed while it was read"
+            )));
+        }
+        let suffix = suffix.split_off(suffix.len() - need);
+        self.parses.set(self.parses.get() + suffix.len());
+        let path = suffix
             .into_iter()
             .map(|e| {
                 let v = JsValue::parse(e.json())?;
                 Ok((e, v))
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        let Some(c) = c else {
+            let all = (0..path.len()).collect();
+            return Ok((path, all));
+        };
+        let c = c - from;
+        let mut out = vec![c];
+        if kept.is_some() {
+            for (i, (e, v)) in path.iter().enumerate().take(c) {
+                let system = *e.entry_type() == EntryType::Message
+                    && message_role(v)?.is_some_and(|r| r.is_str("system"));
+                if !system {
+                    out.push(i);
+                }
+            }
+        }
+        out.extend(c + 1..path.len());
+        Ok((path, out))
     }
 
     /// pi's `buildContextEntries()`: the leaf's path, compaction-aware.
@@ -302,22 +475,33 @@ impl<S: SessionStorage> AppSession<S> {
         if self.leaf.is_none() {
             return Ok(Vec::new());
         }
-        let path = self.parsed_path()?;
-        Ok(context_selection(&path)?
-            .into_iter()
-            .map(|i| path[i].0.clone())
-            .collect())
+        let scan = self.scan()?;
+        if scan.last_compaction.is_none() {
+            // The whole path, as stored: nothing to parse.
+            return self.branch(None);
+        }
+        let (path, selection) = self.selection(&scan)?;
+        Ok(selection.into_iter().map(|i| path[i].0.clone()).collect())
     }
 
-    /// pi's `buildSessionProjection()`.
+    /// pi's `buildSessionProjection()`: the settings from a light scan of
+    /// the whole path, the context from the newest compaction on (parsed
+    /// entries: the context's and the few that decide the settings). Kept
+    /// for the leaf until the log changes.
     pub fn session_projection(&self) -> Result<AppProjection> {
-        let path = if self.leaf.is_none() {
-            Vec::new()
+        let leaf = self.leaf.clone().unwrap_or_default();
+        if let Some((at, p)) = &*self.projected.borrow() {
+            if *at == leaf {
+                return Ok(p.clone());
+            }
+        }
+        let scan = self.scan()?;
+        let (thinking_level, model) = self.settings(&scan)?;
+        let (path, selection) = if self.leaf.is_none() {
+            (Vec::new(), Vec::new())
         } else {
-            self.parsed_path()?
+            self.selection(&scan)?
         };
-        let (thinking_level, model) = settings(&path)?;
-        let selection = context_selection(&path)?;
         let mut edits: HashMap<String, &JsValue> = HashMap::new();
         for &i in &selection {
             let (e, v) = &path[i];
@@ -346,19 +530,27 @@ impl<S: SessionStorage> AppSession<S> {
                 messages: ms,
             });
         }
-        Ok(AppProjection {
+        let projection = AppProjection {
             entries,
             context: AppContext {
                 messages,
                 thinking_level,
                 model,
             },
-        })
+        };
+        *self.projected.borrow_mut() = Some((leaf, projection.clone()));
+        Ok(projection)
     }
 
     /// pi's `buildSessionContext()`.
     pub fn session_context(&self) -> Result<AppContext> {
         Ok(self.session_projection()?.context)
+    }
+
+    /// Entries parsed into JS values by context reads so far (what the
+    /// bound on a resume's work counts).
+    pub fn parsed_entries(&self) -> usize {
+        self.parses.get()
     }
 }
 
@@ -463,4 +655,117 @@ pub(crate) fn current_system_message(messages: &[JsValue]) -> Result<Option<JsVa
     }
     out.set("timestamp", timestamp.unwrap_or(JsValue::Number(0.0)));
     Ok(Some(out))
+}
+
+/// The rules as first written, over the whole path parsed: what the light
+/// reads above must answer alike (the tests compare them on every shape).
+#[cfg(test)]
+pub(super) mod reference {
+    use super::*;
+
+    /// pi's `getSessionContextSettings`: thinking level and model from the whole path.
+    fn settings(path: &[(Entry, JsValue)]) -> Result<(Option<JsValue>, JsValue)> {
+        let mut level = Some(JsValue::str("off"));
+        let mut model = JsValue::Null;
+        for (entry, v) in path {
+            match entry.entry_type() {
+                EntryType::ThinkingLevelChange => level = v.get("thinkingLevel").cloned(),
+                EntryType::ModelChange => {
+                    model = object(vec![
+                        ("provider", v.get("provider").cloned()),
+                        ("modelId", v.get("modelId").cloned()),
+                    ]);
+                }
+                EntryType::Message if message_role(v)?.is_some_and(|r| r.is_str("assistant")) => {
+                    let m = v.get("message");
+                    model = object(vec![
+                        ("provider", m.and_then(|m| m.get("provider")).cloned()),
+                        ("modelId", m.and_then(|m| m.get("model")).cloned()),
+                    ]);
+                }
+                _ => {}
+            }
+        }
+        Ok((level, model))
+    }
+
+    /// pi's `buildContextEntries` over a path (root first).
+    fn context_selection(path: &[(Entry, JsValue)]) -> Result<Vec<usize>> {
+        let Some(c) = path
+            .iter()
+            .rposition(|(e, _)| *e.entry_type() == EntryType::Compaction)
+        else {
+            return Ok((0..path.len()).collect());
+        };
+        // `path.findIndex(e => e.id === compaction.id)`: the first with that id.
+        let id = path[c].0.id();
+        let c = path.iter().position(|(e, _)| e.id() == id).unwrap_or(c);
+        let first_kept = path[c].1.get("firstKeptEntryId");
+        let mut out = vec![c];
+        let mut found = false;
+        for (i, (e, v)) in path.iter().enumerate().take(c) {
+            if first_kept.is_some_and(|k| k.is_str(e.id())) {
+                found = true;
+            }
+            if found {
+                let system = *e.entry_type() == EntryType::Message
+                    && message_role(v)?.is_some_and(|r| r.is_str("system"));
+                if !system {
+                    out.push(i);
+                }
+            }
+        }
+        out.extend(c + 1..path.len());
+        Ok(out)
+    }
+
+    /// pi's `buildSessionProjection()`.
+    pub fn projection(path: &[(Entry, JsValue)]) -> Result<AppProjection> {
+        let (thinking_level, model) = settings(path)?;
+        let selection = context_selection(path)?;
+        let mut edits: HashMap<String, &JsValue> = HashMap::new();
+        for &i in &selection {
+            let (e, v) = &path[i];
+            if *e.entry_type() == EntryType::Other("context_edit".into()) {
+                let key = v
+                    .get("targetId")
+                    .map_or_else(|| "undefined".into(), JsValue::to_json);
+                edits.insert(key, v);
+            }
+        }
+        let mut entries = Vec::with_capacity(selection.len());
+        let mut messages = Vec::new();
+        for (n, &i) in selection.iter().enumerate() {
+            let (e, v) = &path[i];
+            // Only the newest compaction (first in the selection) speaks; an
+            // older one inside the kept range contributes nothing.
+            let ms = if n > 0 && *e.entry_type() == EntryType::Compaction {
+                Vec::new()
+            } else {
+                let key = crate::json::JsString::new(e.id()).json().to_owned();
+                project(e, v, edits.get(&key).copied())?
+            };
+            messages.extend(ms.iter().cloned());
+            entries.push(ProjectedEntry {
+                source_entry: e.clone(),
+                messages: ms,
+            });
+        }
+        Ok(AppProjection {
+            entries,
+            context: AppContext {
+                messages,
+                thinking_level,
+                model,
+            },
+        })
+    }
+
+    /// pi's `buildContextEntries()`.
+    pub fn context_entries(path: &[(Entry, JsValue)]) -> Result<Vec<Entry>> {
+        Ok(context_selection(path)?
+            .into_iter()
+            .map(|i| path[i].0.clone())
+            .collect())
+    }
 }

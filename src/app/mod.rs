@@ -9,15 +9,13 @@
 //! pi 1.6's `SessionManager` answers, value for value; [`crate::rpc::app`]
 //! serves it over stdio.
 //!
-//! The parts: `value` (entries as JavaScript sees them), `path` (the whole
-//! path, from the store's cached walks), `context` (context entries,
+//! The parts: `value` (entries as JavaScript sees them), `context` (context entries,
 //! projection, context), `tree` (`getTree`, `getChildren`, V8's sort),
 //! `labels` (the label map), `stats` (session statistics and cost
 //! breakdown), `write` (the writers and pi's ids).
 
 mod context;
 mod labels;
-mod path;
 mod session;
 mod stats;
 mod tree;

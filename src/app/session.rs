@@ -4,13 +4,14 @@
 //! are `impl` blocks in the modules above this one (`context`, `tree`,
 //! `stats`, `write`).
 
+use super::context::{AppProjection, PathScan};
 use super::labels::{AppLabel, LabelMap};
-use super::path;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
 use crate::storage::SessionStorage;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
 
 /// One session under pi 1.6's `SessionManager` rules: the storage, pi's
 /// in-memory leaf, and the label map (built on first use, kept current on
@@ -25,6 +26,13 @@ pub struct AppSession<S> {
     pub(super) labels: RefCell<Option<LabelMap>>,
     /// pi's `byId.size` (distinct ids), counted on first use.
     pub(super) distinct_ids: RefCell<Option<usize>>,
+    /// The light scan of the path from the leaf it was read at (`""`: no
+    /// leaf), kept until the log changes: pi derives it from memory.
+    pub(super) scanned: RefCell<Option<(String, Arc<PathScan>)>>,
+    /// The projection at the leaf it was built at, kept likewise.
+    pub(super) projected: RefCell<Option<(String, AppProjection)>>,
+    /// Entries parsed into JS values by context reads.
+    pub(super) parses: Cell<usize>,
 }
 
 impl<S: SessionStorage> AppSession<S> {
@@ -45,6 +53,9 @@ impl<S: SessionStorage> AppSession<S> {
             leaf,
             labels: RefCell::new(None),
             distinct_ids: RefCell::new(None),
+            scanned: RefCell::new(None),
+            projected: RefCell::new(None),
+            parses: Cell::new(0),
         })
     }
 
@@ -69,6 +80,7 @@ impl<S: SessionStorage> AppSession<S> {
     pub fn reload(&mut self) -> Result<()> {
         *self.labels.get_mut() = None;
         *self.distinct_ids.get_mut() = None;
+        self.forget_paths();
         let count = self.storage.entry_count()?;
         self.leaf = match count.checked_sub(1) {
             Some(last) => self
@@ -104,7 +116,7 @@ impl<S: SessionStorage> AppSession<S> {
     /// parent. Read through the store's cached path walks.
     pub fn branch(&self, from: Option<&str>) -> Result<Vec<Entry>> {
         match from.or(self.leaf.as_deref()) {
-            Some(start) if !start.is_empty() => path::whole_path(&self.storage, start),
+            Some(start) if !start.is_empty() => crate::storage::whole_path(&self.storage, start),
             _ => Ok(Vec::new()),
         }
     }
@@ -173,8 +185,15 @@ impl<S: SessionStorage> AppSession<S> {
         self.with_labels(|m| m.get(key).cloned())
     }
 
+    /// Forgets the kept scan and projection: the log changed.
+    fn forget_paths(&mut self) {
+        *self.scanned.get_mut() = None;
+        *self.projected.get_mut() = None;
+    }
+
     /// Keeps a built label map current after `entry` was appended.
     pub(crate) fn note_appended(&mut self, entry: &Entry) -> Result<()> {
+        self.forget_paths();
         if let Some(map) = self.labels.get_mut().as_mut() {
             map.apply(entry)?;
         }

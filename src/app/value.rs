@@ -25,8 +25,11 @@ pub enum JsValue {
     Object(Vec<(JsString, JsValue)>),
 }
 
-/// Nesting deeper than this is refused rather than risking the stack.
-const MAX_DEPTH: usize = 2000;
+/// Nesting deeper than this is refused: the parser keeps no frame on the
+/// call stack per level, but dropping or cloning a value recurses. pi 1.6
+/// under Node 22 parses any depth and writes (`JSON.stringify`) at most
+/// about 4,160 levels, so every entry pi can have written is read.
+const MAX_DEPTH: usize = 10_000;
 
 impl JsValue {
     /// Parses JSON text (`JSON.parse`); lone surrogate escapes are kept.
@@ -37,7 +40,7 @@ impl JsValue {
             pos: 0,
         };
         p.ws();
-        let v = p.value(0)?;
+        let v = p.value()?;
         p.ws();
         if p.pos != p.b.len() {
             return Err(p.err());
@@ -334,85 +337,127 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<JsValue> {
-        if depth > MAX_DEPTH {
-            return Err(Error::InvalidEntry(format!(
-                "JSON nested deeper than {MAX_DEPTH} levels"
-            )));
+    /// A member's key and its colon, whitespace skipped on both sides.
+    fn key(&mut self) -> Result<JsString> {
+        self.ws();
+        let key = self.string()?;
+        self.ws();
+        if self.b.get(self.pos) != Some(&b':') {
+            return Err(self.err());
         }
-        match self.b.get(self.pos) {
-            Some(b'{') => {
-                self.pos += 1;
-                let mut members: Vec<(JsString, JsValue)> = Vec::new();
+        self.pos += 1;
+        self.ws();
+        Ok(key)
+    }
+
+    /// One value, its containers kept on a stack of their own rather than
+    /// the call stack, so that any depth up to [`MAX_DEPTH`] is read.
+    fn value(&mut self) -> Result<JsValue> {
+        enum Open {
+            Array(Vec<JsValue>),
+            Object(Vec<(JsString, JsValue)>, JsString),
+        }
+        let mut open: Vec<Open> = Vec::new();
+        loop {
+            let deeper = |open: &[Open]| {
+                if open.len() >= MAX_DEPTH {
+                    Err(Error::InvalidEntry(format!(
+                        "JSON nested deeper than {MAX_DEPTH} levels"
+                    )))
+                } else {
+                    Ok(())
+                }
+            };
+            let mut v = match self.b.get(self.pos) {
+                Some(b'{') => {
+                    self.pos += 1;
+                    self.ws();
+                    if self.b.get(self.pos) == Some(&b'}') {
+                        self.pos += 1;
+                        JsValue::Object(Vec::new())
+                    } else {
+                        deeper(&open)?;
+                        let key = self.key()?;
+                        open.push(Open::Object(Vec::new(), key));
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    self.pos += 1;
+                    self.ws();
+                    if self.b.get(self.pos) == Some(&b']') {
+                        self.pos += 1;
+                        JsValue::Array(Vec::new())
+                    } else {
+                        deeper(&open)?;
+                        open.push(Open::Array(Vec::new()));
+                        continue;
+                    }
+                }
+                Some(b'"') => JsValue::String(self.string()?),
+                Some(b't') => self.word("true", JsValue::Bool(true))?,
+                Some(b'f') => self.word("false", JsValue::Bool(false))?,
+                Some(b'n') => self.word("null", JsValue::Null)?,
+                Some(b'-' | b'0'..=b'9') => {
+                    let start = self.pos;
+                    while matches!(
+                        self.b.get(self.pos),
+                        Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                    ) {
+                        self.pos += 1;
+                    }
+                    crate::json::checked_number(&self.s[start..self.pos])
+                        .map(JsValue::Number)
+                        .ok_or_else(|| self.err())?
+                }
+                _ => return Err(self.err()),
+            };
+            // `v` is whole: it goes into the innermost open container, which
+            // then takes its next value or closes (and so on outwards).
+            loop {
+                let Some(top) = open.last_mut() else {
+                    return Ok(v);
+                };
                 self.ws();
-                if self.b.get(self.pos) == Some(&b'}') {
-                    self.pos += 1;
-                    return Ok(JsValue::Object(members));
-                }
-                loop {
-                    self.ws();
-                    let key = self.string()?;
-                    self.ws();
-                    if self.b.get(self.pos) != Some(&b':') {
-                        return Err(self.err());
-                    }
-                    self.pos += 1;
-                    self.ws();
-                    let v = self.value(depth + 1)?;
-                    match members.iter_mut().find(|(k, _)| *k == key) {
-                        Some((_, old)) => *old = v,
-                        None => members.push((key, v)),
-                    }
-                    self.ws();
-                    match self.b.get(self.pos) {
-                        Some(b',') => self.pos += 1,
-                        Some(b'}') => {
-                            self.pos += 1;
-                            return Ok(JsValue::Object(members));
+                let next = self.b.get(self.pos).copied();
+                match top {
+                    Open::Array(items) => {
+                        items.push(v);
+                        match next {
+                            Some(b',') => {
+                                self.pos += 1;
+                                self.ws();
+                                break;
+                            }
+                            Some(b']') => {
+                                self.pos += 1;
+                                v = JsValue::Array(std::mem::take(items));
+                            }
+                            _ => return Err(self.err()),
                         }
-                        _ => return Err(self.err()),
                     }
-                }
-            }
-            Some(b'[') => {
-                self.pos += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.b.get(self.pos) == Some(&b']') {
-                    self.pos += 1;
-                    return Ok(JsValue::Array(items));
-                }
-                loop {
-                    self.ws();
-                    items.push(self.value(depth + 1)?);
-                    self.ws();
-                    match self.b.get(self.pos) {
-                        Some(b',') => self.pos += 1,
-                        Some(b']') => {
-                            self.pos += 1;
-                            return Ok(JsValue::Array(items));
+                    Open::Object(members, pending) => {
+                        let key = std::mem::replace(pending, JsString::new(""));
+                        match members.iter_mut().find(|(k, _)| *k == key) {
+                            Some((_, old)) => *old = v,
+                            None => members.push((key, v)),
                         }
-                        _ => return Err(self.err()),
+                        match next {
+                            Some(b',') => {
+                                self.pos += 1;
+                                *pending = self.key()?;
+                                break;
+                            }
+                            Some(b'}') => {
+                                self.pos += 1;
+                                v = JsValue::Object(std::mem::take(members));
+                            }
+                            _ => return Err(self.err()),
+                        }
                     }
                 }
+                open.pop();
             }
-            Some(b'"') => Ok(JsValue::String(self.string()?)),
-            Some(b't') => self.word("true", JsValue::Bool(true)),
-            Some(b'f') => self.word("false", JsValue::Bool(false)),
-            Some(b'n') => self.word("null", JsValue::Null),
-            Some(b'-' | b'0'..=b'9') => {
-                let start = self.pos;
-                while matches!(
-                    self.b.get(self.pos),
-                    Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                ) {
-                    self.pos += 1;
-                }
-                crate::json::checked_number(&self.s[start..self.pos])
-                    .map(JsValue::Number)
-                    .ok_or_else(|| self.err())
-            }
-            _ => Err(self.err()),
         }
     }
 
@@ -473,5 +518,34 @@ mod tests {
         assert_eq!(t.add(None), JsSum::Text("15NaN".into()));
         assert!(JsSum::Number(1.0).add(None).to_number().is_nan());
         assert_eq!(JsSum::Number(1.0).add(Some(&JsValue::Null)).to_json(), "1");
+    }
+
+    /// pi 1.6 (Node 22) parses any depth and writes about 4,160 levels
+    /// (`JSON.stringify`'s stack): a value nested past that is read and
+    /// written back as it was, without the call stack growing per level.
+    #[test]
+    fn reads_and_writes_what_pi_writes_however_deep() {
+        let depth = 4_500;
+        let text = format!("{}{}{}", r#"{"a":["#.repeat(depth), "1", "]}".repeat(depth));
+        let v = JsValue::parse(&text).unwrap();
+        assert_eq!(v.to_json(), text);
+        let too_deep = "[".repeat(MAX_DEPTH + 2) + &"]".repeat(MAX_DEPTH + 2);
+        assert!(JsValue::parse(&too_deep).is_err());
+        assert!(JsValue::parse(&"[".repeat(3)).is_err());
+        assert!(JsValue::parse(r#"{"a":1,}"#).is_err());
+        assert!(JsValue::parse(r#"{"a" 1}"#).is_err());
+        assert_eq!(
+            JsValue::parse(r#" { "b" : [ 1 , { } , [ ] ] , "b" : 2 , "c" : { "d" : null } } "#)
+                .unwrap()
+                .to_json(),
+            r#"{"b":2,"c":{"d":null}}"#
+        );
+        // Dropped on a thread with a small stack: 9,000 levels is 4,500 pairs.
+        std::thread::Builder::new()
+            .stack_size(4 << 20)
+            .spawn(move || drop(v))
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

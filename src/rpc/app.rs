@@ -56,9 +56,20 @@ impl Params {
     }
 }
 
+/// The entries' stored texts as one JSON array, written once into a text
+/// of the answer's size.
 fn entry_list(entries: &[Entry]) -> String {
-    let parts: Vec<&str> = entries.iter().map(Entry::json).collect();
-    format!("[{}]", parts.join(","))
+    let len = entries.iter().map(|e| e.json().len() + 1).sum::<usize>() + 2;
+    let mut out = String::with_capacity(len);
+    out.push('[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(e.json());
+    }
+    out.push(']');
+    out
 }
 
 fn opt_entry(e: Option<Entry>) -> String {

@@ -10,7 +10,7 @@ use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
 use crate::rules::Replay;
-use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
+use crate::storage::{LeafMove, MessageFact, SessionMetadata, SessionStorage};
 use ::postgres::types::{ToSql, Type};
 use std::cell::RefCell;
 
@@ -250,6 +250,46 @@ impl SessionStorage for PgStorage {
         Ok((leaf, path))
     }
 
+    /// One statement, columns only ([`PATH_FACTS_STATEMENT`]): the path's
+    /// ids, types and search roles, a message's text only where the search
+    /// index filed no role for it.
+    fn visit_path_facts(
+        &self,
+        start: &str,
+        sink: &mut dyn FnMut(crate::storage::PathFact<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let rows = self
+            .archive
+            .conn()?
+            .query_typed(
+                PATH_FACTS_STATEMENT,
+                &[(&self.session_key, Type::INT8), (&start, Type::TEXT)],
+            )
+            .map_err(pg("reading a path's facts"))?;
+        if let Some(first) = rows.first() {
+            if let Some(parent) = col::<Option<String>>(first, 4)? {
+                return Err(crate::Error::ParentCycle(parent));
+            }
+        }
+        for r in &rows {
+            let kind: &str = col(r, 1)?;
+            let role: Option<&str> = col(r, 2)?;
+            let text: Option<&str> = col(r, 3)?;
+            let message = match (kind, role, text) {
+                ("message", Some(role), _) => MessageFact::Present { role: Some(role) },
+                ("message", None, Some(text)) => MessageFact::of_text(text),
+                ("message", None, None) => MessageFact::Present { role: None },
+                _ => MessageFact::NotMessage,
+            };
+            sink(crate::storage::PathFact {
+                id: col(r, 0)?,
+                entry_type: kind,
+                message,
+            })?;
+        }
+        Ok(())
+    }
+
     /// A path this handle read before, or one that follows from it, comes
     /// from its [`PathMemo`] without the path query.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
@@ -316,3 +356,46 @@ impl PathSource<::postgres::Client> for PgStorage {
         branch_cache::path(conn, self.session_key, id)
     }
 }
+
+/// pi 1.6's whole path from an entry (`$1` the session, `$2` the entry's
+/// id) as light facts, root first, in one statement: the walk of the
+/// branch cache's path statement from block to block down to depth 0, each
+/// row's id, type, search role (`message_text`) and — only for a message
+/// the index filed no role for — its text. The first row's fifth column
+/// names the root's missing parent when that is in the session (a loop).
+const PATH_FACTS_STATEMENT: &str = "WITH RECURSIVE
+ start AS (
+     SELECT e.entry_key >> 32 AS seg, e.entry_key & 4294967295 AS depth
+     FROM entries e WHERE e.session_key = $1 AND e.id = $2::TEXT
+ ),
+ walk (head, high) AS (
+     SELECT seg, depth FROM start
+     UNION ALL
+     SELECT s.parent_segment, a.from_depth - 1
+     FROM walk
+     CROSS JOIN LATERAL (
+         SELECT from_depth, ancestor_segment FROM segment_ancestry
+         WHERE session_key = $1 AND segment_id = walk.head
+         ORDER BY from_depth LIMIT 1
+     ) a
+     JOIN segments s ON s.session_key = $1 AND s.segment_id = a.ancestor_segment
+     WHERE a.from_depth > 0 AND s.parent_segment IS NOT NULL
+ ),
+ rows AS (
+     SELECT e.entry_key, e.id, e.type, m.role,
+            CASE WHEN e.type = 'message' AND m.role IS NULL THEN e.json END AS json
+     FROM walk
+     JOIN segment_ancestry a ON a.session_key = $1 AND a.segment_id = walk.head
+     JOIN entries e ON e.session_key = $1
+          AND e.entry_key BETWEEN ((a.ancestor_segment << 32) | a.from_depth)
+                              AND ((a.ancestor_segment << 32) | LEAST(a.to_depth, walk.high))
+     LEFT JOIN message_text m ON m.session_key = $1 AND m.entry_key = e.entry_key
+ )
+ SELECT r.id, r.type, r.role, r.json,
+        CASE WHEN r.entry_key = min(r.entry_key) OVER () THEN
+            (SELECT g.missing_root_parent FROM segments g
+             WHERE g.session_key = $1 AND g.segment_id = r.entry_key >> 32
+               AND EXISTS (SELECT 1 FROM entries x
+                           WHERE x.session_key = $1 AND x.id = g.missing_root_parent))
+        END
+ FROM rows r ORDER BY r.entry_key";

@@ -11,7 +11,7 @@ use crate::contract::Contract;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;
-use crate::storage::{LeafMove, SessionMetadata, SessionStorage};
+use crate::storage::{LeafMove, MessageFact, SessionMetadata, SessionStorage};
 use branch_cache::{EntryCache, ReadCost};
 use claim::WriterClaim;
 use rusqlite::{params, OptionalExtension};
@@ -318,6 +318,127 @@ impl SessionStorage for SqliteStorage {
         super::skeleton::visit_by_id(&conn, self.archive.codec(), self.session_key, ids, sink)
     }
 
+    /// Columns only: one walk of the branch cache to the root (the path
+    /// query of [`branch_cache::PATH_QUERY`] down to depth 0), each row's
+    /// id, type and search role; a message's stored text is looked at only
+    /// when the search index filed no role for it, and decoded only when
+    /// its tag does not say its `message` is an object.
+    fn visit_path_facts(
+        &self,
+        start: &str,
+        sink: &mut dyn FnMut(crate::storage::PathFact<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let conn = self.archive.conn()?;
+        let Some(key) = branch_cache::key_of(&conn, self.session_key, start)? else {
+            return Ok(());
+        };
+        let (segment, depth) = crate::backend::branch_rules::split_key(key);
+        let fail = sql("reading a path's facts");
+        // The roles' names, read once (a row never changes, invariant of
+        // `roles`): rows carry the id only.
+        let roles: std::collections::HashMap<i64, String> = conn
+            .prepare_cached("SELECT role_id, name FROM roles")
+            .and_then(|mut st| {
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .and_then(Iterator::collect)
+            })
+            .map_err(&fail)?;
+        /// One row: its key, where its id ends in `ids`, its type (an index
+        /// into `kinds`), its role id, and its text where it was decoded.
+        struct Row {
+            key: i64,
+            id_end: u32,
+            kind: u8,
+            role: Option<i64>,
+            text: Option<u32>,
+        }
+        let mut kinds: Vec<String> = Vec::new();
+        let mut ids = String::new();
+        let mut texts: Vec<String> = Vec::new();
+        let mut rows: Vec<Row> = Vec::with_capacity(usize::try_from(depth + 1).unwrap_or(0));
+        {
+            let mut st = conn.prepare_cached(PATH_FACTS_QUERY).map_err(&fail)?;
+            let mut found = st.query(params![segment, depth]).map_err(&fail)?;
+            while let Some(r) = found.next().map_err(&fail)? {
+                let key: i64 = r.get(0).map_err(&fail)?;
+                let id = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(&fail)?;
+                ids.push_str(id);
+                let kind_name = r.get_ref(2).and_then(|v| Ok(v.as_str()?)).map_err(&fail)?;
+                let kind = match kinds.iter().position(|k| k == kind_name) {
+                    Some(k) => k,
+                    None => {
+                        kinds.push(kind_name.to_owned());
+                        kinds.len() - 1
+                    }
+                };
+                let role: Option<i64> = r.get(3).map_err(&fail)?;
+                let text = match r.get_ref(4).map_err(&fail)? {
+                    rusqlite::types::ValueRef::Null => None,
+                    rusqlite::types::ValueRef::Blob(b)
+                        if b.first()
+                            .is_some_and(|t| t & super::codec::TRAILING_MESSAGE != 0) =>
+                    {
+                        None
+                    }
+                    other => {
+                        texts.push(self.archive.codec().decode(&conn, other)?);
+                        Some(u32::try_from(texts.len() - 1).unwrap_or(u32::MAX))
+                    }
+                };
+                rows.push(Row {
+                    key,
+                    id_end: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                    kind: u8::try_from(kind).unwrap_or(u8::MAX),
+                    role,
+                    text,
+                });
+            }
+        }
+        // Root first is ascending key: segments root side first (invariant
+        // 3), each segment's depths ascending.
+        let mut order: Vec<(i64, u32)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.key, u32::try_from(i).unwrap_or(u32::MAX)))
+            .collect();
+        order.sort_unstable();
+        if let Some(&(root_key, _)) = order.first() {
+            let root_segment = crate::backend::branch_rules::split_key(root_key).0;
+            let missing = branch_cache::segment(&conn, root_segment)?.missing_root_parent;
+            // A root naming a stored entry as its parent names itself
+            // (invariant 8): a loop, as the walk reports it.
+            if let Some(parent) = missing {
+                if branch_cache::key_of(&conn, self.session_key, &parent)?.is_some() {
+                    return Err(crate::Error::ParentCycle(parent));
+                }
+            }
+        }
+        for (_, i) in order {
+            let i = i as usize;
+            let row = &rows[i];
+            let id_start = if i == 0 {
+                0
+            } else {
+                rows[i - 1].id_end as usize
+            };
+            let kind = kinds.get(usize::from(row.kind)).map_or("", String::as_str);
+            let message = match (kind, row.role, row.text) {
+                ("message", Some(role), _) => MessageFact::Present {
+                    role: Some(roles.get(&role).map_or("", String::as_str)),
+                },
+                ("message", None, Some(t)) => MessageFact::of_text(&texts[t as usize]),
+                ("message", None, None) => MessageFact::Present { role: None },
+                _ => MessageFact::NotMessage,
+            };
+            sink(crate::storage::PathFact {
+                id: &ids[id_start..row.id_end as usize],
+                entry_type: kind,
+                message,
+            })?;
+        }
+        Ok(())
+    }
+
     /// A path this handle read before, or one that follows from it, comes
     /// from its [`PathMemo`] without the path query.
     fn path_to_root_or_compaction(&self, id: Option<&str>) -> Result<Vec<Entry>> {
@@ -410,5 +531,43 @@ impl PathSource<rusqlite::Connection> for PathReads<'_> {
             &mut self.cost.borrow_mut(),
             &mut self.storage.decoded.borrow_mut(),
         )
+    }
+}
+
+/// The path query of [`branch_cache::PATH_QUERY`] (`?1` the start's
+/// segment, `?2` its depth) down to the root, returning for each entry its
+/// key, id, type, search role and — for a message the index filed no role
+/// for — its stored text.
+const PATH_FACTS_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
+     SELECT ?1, ?2
+     UNION ALL
+     SELECT s.parent_segment, a.from_depth - 1
+     FROM walk
+     JOIN segment_ancestry a ON a.segment_id = walk.head
+          AND a.from_depth = (SELECT min(from_depth) FROM segment_ancestry WHERE segment_id = walk.head)
+     JOIN segments s ON s.segment_id = a.ancestor_segment
+     WHERE a.from_depth > 0 AND s.parent_segment IS NOT NULL
+ )
+ SELECT e.entry_key, e.id, e.type, e.role_id,
+        CASE WHEN e.type = 'message' AND e.role_id IS NULL THEN e.json END
+ FROM walk
+ JOIN segment_ancestry a ON a.segment_id = walk.head
+ JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | a.from_depth)
+                                 AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))";
+
+#[cfg(test)]
+mod tests {
+    /// The facts query walks exactly as the path query does, from the
+    /// start's depth down to depth 0.
+    #[test]
+    fn the_facts_query_is_the_path_query_to_the_root() {
+        let path = super::branch_cache::PATH_QUERY
+            .replace("?3", "?2")
+            .replace("> ?2 AND", "> 0 AND");
+        let walk = |q: &str| q[..q.find("SELECT a.ancestor_segment").unwrap_or(q.len())].to_owned();
+        let facts = super::PATH_FACTS_QUERY;
+        let walk_of_facts =
+            |q: &str| q[..q.find("SELECT e.entry_key").unwrap_or(q.len())].to_owned();
+        assert_eq!(walk(&path), walk_of_facts(facts));
     }
 }
