@@ -837,6 +837,51 @@ fn check_finds_every_kind_of_cache_damage() -> R {
     Ok(())
 }
 
+/// `check` reads a session's entries once and feeds every check from that
+/// one pass: damage of three kinds in one session (a search row gone, a
+/// segment's position, the maintained message count) is named in one run,
+/// each by its own check, and the untouched session beside it stays clean.
+#[test]
+fn one_check_pass_names_text_cache_and_facts_damage_together() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    for name in ["damaged", "clean"] {
+        let (entries, _) = adversarial_entries(Adversary::Regenerate, 40);
+        archive.create_session_with(&new_session(name), entries.into_iter().map(Ok))?;
+    }
+    assert_eq!(archive.check(None)?, Vec::<String>::new());
+    let key: i64 = archive.conn()?.query_row(
+        "SELECT session_key FROM sessions WHERE id = 'damaged'",
+        [],
+        |r| r.get(0),
+    )?;
+    archive.conn()?.execute_batch(&format!(
+        "DELETE FROM message_text WHERE rowid = (SELECT max(entry_key) FROM entries
+             WHERE session_key = {key} AND role_id IS NOT NULL);
+         UPDATE segments SET position = position + 1
+             WHERE segment_id = (SELECT max(segment_id) FROM segments WHERE session_key = {key});
+         UPDATE sessions SET message_count = message_count + 1 WHERE session_key = {key};"
+    ))?;
+    let problems = archive.check(None)?;
+    for (what, needle) in [
+        ("stored text", "its search row is missing"),
+        ("branch cache", "its rebuild"),
+        ("facts", "differ from a replay"),
+    ] {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("session damaged:") && p.contains(needle)),
+            "{what}: {problems:?}"
+        );
+    }
+    assert!(
+        !problems.iter().any(|p| p.contains("session clean")),
+        "{problems:?}"
+    );
+    Ok(())
+}
+
 /// A handle decodes a row once: reading the active path again decodes only
 /// the rows appended since, and every answer is the same text.
 #[test]

@@ -77,9 +77,77 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
         ..ListQuery::default()
     };
     let rows = archive.list(&query)?;
-    query.limit = None;
-    let total = archive.count(&query)?;
-    let mut text = String::new();
+    // The total is needed only when the page does not say it: a short first
+    // page holds every session (one statement fewer for the picker's case).
+    let total = if args.page == 1 && rows.len() < args.limit {
+        rows.len() as u64
+    } else {
+        query.limit = None;
+        archive.count(&query)?
+    };
+    // Only the form that is printed is made: the other would cost a
+    // formatted float, a date and an escape per row (most of `ls`'s time
+    // after the archive is open).
+    if cli.json {
+        return Ok(Report::raw(ls_json(&rows, args, total), String::new()));
+    }
+    Ok(Report::raw(
+        String::new(),
+        ls_text(&rows, args, offset, total),
+    ))
+}
+
+/// A listed session's last activity as ISO-8601 (its creation time when it has no dated entry).
+fn last_active(r: &sessiontree::backend::sqlite::SessionSummary) -> String {
+    r.last_active_or_created().map_or_else(
+        || r.metadata.created_at.clone(),
+        sessiontree::entry::iso_timestamp,
+    )
+}
+
+/// `ls --json`: the page's sessions and the paging facts.
+fn ls_json(
+    rows: &[sessiontree::backend::sqlite::SessionSummary],
+    args: &LsArgs,
+    total: u64,
+) -> String {
+    let mut list = String::with_capacity(rows.len() * 320 + 2);
+    list.push('[');
+    for (i, r) in rows.iter().enumerate() {
+        let m = &r.metadata;
+        if i > 0 {
+            list.push(',');
+        }
+        let mut row = ObjectWriter::new();
+        row.str("id", &m.id)
+            .str("createdAt", &m.created_at)
+            .str("lastActive", &last_active(r))
+            .opt_str_or_null("cwd", m.cwd.as_deref())
+            .raw("name", r.name.as_ref().map_or("null", JsString::json))
+            .raw("entries", &r.entry_count.to_string())
+            .raw("messages", &r.stats.message_count.to_string())
+            .value("cost", &js_number(r.stats.cost_total))
+            .value("totalTokens", &js_number(r.stats.total_tokens))
+            .str("contract", r.contract.as_str());
+        list.push_str(&row.finish());
+    }
+    list.push(']');
+    let mut json = ObjectWriter::new();
+    json.raw("sessions", &list)
+        .raw("page", &args.page.to_string())
+        .raw("limit", &args.limit.to_string())
+        .raw("total", &total.to_string());
+    json.finish()
+}
+
+/// `ls`: the page's sessions as aligned columns, and where the page is.
+fn ls_text(
+    rows: &[sessiontree::backend::sqlite::SessionSummary],
+    args: &LsArgs,
+    offset: usize,
+    total: u64,
+) -> String {
+    let mut text = String::with_capacity(rows.len() * 160 + 200);
     if !rows.is_empty() {
         text.push_str(&format!(
             "{:<36}  {:<24}  {:>7}  {:>6}  {:>8}  {:<5}  {}  {}\n",
@@ -93,8 +161,7 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             "CWD"
         ));
     }
-    let mut list = Vec::new();
-    for r in &rows {
+    for r in rows {
         let m = &r.metadata;
         // Escaped before it is measured, so that a tab or a wide character
         // in a name never shifts the columns after it.
@@ -102,13 +169,10 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             .name
             .as_ref()
             .map_or_else(|| "-".to_owned(), JsString::to_string_lossy);
-        let last_active = r
-            .last_active_or_created()
-            .map_or_else(|| m.created_at.clone(), sessiontree::entry::iso_timestamp);
         text.push_str(&format!(
             "{:<36}  {:<24}  {:>7}  {:>6}  {:>8.4}  {:<5}  {}  {}\n",
             super::field(&m.id),
-            last_active,
+            last_active(r),
             r.entry_count,
             r.stats.message_count,
             r.stats.cost_total,
@@ -116,18 +180,6 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
             pad(&super::field(&name), 24),
             super::field(m.cwd.as_deref().unwrap_or(""))
         ));
-        let mut row = ObjectWriter::new();
-        row.str("id", &m.id)
-            .str("createdAt", &m.created_at)
-            .str("lastActive", &last_active)
-            .opt_str_or_null("cwd", m.cwd.as_deref())
-            .raw("name", r.name.as_ref().map_or("null", JsString::json))
-            .value("entries", &json!(r.entry_count))
-            .value("messages", &json!(r.stats.message_count))
-            .value("cost", &js_number(r.stats.cost_total))
-            .value("totalTokens", &js_number(r.stats.total_tokens))
-            .str("contract", r.contract.as_str());
-        list.push(row.finish());
     }
     let shown_to = offset as u64 + rows.len() as u64;
     let first = offset as u64 + 1;
@@ -148,12 +200,7 @@ pub fn ls(cli: &Cli, args: &LsArgs) -> Result<Report> {
     } else if args.page > 1 {
         text.push_str(&format!("{first}–{shown_to} of {total} sessions\n"));
     }
-    let mut json = ObjectWriter::new();
-    json.raw("sessions", &format!("[{}]", list.join(",")))
-        .value("page", &json!(args.page))
-        .value("limit", &json!(args.limit))
-        .value("total", &json!(total));
-    Ok(Report::raw(json.finish(), text))
+    text
 }
 
 /// Arguments of `branch` and `context`.

@@ -16,140 +16,214 @@ use super::error::sql;
 use super::handle::Archive;
 use super::storage::SqliteStorage;
 use super::stored::body_refs;
-use super::writer::{replay_session_facts, session_facts, stored_labels};
+use super::writer::{session_facts, stored_labels};
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::json::JsString;
-use crate::rules::WalkEnd;
+use crate::rules::{apply_label_change, Replay, WalkEnd};
 use crate::search;
 use crate::storage::{CheckFindings, SessionStorage};
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::{BTreeSet, HashMap};
 
-/// Problems with the stored text of one session's entries (empty when none).
-pub(super) fn verify_stored_text(
+/// The statements the per-entry checks run beside the scan of a session's
+/// entries, prepared once per session (cached on the connection across
+/// sessions).
+struct EntryLookups<'c> {
+    refs: rusqlite::CachedStatement<'c>,
+    blob: rusqlite::CachedStatement<'c>,
+    search_row: rusqlite::CachedStatement<'c>,
+    block_session: rusqlite::CachedStatement<'c>,
+}
+
+impl<'c> EntryLookups<'c> {
+    fn prepare(conn: &'c Connection) -> Result<Self> {
+        let p = |q: &str| conn.prepare_cached(q).map_err(sql("checking stored text"));
+        Ok(EntryLookups {
+            refs: p("SELECT blob_id FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")?,
+            blob: p("SELECT 1 FROM blobs WHERE blob_id = ?1")?,
+            search_row: p("SELECT 1 FROM message_text_docsize WHERE id = ?1")?,
+            block_session: p("SELECT session_key FROM entry_blocks WHERE block_id = ?1")?,
+        })
+    }
+}
+
+/// Every check that reads a session's entries, in one pass over them in log
+/// order: each stored text is decoded and parsed once, and feeds
+/// - the stored-text checks ([`check_stored_text`]: it decodes to an entry
+///   whose id and type are its row's, its blobs, block and search row);
+/// - the branch cache rebuilt in memory ([`BranchModel`]), compared with the
+///   stored one when the log is read;
+/// - the replay of the session's facts and labels, compared with the session row.
+///
+/// (Three scans, each decoding every entry, took most of `check`'s time.) A
+/// text that does not decode is a problem of its entry; the branch cache and
+/// facts are then not compared (a rebuild without that entry would report
+/// differences that are not there), as when each check read the log itself.
+pub(super) fn verify_session_entries(
     conn: &Connection,
     codec: &Codec,
     session_key: i64,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
+    let mut lookups = EntryLookups::prepare(conn)?;
+    let mut model = BranchModel::default();
+    let mut facts = Replay::default();
+    let mut labels = HashMap::new();
+    let mut undecodable: Option<Error> = None;
     let mut st = conn
-        .prepare(
-            "SELECT e.entry_key, e.id, e.type, e.json, r.name
+        .prepare_cached(
+            "SELECT e.entry_key, e.seq, e.id, e.type, e.json, r.name
              FROM entries e LEFT JOIN roles r ON r.role_id = e.role_id
              WHERE e.session_key = ?1 ORDER BY e.seq",
         )
-        .map_err(sql("checking stored text"))?;
-    let mut refs = conn
-        .prepare("SELECT blob_id FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
-        .map_err(sql("checking stored text"))?;
-    let mut blob = conn
-        .prepare("SELECT 1 FROM blobs WHERE blob_id = ?1")
-        .map_err(sql("checking stored text"))?;
-    let mut search_row = conn
-        .prepare("SELECT 1 FROM message_text_docsize WHERE id = ?1")
-        .map_err(sql("checking stored text"))?;
-    let mut block_session = conn
-        .prepare("SELECT session_key FROM entry_blocks WHERE block_id = ?1")
         .map_err(sql("checking stored text"))?;
     let mut rows = st
         .query([session_key])
         .map_err(sql("checking stored text"))?;
     while let Some(row) = rows.next().map_err(sql("checking stored text"))? {
         let key: i64 = row.get(0).map_err(sql("checking stored text"))?;
-        let id: String = row.get(1).map_err(sql("checking stored text"))?;
-        let kind: String = row.get(2).map_err(sql("checking stored text"))?;
-        let stored = row.get_ref(3).map_err(sql("checking stored text"))?;
-        let stored_role: Option<String> = row.get(4).map_err(sql("checking stored text"))?;
+        let seq: i64 = row.get(1).map_err(sql("checking stored text"))?;
+        let id: String = row.get(2).map_err(sql("checking stored text"))?;
+        let kind: String = row.get(3).map_err(sql("checking stored text"))?;
+        let stored = row.get_ref(4).map_err(sql("checking stored text"))?;
+        let stored_role: Option<String> = row.get(5).map_err(sql("checking stored text"))?;
         let (text, message_trails) = match codec.decode_with_tag(conn, stored) {
             Ok(decoded) => decoded,
             Err(e) => {
                 problems.push(format!("entry {id}: its stored text does not decode: {e}"));
+                undecodable.get_or_insert(e);
                 continue;
             }
         };
-        // The full parser: reads trust stored text, a check must not.
+        // The full parser: reads trust stored text, a check must not. What
+        // it refuses is still read as readers read it (the lenient parse)
+        // for the rebuild and the replay.
         let entry = match Entry::from_stored_line(&text) {
-            Ok(entry) => entry,
+            Ok(entry) => {
+                check_stored_text(
+                    &mut lookups,
+                    session_key,
+                    (key, &id, &kind, stored_role.as_deref()),
+                    stored,
+                    (&text, message_trails),
+                    &entry,
+                    &mut problems,
+                )?;
+                entry
+            }
             Err(p) => {
                 problems.push(format!("entry {id}: its stored text {}", p.reason()));
-                continue;
+                Entry::from_checked_text(text)
             }
         };
-        // Tag bit 3 makes readers take the message's span without a scan:
-        // it must be where the full parser finds it.
-        if message_trails
-            && crate::json::trailing_object_member(&text, "message")
-                != entry.message_span().flatten()
-        {
-            problems.push(format!(
-                "entry {id}: its stored body says its message is its last member, and it is not"
-            ));
-        }
-        if entry.id() != id || entry.entry_type().as_str() != kind {
-            problems.push(format!(
-                "entry {id}: its text says id {} and type {}, its row says {id} and {kind}",
-                entry.id(),
-                entry.entry_type().as_str()
-            ));
-        }
-        let body = body_refs(stored)?;
-        if let Some(block) = body.block {
-            // Decoding found the block's members in place; a session delete
-            // takes the block only with its own session (block invariant 2).
-            let owner: Option<i64> = block_session
-                .query_row([block], |r| r.get(0))
-                .optional()
-                .map_err(sql("checking stored text"))?;
-            if owner != Some(session_key) {
-                problems.push(format!(
-                    "entry {id}: its text is in entry block {block}, which belongs to session key {owner:?}"
-                ));
+        if undecodable.is_none() {
+            model.push(key, seq, &entry, &mut problems)?;
+            if let Some(change) = facts.push(&entry) {
+                apply_label_change(&mut labels, change);
             }
         }
-        let named: BTreeSet<i64> = body.blobs.into_iter().collect();
-        let recorded: BTreeSet<i64> = refs
-            .query_map(rusqlite::params![session_key, key], |r| r.get(0))
-            .and_then(Iterator::collect)
+    }
+    drop(rows);
+    drop(st);
+    drop(lookups);
+    if undecodable.is_some() {
+        return Ok(problems);
+    }
+    model.finish(conn, codec, session_key, &mut problems)?;
+    compare_session_facts(conn, session_key, &facts, &labels, &mut problems)?;
+    Ok(problems)
+}
+
+/// The checks of one entry's stored text, parsed: the message span its tag
+/// promises, its id and type against its row's, its block's owner, its blobs
+/// recorded and present, its search row and role.
+#[allow(clippy::too_many_arguments)]
+fn check_stored_text(
+    lookups: &mut EntryLookups<'_>,
+    session_key: i64,
+    (key, id, kind, stored_role): (i64, &str, &str, Option<&str>),
+    stored: rusqlite::types::ValueRef<'_>,
+    (text, message_trails): (&str, bool),
+    entry: &Entry,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    // Tag bit 3 makes readers take the message's span without a scan:
+    // it must be where the full parser finds it.
+    if message_trails
+        && crate::json::trailing_object_member(text, "message") != entry.message_span().flatten()
+    {
+        problems.push(format!(
+            "entry {id}: its stored body says its message is its last member, and it is not"
+        ));
+    }
+    if entry.id() != id || entry.entry_type().as_str() != kind {
+        problems.push(format!(
+            "entry {id}: its text says id {} and type {}, its row says {id} and {kind}",
+            entry.id(),
+            entry.entry_type().as_str()
+        ));
+    }
+    let body = body_refs(stored)?;
+    if let Some(block) = body.block {
+        // Decoding found the block's members in place; a session delete
+        // takes the block only with its own session (block invariant 2).
+        let owner: Option<i64> = lookups
+            .block_session
+            .query_row([block], |r| r.get(0))
+            .optional()
             .map_err(sql("checking stored text"))?;
-        if named != recorded {
+        if owner != Some(session_key) {
             problems.push(format!(
-                "entry {id}: its text holds blobs {named:?}, entry_blobs records {recorded:?}"
+                "entry {id}: its text is in entry block {block}, which belongs to session key {owner:?}"
             ));
         }
-        for b in &named {
-            let present = blob
-                .query_row([b], |_| Ok(()))
-                .optional()
-                .map_err(sql("checking stored text"))?
-                .is_some();
-            if !present {
-                problems.push(format!("entry {id}: blob {b} is missing"));
-            }
-        }
-        let indexed = search_row
-            .query_row([key], |_| Ok(()))
+    }
+    let named: BTreeSet<i64> = body.blobs.into_iter().collect();
+    let recorded: BTreeSet<i64> = lookups
+        .refs
+        .query_map(rusqlite::params![session_key, key], |r| r.get(0))
+        .and_then(Iterator::collect)
+        .map_err(sql("checking stored text"))?;
+    if named != recorded {
+        problems.push(format!(
+            "entry {id}: its text holds blobs {named:?}, entry_blobs records {recorded:?}"
+        ));
+    }
+    for b in &named {
+        let present = lookups
+            .blob
+            .query_row([b], |_| Ok(()))
             .optional()
             .map_err(sql("checking stored text"))?
             .is_some();
-        let searchable = search::searchable_text(&entry);
-        let role = searchable.as_ref().map(|(role, _)| role.as_str());
-        if role != stored_role.as_deref() {
-            problems.push(format!(
-                "entry {id}: its row says role {}, its text says {}",
-                stored_role.as_deref().unwrap_or("none"),
-                role.unwrap_or("none")
-            ));
-        }
-        match (searchable.is_some(), indexed) {
-            (true, false) => problems.push(format!("entry {id}: its search row is missing")),
-            (false, true) => problems.push(format!(
-                "entry {id}: has a search row but no searchable text"
-            )),
-            _ => {}
+        if !present {
+            problems.push(format!("entry {id}: blob {b} is missing"));
         }
     }
-    Ok(problems)
+    let indexed = lookups
+        .search_row
+        .query_row([key], |_| Ok(()))
+        .optional()
+        .map_err(sql("checking stored text"))?
+        .is_some();
+    let searchable = search::searchable_text(entry);
+    let role = searchable.as_ref().map(|(role, _)| role.as_str());
+    if role != stored_role {
+        problems.push(format!(
+            "entry {id}: its row says role {}, its text says {}",
+            stored_role.unwrap_or("none"),
+            role.unwrap_or("none")
+        ));
+    }
+    match (searchable.is_some(), indexed) {
+        (true, false) => problems.push(format!("entry {id}: its search row is missing")),
+        (false, true) => problems.push(format!(
+            "entry {id}: has a search row but no searchable text"
+        )),
+        _ => {}
+    }
+    Ok(())
 }
 
 /// The reads a walk makes, tried where they can fail: the walk from the root
@@ -437,9 +511,7 @@ impl Archive {
             // is a problem of this session, and the others are still checked.
             let mut found_warnings = Vec::new();
             let found = [
-                found_or_damage(verify_branch_cache(&conn, codec, key))?,
-                found_or_damage(verify_stored_text(&conn, codec, key))?,
-                found_or_damage(verify_session_facts(&conn, codec, key))?,
+                found_or_damage(verify_session_entries(&conn, codec, key))?,
                 if reads {
                     found_or_damage(verify_walks(
                         &conn,
@@ -510,16 +582,17 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
     }
     Ok(problems)
 }
-/// Replays the log and compares the maintained facts (leaf, name, stats, labels).
-pub(super) fn verify_session_facts(
+/// Compares the maintained facts (leaf, name, stats) and labels with their
+/// replay from the log.
+fn compare_session_facts(
     conn: &Connection,
-    codec: &Codec,
     key: i64,
-) -> Result<Vec<String>> {
+    expected: &Replay,
+    labels: &HashMap<String, JsString>,
+    problems: &mut Vec<String>,
+) -> Result<()> {
     let stored = session_facts(conn, key)?;
-    let (expected, labels) = replay_session_facts(conn, codec, key)?;
-    let mut problems = Vec::new();
-    if expected != stored {
+    if *expected != stored {
         problems.push(format!(
             "maintained facts {stored:?} differ from a replay {expected:?}"
         ));
@@ -533,12 +606,12 @@ pub(super) fn verify_session_facts(
             ));
         }
     }
-    for (target, label) in &labels {
+    for (target, label) in labels {
         if !stored_labels.contains_key(target) {
             problems.push(format!("label {} on {target} is missing", label.json()));
         }
     }
-    Ok(problems)
+    Ok(())
 }
 /// A segment as a replay of the log builds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -552,39 +625,35 @@ struct ModelSegment {
     inherited_compaction: Option<usize>,
     missing_root_parent: Option<String>,
 }
-/// Rebuilds the branch cache of a session from `entries` in log order, in
-/// memory, and compares it with the stored cache (every invariant above, and
-/// the leaf-event table against the log's `leaf` entries). Returns the
-/// differences found (empty when the cache is exact).
-pub(super) fn verify_branch_cache(
-    conn: &Connection,
-    codec: &Codec,
-    session_key: i64,
-) -> Result<Vec<String>> {
-    let mut problems = Vec::new();
-    let mut segments: Vec<ModelSegment> = Vec::new();
-    // id -> (segment index, depth, nearest compaction at or above, by log index)
-    let mut by_id: HashMap<String, (usize, i64, Option<usize>)> = HashMap::new();
-    // stored segment id <-> model segment index, established in creation order
-    let mut seg_map: HashMap<i64, usize> = HashMap::new();
-    let mut keys: HashMap<String, i64> = HashMap::new();
-    let mut compaction_keys: Vec<i64> = Vec::new();
-    let mut leaf_entries: Vec<LeafEventRow> = Vec::new();
-    let mut stmt = conn
-        .prepare("SELECT entry_key, seq, json FROM entries WHERE session_key = ?1 ORDER BY seq")
-        .map_err(sql("verifying the branch cache"))?;
-    let mut rows = stmt
-        .query([session_key])
-        .map_err(sql("verifying the branch cache"))?;
-    while let Some(row) = rows.next().map_err(sql("verifying the branch cache"))? {
-        let key: i64 = row.get(0).map_err(sql("verifying the branch cache"))?;
-        let seq: i64 = row.get(1).map_err(sql("verifying the branch cache"))?;
-        let entry = Entry::from_checked_text(codec.decode(
-            conn,
-            row.get_ref(2).map_err(sql("verifying the branch cache"))?,
-        )?);
+/// The branch cache of a session rebuilt in memory from its entries in log
+/// order ([`BranchModel::push`]), then compared with the stored cache
+/// ([`BranchModel::finish`]: every invariant above, and the leaf-event table
+/// against the log's `leaf` entries).
+#[derive(Default)]
+struct BranchModel {
+    segments: Vec<ModelSegment>,
+    /// id -> (segment index, depth, nearest compaction at or above, by log index)
+    by_id: HashMap<String, (usize, i64, Option<usize>)>,
+    /// stored segment id <-> model segment index, established in creation order
+    seg_map: HashMap<i64, usize>,
+    keys: HashMap<String, i64>,
+    compaction_keys: Vec<i64>,
+    leaf_entries: Vec<LeafEventRow>,
+}
+
+impl BranchModel {
+    /// Places the next entry of the log (stored at `key`, `seq`), noting
+    /// where the stored key disagrees.
+    fn push(
+        &mut self,
+        key: i64,
+        seq: i64,
+        entry: &Entry,
+        problems: &mut Vec<String>,
+    ) -> Result<()> {
+        let segments = &mut self.segments;
         let f = entry.facts();
-        let parent = f.parent().and_then(|p| by_id.get(p).cloned());
+        let parent = f.parent().and_then(|p| self.by_id.get(p).cloned());
         let (seg, depth, above) = match parent {
             Some((pseg, pdepth, above)) if segments[pseg].tail_depth == pdepth => {
                 segments[pseg].tail_depth += 1;
@@ -597,7 +666,7 @@ pub(super) fn verify_branch_cache(
                         let s = &segments[usize::try_from(s).unwrap_or(0)];
                         Ok((s.position, s.jump.map(|j| j as i64)))
                     })?;
-                segments.push(ModelSegment {
+                let next = ModelSegment {
                     parent: Some(pseg),
                     first_depth: pdepth + 1,
                     tail_depth: pdepth + 1,
@@ -605,7 +674,8 @@ pub(super) fn verify_branch_cache(
                     jump: Some(usize::try_from(jump).unwrap_or(0)),
                     inherited_compaction: above,
                     missing_root_parent: p.missing_root_parent.clone(),
-                });
+                };
+                segments.push(next);
                 (segments.len() - 1, pdepth + 1, above)
             }
             None => {
@@ -622,12 +692,12 @@ pub(super) fn verify_branch_cache(
             }
         };
         let (stored_seg, stored_depth) = split_key(key);
-        match seg_map.get(&stored_seg) {
+        match self.seg_map.get(&stored_seg) {
             Some(&m) if m != seg => {
                 problems.push(format!("entry {} is in the wrong segment", f.id))
             }
             None => {
-                seg_map.insert(stored_seg, seg);
+                self.seg_map.insert(stored_seg, seg);
             }
             _ => {}
         }
@@ -639,81 +709,99 @@ pub(super) fn verify_branch_cache(
         }
         let is_compaction = f.entry_type == EntryType::Compaction;
         if is_compaction {
-            compaction_keys.push(key);
+            self.compaction_keys.push(key);
         }
         if f.entry_type == EntryType::Leaf {
-            leaf_entries.push(LeafEventRow {
+            self.leaf_entries.push(LeafEventRow {
                 seq,
                 entry_key: key,
                 target_id: f.target_id.clone(),
             });
         }
         let nearest = if is_compaction {
-            Some(compaction_keys.len() - 1)
+            Some(self.compaction_keys.len() - 1)
         } else {
             above
         };
-        keys.insert(f.id.clone(), key);
-        by_id.insert(f.id.clone(), (seg, depth, nearest));
+        self.keys.insert(f.id.clone(), key);
+        self.by_id.insert(f.id.clone(), (seg, depth, nearest));
+        Ok(())
     }
-    drop(rows);
-    drop(stmt);
-    let inverse: HashMap<usize, i64> = seg_map.iter().map(|(s, m)| (*m, *s)).collect();
-    let stored_count: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM segments WHERE session_key = ?1",
-            [session_key],
-            |r| r.get(0),
-        )
-        .map_err(sql("verifying the branch cache"))?;
-    if usize::try_from(stored_count).ok() != Some(segments.len()) {
-        problems.push(format!(
-            "{stored_count} segments stored, the rebuild has {}",
-            segments.len()
-        ));
-    }
-    for (m, model) in segments.iter().enumerate() {
-        let Some(&sid) = inverse.get(&m) else {
-            problems.push(format!("segment #{m} of the rebuild has no stored segment"));
-            continue;
-        };
-        let stored = segment(conn, sid)?;
-        let expected = Segment {
-            id: sid,
-            parent: model.parent.and_then(|p| inverse.get(&p).copied()),
-            first_depth: model.first_depth,
-            tail_depth: model.tail_depth,
-            position: model.position,
-            jump: model.jump.and_then(|j| inverse.get(&j).copied()),
-            inherited_compaction: model.inherited_compaction.map(|c| compaction_keys[c]),
-            missing_root_parent: model.missing_root_parent.clone(),
-        };
-        if stored != expected {
+
+    /// Compares the rebuild with the stored segments, ancestry, leaf events
+    /// and compaction stops.
+    fn finish(
+        self,
+        conn: &Connection,
+        codec: &Codec,
+        session_key: i64,
+        problems: &mut Vec<String>,
+    ) -> Result<()> {
+        let BranchModel {
+            segments,
+            seg_map,
+            keys,
+            compaction_keys,
+            leaf_entries,
+            ..
+        } = self;
+        let inverse: HashMap<usize, i64> = seg_map.iter().map(|(s, m)| (*m, *s)).collect();
+        let stored_count: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM segments WHERE session_key = ?1",
+                [session_key],
+                |r| r.get(0),
+            )
+            .map_err(sql("verifying the branch cache"))?;
+        if usize::try_from(stored_count).ok() != Some(segments.len()) {
             problems.push(format!(
-                "segment {sid} is {stored:?}, its rebuild {expected:?}"
+                "{stored_count} segments stored, the rebuild has {}",
+                segments.len()
             ));
         }
-        // Invariant 4: the nearest segments of its path, rebuilt by walking parents.
-        let mut block = Vec::new();
-        let (mut cur, mut to) = (Some(m), OPEN_END);
-        while let Some(c) = cur.filter(|_| block.len() < ANCESTRY_BLOCK as usize) {
-            let seg = &segments[c];
-            block.push(AncestryRow {
-                from_depth: seg.first_depth,
-                ancestor_segment: inverse.get(&c).copied().unwrap_or(-1),
-                to_depth: to,
-            });
-            to = seg.first_depth - 1;
-            cur = seg.parent;
-        }
-        block.reverse();
-        let actual: Vec<AncestryRow> = conn
+        let mut ancestry = conn
             .prepare_cached(
                 "SELECT from_depth, ancestor_segment, to_depth FROM segment_ancestry
                  WHERE segment_id = ?1 ORDER BY from_depth",
             )
-            .and_then(|mut st| {
-                st.query_map([sid], |r| {
+            .map_err(sql("verifying the branch cache"))?;
+        for (m, model) in segments.iter().enumerate() {
+            let Some(&sid) = inverse.get(&m) else {
+                problems.push(format!("segment #{m} of the rebuild has no stored segment"));
+                continue;
+            };
+            let stored = segment(conn, sid)?;
+            let expected = Segment {
+                id: sid,
+                parent: model.parent.and_then(|p| inverse.get(&p).copied()),
+                first_depth: model.first_depth,
+                tail_depth: model.tail_depth,
+                position: model.position,
+                jump: model.jump.and_then(|j| inverse.get(&j).copied()),
+                inherited_compaction: model.inherited_compaction.map(|c| compaction_keys[c]),
+                missing_root_parent: model.missing_root_parent.clone(),
+            };
+            if stored != expected {
+                problems.push(format!(
+                    "segment {sid} is {stored:?}, its rebuild {expected:?}"
+                ));
+            }
+            // Invariant 4: the nearest segments of its path, rebuilt by walking parents.
+            let mut block = Vec::new();
+            let (mut cur, mut to) = (Some(m), OPEN_END);
+            while let Some(c) = cur.filter(|_| block.len() < ANCESTRY_BLOCK as usize) {
+                let seg = &segments[c];
+                block.push(AncestryRow {
+                    from_depth: seg.first_depth,
+                    ancestor_segment: inverse.get(&c).copied().unwrap_or(-1),
+                    to_depth: to,
+                });
+                to = seg.first_depth - 1;
+                cur = seg.parent;
+            }
+            block.reverse();
+            let actual: Vec<AncestryRow> = ancestry
+                .query_map([sid], |r| {
                     Ok(AncestryRow {
                         from_depth: r.get(0)?,
                         ancestor_segment: r.get(1)?,
@@ -721,17 +809,18 @@ pub(super) fn verify_branch_cache(
                     })
                 })
                 .and_then(Iterator::collect)
-            })
-            .map_err(sql("verifying the branch cache"))?;
-        if actual != block {
-            problems.push(format!(
-                "segment {sid} ancestry {actual:?} differs from its rebuild {block:?}"
-            ));
+                .map_err(sql("verifying the branch cache"))?;
+            if actual != block {
+                problems.push(format!(
+                    "segment {sid} ancestry {actual:?} differs from its rebuild {block:?}"
+                ));
+            }
         }
+        drop(ancestry);
+        problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
+        problems.extend(verify_compaction_stops(conn, codec, session_key, &keys)?);
+        Ok(())
     }
-    problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
-    problems.extend(verify_compaction_stops(conn, codec, session_key, &keys)?);
-    Ok(problems)
 }
 
 /// The leaf-event table holds exactly the log's `leaf` entries.
@@ -795,9 +884,8 @@ fn verify_compaction_stops(
         match keys.get(id) {
             Some(k) => {
                 let json: rusqlite::types::Value = conn
-                    .query_row("SELECT json FROM entries WHERE entry_key = ?1", [k], |r| {
-                        r.get(0)
-                    })
+                    .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
+                    .and_then(|mut st| st.query_row([k], |r| r.get(0)))
                     .map_err(sql("verifying the branch cache"))?;
                 Ok(Some(Entry::from_checked_text(
                     codec.decode(conn, (&json).into())?,
