@@ -21,7 +21,7 @@ mod support;
 
 use serde_json::{json, Value};
 use sessiontree::archive::SessionArchive;
-use sessiontree::backend::postgres::PgArchive;
+use sessiontree::backend::postgres::{PgArchive, TsVector};
 use sessiontree::backend::sqlite::Archive;
 use sessiontree::sync::SYNC_BATCH;
 use sessiontree::{Durability, Entry, SessionStorage};
@@ -211,42 +211,171 @@ fn team_count(archive: &PgArchive, id: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// A local archive of `sizes.len()` generated sessions (forks, compactions,
+/// each its own shape), and their ids.
+fn generated_archive(dir: &Path, sizes: &[usize]) -> (PathBuf, Vec<String>) {
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).expect("mkdir");
+    let ids: Vec<String> = (0..sizes.len()).map(|i| format!("gen-{i}")).collect();
+    for (i, (&entries, id)) in sizes.iter().zip(&ids).enumerate() {
+        spec_file(
+            &files,
+            &SessionSpec {
+                id: id.clone(),
+                created_ms: 1_748_736_000_000 + i as i64 * 60_000,
+                cwd: format!("/work/team/{i}"),
+                entries,
+                forks: entries / (20 + 30 * i),
+                compaction_every: 250 + 150 * i,
+                seed: 11 + i as u64,
+                tree: if i % 2 == 0 {
+                    TreeShape::Spread
+                } else {
+                    TreeShape::Regenerate { every: 6 }
+                },
+                dangling_root: false,
+            },
+        );
+    }
+    let db = dir.join("local.db");
+    let (v, status) = cli_json(&["--db", s(&db), "import", s(&files), "--quiet"]);
+    assert_eq!(status, 0, "{v}");
+    (db, ids)
+}
+
+/// Every team session is an exact prefix of its source (a sync commits
+/// whole batches, each with its session's facts), and with `whole` all of it.
+fn team_is_prefix_of(local: &Archive, team: &PgArchive, ids: &[String], whole: bool) -> usize {
+    let mut held = 0;
+    for id in ids {
+        let ours = texts(&local.open_session(id).expect("local session"));
+        let Ok(copy) = team.open_session(id) else {
+            assert!(!whole, "{id}: not synced");
+            continue;
+        };
+        let theirs = texts(&copy);
+        assert_eq!(copy.entry_count().expect("count"), theirs.len(), "{id}");
+        assert!(theirs.len() <= ours.len(), "{id}: longer than its source");
+        assert_eq!(theirs[..], ours[..theirs.len()], "{id}: not a prefix");
+        if whole {
+            assert_eq!(theirs.len(), ours.len(), "{id}: entries missing");
+        }
+        held += theirs.len();
+    }
+    held
+}
+
+/// kill -9 at two instants of a sync of a forked, compacted archive, then a
+/// sync to the end: no entry lost or doubled, every session read back as the
+/// source reads it, and a sync of the unchanged archive copies nothing.
 #[test]
 fn a_sync_killed_part_way_resumes_and_ends_identical() {
     let Some(team) = pg::TempArchive::new() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let total = 12_000;
-    let file = generated_file(dir.path(), "resume-me", total);
+    let (db, ids) = generated_archive(dir.path(), &[8_000, 2_500, 1_500]);
+    let local = Archive::open(&db, Durability::Relaxed).expect("local archive");
+    let total: usize = 12_000;
     let url = team.schema_url();
-    let mut child = Command::new(bin())
-        .args(["sync", "--to", &url, s(&file)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sync");
-    // Killed once some batches are in.
-    let started = wait_until(Duration::from_secs(60), || {
-        team_count(&team.archive, "resume-me") >= 2 * SYNC_BATCH
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(started, "the sync never got going");
-    let at_kill = team_count(&team.archive, "resume-me");
-    // Batches are all or nothing.
-    assert!(
-        at_kill.is_multiple_of(SYNC_BATCH) || at_kill == total,
-        "{at_kill} entries after the kill"
-    );
-    let (again, status) = cli_json(&["sync", "--to", &url, s(&file)]);
+    let count = || ids.iter().map(|id| team_count(&team.archive, id)).sum::<usize>();
+    let mut held = 0;
+    for kill_after in [SYNC_BATCH, 4 * SYNC_BATCH] {
+        let mut child = Command::new(bin())
+            .args(["--db", s(&db), "sync", "--to", &url])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sync");
+        let started = wait_until(Duration::from_secs(120), || count() >= kill_after);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started, "the sync never got past {kill_after} entries");
+        let now = team_is_prefix_of(&local, &team.archive, &ids, false);
+        assert!(now >= held, "{now} entries after a kill, {held} before");
+        held = now;
+    }
+    let (again, status) = cli_json(&["--db", s(&db), "sync", "--to", &url]);
     assert_eq!(status, 0, "{again}");
-    assert_eq!(again["synced"][0]["copied"], json!(total - at_kill));
-    let source = sessiontree::backend::jsonl::JsonlStorage::open(&file, Durability::Relaxed)
-        .expect("source");
-    let copy = team.archive.open_session("resume-me").expect("copy");
-    assert_eq!(texts(&source), texts(&copy));
-    assert_eq!(active_path(&source), active_path(&copy));
+    let copied: u64 = again["synced"]
+        .as_array()
+        .expect("synced")
+        .iter()
+        .map(|r| r["copied"].as_u64().expect("copied"))
+        .sum();
+    assert_eq!(copied as usize, total - held, "{again}");
+    team_is_prefix_of(&local, &team.archive, &ids, true);
+    for id in &ids {
+        let ours = local.open_session(id).expect("local session");
+        let copy = team.archive.open_session(id).expect("copy");
+        assert_eq!(active_path(&ours), active_path(&copy), "{id}");
+        assert_eq!(ours.session_stats().ok(), copy.session_stats().ok(), "{id}");
+        assert_eq!(ours.metadata().ok(), copy.metadata().ok(), "{id}");
+        for (i, e) in texts(&ours).iter().enumerate().step_by(97) {
+            let at = Entry::from_checked_text(e.clone()).id().to_owned();
+            assert_eq!(path_of(&copy, Some(&at)), path_of(&ours, Some(&at)), "{id} entry {i}");
+        }
+    }
+    let term = sessiontree_bench::gen::SEARCH_TERMS[0];
+    for args in [&["ls"][..], &["stats"], &["search", term], &["tree", "gen-1"]] {
+        same_on_both(s(&db), &url, args);
+    }
+    let (unchanged, status) = cli_json(&["--db", s(&db), "sync", "--to", &url]);
+    assert_eq!(status, 0, "{unchanged}");
+    assert!(
+        unchanged["synced"]
+            .as_array()
+            .expect("synced")
+            .iter()
+            .all(|r| r["copied"] == json!(0)),
+        "{unchanged}"
+    );
+}
+
+/// The search vector built by the client ([`TsVector`], sent in binary) is
+/// the value the server's cast makes of the same words' text: repeated
+/// words, more than 256 positions of a word, positions past 16,383, long
+/// and non-ASCII words.
+#[test]
+fn search_vectors_built_here_are_the_servers_cast_of_the_words() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let mut conn = team.archive.conn().expect("conn");
+    let mut rng = sessiontree_bench::gen::SplitMix64::new(3);
+    let pool = ["alpha", "beta", "gamma", "doğru", "İstanbul", "ＡＢＣ", "a-b", "x_y", "1.5", "ж"];
+    let mut texts = vec![
+        String::new(),
+        "the cat and the hat, the end".to_owned(),
+        (0..20_000).map(|i| pool[i % 3]).collect::<Vec<_>>().join(" "),
+        (0..17_000)
+            .map(|i| format!("w{}", i % 700))
+            .collect::<Vec<_>>()
+            .join(" "),
+        format!("{} short {}", "ж".repeat(1500), "é".repeat(3000)),
+    ];
+    for _ in 0..40 {
+        let n = (rng.next_u64() % 3_000) as usize;
+        texts.push(
+            (0..n)
+                .map(|_| pool[(rng.next_u64() % pool.len() as u64) as usize])
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+    for (i, text) in texts.iter().enumerate() {
+        let words = sessiontree::search::index_words(text, 400_000);
+        let vector = TsVector::from_index_words(&words);
+        let row = conn
+            .query_one(
+                "SELECT $1::TSVECTOR = CAST($2::TEXT AS TSVECTOR), $1::TSVECTOR::TEXT,
+                        CAST($2::TEXT AS TSVECTOR)::TEXT",
+                &[&vector, &words],
+            )
+            .expect("compare");
+        let (same, ours, theirs): (bool, String, String) = (row.get(0), row.get(1), row.get(2));
+        assert!(same && ours == theirs, "text {i}: {ours:.300} / {theirs:.300}");
+    }
 }
 
 #[test]

@@ -506,6 +506,11 @@ impl PgArchive {
         let ctx = "syncing entries";
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;
+        // Not waiting for the WAL flush: a batch lost to a server crash is
+        // copied again by the next sync, and the session's last transaction
+        // (`sync_session_extras`) flushes the WAL past every batch before.
+        tx.batch_execute("SET LOCAL synchronous_commit = off")
+            .map_err(pg(ctx))?;
         let key: i64 = tx
             .query_opt("SELECT session_key FROM sessions WHERE id = $1", &[&id])
             .map_err(pg(ctx))?

@@ -49,6 +49,18 @@ impl<'a, C: GenericClient> PgCache<'a, C> {
         col(&r, 0)
     }
 
+    /// Runs `statement`, which writes, in one round trip (its parameters'
+    /// types given: no separate prepare).
+    fn typed(
+        &mut self,
+        context: &'static str,
+        statement: &str,
+        params: &[(&(dyn ::postgres::types::ToSql + Sync), ::postgres::types::Type)],
+    ) -> Result<()> {
+        self.c.query_typed(statement, params).map_err(pg(context))?;
+        Ok(())
+    }
+
     /// Runs `statement`, which writes.
     fn run(
         &mut self,
@@ -310,8 +322,10 @@ impl<C: GenericClient> BatchStore for PgCache<'_, C> {
             .collect()
     }
 
-    /// One statement per table, through `unnest`.
+    /// One statement per table, through `unnest`, each parsed, bound and
+    /// run in one round trip (`query_typed`).
     fn write_batch(&mut self, rows: &CacheRows) -> Result<()> {
+        use ::postgres::types::Type;
         let session = self.session;
         let segs: Vec<&Segment> = rows.new_segments().collect();
         if let Some(last) = segs.last() {
@@ -326,20 +340,27 @@ impl<C: GenericClient> BatchStore for PgCache<'_, C> {
                 .iter()
                 .map(|s| s.missing_root_parent.as_deref())
                 .collect();
-            self.run(
+            self.typed(
                 "numbering segments",
                 "UPDATE sessions SET segment_count = greatest(segment_count, $2) WHERE session_key = $1",
-                &[&session, &last.id],
+                &[(&session, Type::INT8), (&last.id, Type::INT8)],
             )?;
-            self.run(
+            self.typed(
                 "creating segments",
                 "INSERT INTO segments (session_key, segment_id, parent_segment, first_depth, tail_depth,
                                        position, jump_segment, inherited_compaction, missing_root_parent)
                  SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[],
                                           $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::TEXT[])",
                 &[
-                    &session, &ids, &parents, &firsts, &tails, &positions, &jumps, &inherited,
-                    &missing,
+                    (&session, Type::INT8),
+                    (&ids, Type::INT8_ARRAY),
+                    (&parents, Type::INT8_ARRAY),
+                    (&firsts, Type::INT8_ARRAY),
+                    (&tails, Type::INT8_ARRAY),
+                    (&positions, Type::INT8_ARRAY),
+                    (&jumps, Type::INT8_ARRAY),
+                    (&inherited, Type::INT8_ARRAY),
+                    (&missing, Type::TEXT_ARRAY),
                 ],
             )?;
             let anc: Vec<&AncestryRow> = rows.new_ancestry().collect();
@@ -347,30 +368,44 @@ impl<C: GenericClient> BatchStore for PgCache<'_, C> {
             let from: Vec<i64> = anc.iter().map(|r| r.from_depth).collect();
             let ancestor: Vec<i64> = anc.iter().map(|r| r.ancestor).collect();
             let to: Vec<i64> = anc.iter().map(|r| r.to_depth).collect();
-            self.run(
+            self.typed(
                 "writing segment ancestry",
                 "INSERT INTO segment_ancestry (session_key, segment_id, from_depth, ancestor_segment, to_depth)
                  SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[])",
-                &[&session, &segment, &from, &ancestor, &to],
+                &[
+                    (&session, Type::INT8),
+                    (&segment, Type::INT8_ARRAY),
+                    (&from, Type::INT8_ARRAY),
+                    (&ancestor, Type::INT8_ARRAY),
+                    (&to, Type::INT8_ARRAY),
+                ],
             )?;
         }
         let (moved, depths): (Vec<i64>, Vec<i64>) = rows.moved_tails().unzip();
         if !moved.is_empty() {
-            self.run(
+            self.typed(
                 "extending segments",
                 "UPDATE segments s SET tail_depth = u.t
                  FROM unnest($2::BIGINT[], $3::BIGINT[]) AS u (id, t)
                  WHERE s.session_key = $1 AND s.segment_id = u.id",
-                &[&session, &moved, &depths],
+                &[
+                    (&session, Type::INT8),
+                    (&moved, Type::INT8_ARRAY),
+                    (&depths, Type::INT8_ARRAY),
+                ],
             )?;
         }
         let (keys, stops): (Vec<i64>, Vec<Option<i64>>) = rows.new_compactions().unzip();
         if !keys.is_empty() {
-            self.run(
+            self.typed(
                 "recording compactions",
                 "INSERT INTO compactions (session_key, entry_key, stop_key)
                  SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[])",
-                &[&session, &keys, &stops],
+                &[
+                    (&session, Type::INT8),
+                    (&keys, Type::INT8_ARRAY),
+                    (&stops, Type::INT8_ARRAY),
+                ],
             )?;
         }
         Ok(())

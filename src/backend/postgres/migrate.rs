@@ -24,6 +24,10 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         include_str!("../../../schema/postgres/0004_usage_facts.sql"),
         Some(archive::fill_usage_facts),
     ),
+    (
+        include_str!("../../../schema/postgres/0008_search_vectors_sent_whole.sql"),
+        None,
+    ),
 ];
 
 /// The advisory lock key that serializes migrations (any fixed number: only

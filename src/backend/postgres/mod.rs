@@ -7,7 +7,8 @@
 //! statements in PostgreSQL's SQL (the invariants, the placement and the
 //! plan of a path read are written once, in `backend::branch_cache`);
 //! `writer.rs` appends inside a transaction and
-//! maintains every derived fact; `archive.rs` is the many-session side
+//! maintains every derived fact (a bulk write's rows by binary `COPY`, a
+//! message's search vector built by [`TsVector`]); `archive.rs` is the many-session side
 //! (create, list, delete, search); `storage.rs` is one session as a
 //! [`crate::SessionStorage`]; [`claim`] is the one-writer rule across machines.
 //!
@@ -32,8 +33,10 @@ mod handle;
 mod migrate;
 mod open;
 mod storage;
+mod tsvector;
 mod writer;
 
 pub use archive::SessionWriter;
 pub use handle::{is_postgres_url, Conn, PgArchive, Pool};
 pub use storage::PgStorage;
+pub use tsvector::TsVector;

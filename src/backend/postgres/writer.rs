@@ -12,6 +12,9 @@ use crate::search::{index_words, searchable_text};
 
 /// Bytes of a message's words that search indexes (a `tsvector` holds at most 1 MB).
 pub(super) const INDEXED_WORD_BYTES: usize = 400_000;
+use super::tsvector::TsVector;
+use ::postgres::binary_copy::BinaryCopyInWriter;
+use ::postgres::types::Type;
 use ::postgres::{GenericClient, Row};
 use std::collections::HashSet;
 
@@ -45,22 +48,22 @@ pub(super) fn session_facts<C: GenericClient>(c: &mut C, key: i64, lock: bool) -
 /// Stores a session row's maintained facts.
 fn write_session_facts<C: GenericClient>(c: &mut C, key: i64, facts: &Replay) -> Result<()> {
     let v = FactValues::of(facts);
-    c.execute(
+    c.query_typed(
         "UPDATE sessions SET leaf_id = $2, name = $3, entry_count = $4, message_count = $5,
                 cached_tokens = $6, uncached_tokens = $7, total_tokens = $8, cost_total = $9,
                 broken_message_id = $10
          WHERE session_key = $1",
         &[
-            &key,
-            &v.leaf,
-            &v.name,
-            &v.entry_count,
-            &v.message_count,
-            &v.cached_tokens,
-            &v.uncached_tokens,
-            &v.total_tokens,
-            &v.cost_total,
-            &v.broken_message,
+            (&key, Type::INT8),
+            (&v.leaf, Type::TEXT),
+            (&v.name, Type::TEXT),
+            (&v.entry_count, Type::INT8),
+            (&v.message_count, Type::INT8),
+            (&v.cached_tokens, Type::FLOAT8),
+            (&v.uncached_tokens, Type::FLOAT8),
+            (&v.total_tokens, Type::FLOAT8),
+            (&v.cost_total, Type::FLOAT8),
+            (&v.broken_message, Type::TEXT),
         ],
     )
     .map_err(pg("updating session facts"))?;
@@ -88,6 +91,11 @@ pub(super) struct Appender {
     stored: HashSet<String>,
     /// Usage facts waiting to be inserted.
     usage: Vec<crate::usage::UsageFact>,
+    /// Label changes waiting to be written: each target's last, in order of
+    /// first change (a removal is `None`).
+    labels: Vec<(String, Option<String>)>,
+    /// Where each target of [`Appender::labels`] is.
+    label_at: std::collections::HashMap<String, usize>,
     /// The newest timestamp (Unix ms) of the entries appended here.
     last_active: Option<i64>,
 }
@@ -107,11 +115,20 @@ struct EntryRows {
 struct WordRows {
     keys: Vec<i64>,
     roles: Vec<String>,
-    words: Vec<String>,
+    /// Built here and sent in binary: the server parses no text.
+    words: Vec<TsVector>,
 }
 
-/// Entries inserted per statement.
-const INSERT_BATCH: usize = 1000;
+/// Entries inserted per statement (a sync's batch is several of these: the
+/// placed entries' keys are kept in memory this long, so a fork whose parent
+/// is this many entries back costs no lookup).
+const INSERT_BATCH: usize = 4096;
+
+/// Rows from which entry and search rows go by `COPY … FROM STDIN` (binary)
+/// rather than one `unnest` statement: a copy costs a round trip more, and
+/// saves the server building and unpacking arrays, which pays off for a
+/// bulk write's thousands of rows, not for a chat turn's few.
+const COPY_FROM: usize = 64;
 
 impl Appender {
     /// Starts appending to session `key`, locking its row until the
@@ -128,6 +145,8 @@ impl Appender {
             words: WordRows::default(),
             stored: HashSet::new(),
             usage: Vec::new(),
+            labels: Vec::new(),
+            label_at: std::collections::HashMap::new(),
             last_active: None,
         })
     }
@@ -147,6 +166,10 @@ impl Appender {
     ) -> Result<()> {
         if let [one] = entries {
             return self.push(c, one);
+        }
+        if self.facts.entry_count == 0 {
+            // An empty session holds no id yet (its row is locked: none arrives).
+            return entries.iter().try_for_each(|e| self.push(c, e));
         }
         let ids: Vec<&str> = entries.iter().map(|e| e.id()).collect();
         let rows = c
@@ -188,25 +211,22 @@ impl Appender {
             self.leaf_moves.2.push(f.target_id.clone());
         }
         if let Some((target, label)) = f.label_update() {
-            match label {
-                Some(l) => c.execute(
-                    "INSERT INTO labels (session_key, target_id, label) VALUES ($1, $2, $3)
-                     ON CONFLICT (session_key, target_id) DO UPDATE SET label = excluded.label",
-                    &[&self.key, &target, &l.json()],
-                ),
-                None => c.execute(
-                    "DELETE FROM labels WHERE session_key = $1 AND target_id = $2",
-                    &[&self.key, &target],
-                ),
+            let label = label.map(|l| l.json().to_owned());
+            match self.label_at.get(target) {
+                Some(&at) => self.labels[at].1 = label,
+                None => {
+                    self.label_at.insert(target.to_string(), self.labels.len());
+                    self.labels.push((target.to_string(), label));
+                }
             }
-            .map_err(pg("updating a label"))?;
         }
         if let Some((role, text)) = searchable_text(entry) {
             self.words.keys.push(key);
             self.words.roles.push(role);
-            self.words
-                .words
-                .push(index_words(&text, INDEXED_WORD_BYTES));
+            self.words.words.push(TsVector::from_index_words(&index_words(
+                &text,
+                INDEXED_WORD_BYTES,
+            )));
         }
         if let Some(fact) = crate::usage::usage_fact(entry) {
             self.usage.push(fact);
@@ -230,33 +250,90 @@ impl Appender {
         ))?;
         let (seqs, keys, targets) = std::mem::take(&mut self.leaf_moves);
         if !seqs.is_empty() {
-            c.execute(
+            c.query_typed(
                 "INSERT INTO leaf_events (session_key, seq, entry_key, target_id)
                  SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[])",
-                &[&self.key, &seqs, &keys, &targets],
+                &[
+                    (&self.key, Type::INT8),
+                    (&seqs, Type::INT8_ARRAY),
+                    (&keys, Type::INT8_ARRAY),
+                    (&targets, Type::TEXT_ARRAY),
+                ],
             )
             .map_err(pg("recording leaf moves"))?;
         }
         let rows = std::mem::take(&mut self.rows);
-        if !rows.keys.is_empty() {
-            c.execute(
+        if rows.keys.len() >= COPY_FROM {
+            copy_entries(c, self.key, &rows).map_err(|e| duplicate_id_or(e, &rows.ids))?;
+        } else if !rows.keys.is_empty() {
+            c.query_typed(
                 "INSERT INTO entries (session_key, entry_key, seq, id, type, json)
                  SELECT $1, * FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[])",
-                &[&self.key, &rows.keys, &rows.seqs, &rows.ids, &rows.types, &rows.texts],
+                &[
+                    (&self.key, Type::INT8),
+                    (&rows.keys, Type::INT8_ARRAY),
+                    (&rows.seqs, Type::INT8_ARRAY),
+                    (&rows.ids, Type::TEXT_ARRAY),
+                    (&rows.types, Type::TEXT_ARRAY),
+                    (&rows.texts, Type::TEXT_ARRAY),
+                ],
             )
             .map_err(|e| duplicate_id_or(e, &rows.ids))?;
         }
         let words = std::mem::take(&mut self.words);
-        if !words.keys.is_empty() {
-            c.execute(
-                "INSERT INTO message_text (session_key, entry_key, role, words)
-                 SELECT $1, * FROM unnest($2::BIGINT[], $3::TEXT[], $4::TEXT[])",
-                &[&self.key, &words.keys, &words.roles, &words.words],
+        if words.keys.len() >= COPY_FROM {
+            copy_words(c, self.key, &words).map_err(pg("indexing message text"))?;
+        } else if !words.keys.is_empty() {
+            c.query_typed(
+                "INSERT INTO message_text (session_key, entry_key, role, tsv)
+                 SELECT $1, * FROM unnest($2::BIGINT[], $3::TEXT[], $4::TSVECTOR[])",
+                &[
+                    (&self.key, Type::INT8),
+                    (&words.keys, Type::INT8_ARRAY),
+                    (&words.roles, Type::TEXT_ARRAY),
+                    (&words.words, Type::TS_VECTOR_ARRAY),
+                ],
             )
             .map_err(pg("indexing message text"))?;
         }
+        self.write_labels(c)?;
         insert_usage_facts(c, self.key, &std::mem::take(&mut self.usage))?;
         self.pending.clear();
+        Ok(())
+    }
+
+    /// Writes the label changes waiting: one statement for the labels set,
+    /// one for those removed (each target's last change is what counts).
+    fn write_labels<C: GenericClient>(&mut self, c: &mut C) -> Result<()> {
+        self.label_at.clear();
+        let (set, removed): (Vec<_>, Vec<_>) = std::mem::take(&mut self.labels)
+            .into_iter()
+            .partition(|(_, l)| l.is_some());
+        if !removed.is_empty() {
+            let targets: Vec<String> = removed.into_iter().map(|(t, _)| t).collect();
+            c.query_typed(
+                "DELETE FROM labels WHERE session_key = $1 AND target_id = ANY($2)",
+                &[(&self.key, Type::INT8), (&targets, Type::TEXT_ARRAY)],
+            )
+            .map_err(pg("updating labels"))?;
+        }
+        if !set.is_empty() {
+            let (targets, labels): (Vec<String>, Vec<String>) = set
+                .into_iter()
+                .map(|(t, l)| (t, l.unwrap_or_default()))
+                .unzip();
+            c.query_typed(
+                "INSERT INTO labels (session_key, target_id, label)
+                 SELECT $1, * FROM unnest($2::TEXT[], $3::TEXT[])
+                 ON CONFLICT (session_key, target_id) DO UPDATE SET label = excluded.label",
+                &[
+                    (&self.key, Type::INT8),
+                    (&targets, Type::TEXT_ARRAY),
+                    (&labels, Type::TEXT_ARRAY),
+                ],
+            )
+            .map_err(pg("updating labels"))?;
+        }
         Ok(())
     }
 
@@ -276,6 +353,47 @@ impl Appender {
     }
 }
 
+/// Copies entry rows in (`COPY … FROM STDIN`, binary).
+fn copy_entries<C: GenericClient>(
+    c: &mut C,
+    key: i64,
+    rows: &EntryRows,
+) -> std::result::Result<(), ::postgres::Error> {
+    let sink = c.copy_in(
+        "COPY entries (session_key, entry_key, seq, id, type, json) FROM STDIN (FORMAT binary)",
+    )?;
+    let mut w = BinaryCopyInWriter::new(
+        sink,
+        &[Type::INT8, Type::INT8, Type::INT8, Type::TEXT, Type::TEXT, Type::TEXT],
+    );
+    for i in 0..rows.keys.len() {
+        w.write(&[
+            &key,
+            &rows.keys[i],
+            &rows.seqs[i],
+            &rows.ids[i],
+            &rows.types[i],
+            &rows.texts[i],
+        ])?;
+    }
+    w.finish().map(|_| ())
+}
+
+/// Copies search rows in (`COPY … FROM STDIN`, binary).
+fn copy_words<C: GenericClient>(
+    c: &mut C,
+    key: i64,
+    words: &WordRows,
+) -> std::result::Result<(), ::postgres::Error> {
+    let sink =
+        c.copy_in("COPY message_text (session_key, entry_key, role, tsv) FROM STDIN (FORMAT binary)")?;
+    let mut w = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::TEXT, Type::TS_VECTOR]);
+    for i in 0..words.keys.len() {
+        w.write(&[&key, &words.keys[i], &words.roles[i], &words.words[i]])?;
+    }
+    w.finish().map(|_| ())
+}
+
 /// Records entries' usage (`usage_facts`), each counted unless another
 /// session holds the same entry (a fork's copy) already.
 pub(super) fn insert_usage_facts<C: GenericClient>(
@@ -290,7 +408,9 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
     let dedup: Vec<i64> = facts.iter().map(|f| f.dedup).collect();
     let at: Vec<Option<i64>> = facts.iter().map(|f| f.at_ms).collect();
     let model: Vec<&str> = facts.iter().map(|f| f.model.as_str()).collect();
-    c.execute(
+    let (input, output) = (col(|f| f.input), col(|f| f.output));
+    let (cache_read, cache_write, cost) = (col(|f| f.cache_read), col(|f| f.cache_write), col(|f| f.cost));
+    c.query_typed(
         "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
                                   cache_read, cache_write, cost)
          SELECT $1, u.dedup, NOT EXISTS (SELECT 1 FROM usage_facts x WHERE x.dedup = u.dedup),
@@ -300,15 +420,15 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
                        $7::FLOAT8[], $8::FLOAT8[], $9::FLOAT8[])
                 AS u (dedup, at_ms, model, i, o, cr, cw, c)",
         &[
-            &key,
-            &dedup,
-            &at,
-            &model,
-            &col(|f| f.input),
-            &col(|f| f.output),
-            &col(|f| f.cache_read),
-            &col(|f| f.cache_write),
-            &col(|f| f.cost),
+            (&key, Type::INT8),
+            (&dedup, Type::INT8_ARRAY),
+            (&at, Type::INT8_ARRAY),
+            (&model, Type::TEXT_ARRAY),
+            (&input, Type::FLOAT8_ARRAY),
+            (&output, Type::FLOAT8_ARRAY),
+            (&cache_read, Type::FLOAT8_ARRAY),
+            (&cache_write, Type::FLOAT8_ARRAY),
+            (&cost, Type::FLOAT8_ARRAY),
         ],
     )
     .map_err(pg("recording usage"))?;
@@ -317,9 +437,9 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
 
 /// Moves a session's last activity forward to `ms` (never back).
 pub(super) fn write_last_active<C: GenericClient>(c: &mut C, key: i64, ms: i64) -> Result<()> {
-    c.execute(
+    c.query_typed(
         "UPDATE sessions SET last_active_ms = greatest(last_active_ms, $2) WHERE session_key = $1",
-        &[&key, &ms],
+        &[(&key, Type::INT8), (&ms, Type::INT8)],
     )
     .map_err(pg("recording the last activity"))?;
     Ok(())
