@@ -249,7 +249,7 @@ fn with_database(url: &str, db: &str) -> String {
 }
 
 /// A fresh, empty database `db` on the server of `url` (psql); its URL.
-fn fresh_database(url: &str, db: &str) -> std::result::Result<String, String> {
+pub(crate) fn fresh_database(url: &str, db: &str) -> std::result::Result<String, String> {
     for sql in [
         format!("DROP DATABASE IF EXISTS {db}"),
         format!("CREATE DATABASE {db}"),

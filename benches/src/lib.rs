@@ -6,6 +6,7 @@
 //! The `sessiontree-bench` binary runs the report and
 //! the generator; `cargo bench` runs the criterion benches over [`ops`].
 
+pub mod avail;
 pub mod gen;
 pub mod gen_command;
 pub mod home;

@@ -83,6 +83,12 @@ pub struct BenchArgs {
     /// every home): it re-encodes every entry, the slowest command by far.
     #[arg(long, value_parser = crate::home::parse_size)]
     pub home_compact_max: Option<u64>,
+    /// Entries of the `avail` part's session (default 1,000,000; 10,000 with `--quick`).
+    #[arg(long)]
+    pub avail_entries: Option<usize>,
+    /// Entries of the `avail` part's session on PostgreSQL (`--pg`; default 100,000).
+    #[arg(long)]
+    pub avail_pg_entries: Option<usize>,
     /// Internal: print the text of this many rows of the data set's main
     /// session (a rowid range scan), the floor of printing a context.
     #[arg(long, hide = true)]
@@ -103,9 +109,10 @@ pub struct BenchArgs {
 }
 
 /// Every operation, in report order.
-const OPS: [&str; 14] = [
+const OPS: [&str; 15] = [
     "pi16",
     "home",
+    "avail",
     "resume",
     "path",
     "path_long",
@@ -140,6 +147,7 @@ fn op_doc(op: &str) -> &'static str {
         "compact" => "the archive after `sessiontree compact` beside the import-only archive of the same data (copied with VACUUM INTO, then compacted): bytes ÷ JSONL with the split per table (forked session, archive of size/100 sessions, the real pi files), and cold resume, path from a random entry (path query, kept paths forgotten) and search on both",
         "pi16" => "pi 1.6 (pi-coding-agent 1.6.0 under Node 22, `--pi`): SessionManager.open + buildSessionContext, getBranch, branch + append, listAll over 300 and 3,000 files, against the CLI and `rpc --contract app` (whole processes) and the binding's archive.sessionManager (in process)",
         "home" => "a pi home in pi's layout (thousands of sessions, two of 20 % each made of inline images) at three sizes up to --home-size: import, ls, search, stats, check, compact, sync (with --pg), each a whole process with MB/s and peak RSS",
+        "avail" => "availability (issue 40.1): a session of --avail-entries entries imported, forked, the fork deleted and the archive compacted, each a `sessiontree` process, while another session is appended to every 3 ms: time, appends that got in, p50/p99/max wait, failures (with --pg also sync, fork, delete of --avail-pg-entries on PostgreSQL)",
         "process" => "whole process, as a user runs one command (spawn to exit, stdout to /dev/null, median of alternating runs): see the whole-process table",
         "shapes" => "SQLite only, one session per tree shape (linear, regenerate: a fork at the tip every ~4 entries, caterpillar: a fork at every entry of the active path): import MB/s and archive bytes per entry, cold resume, path from a random entry, leaf move near the tip",
         _ => "",
@@ -1134,6 +1142,24 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         };
     }
 
+    // Writers of other sessions during long operations.
+    let mut avail_section = json!({"skipped": "not among --ops"});
+    if ops.contains(&"avail") {
+        avail_section = match peers::sessiontree_binary() {
+            Err(why) => json!({"skipped": why}),
+            Ok(bin) => crate::avail::measure(
+                &bin,
+                &work,
+                args.avail_entries
+                    .unwrap_or(if args.quick { 10_000 } else { 1_000_000 }),
+                args.pg
+                    .as_deref()
+                    .map(|u| (u, args.avail_pg_entries.unwrap_or(100_000))),
+                args.seed,
+            )?,
+        };
+    }
+
     let targets = targets(
         &rows,
         &rss,
@@ -1174,6 +1200,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         "targets": targets,
         "pi16": pi16_section,
         "home": home_section,
+        "avail": avail_section,
         "elapsed_secs": elapsed,
     });
     let mut text = String::new();
@@ -1182,6 +1209,9 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
     }
     if ops.contains(&"home") {
         text.push_str(&crate::home::render(&report["home"]));
+    }
+    if ops.contains(&"avail") {
+        text.push_str(&crate::avail::render(&report["avail"]));
     }
     text.push_str(&render_text(&report, &rows));
     text.push_str(&render_shapes(&shape_rows));

@@ -1,0 +1,409 @@
+//! Availability under long operations (issue 40.1): a large session is
+//! imported, forked, the fork deleted and the archive compacted, each by a
+//! `sessiontree` process as a user runs it, while a thread of this process
+//! appends to a *different* session every few milliseconds through its own
+//! connection. Per operation: how long it took, how many appends got in,
+//! their p50/p99/max wait, and how many failed (e.g. `database is locked`).
+//! On PostgreSQL (`--pg`) the same with `sync` as the import, and no
+//! compact (the server maintains the archive).
+
+use crate::gen::{generate, GenOptions, Shape};
+use serde_json::{json, Value};
+use sessiontree::archive::SessionArchive;
+use sessiontree::repo::CreateOptions;
+use sessiontree::{Durability, Error, JsonText, Result, Session};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The pause between two appends of the appending thread.
+const APPEND_EVERY: Duration = Duration::from_millis(3);
+
+/// One append of the appending thread.
+#[derive(Debug, Clone, Copy)]
+struct Append {
+    /// When it began.
+    began: Instant,
+    /// How long it took (lock wait included).
+    waited: Duration,
+    /// Whether it failed.
+    failed: bool,
+}
+
+/// Appends to one session every [`APPEND_EVERY`] on its own thread until
+/// stopped, recording each append.
+struct Appender {
+    running: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Append>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Appender {
+    /// Starts appending to session `id` of `archive`.
+    fn start(archive: Arc<dyn SessionArchive>, id: &str) -> Result<Self> {
+        let storage = archive.open_storage(id)?;
+        let mut session = Session::new(storage);
+        let message = JsonText::parse(r#"{"role":"user","content":"still here"}"#)
+            .map_err(|e| Error::Unknown(format!("the appended message: {e}")))?;
+        let running = Arc::new(AtomicBool::new(true));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (r, l, e) = (running.clone(), log.clone(), errors.clone());
+        let thread = std::thread::spawn(move || {
+            while r.load(Ordering::SeqCst) {
+                let began = Instant::now();
+                let result = session.append_message(&message);
+                let waited = began.elapsed();
+                if let Err(err) = &result {
+                    let mut e = e.lock().unwrap_or_else(|p| p.into_inner());
+                    if e.len() < 5 {
+                        e.push(err.to_string());
+                    }
+                }
+                l.lock().unwrap_or_else(|p| p.into_inner()).push(Append {
+                    began,
+                    waited,
+                    failed: result.is_err(),
+                });
+                std::thread::sleep(APPEND_EVERY);
+            }
+        });
+        Ok(Appender {
+            running,
+            log,
+            errors,
+            thread: Some(thread),
+        })
+    }
+
+    /// The appends that began in `[from, to]`.
+    fn between(&self, from: Instant, to: Instant) -> Vec<Append> {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|a| a.began >= from && a.began <= to)
+            .copied()
+            .collect()
+    }
+
+    /// The first errors seen (at most five).
+    fn errors(&self) -> Vec<String> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Stops the thread and waits for it.
+    fn stop(mut self) {
+        self.running.store(false, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The `p`-quantile (0–1) of sorted `v`, nearest rank.
+fn quantile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Runs `sessiontree ARGS` as a child while `appender` appends; one row.
+fn run_op(
+    bin: &Path,
+    name: &str,
+    backend: &str,
+    entries: usize,
+    args: &[&str],
+    appender: &Appender,
+) -> Result<(Value, String)> {
+    eprintln!("bench: avail: {backend} {name} ({entries} entries)");
+    let started = Instant::now();
+    let out = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::io(format!("running {}", bin.display()), e))?;
+    let ended = Instant::now();
+    if !out.status.success() {
+        return Err(Error::Unknown(format!(
+            "sessiontree {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let row = window_row(name, backend, entries, started, ended, appender);
+    Ok((row, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// The baseline: appends while no operation runs, for two seconds.
+fn idle_row(backend: &str, appender: &Appender) -> Value {
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    window_row("(none: baseline)", backend, 0, started, Instant::now(), appender)
+}
+
+/// The row of the appends that began between `started` and `ended`.
+fn window_row(
+    name: &str,
+    backend: &str,
+    entries: usize,
+    started: Instant,
+    ended: Instant,
+    appender: &Appender,
+) -> Value {
+    // An append that began before the end and was still waiting counts:
+    // let the thread finish it.
+    std::thread::sleep(Duration::from_millis(50) + 2 * APPEND_EVERY);
+    let appends = appender.between(started, ended);
+    let mut waits: Vec<f64> = appends
+        .iter()
+        .filter(|a| !a.failed)
+        .map(|a| a.waited.as_secs_f64() * 1e3)
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    let failed = appends.iter().filter(|a| a.failed).count();
+    json!({
+        "op": name,
+        "backend": backend,
+        "entries": entries,
+        "secs": (ended - started).as_secs_f64(),
+        "appends": waits.len(),
+        "failed": failed,
+        "p50_ms": quantile(&waits, 0.5),
+        "p99_ms": quantile(&waits, 0.99),
+        "max_ms": waits.last().copied().unwrap_or(0.0),
+    })
+}
+
+/// Generates the large session's file under `dir` (one forked session of
+/// `entries` entries); its path and id.
+fn long_file(dir: &Path, entries: usize, seed: u64) -> Result<(std::path::PathBuf, String)> {
+    eprintln!("bench: avail: generating a session of {entries} entries");
+    let report = generate(
+        dir,
+        &GenOptions {
+            shape: Shape::Forked,
+            entries,
+            seed,
+            ..Default::default()
+        },
+    )?;
+    let s = report
+        .sessions
+        .first()
+        .ok_or_else(|| Error::Unknown("the generator wrote no session".into()))?;
+    Ok((s.path.clone(), s.id.clone()))
+}
+
+/// Creates the small session the appending thread writes to.
+fn other_session(archive: &dyn SessionArchive) -> Result<()> {
+    let fields = CreateOptions {
+        id: Some("other".into()),
+        cwd: "/work/other".into(),
+        ..Default::default()
+    }
+    .fields()?;
+    drop(archive.create_storage(&fields.new_session())?);
+    Ok(())
+}
+
+/// The new session id a `--json fork` printed.
+fn forked_id(stdout: &str) -> Result<String> {
+    serde_json::from_str::<Value>(stdout)
+        .ok()
+        .and_then(|v| v["session"].as_str().map(str::to_owned))
+        .ok_or_else(|| Error::Unknown(format!("fork printed no session id: {stdout:?}")))
+}
+
+/// The SQLite rows: import, fork, delete, compact of an `entries`-entry
+/// session while another session is appended to.
+fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<Value>> {
+    let (file, id) = long_file(&dir.join("files"), entries, seed)?;
+    let db = dir.join("avail.db");
+    let dbs = db.to_string_lossy().into_owned();
+    let archive: Arc<dyn SessionArchive> = Arc::new(
+        sessiontree::backend::sqlite::Archive::open(&db, Durability::Full)?,
+    );
+    other_session(&*archive)?;
+    let appender = Appender::start(archive.clone(), "other")?;
+    let mut rows = Vec::new();
+    let file_s = file.to_string_lossy().into_owned();
+    let mut ops = || -> Result<()> {
+        rows.push(idle_row("sqlite", &appender));
+        let (r, _) = run_op(
+            bin,
+            "import",
+            "sqlite",
+            entries,
+            &["--db", &dbs, "import", "--quiet", &file_s],
+            &appender,
+        )?;
+        rows.push(r);
+        let (r, out) = run_op(
+            bin,
+            "fork",
+            "sqlite",
+            entries,
+            &["--db", &dbs, "--json", "fork", &id],
+            &appender,
+        )?;
+        rows.push(r);
+        let fork = forked_id(&out)?;
+        let (r, _) = run_op(
+            bin,
+            "delete",
+            "sqlite",
+            entries,
+            &["--db", &dbs, "delete", &fork],
+            &appender,
+        )?;
+        rows.push(r);
+        let (r, _) = run_op(
+            bin,
+            "compact",
+            "sqlite",
+            entries,
+            &["--db", &dbs, "compact"],
+            &appender,
+        )?;
+        rows.push(r);
+        Ok(())
+    };
+    let result = ops();
+    let errors = appender.errors();
+    appender.stop();
+    result?;
+    if let Some(last) = rows.last_mut() {
+        last["append_errors"] = json!(errors);
+    }
+    Ok(rows)
+}
+
+/// The PostgreSQL rows: sync (the team archive's import), fork, delete of an
+/// `entries`-entry session in a fresh database on `url`'s server.
+fn pg_rows(bin: &Path, dir: &Path, entries: usize, seed: u64, url: &str) -> Result<Vec<Value>> {
+    let (file, id) = long_file(&dir.join("pg-files"), entries, seed)?;
+    let url = crate::home::fresh_database(url, "sessiontree_avail").map_err(Error::Unknown)?;
+    let archive: Arc<dyn SessionArchive> = Arc::new(
+        sessiontree::backend::postgres::PgArchive::open(&url, Durability::Full)?,
+    );
+    other_session(&*archive)?;
+    let appender = Appender::start(archive.clone(), "other")?;
+    let mut rows = Vec::new();
+    let file_s = file.to_string_lossy().into_owned();
+    let mut ops = || -> Result<()> {
+        rows.push(idle_row("postgres", &appender));
+        let (r, _) = run_op(
+            bin,
+            "sync",
+            "postgres",
+            entries,
+            &["sync", "--to", &url, &file_s],
+            &appender,
+        )?;
+        rows.push(r);
+        let (r, out) = run_op(
+            bin,
+            "fork",
+            "postgres",
+            entries,
+            &["--db", &url, "--json", "fork", &id],
+            &appender,
+        )?;
+        rows.push(r);
+        let fork = forked_id(&out)?;
+        let (r, _) = run_op(
+            bin,
+            "delete",
+            "postgres",
+            entries,
+            &["--db", &url, "delete", &fork],
+            &appender,
+        )?;
+        rows.push(r);
+        Ok(())
+    };
+    let result = ops();
+    let errors = appender.errors();
+    appender.stop();
+    result?;
+    if let Some(last) = rows.last_mut() {
+        last["append_errors"] = json!(errors);
+    }
+    Ok(rows)
+}
+
+/// Measures availability on SQLite with an `entries`-entry session (and on
+/// PostgreSQL with a `pg_entries` one when `pg` names a server), under
+/// `work/avail-N`, deleted afterwards.
+pub fn measure(
+    bin: &Path,
+    work: &Path,
+    entries: usize,
+    pg: Option<(&str, usize)>,
+    seed: u64,
+) -> Result<Value> {
+    let dir = work.join(format!("avail-{entries}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let mut rows = sqlite_rows(bin, &dir, entries, seed);
+    if let (Ok(r), Some((url, n))) = (&mut rows, pg) {
+        match pg_rows(bin, &dir, n, seed, url) {
+            Ok(more) => r.extend(more),
+            Err(e) => r.push(json!({"backend": "postgres", "error": e.to_string()})),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(json!({
+        "append_every_ms": APPEND_EVERY.as_secs_f64() * 1e3,
+        "rows": rows?,
+    }))
+}
+
+/// The availability table, as text.
+pub fn render(v: &Value) -> String {
+    let mut t = String::new();
+    let Some(rows) = v["rows"].as_array() else {
+        return t;
+    };
+    let _ = writeln!(
+        t,
+        "\n## Availability: appends to another session (one every {} ms) during long operations\n",
+        v["append_every_ms"]
+    );
+    let _ = writeln!(
+        t,
+        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for r in rows {
+        if let Some(e) = r["error"].as_str() {
+            let _ = writeln!(t, "| {} | error: {e} | | | | | | | |", r["backend"]);
+            continue;
+        }
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+            r["backend"].as_str().unwrap_or(""),
+            r["op"].as_str().unwrap_or(""),
+            r["entries"],
+            r["secs"].as_f64().unwrap_or(0.0),
+            r["appends"],
+            r["failed"],
+            r["p50_ms"].as_f64().unwrap_or(0.0),
+            r["p99_ms"].as_f64().unwrap_or(0.0),
+            r["max_ms"].as_f64().unwrap_or(0.0),
+        );
+    }
+    t
+}
