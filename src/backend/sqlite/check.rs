@@ -138,7 +138,6 @@ pub(super) fn verify_session_entries(
 /// The checks of one entry's stored text, parsed: the message span its tag
 /// promises, its id and type against its row's, its block's owner, its blobs
 /// recorded and present, its search row and role.
-#[allow(clippy::too_many_arguments)]
 fn check_stored_text(
     lookups: &mut EntryLookups<'_>,
     session_key: i64,
