@@ -43,14 +43,6 @@ const IDLE_INDEX_BYTES: usize = 256 << 10;
 /// the memory that costs.
 const TRAINING_READ_AHEAD: usize = 8 << 20;
 
-/// The zstd level an import encodes entries at: level 1 (zstd's `fast`
-/// strategy) against the archive's default 3 (`dfast`). Compression was the
-/// biggest single cost of an import (17 % of its CPU on the bench's pi
-/// home); level 1 about halves it for ~10 % larger frames of entry text,
-/// which `compact` (level 18, a dictionary trained on the whole archive)
-/// takes back. Frames at any level decode alike.
-const IMPORT_LEVEL: i32 = 1;
-
 /// One parsed entry on its way to the writer, with what the reader derived
 /// from it (so the writer, the busier thread, only writes rows).
 struct Parsed {
@@ -445,7 +437,6 @@ impl Feed<'_> {
         }
         match w.encoder() {
             Ok(mine) => {
-                let mine = mine.with_level(IMPORT_LEVEL);
                 if let Some(send) = &self.encoder {
                     // A reader that stopped on an error says so when joined.
                     let _ = send.send(mine.clone());
