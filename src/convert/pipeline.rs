@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fnv::WideFnv;
 use crate::search::searchable_text;
 use crate::storage::KeptLine;
+use crate::usage::{usage_fact, UsageFact};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
@@ -42,13 +43,17 @@ const IDLE_INDEX_BYTES: usize = 256 << 10;
 /// the memory that costs.
 const TRAINING_READ_AHEAD: usize = 8 << 20;
 
-/// One parsed entry on its way to the writer: its search text (role, text)
-/// and its stored encoding, unless the reader left that to the writer.
-type Parsed = (
-    crate::entry::Entry,
-    Option<(String, String)>,
-    Option<Prepared>,
-);
+/// One parsed entry on its way to the writer, with what the reader derived
+/// from it (so the writer, the busier thread, only writes rows).
+struct Parsed {
+    entry: crate::entry::Entry,
+    /// Its search text (role, text).
+    text: Option<(String, String)>,
+    /// The usage it counts towards statistics.
+    usage: Option<UsageFact>,
+    /// Its stored encoding, unless the reader left that to the writer.
+    prepared: Option<Prepared>,
+}
 
 /// A file for [`pipelined`]'s reader to read.
 pub(super) struct Source {
@@ -256,15 +261,20 @@ impl PipelineReader<'_> {
     /// Takes one parsed entry, whose line ended at `at`: held back while
     /// there is no encoder yet (up to the read-ahead), else batched.
     fn take(&mut self, entry: crate::entry::Entry, at: u64) -> Result<()> {
-        let text = searchable_text(&entry);
+        let parsed = Parsed {
+            text: searchable_text(&entry),
+            usage: usage_fact(&entry),
+            entry,
+            prepared: None,
+        };
         if self.encoder.is_none() {
             match self.encoder_receive.try_recv() {
                 Ok(e) => self.encoder = Some(e),
                 Err(std::sync::mpsc::TryRecvError::Empty)
                     if self.ahead_bytes < TRAINING_READ_AHEAD =>
                 {
-                    self.ahead_bytes += entry.json().len();
-                    self.ahead.push_back(((entry, text, None), at));
+                    self.ahead_bytes += parsed.entry.json().len();
+                    self.ahead.push_back((parsed, at));
                     return Ok(());
                 }
                 Err(std::sync::mpsc::TryRecvError::Empty) => self.wait_for_encoder()?,
@@ -272,7 +282,7 @@ impl PipelineReader<'_> {
             }
         }
         self.push_ahead()?;
-        self.push((entry, text, None), at)
+        self.push(parsed, at)
     }
 
     /// Ends a file whose last line ended at `end`: what it holds back goes.
@@ -320,7 +330,7 @@ impl PipelineReader<'_> {
     }
 
     fn push(&mut self, parsed: Parsed, at: u64) -> Result<()> {
-        self.batch_bytes += parsed.0.json().len();
+        self.batch_bytes += parsed.entry.json().len();
         self.batch.push(parsed);
         if self.batch.len() == PIPELINE_BATCH || self.batch_bytes >= PIPELINE_BATCH_BYTES {
             self.hand_over(at)?;
@@ -335,7 +345,10 @@ impl PipelineReader<'_> {
         self.batch_bytes = 0;
         self.spent.try_iter().for_each(drop);
         if let Some(encoder) = self.encoder.as_ref() {
-            for (entry, _, prepared) in &mut full {
+            for Parsed {
+                entry, prepared, ..
+            } in &mut full
+            {
                 // Checked at every entry, not once a batch: encoding a batch
                 // of 64 takes a millisecond or more, which an idle writer
                 // would spend waiting for it.
@@ -518,12 +531,18 @@ impl Feed<'_> {
 
 /// Writes one batch of parsed entries, encoding those the reader left.
 fn push_batch(w: &mut SessionWriter<'_>, mine: &Encoder, batch: &mut [Parsed]) -> Result<()> {
-    for (entry, text, prepared) in batch {
+    for Parsed {
+        entry,
+        text,
+        usage,
+        prepared,
+    } in batch
+    {
         let prepared = prepared.get_or_insert_with(|| mine.prepare(entry.json()));
         let text = text
             .as_ref()
             .map(|(role, text)| (role.as_str(), text.as_str()));
-        w.push_prepared(entry, text, prepared)?;
+        w.push_prepared(entry, text, usage.as_ref(), prepared)?;
     }
     Ok(())
 }

@@ -322,16 +322,18 @@ impl Appender {
         let text = text
             .as_ref()
             .map(|(role, text)| (role.as_str(), text.as_str()));
-        self.push_prepared(tx, entry, text, &prepared)
+        let usage = crate::usage::usage_fact(entry);
+        self.push_prepared(tx, entry, text, usage.as_ref(), &prepared)
     }
 
-    /// [`Appender::push`] with the entry's search text extracted and its
-    /// text encoded already (on another thread).
+    /// [`Appender::push`] with the entry's search text and usage extracted
+    /// and its text encoded already (on another thread).
     fn push_prepared(
         &mut self,
         tx: &Transaction,
         entry: &Entry,
         search_text: Option<(&str, &str)>,
+        usage: Option<&crate::usage::UsageFact>,
         prepared: &Prepared,
     ) -> Result<()> {
         let f = entry.facts();
@@ -396,8 +398,8 @@ impl Appender {
                 self.pending.flush(tx)?;
             }
         }
-        if let Some(fact) = crate::usage::usage_fact(entry) {
-            insert_usage_fact(tx, self.key, &fact)?;
+        if let Some(fact) = usage {
+            insert_usage_fact(tx, self.key, fact)?;
         }
         if let Some(ms) = crate::entry::timestamp_millis(&f.timestamp) {
             self.last_active = Some(self.last_active.map_or(ms, |t| t.max(ms)));
@@ -864,19 +866,21 @@ impl SessionWriter<'_> {
         self.end_batch_if_due()
     }
 
-    /// Appends one entry whose search text (role, text) and stored encoding
-    /// the caller made, e.g. on another thread (see
-    /// `search::searchable_text` and [`SessionWriter::encoder`]).
+    /// Appends one entry whose search text (role, text), usage and stored
+    /// encoding the caller made, e.g. on another thread (see
+    /// `search::searchable_text`, `usage::usage_fact` and
+    /// [`SessionWriter::encoder`]).
     pub fn push_prepared(
         &mut self,
         entry: &Entry,
         search_text: Option<(&str, &str)>,
+        usage: Option<&crate::usage::UsageFact>,
         prepared: &Prepared,
     ) -> Result<()> {
         let appender = self.appender.as_mut().ok_or_else(|| {
             Error::Unknown("a session's entries were written before the session".into())
         })?;
-        appender.push_prepared(&self.tx, entry, search_text, prepared)?;
+        appender.push_prepared(&self.tx, entry, search_text, usage, prepared)?;
         self.end_batch_if_due()
     }
 }

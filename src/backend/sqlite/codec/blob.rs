@@ -69,16 +69,24 @@ pub(super) fn blob_ranges(text: &str) -> Vec<Range<usize>> {
             return found;
         };
         let content = open + 1..end - 1;
-        if content.len() >= BLOB_THRESHOLD
-            && b[content.clone()]
-                .iter()
-                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='))
-        {
+        if content.len() >= BLOB_THRESHOLD && is_base64_alphabet(&b[content.clone()]) {
             found.push(content);
         }
         i = end;
     }
     found
+}
+
+/// Whether every byte of `bytes` is a base64 character (`A-Za-z0-9+/=`).
+/// A chunk at a time without an early exit inside it, so that the compiler
+/// compares 32 bytes at once: a byte-at-a-time `all` over the inline images
+/// of an import was 3.5 % of its CPU.
+fn is_base64_alphabet(bytes: &[u8]) -> bool {
+    bytes.chunks(64).all(|chunk| {
+        chunk.iter().fold(true, |ok, &c| {
+            ok & (c.is_ascii_alphanumeric() | (c == b'+') | (c == b'/') | (c == b'='))
+        })
+    })
 }
 
 pub(super) fn blob_payload(text: &str) -> BlobPayload {
