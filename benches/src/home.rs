@@ -451,6 +451,9 @@ pub fn measure(st: &Path, work: &Path, opts: &HomeOptions) -> Result<Value> {
         let db = dir.join("archive.db");
         let out = dir.join("stdout.txt");
         let mut notes: Vec<Value> = Vec::new();
+        // Set once `import` is stopped: every later command of this home
+        // runs on the part imported, so its MB/s of the home is no measure.
+        let mut partial = false;
         // `progress` says how far a stopped command got (`None`: from its I/O alone).
         let mut record = |op: &str,
                           args: &[&str],
@@ -495,6 +498,13 @@ pub fn measure(st: &Path, work: &Path, opts: &HomeOptions) -> Result<Value> {
                 },
                 started.elapsed().as_secs_f64()
             );
+            let mut row = row;
+            if partial {
+                row["on_partial_archive"] = json!(true);
+            }
+            if op == "import" && row["stopped_secs"].is_number() {
+                partial = true;
+            }
             rows.push(row);
             Ok(())
         };
@@ -578,7 +588,7 @@ fn growth(rows: &[Value]) -> Vec<Value> {
     ] {
         let mut r: Vec<&Value> = rows
             .iter()
-            .filter(|r| r["op"] == op && r["secs"].is_number())
+            .filter(|r| r["op"] == op && r["secs"].is_number() && r["on_partial_archive"] != true)
             .collect();
         r.sort_by(|a, b| mb(a).total_cmp(&mb(b)));
         let (Some(lo), Some(hi)) = (r.first(), r.last()) else {
@@ -593,7 +603,12 @@ fn growth(rows: &[Value]) -> Vec<Value> {
             "rss_growth": hi["peak_rss_mb"].as_f64().unwrap_or(f64::NAN) / lo["peak_rss_mb"].as_f64().unwrap_or(f64::NAN)});
         if let Some(s) = rows
             .iter()
-            .filter(|s| s["op"] == op && s["stopped_secs"].is_number() && mb(s) > mb(hi))
+            .filter(|s| {
+                s["op"] == op
+                    && s["stopped_secs"].is_number()
+                    && s["on_partial_archive"] != true
+                    && mb(s) > mb(hi)
+            })
             .max_by(|a, b| mb(a).total_cmp(&mb(b)))
         {
             g["stopped_mb"] = s["home_mb"].clone();
@@ -621,7 +636,9 @@ pub fn targets(v: &Value) -> Vec<Value> {
     let rows = v["rows"].as_array().cloned().unwrap_or_default();
     let mb = |x: &Value| x["home_mb"].as_f64().unwrap_or(0.0);
     let ran = |op: &str, r: &Value| {
-        r["op"] == op && (r["secs"].is_number() || r["stopped_secs"].is_number())
+        r["op"] == op
+            && (r["secs"].is_number() || r["stopped_secs"].is_number())
+            && r["on_partial_archive"] != true
     };
     let n = cores();
     let mut out = Vec::new();
@@ -747,7 +764,14 @@ pub fn render(v: &Value) -> String {
     let _ = writeln!(t, "| command | home MB | seconds | MB/s | CPU seconds | MB per CPU second | peak RSS MB | archive MB after |");
     let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in v["rows"].as_array().into_iter().flatten() {
-        let op = r["op"].as_str().unwrap_or("");
+        let op = if r["on_partial_archive"] == true {
+            format!(
+                "{} (on the part imported before the stop; no measure of the home)",
+                r["op"].as_str().unwrap_or("")
+            )
+        } else {
+            r["op"].as_str().unwrap_or("").to_owned()
+        };
         let mb = r["home_mb"].as_f64().unwrap_or(0.0);
         if let Some(e) = r["error"].as_str().or(r["skipped"].as_str()) {
             let _ = writeln!(t, "| {op} | {mb:.0} | {} | | | | | |", e.replace('|', "/"));
@@ -821,6 +845,7 @@ pub fn svg(v: &Value) -> String {
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|r| r["on_partial_archive"] != true)
         .filter_map(|r| {
             if r["secs"].is_number() {
                 Some(r.clone())
@@ -1022,7 +1047,20 @@ mod tests {
             json!({"op": "check", "home_mb": 5000.0, "stopped_secs": 60.0, "mb_per_s_below": 5000.0 / 60.0,
                 "cpu_secs": 60.0, "peak_rss_mb": 30.0, "read_mb": 4000.0, "written_mb": 0.0}),
         ];
+        let mut rows = rows;
+        // After a stopped import a fast check on the part imported is no
+        // measure of the home: out of the targets and the growth.
+        rows.push(
+            json!({"op": "ls", "home_mb": 5000.0, "secs": 0.01, "mb_per_s": 5e5, "cpu_secs": 0.0,
+            "peak_rss_mb": 5.0, "on_partial_archive": true}),
+        );
+        rows.push(json!({"op": "ls", "home_mb": 50.0, "secs": 0.01, "mb_per_s": 5e3, "cpu_secs": 0.0, "peak_rss_mb": 5.0}));
         let mut v = json!({"rows": rows, "growth": growth(&rows), "budget": "every command 300 s"});
+        assert!(v["growth"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["op"] != "ls"));
         v["targets"] = json!(targets(&v));
         let t = v["targets"].as_array().unwrap();
         let find = |what: &str| {
@@ -1060,6 +1098,9 @@ mod tests {
         );
         assert!(md.contains("Time budgets (`--home-budget`): every command 300 s"));
         assert!(svg(&v).contains("hollow point"));
+        assert!(md.contains(
+            "| ls (on the part imported before the stop; no measure of the home) | 5000 |"
+        ));
     }
 
     #[test]
