@@ -349,50 +349,100 @@ pub fn measure_session(
         ("getBranch", "getBranch"),
         ("branch + append", "branchAppend"),
     ] {
-        rows.push(row(op, size, "pi 1.6", median(&v["pi"][key]), in_proc));
+        let (pi_how, binding_how) = if key == "branchAppend" {
+            (
+                "in process (Node 22), `appendFileSync`: no fsync",
+                "in process (Node 22), default durability (Full: fsync per append)",
+            )
+        } else {
+            (in_proc, in_proc)
+        };
+        rows.push(row(op, size, "pi 1.6", median(&v["pi"][key]), pi_how));
         rows.push(row(
             op,
             size,
             "binding",
             median(&v["binding"][key]),
-            in_proc,
+            binding_how,
+        ));
+    }
+    // Like for like with pi's un-fsynced append: the archive at Relaxed.
+    if v["binding"]["branchAppendRelaxed"].is_array() {
+        rows.push(row(
+            "branch + append",
+            size,
+            "binding relaxed",
+            median(&v["binding"]["branchAppendRelaxed"]),
+            "in process (Node 22), `durability: \"relaxed\"`: no fsync, like pi's",
         ));
     }
     // The CLI and the rpc, each a whole process, on the copy (writes land there).
     let db_s = db.to_string_lossy().into_owned();
-    let rpc = |requests: &str| {
-        let mut c = Cmd::new(st).with(&["--db", &db_s, "rpc", "--contract", "app", id]);
+    let rpc_at = |durability: &str, requests: &str| {
+        let mut c = Cmd::new(st).with(&[
+            "--db",
+            &db_s,
+            "--durability",
+            durability,
+            "rpc",
+            "--contract",
+            "app",
+            id,
+        ]);
         c.stdin = Some(requests.as_bytes().to_vec());
         c
     };
+    let rpc = |requests: &str| rpc_at("full", requests);
     let leaf_branch = format!(
         "{{\"id\":1,\"method\":\"branch\",\"params\":{{\"branchFromId\":\"{}\"}}}}\n{{\"id\":2,\"method\":\"appendMessage\",\"params\":{{\"message\":{{\"role\":\"user\",\"content\":\"bench append\",\"timestamp\":1}}}}}}\n",
         branch_ids[2]
     );
+    // Names are "op|side|how".
+    let whole = "whole process";
     let cmds = vec![
         (
-            "resume cli".to_owned(),
+            format!(
+                "process floor|cli|{whole}: `sessiontree --version`, the least any command costs"
+            ),
+            Cmd::new(st).with(&["--version"]),
+        ),
+        (
+            format!("resume|cli|{whole}"),
             Cmd::new(st).with(&["--db", &db_s, "--json", "context", id]),
         ),
         (
-            "resume rpc".to_owned(),
+            format!("resume|rpc|{whole}"),
             rpc("{\"id\":1,\"method\":\"buildSessionContext\"}\n"),
         ),
         (
-            "getBranch cli".to_owned(),
+            format!("getBranch|cli|{whole}"),
             Cmd::new(st).with(&["--db", &db_s, "--json", "branch", id]),
         ),
         (
-            "getBranch rpc".to_owned(),
+            format!("getBranch|rpc|{whole}"),
             rpc("{\"id\":1,\"method\":\"getBranch\"}\n"),
         ),
-        ("branch + append rpc".to_owned(), rpc(&leaf_branch)),
+        (
+            format!("branch + append|rpc|{whole}, default durability (Full: fsync per append)"),
+            rpc(&leaf_branch),
+        ),
+        (
+            format!(
+                "branch + append|rpc relaxed|{whole}, `--durability relaxed`: no fsync, like pi's"
+            ),
+            rpc_at("relaxed", &leaf_branch),
+        ),
     ];
     let rounds = if quick { 3 } else { 7 };
     for (name, result) in peers::time_commands(&cmds, rounds) {
-        let (op, side) = name.rsplit_once(' ').unwrap_or((&name, ""));
+        let mut parts = name.splitn(3, '|');
+        let (op, side, how) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
         match result {
-            Ok(s) => rows.push(row(op, size, side, median_secs(&s) * 1e3, "whole process")),
+            Ok(s) => rows.push(row(op, size, side, median_secs(&s) * 1e3, how)),
             Err(e) => rows.push(json!({"op": op, "size": size, "side": side, "error": e})),
         }
     }
@@ -618,14 +668,32 @@ pub fn with_ratios(rows: &mut [Value]) {
     }
 }
 
+/// The median ms of `op` at `size` through `side`.
+fn ms_of(rows: &[Value], op: &str, size: u64, side: &str) -> Option<f64> {
+    rows.iter()
+        .find(|r| r["op"] == op && r["size"] == size && r["side"] == side)
+        .and_then(|r| r["ms"].as_f64())
+}
+
 /// The targets: ≥ 100× on resume at 100,000 entries and on listing 300
-/// files, whole process (the CLI) against pi 1.6 in process.
+/// files, whole process (the CLI) against pi 1.6 in process; the binding's
+/// read within 1.5× of its floor. Each names the numbers it compares and
+/// the physical limit it meets: a whole process cannot answer faster than
+/// the process floor (`sessiontree --version`, same run), so against pi in
+/// process the best reachable ratio is pi's time ÷ that floor.
 pub fn targets(rows: &[Value]) -> Vec<Value> {
     let find = |op: &str, size: u64, side: &str| {
         rows.iter()
             .find(|r| r["op"] == op && r["size"] == size && r["side"] == side)
             .and_then(|r| r["ratio"].as_f64())
     };
+    // The process floor of the largest session size (the same batch of
+    // processes as that size's rows).
+    let floor = rows
+        .iter()
+        .filter(|r| r["op"] == "process floor" && r["ms"].is_number())
+        .max_by_key(|r| r["size"].as_u64())
+        .and_then(|r| r["ms"].as_f64());
     let mut out = Vec::new();
     if let Some(r) = rows
         .iter()
@@ -633,15 +701,45 @@ pub fn targets(rows: &[Value]) -> Vec<Value> {
         .max_by_key(|r| r["size"].as_u64())
     {
         let x = r["over_floor"].as_f64();
-        out.push(json!({"target": format!("binding getBranch of a {}-entry path ≤ 1.5× (the Rust call + JSON.parse of its answer)", r["size"]),
-            "measured": x, "met": x.map(|x| x <= 1.5), "unit": "×"}));
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let size = r["size"].as_u64().unwrap_or(0);
+        let pi = ms_of(rows, "getBranch", size, "pi 1.6");
+        let mut detail = format!(
+            "binding {:.1} ms against its floor {:.1} ms = Rust call {:.1} ms + JSON.parse {:.1} ms of the {:.1} MB answer",
+            f("binding_ms"),
+            f("floor_ms"),
+            f("rust_ms"),
+            f("parse_ms"),
+            f("bytes") / 1e6
+        );
+        if let Some(pi) = pi {
+            let _ = write!(
+                detail,
+                "; limit: the answer is {:.1} MB of JSON, which JSON.parse alone turns into JS objects at {:.0} MB/s, while pi 1.6 returns entries it already holds ({pi:.1} ms): no copy across the binding can reach pi's getBranch (best reachable: pi ÷ JSON.parse = {:.3}×)",
+                f("bytes") / 1e6,
+                f("bytes") / 1e6 / (f("parse_ms") / 1e3),
+                pi / f("parse_ms")
+            );
+        }
+        out.push(json!({"target": format!("binding getBranch of a {size}-entry path ≤ 1.5× (the Rust call + JSON.parse of its answer)"),
+            "measured": x, "met": x.map(|x| x <= 1.5), "unit": "×", "detail": detail}));
     }
     for (what, op, size, side) in [
         ("resume of the 100,000-entry session, `sessiontree --json context` (whole process) against pi 1.6's SessionManager.open + buildSessionContext (in process) ≥ 100×", "resume", 100_000u64, "cli"),
         ("listing 300 files, `sessiontree --json ls` of every session (whole process) against pi 1.6's SessionManager.listAll (in process) ≥ 100×", "list", 300, "cli"),
     ] {
         let r = find(op, size, side);
-        out.push(json!({"target": what, "measured": r, "met": r.map(|x| x >= 100.0)}));
+        let ours = ms_of(rows, op, size, side);
+        let pi = ms_of(rows, op, size, "pi 1.6");
+        let detail = match (ours, pi, floor) {
+            (Some(o), Some(p), Some(fl)) => format!(
+                "{o:.1} ms against pi 1.6's {p:.1} ms; limit: a whole process costs at least the process floor, `sessiontree --version` = {fl:.2} ms in this run, so the best reachable here is {p:.1} ÷ {fl:.2} = {:.0}×",
+                p / fl
+            ),
+            (Some(o), Some(p), None) => format!("{o:.1} ms against pi 1.6's {p:.1} ms"),
+            _ => String::new(),
+        };
+        out.push(json!({"target": what, "measured": r, "met": r.map(|x| x >= 100.0), "detail": detail}));
     }
     out
 }
@@ -654,7 +752,7 @@ pub fn render(v: &Value) -> String {
         let _ = writeln!(t, "- pi 1.6 peer skipped: {why}\n");
         return t;
     }
-    let _ = writeln!(t, "pi-coding-agent 1.6.0 under Node {} (`tests/pi16`, installed on first use), in process; the binding (`archive.sessionManager(id)`, `repo().list()`) in the same Node process; the CLI and `rpc --contract app` as whole processes (spawn to exit). Resume = open + `buildSessionContext`; `getBranch` from the leaf on an open manager (CLI: `branch`); `branch` + `appendMessage` at 50–99 % depth (pi: `appendFileSync`, no fsync; the archive: its default durability); list = pi's `SessionManager.listAll()` (the `/resume` picker) against `sessiontree --json ls --limit N` (every session) and `ls` (the first page). Ratio = pi 1.6's time ÷ the row's (> 1: sessiontree is faster). Medians.\n", v["node"].as_str().unwrap_or("?"));
+    let _ = writeln!(t, "pi-coding-agent 1.6.0 under Node {} (`tests/pi16`, installed on first use), in process; the binding (`archive.sessionManager(id)`, `repo().list()`) in the same Node process; the CLI and `rpc --contract app` as whole processes (spawn to exit). Resume = open + `buildSessionContext`; `getBranch` from the leaf on an open manager (CLI: `branch`); `branch` + `appendMessage` at 50–99 % depth (pi: `appendFileSync`, no fsync; the archive at its default durability, `Full`, an fsync per append, and like for like at `Relaxed`, no fsync: the `relaxed` rows; docs/durability.md); process floor = `sessiontree --version`, spawn to exit, the least any whole-process row can cost; list = pi's `SessionManager.listAll()` (the `/resume` picker) against `sessiontree --json ls --limit N` (every session) and `ls` (the first page). Ratio = pi 1.6's time ÷ the row's (> 1: sessiontree is faster). Medians.\n", v["node"].as_str().unwrap_or("?"));
     let _ = writeln!(t, "| operation | size | side | how | ms | × pi 1.6 |");
     let _ = writeln!(t, "|---|---:|---|---|---:|---:|");
     for r in v["rows"].as_array().into_iter().flatten() {
@@ -764,9 +862,13 @@ pub fn render(v: &Value) -> String {
             Some(false) => "missed",
             None => "not measured at this size",
         };
+        let detail = g["detail"]
+            .as_str()
+            .filter(|d| !d.is_empty())
+            .map_or(String::new(), |d| format!(" ({d})"));
         let _ = writeln!(
             t,
-            "- target: {}: **{m}**, {verdict}",
+            "- target: {}: **{m}**, {verdict}{detail}",
             g["target"].as_str().unwrap_or("")
         );
     }
@@ -776,6 +878,42 @@ pub fn render(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_process_targets_name_the_process_floor_and_the_reachable_ratio() {
+        let mut rows = vec![
+            row("resume", 100_000, "pi 1.6", 4000.0, "in process"),
+            row("resume", 100_000, "cli", 400.0, "whole process"),
+            row("process floor", 100_000, "cli", 8.0, "whole process"),
+            row("list", 300, "pi 1.6", 1200.0, "in process"),
+            row("list", 300, "cli", 15.0, "whole process"),
+        ];
+        with_ratios(&mut rows);
+        let t = targets(&rows);
+        let resume = &t[0];
+        assert_eq!(resume["measured"], json!(10.0));
+        assert_eq!(resume["met"], json!(false));
+        let d = resume["detail"].as_str().unwrap();
+        assert!(d.contains("400.0 ms against pi 1.6's 4000.0 ms"), "{d}");
+        assert!(d.contains("`sessiontree --version` = 8.00 ms"), "{d}");
+        assert!(d.contains("= 500×"), "{d}");
+        let list = &t[1];
+        assert_eq!(list["met"], json!(false));
+        assert!(list["detail"].as_str().unwrap().contains("= 150×"));
+        // Without a floor row the line still names both times.
+        rows.retain(|r| r["op"] != "process floor");
+        let t = targets(&rows);
+        let d = t[0]["detail"].as_str().unwrap();
+        assert!(
+            d.contains("against pi 1.6's") && !d.contains("floor"),
+            "{d}"
+        );
+        let md = render(&json!({"node": "v22", "rows": rows, "targets": t}));
+        assert!(
+            md.contains("**10×**, missed (400.0 ms against pi 1.6's 4000.0 ms)"),
+            "{md}"
+        );
+    }
 
     #[test]
     fn app_sessions_drop_sdk_records_and_reparent_their_children() {

@@ -89,6 +89,12 @@ pub struct BenchArgs {
     /// Entries of the `avail` part's session on PostgreSQL (`--pg`; default 100,000).
     #[arg(long)]
     pub avail_pg_entries: Option<usize>,
+    /// Seconds a command of the `home` part may run (`600`, per command
+    /// `compact=300,sync=300`, or both): one still running then is killed
+    /// and its row says so, how far it got and the MB/s it stayed below
+    /// (default: no limit).
+    #[arg(long, value_parser = crate::home::parse_budget)]
+    pub home_budget: Option<crate::home::Budget>,
     /// Internal: print the text of this many rows of the data set's main
     /// session (a rowid range scan), the floor of printing a context.
     #[arg(long, hide = true)]
@@ -1125,17 +1131,20 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
         home_section = match peers::sessiontree_binary() {
             Err(why) => json!({"skipped": why}),
             Ok(bin) => {
-                let mut v = crate::home::measure(
-                    &bin,
-                    &work,
-                    &crate::home::points(max),
-                    args.seed,
-                    args.pg.as_deref(),
-                    args.keep_home,
+                let opts = crate::home::HomeOptions {
+                    sizes: crate::home::points(max),
+                    seed: args.seed,
+                    pg: args.pg.clone(),
+                    keep: args.keep_home,
                     // The quick report compacts its smallest home only (CI time).
-                    args.home_compact_max
-                        .unwrap_or(if args.quick { 1_500_000 } else { u64::MAX }),
-                )?;
+                    compact_max: args.home_compact_max.unwrap_or(if args.quick {
+                        1_500_000
+                    } else {
+                        u64::MAX
+                    }),
+                    budget: args.home_budget.clone().unwrap_or_default(),
+                };
+                let mut v = crate::home::measure(&bin, &work, &opts)?;
                 v["targets"] = json!(crate::home::targets(&v));
                 v
             }
