@@ -303,7 +303,7 @@ fn psql(url: &str, sql: &str) -> std::result::Result<String, String> {
 }
 
 /// A fresh, empty database `db` on the server of `url` (psql); its URL.
-fn fresh_database(url: &str, db: &str) -> std::result::Result<String, String> {
+pub(crate) fn fresh_database(url: &str, db: &str) -> std::result::Result<String, String> {
     psql(url, &format!("DROP DATABASE IF EXISTS {db}"))?;
     psql(url, &format!("CREATE DATABASE {db}"))?;
     Ok(with_database(url, db))
