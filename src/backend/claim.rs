@@ -317,15 +317,18 @@ impl<S: ClaimStore> WriterClaim<S> {
 }
 
 fn renew_until_stopped<S: ClaimStore>(store: &S, session_key: i64, token: &str, stop: &AtomicBool) {
-    let step = Duration::from_millis(100);
-    let mut waited = Duration::ZERO;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(step);
-        waited += step;
-        if waited < HEARTBEAT {
+    // Parked, not sleeping in steps: the claim's drop unparks this thread, so
+    // a process that is done writing exits at once instead of waiting out a
+    // step (an rpc answered in 33 ms used to wait ~100 ms more at exit).
+    let mut next_beat = std::time::Instant::now() + HEARTBEAT;
+    while !stop.load(Ordering::Acquire) {
+        let now = std::time::Instant::now();
+        if now < next_beat {
+            // May wake early (unpark or spuriously): the loop re-checks both.
+            std::thread::park_timeout(next_beat - now);
             continue;
         }
-        waited = Duration::ZERO;
+        next_beat = now + HEARTBEAT;
         // A failed renewal is retried next beat; the lease outlives several beats.
         let _ = store.on_connection(&mut |rows| renew(rows, session_key, token));
     }
@@ -333,8 +336,9 @@ fn renew_until_stopped<S: ClaimStore>(store: &S, session_key: i64, token: &str, 
 
 impl<S: ClaimStore> Drop for WriterClaim<S> {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
         if let Some(h) = self.heartbeat.take() {
+            h.thread().unpark();
             let _ = h.join();
         }
         let (key, token) = (self.session_key, self.token.as_str());
