@@ -6,7 +6,7 @@
 //! only if the team archive's log still has the length this sync read
 //! ([`PgArchive::append_if_at`]). A batch starts at [`SYNC_BATCH`] entries
 //! and doubles while its transaction takes under [`BATCH_TIME`] (halving
-//! past twice that), up to [`MAX_BATCH`] entries or [`MAX_BATCH_BYTES`] of
+//! past twice that, never below the first), up to [`MAX_BATCH`] entries or [`MAX_BATCH_BYTES`] of
 //! entry text: few transactions for a big session, none holding the
 //! session's row (and so its other writers) for long, and memory bounded by
 //! a batch whatever the archive's size. So a sync is
@@ -120,10 +120,11 @@ fn read_batch(source: &dyn SessionStorage, at: usize, len: usize) -> Result<Vec<
 
 /// The next batch's length after a batch of `written` entries (asked:
 /// `asked`) took `took`: doubled while quick and the batch was full, halved
-/// when slow, within [`SYNC_BATCH`] / 8 and [`MAX_BATCH`].
+/// when slow, within [`SYNC_BATCH`] (a loaded server never makes a sync
+/// take more transactions than a fixed 1,000 did) and [`MAX_BATCH`].
 fn next_batch_len(asked: usize, written: usize, took: std::time::Duration) -> usize {
     if took > 2 * BATCH_TIME {
-        (asked / 2).max(SYNC_BATCH / 8)
+        (asked / 2).max(SYNC_BATCH)
     } else if took < BATCH_TIME && written >= asked {
         (asked * 2).min(MAX_BATCH)
     } else {
@@ -164,10 +165,14 @@ mod tests {
     fn batches_grow_while_quick_and_shrink_when_slow() {
         let quick = Duration::from_millis(10);
         assert_eq!(next_batch_len(1000, 1000, quick), 2000);
-        assert_eq!(next_batch_len(1000, 400, quick), 1000, "a short batch says nothing");
+        assert_eq!(
+            next_batch_len(1000, 400, quick),
+            1000,
+            "a short batch says nothing"
+        );
         assert_eq!(next_batch_len(MAX_BATCH, MAX_BATCH, quick), MAX_BATCH);
         assert_eq!(next_batch_len(8000, 8000, 3 * BATCH_TIME), 4000);
-        assert_eq!(next_batch_len(SYNC_BATCH / 8, 1, 3 * BATCH_TIME), SYNC_BATCH / 8);
+        assert_eq!(next_batch_len(SYNC_BATCH, 1, 3 * BATCH_TIME), SYNC_BATCH);
         assert_eq!(next_batch_len(4000, 4000, BATCH_TIME + quick), 4000);
     }
 }

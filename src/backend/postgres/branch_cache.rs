@@ -55,7 +55,10 @@ impl<'a, C: GenericClient> PgCache<'a, C> {
         &mut self,
         context: &'static str,
         statement: &str,
-        params: &[(&(dyn ::postgres::types::ToSql + Sync), ::postgres::types::Type)],
+        params: &[(
+            &(dyn ::postgres::types::ToSql + Sync),
+            ::postgres::types::Type,
+        )],
     ) -> Result<()> {
         self.c.query_typed(statement, params).map_err(pg(context))?;
         Ok(())

@@ -152,6 +152,9 @@ mod tests {
         let v = lexemes(&many.join(" "));
         assert_eq!(v[0].1.len(), MAX_POSITIONS);
         let late: Vec<String> = (16_380..=16_390).map(|i| format!("'w':{i}")).collect();
-        assert_eq!(lexemes(&late.join(" "))[0].1, [16_380, 16_381, 16_382, 16_383]);
+        assert_eq!(
+            lexemes(&late.join(" "))[0].1,
+            [16_380, 16_381, 16_382, 16_383]
+        );
     }
 }

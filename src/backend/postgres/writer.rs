@@ -223,10 +223,12 @@ impl Appender {
         if let Some((role, text)) = searchable_text(entry) {
             self.words.keys.push(key);
             self.words.roles.push(role);
-            self.words.words.push(TsVector::from_index_words(&index_words(
-                &text,
-                INDEXED_WORD_BYTES,
-            )));
+            self.words
+                .words
+                .push(TsVector::from_index_words(&index_words(
+                    &text,
+                    INDEXED_WORD_BYTES,
+                )));
         }
         if let Some(fact) = crate::usage::usage_fact(entry) {
             self.usage.push(fact);
@@ -364,17 +366,18 @@ fn copy_entries<C: GenericClient>(
     )?;
     let mut w = BinaryCopyInWriter::new(
         sink,
-        &[Type::INT8, Type::INT8, Type::INT8, Type::TEXT, Type::TEXT, Type::TEXT],
+        &[
+            Type::INT8,
+            Type::INT8,
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+        ],
     );
-    for i in 0..rows.keys.len() {
-        w.write(&[
-            &key,
-            &rows.keys[i],
-            &rows.seqs[i],
-            &rows.ids[i],
-            &rows.types[i],
-            &rows.texts[i],
-        ])?;
+    let columns = rows.keys.iter().zip(&rows.seqs).zip(&rows.ids);
+    for (((entry_key, seq), id), (kind, json)) in columns.zip(rows.types.iter().zip(&rows.texts)) {
+        w.write(&[&key, entry_key, seq, id, kind, json])?;
     }
     w.finish().map(|_| ())
 }
@@ -385,11 +388,13 @@ fn copy_words<C: GenericClient>(
     key: i64,
     words: &WordRows,
 ) -> std::result::Result<(), ::postgres::Error> {
-    let sink =
-        c.copy_in("COPY message_text (session_key, entry_key, role, tsv) FROM STDIN (FORMAT binary)")?;
-    let mut w = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::TEXT, Type::TS_VECTOR]);
-    for i in 0..words.keys.len() {
-        w.write(&[&key, &words.keys[i], &words.roles[i], &words.words[i]])?;
+    let sink = c.copy_in(
+        "COPY message_text (session_key, entry_key, role, tsv) FROM STDIN (FORMAT binary)",
+    )?;
+    let mut w =
+        BinaryCopyInWriter::new(sink, &[Type::INT8, Type::INT8, Type::TEXT, Type::TS_VECTOR]);
+    for ((entry_key, role), vector) in words.keys.iter().zip(&words.roles).zip(&words.words) {
+        w.write(&[&key, entry_key, role, vector])?;
     }
     w.finish().map(|_| ())
 }
@@ -409,7 +414,11 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
     let at: Vec<Option<i64>> = facts.iter().map(|f| f.at_ms).collect();
     let model: Vec<&str> = facts.iter().map(|f| f.model.as_str()).collect();
     let (input, output) = (col(|f| f.input), col(|f| f.output));
-    let (cache_read, cache_write, cost) = (col(|f| f.cache_read), col(|f| f.cache_write), col(|f| f.cost));
+    let (cache_read, cache_write, cost) = (
+        col(|f| f.cache_read),
+        col(|f| f.cache_write),
+        col(|f| f.cost),
+    );
     c.query_typed(
         "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
                                   cache_read, cache_write, cost)
