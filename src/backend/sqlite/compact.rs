@@ -561,27 +561,30 @@ impl Rewrites {
     /// table has other columns than today's) is updated in place.
     fn write(self, conn: &Connection) -> Result<()> {
         let e = || sql("re-encoding entries");
-        let mut delete = conn
-            .prepare_cached("DELETE FROM entries WHERE entry_key = ?1")
-            .map_err(e())?;
-        for (key, _, rest, _, _) in &self.rows {
-            if rest.is_some() {
-                delete.execute([key]).map_err(e())?;
+        // Prepared only when a row is read whole: the version-6 table has
+        // no `role_id` to insert.
+        let whole = self.rows.iter().any(|r| r.2.is_some());
+        if whole {
+            let mut delete = conn
+                .prepare_cached("DELETE FROM entries WHERE entry_key = ?1")
+                .map_err(e())?;
+            for (key, _, rest, _, _) in &self.rows {
+                if rest.is_some() {
+                    delete.execute([key]).map_err(e())?;
+                }
             }
         }
-        let mut insert = conn
-            .prepare_cached(
-                "INSERT INTO entries (entry_key, session_key, seq, id, type, json, role_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .map_err(e())?;
         let mut unlink = conn
             .prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
             .map_err(e())?;
         for (key, session, rest, new, blobs) in &self.rows {
             match rest {
-                Some((seq, id, kind, role)) => insert
-                    .execute(params![key, session, seq, id, kind, new, role])
+                Some((seq, id, kind, role)) => conn
+                    .prepare_cached(
+                        "INSERT INTO entries (entry_key, session_key, seq, id, type, json, role_id)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .and_then(|mut st| st.execute(params![key, session, seq, id, kind, new, role]))
                     .map_err(e())?,
                 None => reencoding(|| {
                     conn.prepare_cached("UPDATE entries SET json = ?2 WHERE entry_key = ?1")
