@@ -387,8 +387,7 @@ fn write_batch(
     for (run, prepared) in runs.iter().zip(prepared) {
         write_run(
             conn,
-            codec,
-            encoder,
+            (codec, encoder),
             &rows[run.clone()],
             prepared,
             false,
@@ -405,8 +404,7 @@ fn write_batch(
 /// `compact` re-encodes it).
 fn write_run(
     conn: &Connection,
-    codec: &Codec,
-    encoder: &Encoder,
+    (codec, encoder): (&Codec, &Encoder),
     members: &[Row],
     prepared: codec::Prepared,
     recheck: bool,
@@ -535,12 +533,15 @@ fn store_block(
     Ok(true)
 }
 
+/// (key, session, the other columns if read, new value, its blobs).
+type Rewrite = (i64, i64, Option<Rest>, rusqlite::types::Value, Vec<i64>);
+
 /// Rows re-encoded in one write transaction, written at its end
 /// ([`Rewrites::write`]).
 #[derive(Default)]
 struct Rewrites {
     /// (key, session, the other columns if read, new value, its blobs).
-    rows: Vec<(i64, i64, Option<Rest>, rusqlite::types::Value, Vec<i64>)>,
+    rows: Vec<Rewrite>,
 }
 
 impl Rewrites {
@@ -636,16 +637,16 @@ impl Chunk {
     }
 }
 
+/// Where a worker's encodings of a chunk come back.
+type Reply = Receiver<Vec<codec::Prepared>>;
+
 /// A batch handed to the pool's workers ([`EncodePool::start`]).
 pub(in crate::backend::sqlite) struct Pending {
     rows: Arc<Vec<Row>>,
     runs: Arc<Vec<std::ops::Range<usize>>>,
     /// Each chunk's runs, and where its encodings come back (`None`: no
     /// worker took it).
-    chunks: Vec<(
-        std::ops::Range<usize>,
-        Option<Receiver<Vec<codec::Prepared>>>,
-    )>,
+    chunks: Vec<(std::ops::Range<usize>, Option<Reply>)>,
 }
 
 impl Pending {
@@ -882,8 +883,7 @@ impl Archive {
             for (run, prepared) in work.by_ref() {
                 write_run(
                     &tx,
-                    self.codec(),
-                    encoder,
+                    (self.codec(), encoder),
                     &rows[run.clone()],
                     prepared,
                     true,
