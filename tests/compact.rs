@@ -798,6 +798,14 @@ fn assert_blocks_hold_parent_chains(archive: &Archive) {
     );
 }
 
+/// The share of the entries table's pages left unused, in percent.
+fn unused_percent(archive: &Archive) -> i64 {
+    count(
+        archive,
+        "SELECT sum(unused) * 100 / sum(pgsize) FROM dbstat WHERE name = 'entries'",
+    )
+}
+
 #[test]
 fn compact_packs_parent_chains_into_blocks_and_every_text_comes_back() -> R {
     let dir = tempfile::tempdir()?;
@@ -809,10 +817,20 @@ fn compact_packs_parent_chains_into_blocks_and_every_text_comes_back() -> R {
         0,
         "imports store entries alone"
     );
+    let unused_before = unused_percent(&archive);
     let report = archive.compact(&mut |_, _| {})?;
     assert_eq!(
         report.blocks_refused, 0,
         "every block decodes to its members"
+    );
+    // Re-encoded rows are written again whole, so their pages fill up (an
+    // UPDATE that shrank them left every page as full as before: on a 98 MB
+    // pi home 5 % of the pages unused after the import, 25 % after such a
+    // compact, 7 % now; 8 % and 11 % on this corpus).
+    let unused = unused_percent(&archive);
+    assert!(
+        unused <= unused_before.max(15),
+        "{unused} % of the entries' pages unused after compact, {unused_before} % before"
     );
     assert_blocks_hold_parent_chains(&archive);
     assert_exports_identical(&archive, &sessions);

@@ -5,7 +5,7 @@ use super::{Cli, Report};
 use clap::Args;
 use rusqlite::types::ValueRef;
 use serde_json::{json, Value};
-use sessiontree::backend::sqlite::{QueryEnd, QueryLimits, StorageSplit};
+use sessiontree::backend::sqlite::{CompactOptions, QueryEnd, QueryLimits, StorageSplit};
 use sessiontree::{Error, Result};
 
 /// Arguments of `compact`.
@@ -14,6 +14,14 @@ pub struct CompactArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// The zstd level to re-encode at, 1 to 19 (default 5): higher is
+    /// smaller and slower.
+    #[arg(long, conflicts_with = "best")]
+    pub level: Option<i32>,
+    /// The smallest archive compact makes (level 19, a searched
+    /// dictionary), several times slower than the default.
+    #[arg(long)]
+    pub best: bool,
 }
 
 /// Arguments of `sql`.
@@ -58,10 +66,15 @@ fn split_report(split: &StorageSplit) -> (String, Value) {
 }
 
 /// Runs `compact` (its `--quiet` is read where the bar is made, [`super::progress_bar`]).
-pub fn compact(cli: &Cli, _args: &CompactArgs) -> Result<Report> {
+pub fn compact(cli: &Cli, args: &CompactArgs) -> Result<Report> {
+    let options = match (args.best, args.level) {
+        (true, _) => CompactOptions::best(),
+        (false, Some(level)) => CompactOptions::at_level(level)?,
+        (false, None) => CompactOptions::default(),
+    };
     let archive = super::open_existing_archive(cli)?;
     let bar = super::progress_bar(cli, "compacting {bar:30} {pos}/{len} entries");
-    let report = archive.compact(&mut |done, total| {
+    let report = archive.compact_with(options, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     });

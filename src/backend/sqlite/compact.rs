@@ -21,8 +21,10 @@ use std::sync::Arc;
 
 /// Rows re-encoded per transaction by `compact`.
 pub(in crate::backend::sqlite) const BATCH_ROWS: i64 = 2_000;
-/// Bytes of text held per batch (bounds memory whatever the entry sizes).
-const BATCH_BYTES: usize = 16 << 20;
+/// Bytes of text held per batch (bounds memory whatever the entry sizes:
+/// two batches are held at once, one compressing while the other is
+/// written).
+const BATCH_BYTES: usize = 8 << 20;
 /// The most threads that compress one batch.
 const MAX_ENCODE_THREADS: usize = 4;
 /// A batch with less text than this per thread is compressed on the
@@ -32,6 +34,66 @@ const MIN_BYTES_PER_THREAD: usize = 64 << 10;
 /// appends, to re-encode them all at once (about a second); the rest wait
 /// for `compact`.
 pub const REENCODE_AFTER_TRAINING: u64 = 50_000;
+
+/// How hard [`Archive::compact_with`] works for a smaller archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactOptions {
+    /// The zstd level blocks and entries are re-encoded at
+    /// ([`CompactOptions::MIN_LEVEL`] to [`CompactOptions::MAX_LEVEL`]).
+    pub level: i32,
+    /// Train the dictionary with zstd's parameter search (five builds, each
+    /// scored) instead of one fastCover build: about 1 % smaller entries for
+    /// seconds more.
+    pub search_dictionary: bool,
+}
+
+impl CompactOptions {
+    /// The lowest level accepted.
+    pub const MIN_LEVEL: i32 = 1;
+    /// The highest level accepted (zstd's levels above it need a window
+    /// larger than any block, and more memory, for nothing here).
+    pub const MAX_LEVEL: i32 = 19;
+    /// The default level, the highest that meets 20 MB of pi JSONL per
+    /// CPU second on a 98 MB pi home (31.5 MB per CPU second, archive
+    /// 59.9 MB; level 9: 19.5 and 59.0 MB; level 18: 2.5 and 63.3 MB before
+    /// rows were written again whole). See docs/compact-archive.md.
+    pub const DEFAULT_LEVEL: i32 = 5;
+    /// `--best`'s level.
+    pub const BEST_LEVEL: i32 = 19;
+
+    /// The slow, strong setting (`compact --best`).
+    pub fn best() -> Self {
+        CompactOptions {
+            level: Self::BEST_LEVEL,
+            search_dictionary: true,
+        }
+    }
+
+    /// The default setting at another level; an error outside
+    /// [`CompactOptions::MIN_LEVEL`]..=[`CompactOptions::MAX_LEVEL`].
+    pub fn at_level(level: i32) -> Result<Self> {
+        if !(Self::MIN_LEVEL..=Self::MAX_LEVEL).contains(&level) {
+            return Err(Error::Usage(format!(
+                "compression level {level} is out of range: use {} to {}",
+                Self::MIN_LEVEL,
+                Self::MAX_LEVEL
+            )));
+        }
+        Ok(CompactOptions {
+            level,
+            ..Self::default()
+        })
+    }
+}
+
+impl Default for CompactOptions {
+    fn default() -> Self {
+        CompactOptions {
+            level: Self::DEFAULT_LEVEL,
+            search_dictionary: false,
+        }
+    }
+}
 
 /// What [`Archive::compact`] did.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -157,10 +219,16 @@ pub(in crate::backend::sqlite) enum Packing {
     Blocks,
 }
 
+/// An entry row's columns besides its key, session and text.
+type Rest = (i64, String, String, Option<i64>);
+
 /// One entry row read for re-encoding.
 struct Row {
     key: i64,
     session: i64,
+    /// The row's other columns (seq, id, type, role_id; never changed),
+    /// read when the row is to be written again whole ([`Rewrites`]).
+    rest: Option<Rest>,
     old: rusqlite::types::Value,
     /// The entry's text; empty when `spliced`.
     text: String,
@@ -180,12 +248,12 @@ pub(in crate::backend::sqlite) fn reencode_batch(
     packing: Packing,
     pass: &mut Pass,
 ) -> Result<Option<i64>> {
-    let Some(batch) = read_batch(conn, codec, (after, max_rows), packing, pass)? else {
+    let Some(batch) = read_batch(conn, codec, (after, max_rows), packing, false, pass)? else {
         return Ok(None);
     };
     let last = batch.last;
     let encoded = encode_batch(batch, packing, pool);
-    write_batch(conn, codec, pool, encoded, false, pass)?;
+    write_batch(conn, codec, pool.encoder, encoded, pass)?;
     Ok(Some(last))
 }
 
@@ -198,8 +266,8 @@ pub(in crate::backend::sqlite) struct ReadBatch {
 /// A batch's rows, cut in runs (each a block or an entry alone), each run
 /// compressed.
 pub(in crate::backend::sqlite) struct EncodedBatch {
-    rows: Vec<Row>,
-    runs: Vec<std::ops::Range<usize>>,
+    rows: Arc<Vec<Row>>,
+    runs: Arc<Vec<std::ops::Range<usize>>>,
     prepared: Vec<codec::Prepared>,
 }
 
@@ -211,6 +279,7 @@ fn read_batch(
     codec: &Codec,
     (after, max_rows): (i64, i64),
     packing: Packing,
+    whole: bool,
     pass: &mut Pass,
 ) -> Result<Option<ReadBatch>> {
     let mut rows = Vec::new();
@@ -218,7 +287,11 @@ fn read_batch(
     let mut last = None;
     let mut st = conn
         .prepare_cached(
-            "SELECT entry_key, session_key, json FROM entries WHERE entry_key > ?1 ORDER BY entry_key LIMIT ?2",
+            if whole {
+                "SELECT entry_key, session_key, json, seq, id, type, role_id FROM entries WHERE entry_key > ?1 ORDER BY entry_key LIMIT ?2"
+            } else {
+                "SELECT entry_key, session_key, json FROM entries WHERE entry_key > ?1 ORDER BY entry_key LIMIT ?2"
+            },
         )
         .map_err(sql("re-encoding entries"))?;
     let mut found = st
@@ -248,9 +321,21 @@ fn read_batch(
             codec.decode(conn, (&old).into())?
         };
         bytes += text.len();
+        let rest = if whole {
+            let e = || sql("re-encoding entries");
+            Some((
+                row.get(3).map_err(e())?,
+                row.get(4).map_err(e())?,
+                row.get(5).map_err(e())?,
+                row.get(6).map_err(e())?,
+            ))
+        } else {
+            None
+        };
         rows.push(Row {
             key,
             session: row.get(1).map_err(sql("re-encoding entries"))?,
+            rest,
             old,
             text,
             spliced,
@@ -262,28 +347,7 @@ fn read_batch(
 /// Cuts a batch in runs and compresses each (on the pool's threads): the
 /// slow part, which holds no lock.
 fn encode_batch(batch: ReadBatch, packing: Packing, pool: &EncodePool<'_>) -> EncodedBatch {
-    let rows = batch.rows;
-    let runs: Vec<std::ops::Range<usize>> = match packing {
-        Packing::Alone => (0..rows.len()).map(|i| i..i + 1).collect(),
-        Packing::Blocks => block::runs(rows.iter().map(|r| (r.session, r.text.as_str()))),
-    };
-    let joined: Vec<Option<String>> = runs
-        .iter()
-        .map(|run| {
-            (run.len() > 1).then(|| rows[run.clone()].iter().map(|r| r.text.as_str()).collect())
-        })
-        .collect();
-    let texts: Vec<&str> = runs
-        .iter()
-        .zip(&joined)
-        .map(|(run, joined)| joined.as_deref().unwrap_or(rows[run.start].text.as_str()))
-        .collect();
-    let prepared = pool.encode(&texts);
-    EncodedBatch {
-        rows,
-        runs,
-        prepared,
-    }
+    pool.start(batch, packing).finish(pool)
 }
 
 /// Whether every member of a run still holds the value it was read with
@@ -305,15 +369,13 @@ fn unchanged(conn: &Connection, members: &[Row]) -> Result<bool> {
     Ok(true)
 }
 
-/// Writes an encoded batch in `conn`'s (write) transaction. `recheck`: the
-/// batch was read before the transaction began, so a run whose rows changed
-/// since is left as it is now (the next `compact` re-encodes it).
+/// Writes an encoded batch in `conn`'s (write) transaction (the
+/// migration's way: one transaction holds every batch).
 fn write_batch(
     conn: &Connection,
     codec: &Codec,
-    pool: &EncodePool<'_>,
+    encoder: &Encoder,
     batch: EncodedBatch,
-    recheck: bool,
     pass: &mut Pass,
 ) -> Result<()> {
     let EncodedBatch {
@@ -321,36 +383,58 @@ fn write_batch(
         runs,
         prepared,
     } = batch;
-    for (run, prepared) in runs.into_iter().zip(prepared) {
-        let members = &rows[run];
-        pass.entries += members.len() as u64;
-        if recheck && !unchanged(conn, members)? {
-            continue;
-        }
-        if let [row] = members {
-            if row.spliced {
-                if store_spliced(conn, codec, pool.encoder, row)? {
-                    pass.reencoded += 1;
-                }
-                continue;
-            }
-        }
-        if members.len() > 1 && store_block(conn, codec, members, &prepared, pass)? {
-            pass.reencoded += members.len() as u64;
-            continue;
-        }
-        // A run of one, or a run whose block did not pay: each alone.
-        let alone = match members {
-            [_] => vec![prepared],
-            _ => members
-                .iter()
-                .map(|r| pool.encoder.prepare(&r.text))
-                .collect(),
-        };
-        for (row, prepared) in members.iter().zip(alone) {
-            if store_alone(conn, codec, row, &prepared)? {
+    let mut out = Rewrites::default();
+    for (run, prepared) in runs.iter().zip(prepared) {
+        write_run(
+            conn,
+            (codec, encoder),
+            &rows[run.clone()],
+            prepared,
+            false,
+            pass,
+            &mut out,
+        )?;
+    }
+    out.write(conn)
+}
+
+/// Writes one run (a block, or an entry alone) in `conn`'s (write)
+/// transaction. `recheck`: the run was read before the transaction began,
+/// so if its rows changed since it is left as it is now (the next
+/// `compact` re-encodes it).
+fn write_run(
+    conn: &Connection,
+    (codec, encoder): (&Codec, &Encoder),
+    members: &[Row],
+    prepared: codec::Prepared,
+    recheck: bool,
+    pass: &mut Pass,
+    out: &mut Rewrites,
+) -> Result<()> {
+    pass.entries += members.len() as u64;
+    if recheck && !unchanged(conn, members)? {
+        return Ok(());
+    }
+    if let [row] = members {
+        if row.spliced {
+            if store_spliced(conn, codec, encoder, row, out)? {
                 pass.reencoded += 1;
             }
+            return Ok(());
+        }
+    }
+    if members.len() > 1 && store_block(conn, codec, members, &prepared, pass, out)? {
+        pass.reencoded += members.len() as u64;
+        return Ok(());
+    }
+    // A run of one, or a run whose block did not pay: each alone.
+    let alone = match members {
+        [_] => vec![prepared],
+        _ => members.iter().map(|r| encoder.prepare(&r.text)).collect(),
+    };
+    for (row, prepared) in members.iter().zip(alone) {
+        if store_alone(conn, codec, row, &prepared, out)? {
+            pass.reencoded += 1;
         }
     }
     Ok(())
@@ -362,6 +446,7 @@ fn store_alone(
     codec: &Codec,
     row: &Row,
     prepared: &codec::Prepared,
+    out: &mut Rewrites,
 ) -> Result<bool> {
     let trails = codec::stored_message_trails(&row.text);
     let (new, blobs) = codec::store(conn, &row.text, prepared, trails)?;
@@ -374,13 +459,19 @@ fn store_alone(
             row.key
         )));
     }
-    rewrite(conn, row, &new, &blobs)?;
+    out.push(row, new, blobs);
     Ok(true)
 }
 
 /// Stores `row`, whose body splices blobs, re-encoded from its template
 /// ([`Codec::reencode_spliced`]); whether its stored value changed.
-fn store_spliced(conn: &Connection, codec: &Codec, encoder: &Encoder, row: &Row) -> Result<bool> {
+fn store_spliced(
+    conn: &Connection,
+    codec: &Codec,
+    encoder: &Encoder,
+    row: &Row,
+    out: &mut Rewrites,
+) -> Result<bool> {
     let Some((new, blobs)) = codec.reencode_spliced(conn, encoder, (&row.old).into())? else {
         return Err(Error::Corrupt(format!(
             "entry {} no longer splices blobs; nothing changed",
@@ -390,7 +481,7 @@ fn store_spliced(conn: &Connection, codec: &Codec, encoder: &Encoder, row: &Row)
     if new == row.old {
         return Ok(false);
     }
-    rewrite(conn, row, &new, &blobs)?;
+    out.push(row, new, blobs);
     Ok(true)
 }
 
@@ -404,6 +495,7 @@ fn store_block(
     members: &[Row],
     prepared: &codec::Prepared,
     pass: &mut Pass,
+    out: &mut Rewrites,
 ) -> Result<bool> {
     let lengths: Vec<usize> = members.iter().map(|r| r.text.len()).collect();
     let trails: Vec<bool> = members
@@ -436,44 +528,153 @@ fn store_block(
         return Ok(false);
     }
     for (row, body) in members.iter().zip(bodies) {
-        rewrite(conn, row, &rusqlite::types::Value::Blob(body), &[])?;
+        out.push(row, rusqlite::types::Value::Blob(body), Vec::new());
     }
     Ok(true)
 }
 
-/// Writes `row`'s new stored value and the blobs it holds.
-fn rewrite(
-    conn: &Connection,
-    row: &Row,
-    new: &rusqlite::types::Value,
-    blobs: &[i64],
-) -> Result<()> {
-    reencoding(|| {
-        conn.prepare_cached("UPDATE entries SET json = ?2 WHERE entry_key = ?1")
-            .and_then(|mut st| st.execute(params![row.key, new]))
-    })
-    .map_err(sql("re-encoding entries"))?;
-    conn.prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
-        .and_then(|mut st| st.execute(params![row.session, row.key]))
-        .map_err(sql("re-encoding entries"))?;
-    codec::record_blob_refs(conn, row.session, row.key, blobs)
+/// (key, session, the other columns if read, new value, its blobs).
+type Rewrite = (i64, i64, Option<Rest>, rusqlite::types::Value, Vec<i64>);
+
+/// Rows re-encoded in one write transaction, written at its end
+/// ([`Rewrites::write`]).
+#[derive(Default)]
+struct Rewrites {
+    /// (key, session, the other columns if read, new value, its blobs).
+    rows: Vec<Rewrite>,
 }
 
-/// Compresses batches of texts on the caller's thread and up to
-/// [`MAX_ENCODE_THREADS`] − 1 workers: compression is nearly all of a pass's
-/// time (at [`codec::COMPACT_LEVEL`] ~0.2 ms per entry) and entries
-/// compress independently, while SQLite's reads and writes stay on the
-/// caller's connection. Workers live for the whole pass, so each loads the
+impl Rewrites {
+    /// Queues `row`'s new stored value and the blobs it holds.
+    fn push(&mut self, row: &Row, new: rusqlite::types::Value, blobs: Vec<i64>) {
+        self.rows
+            .push((row.key, row.session, row.rest.clone(), new, blobs));
+    }
+
+    /// Writes the queued rows. A row read whole is deleted, and once all
+    /// are, inserted again with its new value, in key order: an UPDATE that
+    /// shrinks a row leaves its page as it was (SQLite merges pages only
+    /// when rows are deleted), so rows re-encoded in place gave nothing
+    /// back (a 98 MB pi home: the entries' payload 20.3 → 16.0 MB, their
+    /// pages 22.2 MB before and after; written again, 17.8 MB). The keys
+    /// do not change and no table refers to an entry by anything else. A
+    /// row read without its other columns (the version-6 migration, whose
+    /// table has other columns than today's) is updated in place.
+    fn write(self, conn: &Connection) -> Result<()> {
+        let e = || sql("re-encoding entries");
+        // Prepared only when a row is read whole: the version-6 table has
+        // no `role_id` to insert.
+        let whole = self.rows.iter().any(|r| r.2.is_some());
+        if whole {
+            let mut delete = conn
+                .prepare_cached("DELETE FROM entries WHERE entry_key = ?1")
+                .map_err(e())?;
+            for (key, _, rest, _, _) in &self.rows {
+                if rest.is_some() {
+                    delete.execute([key]).map_err(e())?;
+                }
+            }
+        }
+        let mut unlink = conn
+            .prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
+            .map_err(e())?;
+        for (key, session, rest, new, blobs) in &self.rows {
+            match rest {
+                Some((seq, id, kind, role)) => conn
+                    .prepare_cached(
+                        "INSERT INTO entries (entry_key, session_key, seq, id, type, json, role_id)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .and_then(|mut st| st.execute(params![key, session, seq, id, kind, new, role]))
+                    .map_err(e())?,
+                None => reencoding(|| {
+                    conn.prepare_cached("UPDATE entries SET json = ?2 WHERE entry_key = ?1")
+                        .and_then(|mut st| st.execute(params![key, new]))
+                })
+                .map_err(e())?,
+            };
+            unlink.execute(params![session, key]).map_err(e())?;
+            codec::record_blob_refs(conn, *session, *key, blobs)?;
+        }
+        Ok(())
+    }
+}
+
+/// Compresses batches on up to [`MAX_ENCODE_THREADS`] worker threads:
+/// compression is most of a pass's time and runs compress independently,
+/// while SQLite's reads and writes stay on the caller's connection. The
+/// caller does not compress: it hands a batch over ([`EncodePool::start`])
+/// and reads the next one and writes the one before while the workers
+/// compress (on two cores that overlap took a pass from the sum of the two
+/// to about the larger). Workers live for the whole pass, so each loads the
 /// dictionary into its compression context once (at level 16 a load of a
 /// 384 KB dictionary costs ~0.1 s).
 pub(in crate::backend::sqlite) struct EncodePool<'a> {
     encoder: &'a Encoder,
-    workers: Vec<Worker>,
+    workers: Vec<Sender<Chunk>>,
 }
 
-/// A worker of an [`EncodePool`]: where its texts go, and where their
-/// encodings come back.
-type Worker = (Sender<Vec<String>>, Receiver<Vec<codec::Prepared>>);
+/// A share of a batch for one worker: the runs `chunk` of `runs`, each
+/// compressed as its members' texts joined; the encodings go to `done`.
+struct Chunk {
+    rows: Arc<Vec<Row>>,
+    runs: Arc<Vec<std::ops::Range<usize>>>,
+    chunk: std::ops::Range<usize>,
+    done: Sender<Vec<codec::Prepared>>,
+}
+
+impl Chunk {
+    fn encode(&self, encoder: &Encoder) -> Vec<codec::Prepared> {
+        self.runs[self.chunk.clone()]
+            .iter()
+            .map(|run| match &self.rows[run.clone()] {
+                [row] => encoder.prepare(&row.text),
+                members => {
+                    encoder.prepare(&members.iter().map(|r| r.text.as_str()).collect::<String>())
+                }
+            })
+            .collect()
+    }
+}
+
+/// Where a worker's encodings of a chunk come back.
+type Reply = Receiver<Vec<codec::Prepared>>;
+
+/// A batch handed to the pool's workers ([`EncodePool::start`]).
+pub(in crate::backend::sqlite) struct Pending {
+    rows: Arc<Vec<Row>>,
+    runs: Arc<Vec<std::ops::Range<usize>>>,
+    /// Each chunk's runs, and where its encodings come back (`None`: no
+    /// worker took it).
+    chunks: Vec<(std::ops::Range<usize>, Option<Reply>)>,
+}
+
+impl Pending {
+    /// The batch, compressed: waits for the workers (a chunk no worker took
+    /// is compressed here).
+    fn finish(self, pool: &EncodePool<'_>) -> EncodedBatch {
+        let mut prepared = Vec::with_capacity(self.runs.len());
+        for (chunk, from) in self.chunks {
+            match from.and_then(|from| from.recv().ok()) {
+                Some(done) => prepared.extend(done),
+                None => prepared.extend(
+                    Chunk {
+                        rows: Arc::clone(&self.rows),
+                        runs: Arc::clone(&self.runs),
+                        chunk,
+                        done: channel().0,
+                    }
+                    .encode(pool.encoder),
+                ),
+            }
+        }
+        EncodedBatch {
+            rows: self.rows,
+            runs: self.runs,
+            prepared,
+        }
+    }
+}
 
 impl<'a> EncodePool<'a> {
     /// Runs `f` with a pool of workers encoding with `encoder`; the workers
@@ -486,20 +687,16 @@ impl<'a> EncodePool<'a> {
             .map_or(1, std::num::NonZeroUsize::get)
             .min(MAX_ENCODE_THREADS);
         std::thread::scope(|scope| {
-            let workers = (1..threads)
+            let workers = (0..threads)
                 .map(|_| {
-                    let (texts_in, texts) = channel::<Vec<String>>();
-                    let (done, done_out) = channel();
+                    let (chunks_in, chunks) = channel::<Chunk>();
                     scope.spawn(move || {
-                        for batch in texts {
-                            let prepared: Vec<codec::Prepared> =
-                                batch.iter().map(|t| encoder.prepare(t)).collect();
-                            if done.send(prepared).is_err() {
-                                break;
-                            }
+                        for chunk in chunks {
+                            // A caller that is gone wants nothing more.
+                            let _ = chunk.done.send(chunk.encode(encoder));
                         }
                     });
-                    (texts_in, done_out)
+                    chunks_in
                 })
                 .collect();
             // Dropping the pool closes the workers' queues: they end before
@@ -508,35 +705,44 @@ impl<'a> EncodePool<'a> {
         })
     }
 
-    /// `texts` encoded, in order.
-    fn encode(&self, texts: &[&str]) -> Vec<codec::Prepared> {
-        let threads = (self.workers.len() + 1)
-            .min(texts.iter().map(|t| t.len()).sum::<usize>() / MIN_BYTES_PER_THREAD)
-            .min(texts.len())
-            .max(1);
-        let encode_here = |chunk: &[&str]| -> Vec<codec::Prepared> {
-            chunk.iter().map(|t| self.encoder.prepare(t)).collect()
+    /// Cuts `batch` in runs and hands them to the workers, in as many
+    /// chunks as there are workers (fewer for a small batch: handing a
+    /// chunk over costs more than compressing a little text).
+    fn start(&self, batch: ReadBatch, packing: Packing) -> Pending {
+        let rows = batch.rows;
+        let runs: Vec<std::ops::Range<usize>> = match packing {
+            Packing::Alone => (0..rows.len()).map(|i| i..i + 1).collect(),
+            Packing::Blocks => block::runs(rows.iter().map(|r| (r.session, r.text.as_str()))),
         };
-        if threads == 1 {
-            return encode_here(texts);
-        }
-        let mut chunks = texts.chunks(texts.len().div_ceil(threads));
-        let first = chunks.next().unwrap_or_default();
-        let mut sent = Vec::new();
-        for (chunk, (to, from)) in chunks.zip(&self.workers) {
-            let owned = chunk.iter().map(|t| (*t).to_owned()).collect();
-            // A worker that is gone (it cannot be, short of a panic in
-            // `prepare`) leaves its chunk to this thread.
-            sent.push((chunk, to.send(owned).ok().map(|()| from)));
-        }
-        let mut prepared = encode_here(first);
-        for (chunk, from) in sent {
-            match from.and_then(|from| from.recv().ok()) {
-                Some(done) => prepared.extend(done),
-                None => prepared.extend(encode_here(chunk)),
-            }
-        }
-        prepared
+        let bytes: usize = rows.iter().map(|r| r.text.len()).sum();
+        let n = self
+            .workers
+            .len()
+            .min(bytes / MIN_BYTES_PER_THREAD)
+            .min(runs.len())
+            .max(1);
+        let (rows, runs) = (Arc::new(rows), Arc::new(runs));
+        let size = runs.len().div_ceil(n).max(1);
+        let chunks = (0..runs.len())
+            .step_by(size)
+            .zip(&self.workers)
+            .map(|(start, to)| {
+                let chunk = start..(start + size).min(runs.len());
+                let (done, from) = channel();
+                let sent = to
+                    .send(Chunk {
+                        rows: Arc::clone(&rows),
+                        runs: Arc::clone(&runs),
+                        chunk: chunk.clone(),
+                        done,
+                    })
+                    .is_ok();
+                // A worker that is gone (it cannot be, short of a panic in
+                // `prepare`) leaves its chunk to the caller.
+                (chunk, sent.then_some(from))
+            })
+            .collect();
+        Pending { rows, runs, chunks }
     }
 }
 
@@ -604,9 +810,11 @@ impl Archive {
         Ok(true)
     }
 
-    /// Re-encodes every entry with `encoder` in transactions of
-    /// [`BATCH_ROWS`] (a writer waits at most one batch); `progress` hears the
-    /// entries done after each.
+    /// Re-encodes every entry with `encoder`: batches of at most
+    /// [`BATCH_ROWS`] rows and [`BATCH_BYTES`] of text are read (no lock)
+    /// and compressed on the pool while the batch before is written, in
+    /// transactions of at most [`BATCHED_WRITE`] each (a writer waits at
+    /// most one); `progress` hears the entries done after each.
     fn reencode_all(
         &self,
         conn: &mut Connection,
@@ -616,23 +824,86 @@ impl Archive {
     ) -> Result<Pass> {
         let mut pass = Pass::default();
         let mut after = i64::MIN;
-        EncodePool::run(encoder, |pool| loop {
-            // Read in one snapshot and compressed holding no lock; only
-            // the writes (each run checked unchanged first) take the lock.
-            let read = {
-                let tx = Archive::begin_read(conn, "re-encoding entries")?;
-                read_batch(&tx, self.codec(), (after, BATCH_ROWS), packing, &mut pass)?
-            };
-            let Some(batch) = read else {
-                return Ok(pass);
-            };
-            after = batch.last;
-            let encoded = encode_batch(batch, packing, pool);
+        EncodePool::run(encoder, |pool| {
+            let mut compressing: Option<Pending> = None;
+            loop {
+                // Read in one snapshot; only the writes (each run checked
+                // unchanged first) take the lock.
+                let read = {
+                    let tx = Archive::begin_read(conn, "re-encoding entries")?;
+                    read_batch(
+                        &tx,
+                        self.codec(),
+                        (after, BATCH_ROWS),
+                        packing,
+                        true,
+                        &mut pass,
+                    )?
+                };
+                let next = read.map(|batch| {
+                    after = batch.last;
+                    pool.start(batch, packing)
+                });
+                if let Some(pending) = compressing.take() {
+                    let encoded = pending.finish(pool);
+                    self.write_in_bounded_transactions(
+                        conn, encoder, encoded, &mut pass, progress,
+                    )?;
+                }
+                match next {
+                    Some(pending) => compressing = Some(pending),
+                    None => return Ok(pass),
+                }
+            }
+        })
+    }
+
+    /// Writes an encoded batch, run by run, in write transactions that
+    /// commit once they have run [`BATCHED_WRITE`] (never inside a run, so
+    /// a reader finds every block whole), a pause between them so a writer
+    /// waiting for the lock gets it.
+    fn write_in_bounded_transactions(
+        &self,
+        conn: &mut Connection,
+        encoder: &Encoder,
+        batch: EncodedBatch,
+        pass: &mut Pass,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        let EncodedBatch {
+            rows,
+            runs,
+            prepared,
+        } = batch;
+        let mut work = runs.iter().zip(prepared).peekable();
+        while work.peek().is_some() {
             let tx = self.begin_write(conn, "re-encoding entries")?;
-            write_batch(&tx, self.codec(), pool, encoded, true, &mut pass)?;
+            let started = std::time::Instant::now();
+            let mut out = Rewrites::default();
+            for (run, prepared) in work.by_ref() {
+                write_run(
+                    &tx,
+                    (self.codec(), encoder),
+                    &rows[run.clone()],
+                    prepared,
+                    true,
+                    pass,
+                    &mut out,
+                )?;
+                // Half the bound: writing the rows out takes about as long
+                // again.
+                if started.elapsed() >= BATCHED_WRITE / 2 {
+                    break;
+                }
+            }
+            out.write(&tx)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
             progress(pass.entries);
-        })
+            if work.peek().is_some() {
+                std::thread::sleep(STAGED_GAP);
+            }
+        }
+        Ok(())
     }
 
     /// Retrains the dictionary on the archive's entries, re-encodes every
@@ -640,6 +911,16 @@ impl Archive {
     /// removes dictionaries and blobs nothing uses, and VACUUMs.
     /// `progress` hears (entries done, entries in all).
     pub fn compact(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<CompactReport> {
+        self.compact_with(CompactOptions::default(), progress)
+    }
+
+    /// [`Archive::compact`] at the level and training `options` ask for.
+    pub fn compact_with(
+        &self,
+        options: CompactOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<CompactReport> {
+        let options = CompactOptions::at_level(options.level).map(|_| options)?;
         let mut report = CompactReport {
             bytes_before: file_bytes(self.path()),
             ..CompactReport::default()
@@ -653,7 +934,12 @@ impl Archive {
                 let tx = Archive::begin_read(&conn, "sampling entries")?;
                 training_samples(&tx, self.codec())?
             };
-            let trained = match codec::train(&samples, Training::Search) {
+            let training = if options.search_dictionary {
+                Training::Search
+            } else {
+                Training::Quick
+            };
+            let trained = match codec::train(&samples, training) {
                 Some(bytes) => {
                     let tx = self.begin_write(&mut conn, "training a dictionary")?;
                     let sample_bytes = samples.iter().map(Vec::len).sum();
@@ -668,7 +954,7 @@ impl Archive {
                 Some(d) => Encoder::new(Some(self.codec().dictionary(&conn, d.id)?)),
                 None => self.codec().encoder(&conn)?,
             }
-            .with_level(codec::COMPACT_LEVEL)
+            .with_level(options.level)
         };
         let total = entry_total(&conn)?;
         progress(0, total);
@@ -867,28 +1153,85 @@ pub(in crate::backend::sqlite) const INCREMENTAL_VACUUM: i64 = 2;
 mod tests {
     use super::*;
 
+    /// Rows of parent chains (three sessions), of uneven lengths, some of
+    /// them too short to pay.
+    fn chain_rows(n: usize) -> Vec<Row> {
+        (0..n)
+            .map(|i| {
+                let parent = if i % 300 == 0 {
+                    "null".to_string()
+                } else {
+                    format!("\"e{}\"", i - 1)
+                };
+                let text = format!(
+                    r#"{{"type":"message","id":"e{i}","parentId":{parent},"text":"{}"}}"#,
+                    "word ".repeat(i % 97)
+                );
+                Row {
+                    key: i as i64,
+                    session: (i / 300) as i64,
+                    rest: None,
+                    old: rusqlite::types::Value::Text(text.clone()),
+                    text,
+                    spliced: false,
+                }
+            })
+            .collect()
+    }
+
     #[test]
-    fn the_pool_encodes_every_text_in_order_as_one_thread_does() {
-        // Distinct texts of uneven lengths, some of them plain (too short to
-        // pay), enough for every worker to take a chunk.
-        let texts: Vec<String> = (0..1_000)
-            .map(|i| format!("{{\"n\":{i},\"text\":\"{}\"}}", "word ".repeat(i % 97)))
-            .collect();
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let encoder = Encoder::default().with_level(codec::COMPACT_LEVEL);
-        let alone: Vec<String> = texts
-            .iter()
-            .map(|t| format!("{:?}", encoder.prepare(t)))
-            .collect();
-        let pooled = EncodePool::run(&encoder, |pool| {
-            // Twice: a worker serves every batch of a pass.
-            (pool.encode(&texts), pool.encode(&texts[..300]))
-        });
-        let pooled: Vec<Vec<String>> = [pooled.0, pooled.1]
-            .iter()
-            .map(|p| p.iter().map(|p| format!("{p:?}")).collect())
-            .collect();
-        assert_eq!(pooled[0], alone);
-        assert_eq!(pooled[1], alone[..300]);
+    fn the_pool_encodes_every_run_in_order_as_one_thread_does() {
+        let encoder = Encoder::default().with_level(5);
+        for packing in [Packing::Alone, Packing::Blocks] {
+            let rows = chain_rows(1_000);
+            let runs = match packing {
+                Packing::Alone => (0..rows.len()).map(|i| i..i + 1).collect(),
+                Packing::Blocks => block::runs(rows.iter().map(|r| (r.session, r.text.as_str()))),
+            };
+            let alone: Vec<String> = runs
+                .iter()
+                .map(|run| {
+                    let joined: String =
+                        rows[run.clone()].iter().map(|r| r.text.as_str()).collect();
+                    format!("{:?}", encoder.prepare(&joined))
+                })
+                .collect();
+            if packing == Packing::Blocks {
+                assert!(runs.iter().any(|r| r.len() > 1), "some runs are blocks");
+            }
+            let pooled = EncodePool::run(&encoder, |pool| {
+                // Two batches in flight at once, as a pass holds them; then
+                // a third: a worker serves every batch of a pass.
+                let first = pool.start(
+                    ReadBatch {
+                        rows: chain_rows(1_000),
+                        last: 0,
+                    },
+                    packing,
+                );
+                let second = pool.start(
+                    ReadBatch {
+                        rows: chain_rows(1_000),
+                        last: 0,
+                    },
+                    packing,
+                );
+                let (first, second) = (first.finish(pool), second.finish(pool));
+                let third = encode_batch(
+                    ReadBatch {
+                        rows: chain_rows(1_000),
+                        last: 0,
+                    },
+                    packing,
+                    pool,
+                );
+                [first, second, third]
+            });
+            for batch in pooled {
+                assert_eq!(*batch.runs, runs);
+                let got: Vec<String> = batch.prepared.iter().map(|p| format!("{p:?}")).collect();
+                assert_eq!(got, alone);
+            }
+        }
     }
 }

@@ -53,7 +53,7 @@ mod writer;
 
 pub use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 pub use branch_cache::{CacheSize, ReadCost};
-pub use compact::{CompactReport, StorageSplit};
+pub use compact::{CompactOptions, CompactReport, StorageSplit};
 pub use connection::{damage_marker, ConnectionManager, Pool};
 pub use handle::{Archive, ArchiveConn, TRAIN_AFTER_APPENDING};
 pub use migrations::{current_version, latest_version, MigrationProgress};

@@ -9,15 +9,9 @@ use std::cell::RefCell;
 use zstd::zstd_safe;
 
 /// The zstd level entries are compressed at as they are written (fast
-/// enough for a bulk import on the reader thread).
+/// enough for a bulk import on the reader thread); `compact` chooses its
+/// own (`CompactOptions`).
 pub const LEVEL: i32 = 3;
-/// The level `compact` re-encodes at (mostly blocks, [`super::block`]):
-/// ~15 % smaller than [`LEVEL`] on real pi sessions. On the generated
-/// 100,000-entry forked session, in blocks: level 16 37.26 MB in 16 s on
-/// two cores, 17 37.23 MB in 15 s, 18 37.10 MB in 21 s, 19 37.03 MB in
-/// 29 s; an offline rewrite can afford 18 (decompression costs the same).
-/// Before blocks, level 16 was 2.6 % smaller than level 12 for 2.4× the CPU.
-pub const COMPACT_LEVEL: i32 = 18;
 
 /// zstd's magic number, which the stored (magicless) frames leave out.
 pub(super) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];

@@ -59,7 +59,7 @@ pub use blob::record_blob_refs;
 pub(super) use body::{body_header_refs, read_varint, write_varint, MEMBER, TRAILING_MESSAGE};
 pub use body::{message_trails, stored_message_trails};
 pub use dictionary::Dictionary;
-pub use frame::{COMPACT_LEVEL, LEVEL};
+pub use frame::LEVEL;
 pub use train::{
     train, training_sample, Training, IMPORT_TRAINING_BUDGET, SAMPLE_LIMIT, TRAINING_BUDGET,
 };
@@ -575,7 +575,8 @@ mod tests {
         let (new, blobs) = codec
             .reencode_spliced(
                 &conn,
-                &Encoder::new(Some(dict)).with_level(COMPACT_LEVEL),
+                &Encoder::new(Some(dict))
+                    .with_level(crate::backend::sqlite::CompactOptions::BEST_LEVEL),
                 (&stored).into(),
             )
             .unwrap()
