@@ -33,7 +33,7 @@ const FORK_READ_CHUNK: usize = 4096;
 /// entries per statement. One statement over the whole log held one read
 /// snapshot for the whole fork: on SQLite no checkpoint could copy the log
 /// past it, so the write-ahead log grew by every batch of the fork and of
-/// every other writer meanwhile (8.4 GB for a 1,000,000-entry fork with a
+/// every other writer meanwhile (8.6 GB for a 1,000,000-entry fork with a
 /// writer appending every 3 ms), and on PostgreSQL it held `xmin` back. The
 /// log is append-only, so the first `count` entries are the same in every
 /// snapshot; fewer than asked means the source was deleted meanwhile.
