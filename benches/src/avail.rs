@@ -142,6 +142,8 @@ fn run_op(
         )));
     }
     let row = window_row(name, backend, entries, started, ended, appender);
+    // Each row as it is measured: a long run interrupted keeps what it had.
+    eprintln!("bench: avail: {row}");
     Ok((row, String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
@@ -149,7 +151,14 @@ fn run_op(
 fn idle_row(backend: &str, appender: &Appender) -> Value {
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
-    window_row("(none: baseline)", backend, 0, started, Instant::now(), appender)
+    window_row(
+        "(none: baseline)",
+        backend,
+        0,
+        started,
+        Instant::now(),
+        appender,
+    )
 }
 
 /// The row of the appends that began between `started` and `ended`.
@@ -183,6 +192,122 @@ fn window_row(
         "p99_ms": quantile(&waits, 0.99),
         "max_ms": waits.last().copied().unwrap_or(0.0),
     })
+}
+
+/// Samples the server every 5 ms while a PostgreSQL operation runs (a
+/// `psql` of its own): how often any backend waited for a heavyweight lock
+/// (`wait_event_type = 'Lock'`: row, tuple, transaction or relation locks,
+/// the waits a writer of another session would have if the operation held
+/// something it needs), and the longest-open transaction seen (how long the
+/// operation held its snapshot, i.e. `xmin`, back from VACUUM).
+struct PgSampler {
+    url: String,
+    child: std::process::Child,
+}
+
+/// The sampler's flag table (a stop request) and its loop.
+const PG_SAMPLER: &str = "DO $$
+DECLARE samples BIGINT := 0; waited BIGINT := 0; w BIGINT; longest DOUBLE PRECISION := 0; l DOUBLE PRECISION;
+BEGIN
+  LOOP
+    EXIT WHEN EXISTS (SELECT 1 FROM avail_stop);
+    PERFORM pg_stat_clear_snapshot();
+    SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'),
+           coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)) FILTER (WHERE pid <> pg_backend_pid()), 0)
+      INTO w, l FROM pg_stat_activity WHERE datname = current_database();
+    samples := samples + 1;
+    IF w > 0 THEN waited := waited + 1; END IF;
+    longest := greatest(longest, l);
+    PERFORM pg_sleep(0.005);
+  END LOOP;
+  RAISE NOTICE 'avail-sampler % % %', samples, waited, longest;
+END $$;";
+
+impl PgSampler {
+    /// Starts sampling the database of `url`.
+    fn start(url: &str) -> Result<Self> {
+        let run = |sql: &str| {
+            Command::new("psql")
+                .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+                .output()
+                .map_err(|e| Error::io("running psql".to_string(), e))
+        };
+        // Committed before the loop starts, so the stop request finds it.
+        let made = run("DROP TABLE IF EXISTS avail_stop; CREATE TABLE avail_stop ()")?;
+        if !made.status.success() {
+            return Err(Error::Unknown(format!(
+                "the lock sampler's table: {}",
+                String::from_utf8_lossy(&made.stderr).trim()
+            )));
+        }
+        let child = Command::new("psql")
+            .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c", PG_SAMPLER])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::io("running psql".to_string(), e))?;
+        Ok(PgSampler {
+            url: url.to_owned(),
+            child,
+        })
+    }
+
+    /// Stops sampling: (samples, samples with a backend waiting on a lock,
+    /// the longest transaction seen in seconds).
+    fn stop(mut self) -> Result<(u64, u64, f64)> {
+        let asked = Command::new("psql")
+            .args([
+                &self.url,
+                "-q",
+                "-c",
+                "INSERT INTO avail_stop DEFAULT VALUES",
+            ])
+            .output()
+            .map_err(|e| Error::io("running psql".to_string(), e))?;
+        if !asked.status.success() {
+            let _ = self.child.kill();
+            return Err(Error::Unknown(format!(
+                "stopping the lock sampler: {}",
+                String::from_utf8_lossy(&asked.stderr).trim()
+            )));
+        }
+        let out = self
+            .child
+            .wait_with_output()
+            .map_err(|e| Error::io("running psql".to_string(), e))?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        let found = err
+            .lines()
+            .find_map(|l| l.split("avail-sampler ").nth(1))
+            .map(|rest| rest.split_whitespace().collect::<Vec<_>>());
+        match found.as_deref() {
+            Some([s, w, l]) => Ok((
+                s.parse().unwrap_or(0),
+                w.parse().unwrap_or(0),
+                l.parse().unwrap_or(0.0),
+            )),
+            _ => Err(Error::Unknown(format!("the lock sampler: {}", err.trim()))),
+        }
+    }
+}
+
+/// [`run_op`] on PostgreSQL, with the server sampled meanwhile
+/// ([`PgSampler`]).
+fn run_pg_op(
+    bin: &Path,
+    name: &str,
+    entries: usize,
+    args: &[&str],
+    appender: &Appender,
+    url: &str,
+) -> Result<(Value, String)> {
+    let sampler = PgSampler::start(url)?;
+    let (mut row, out) = run_op(bin, name, "postgres", entries, args, appender)?;
+    let (samples, waited, longest) = sampler.stop()?;
+    row["lock_samples"] = json!(samples);
+    row["lock_wait_samples"] = json!(waited);
+    row["longest_transaction_secs"] = json!(longest);
+    Ok((row, out))
 }
 
 /// Generates the large session's file under `dir` (one forked session of
@@ -231,9 +356,10 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
     let (file, id) = long_file(&dir.join("files"), entries, seed)?;
     let db = dir.join("avail.db");
     let dbs = db.to_string_lossy().into_owned();
-    let archive: Arc<dyn SessionArchive> = Arc::new(
-        sessiontree::backend::sqlite::Archive::open(&db, Durability::Full)?,
-    );
+    let archive: Arc<dyn SessionArchive> = Arc::new(sessiontree::backend::sqlite::Archive::open(
+        &db,
+        Durability::Full,
+    )?);
     other_session(&*archive)?;
     let appender = Appender::start(archive.clone(), "other")?;
     let mut rows = Vec::new();
@@ -303,32 +429,32 @@ fn pg_rows(bin: &Path, dir: &Path, entries: usize, seed: u64, url: &str) -> Resu
     let file_s = file.to_string_lossy().into_owned();
     let mut ops = || -> Result<()> {
         rows.push(idle_row("postgres", &appender));
-        let (r, _) = run_op(
+        let (r, _) = run_pg_op(
             bin,
             "sync",
-            "postgres",
             entries,
             &["sync", "--to", &url, &file_s],
             &appender,
+            &url,
         )?;
         rows.push(r);
-        let (r, out) = run_op(
+        let (r, out) = run_pg_op(
             bin,
             "fork",
-            "postgres",
             entries,
             &["--db", &url, "--json", "fork", &id],
             &appender,
+            &url,
         )?;
         rows.push(r);
         let fork = forked_id(&out)?;
-        let (r, _) = run_op(
+        let (r, _) = run_pg_op(
             bin,
             "delete",
-            "postgres",
             entries,
             &["--db", &url, "delete", &fork],
             &appender,
+            &url,
         )?;
         rows.push(r);
         Ok(())
@@ -344,7 +470,8 @@ fn pg_rows(bin: &Path, dir: &Path, entries: usize, seed: u64, url: &str) -> Resu
 }
 
 /// Measures availability on SQLite with an `entries`-entry session (and on
-/// PostgreSQL with a `pg_entries` one when `pg` names a server), under
+/// PostgreSQL with a `pg_entries` one when `pg` names a server; `entries`
+/// 0 measures PostgreSQL alone), under
 /// `work/avail-N`, deleted afterwards.
 pub fn measure(
     bin: &Path,
@@ -357,7 +484,12 @@ pub fn measure(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let mut rows = sqlite_rows(bin, &dir, entries, seed);
+    // `entries` 0: PostgreSQL alone.
+    let mut rows = if entries == 0 {
+        Ok(Vec::new())
+    } else {
+        sqlite_rows(bin, &dir, entries, seed)
+    };
     if let (Ok(r), Some((url, n))) = (&mut rows, pg) {
         match pg_rows(bin, &dir, n, seed, url) {
             Ok(more) => r.extend(more),
@@ -403,6 +535,17 @@ pub fn render(v: &Value) -> String {
             r["p50_ms"].as_f64().unwrap_or(0.0),
             r["p99_ms"].as_f64().unwrap_or(0.0),
             r["max_ms"].as_f64().unwrap_or(0.0),
+        );
+    }
+    for r in rows.iter().filter(|r| r["lock_samples"].is_u64()) {
+        let _ = writeln!(
+            t,
+            "\n{} {}: a backend waited for a lock in {} of {} samples (every 5 ms); the longest open transaction {:.2} s",
+            r["backend"].as_str().unwrap_or(""),
+            r["op"].as_str().unwrap_or(""),
+            r["lock_wait_samples"],
+            r["lock_samples"],
+            r["longest_transaction_secs"].as_f64().unwrap_or(0.0),
         );
     }
     t

@@ -83,7 +83,7 @@ pub struct BenchArgs {
     /// every home): it re-encodes every entry, the slowest command by far.
     #[arg(long, value_parser = crate::home::parse_size)]
     pub home_compact_max: Option<u64>,
-    /// Entries of the `avail` part's session (default 1,000,000; 10,000 with `--quick`).
+    /// Entries of the `avail` part's session (default 1,000,000; 10,000 with `--quick`; 0: PostgreSQL only).
     #[arg(long)]
     pub avail_entries: Option<usize>,
     /// Entries of the `avail` part's session on PostgreSQL (`--pg`; default 100,000).
