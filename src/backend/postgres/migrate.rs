@@ -25,7 +25,7 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         Some(archive::fill_usage_facts),
     ),
     (
-        include_str!("../../../schema/postgres/0008_search_vectors_sent_whole.sql"),
+        include_str!("../../../schema/postgres/0005_search_vectors_sent_whole.sql"),
         None,
     ),
 ];
