@@ -325,6 +325,9 @@ impl PathScan {
     }
 }
 
+/// Path entries with their parsed values, root first.
+type ParsedPath = Vec<(Entry, JsValue)>;
+
 /// Entries read by id for the settings, a batch per statement where the
 /// store batches: the first batch small (the newest candidate usually
 /// decides), each next one four times larger, up to the last size.
@@ -389,13 +392,13 @@ impl<S: SessionStorage> AppSession<S> {
                 texts.insert(n, e);
                 Ok(())
             })?;
-            let mut n = 0;
-            for (_, known) in batch {
+            // The ids asked for are the batch's own up to its first known
+            // model, where the loop ends: so `n` indexes both.
+            for (n, (_, known)) in batch.into_iter().enumerate() {
                 if let Some(model) = known {
                     return Ok((level, model.clone()));
                 }
                 let entry = texts.remove(&n);
-                n += 1;
                 let Some(entry) = entry else { continue };
                 self.parses.set(self.parses.get() + 1);
                 let v = JsValue::parse(entry.json())?;
@@ -415,7 +418,7 @@ impl<S: SessionStorage> AppSession<S> {
     /// Reads the path from the newest compaction's first kept entry (or the
     /// compaction itself) to the leaf; the whole path where there is no
     /// compaction.
-    fn selection(&self, scan: &PathScan) -> Result<(Vec<(Entry, JsValue)>, Vec<usize>)> {
+    fn selection(&self, scan: &PathScan) -> Result<(ParsedPath, Vec<usize>)> {
         let (from, c, kept) = match scan.last_compaction {
             None => (0, None, None),
             Some(c) => {
