@@ -2,95 +2,14 @@
 //! `buildSessionProjection`, `buildSessionContext`, and the system message
 //! a compaction keeps (`getCurrentSystemMessage`).
 
+use super::projection::PathScan;
+pub use super::projection::{AppContext, AppProjection, ProjectedEntry};
 use super::session::AppSession;
 use super::value::JsValue;
 use crate::entry::{timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::storage::{MessageFact, SessionStorage};
 use std::collections::HashMap;
-
-/// pi's `buildSessionContext()`: `{messages, thinkingLevel, model}`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppContext {
-    /// The messages, in order.
-    pub messages: Vec<JsValue>,
-    /// The thinking level (`None`: a change entry without one, which
-    /// `JSON.stringify` drops).
-    pub thinking_level: Option<JsValue>,
-    /// `{provider, modelId}` (members as found) or `null`.
-    pub model: JsValue,
-}
-
-/// One entry of the projection and the messages it contributes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProjectedEntry {
-    /// The entry (written as its stored text).
-    pub source_entry: Entry,
-    /// Its messages.
-    pub messages: Vec<JsValue>,
-}
-
-/// pi's `buildSessionProjection()`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppProjection {
-    /// The context entries and what each contributes.
-    pub entries: Vec<ProjectedEntry>,
-    /// The context: the session context's fields.
-    pub context: AppContext,
-}
-
-fn push_list(out: &mut String, items: &[JsValue]) {
-    out.push('[');
-    for (i, m) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        m.write_json(out);
-    }
-    out.push(']');
-}
-
-impl AppContext {
-    /// The context as pi's `JSON.stringify` writes it.
-    pub fn to_json_text(&self) -> String {
-        let mut out = String::from("{\"messages\":");
-        push_list(&mut out, &self.messages);
-        self.write_settings(&mut out);
-        out.push('}');
-        out
-    }
-
-    fn write_settings(&self, out: &mut String) {
-        if let Some(level) = &self.thinking_level {
-            out.push_str(",\"thinkingLevel\":");
-            level.write_json(out);
-        }
-        out.push_str(",\"model\":");
-        self.model.write_json(out);
-    }
-}
-
-impl AppProjection {
-    /// The projection as pi's `JSON.stringify` writes it (entries as their stored text).
-    pub fn to_json_text(&self) -> String {
-        let mut out = String::from("{\"entries\":[");
-        for (i, e) in self.entries.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str("{\"sourceEntry\":");
-            out.push_str(e.source_entry.json());
-            out.push_str(",\"messages\":");
-            push_list(&mut out, &e.messages);
-            out.push('}');
-        }
-        out.push_str("],\"messages\":");
-        push_list(&mut out, &self.context.messages);
-        self.context.write_settings(&mut out);
-        out.push('}');
-        out
-    }
-}
 
 /// The error pi's JavaScript throws reading `prop` of a missing value.
 pub(crate) fn type_error(of: Option<&JsValue>, prop: &str) -> Error {
@@ -252,38 +171,7 @@ fn model_of_message(v: &JsValue) -> Option<JsValue> {
     })
 }
 
-/// What the light scan of the leaf's path found ([`SessionStorage::visit_path_facts`]):
-/// what pi's `getSessionContextSettings` and `buildContextEntries` read of
-/// every entry of the path, without its text where the store keeps enough.
-#[derive(Debug, Default)]
-pub(super) struct PathScan {
-    /// The ids, root first, end to end in one text (`ends`: where each ends).
-    ids: String,
-    ends: Vec<usize>,
-    /// The newest `compaction`.
-    last_compaction: Option<usize>,
-    /// The newest `thinking_level_change`.
-    last_thinking: Option<usize>,
-    /// Entries that may set the model, root first: `model_change` entries
-    /// and messages that may be assistant messages, with the model where
-    /// the scan parsed the entry anyway.
-    model_candidates: Vec<(usize, Option<JsValue>)>,
-    /// pi's TypeError (its message) for the first `message` entry without a message.
-    broken: Option<String>,
-    /// Entries parsed (for the bound's test).
-    pub(super) parsed: usize,
-}
-
 impl PathScan {
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    fn id(&self, i: usize) -> &str {
-        let from = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.ids[from..self.ends[i]]
-    }
-
     /// Scans the path from `leaf`.
     fn read<S: SessionStorage + ?Sized>(st: &S, leaf: &str) -> Result<PathScan> {
         let mut scan = PathScan::default();
@@ -324,6 +212,9 @@ impl PathScan {
         Ok(scan)
     }
 }
+
+/// Path entries with their parsed values, root first.
+type ParsedPath = Vec<(Entry, JsValue)>;
 
 /// Entries read by id for the settings, a batch per statement where the
 /// store batches: the first batch small (the newest candidate usually
@@ -389,13 +280,13 @@ impl<S: SessionStorage> AppSession<S> {
                 texts.insert(n, e);
                 Ok(())
             })?;
-            let mut n = 0;
-            for (_, known) in batch {
+            // The ids asked for are the batch's own up to its first known
+            // model, where the loop ends: so `n` indexes both.
+            for (n, (_, known)) in batch.into_iter().enumerate() {
                 if let Some(model) = known {
                     return Ok((level, model.clone()));
                 }
                 let entry = texts.remove(&n);
-                n += 1;
                 let Some(entry) = entry else { continue };
                 self.parses.set(self.parses.get() + 1);
                 let v = JsValue::parse(entry.json())?;
@@ -415,7 +306,7 @@ impl<S: SessionStorage> AppSession<S> {
     /// Reads the path from the newest compaction's first kept entry (or the
     /// compaction itself) to the leaf; the whole path where there is no
     /// compaction.
-    fn selection(&self, scan: &PathScan) -> Result<(Vec<(Entry, JsValue)>, Vec<usize>)> {
+    fn selection(&self, scan: &PathScan) -> Result<(ParsedPath, Vec<usize>)> {
         let (from, c, kept) = match scan.last_compaction {
             None => (0, None, None),
             Some(c) => {

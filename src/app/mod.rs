@@ -16,6 +16,7 @@
 
 mod context;
 mod labels;
+mod projection;
 mod session;
 mod stats;
 mod tree;

@@ -4,8 +4,8 @@
 //! are `impl` blocks in the modules above this one (`context`, `tree`,
 //! `stats`, `write`).
 
-use super::context::{AppProjection, PathScan};
 use super::labels::{AppLabel, LabelMap};
+use super::projection::{AppProjection, PathScan};
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::json::JsString;

@@ -561,7 +561,7 @@ fn random_session(seed: u64, n: usize) -> Vec<Entry> {
     let ts = "2026-01-01T00:00:00.000Z";
     let mut ids: Vec<String> = Vec::new();
     let mut out = Vec::new();
-    let compactions = lcg(&mut x) % 4 != 0;
+    let compactions = !lcg(&mut x).is_multiple_of(4);
     for i in 0..n {
         let id = format!("r{i}");
         let parent = match (i, lcg(&mut x) % 10) {
@@ -603,8 +603,10 @@ fn random_session(seed: u64, n: usize) -> Vec<Entry> {
                 r#"{{"type":"message",{head},"message":{{"role":"system","content":"sys{i}","timestamp":1}}}}"#
             ),
             62 => format!(r#"{{"type":"message",{head},"message":"just text"}}"#),
-            63 if seed % 3 == 0 => format!(r#"{{"type":"message",{head},"message":null}}"#),
-            64 if seed % 5 == 0 => format!(r#"{{"type":"message",{head}}}"#),
+            63 if seed.is_multiple_of(3) => {
+                format!(r#"{{"type":"message",{head},"message":null}}"#)
+            }
+            64 if seed.is_multiple_of(5) => format!(r#"{{"type":"message",{head}}}"#),
             65..=69 => {
                 format!(r#"{{"type":"thinking_level_change",{head},"thinkingLevel":"high{i}"}}"#)
             }
@@ -625,7 +627,7 @@ fn random_session(seed: u64, n: usize) -> Vec<Entry> {
             }
             84..=87 => {
                 let target = back(&mut x, 8);
-                let replacement = if lcg(&mut x) % 3 == 0 {
+                let replacement = if lcg(&mut x).is_multiple_of(3) {
                     "null".to_owned()
                 } else {
                     format!(r#"{{"content":"edited {i}"}}"#)
