@@ -393,42 +393,7 @@ impl<S: SessionStorage> AppSession<S> {
         } else {
             self.selection(&scan)?
         };
-        let mut edits: HashMap<String, &JsValue> = HashMap::new();
-        for &i in &selection {
-            let (e, v) = &path[i];
-            if *e.entry_type() == EntryType::Other("context_edit".into()) {
-                let key = v
-                    .get("targetId")
-                    .map_or_else(|| "undefined".into(), JsValue::to_json);
-                edits.insert(key, v);
-            }
-        }
-        let mut entries = Vec::with_capacity(selection.len());
-        let mut messages = Vec::new();
-        for (n, &i) in selection.iter().enumerate() {
-            let (e, v) = &path[i];
-            // Only the newest compaction (first in the selection) speaks; an
-            // older one inside the kept range contributes nothing.
-            let ms = if n > 0 && *e.entry_type() == EntryType::Compaction {
-                Vec::new()
-            } else {
-                let key = crate::json::JsString::new(e.id()).json().to_owned();
-                project(e, v, edits.get(&key).copied())?
-            };
-            messages.extend(ms.iter().cloned());
-            entries.push(ProjectedEntry {
-                source_entry: e.clone(),
-                messages: ms,
-            });
-        }
-        let projection = AppProjection {
-            entries,
-            context: AppContext {
-                messages,
-                thinking_level,
-                model,
-            },
-        };
+        let projection = assemble(&path, &selection, thinking_level, model)?;
         *self.projected.borrow_mut() = Some((leaf, projection.clone()));
         Ok(projection)
     }
@@ -443,6 +408,52 @@ impl<S: SessionStorage> AppSession<S> {
     pub fn parsed_entries(&self) -> usize {
         self.parses.get()
     }
+}
+
+/// pi's `buildSessionProjection()` over the selected entries of a parsed
+/// path: each entry's messages with its latest `context_edit` applied.
+fn assemble(
+    path: &[(Entry, JsValue)],
+    selection: &[usize],
+    thinking_level: Option<JsValue>,
+    model: JsValue,
+) -> Result<AppProjection> {
+    let mut edits: HashMap<String, &JsValue> = HashMap::new();
+    for &i in selection {
+        let (e, v) = &path[i];
+        if *e.entry_type() == EntryType::Other("context_edit".into()) {
+            let key = v
+                .get("targetId")
+                .map_or_else(|| "undefined".into(), JsValue::to_json);
+            edits.insert(key, v);
+        }
+    }
+    let mut entries = Vec::with_capacity(selection.len());
+    let mut messages = Vec::new();
+    for (n, &i) in selection.iter().enumerate() {
+        let (e, v) = &path[i];
+        // Only the newest compaction (first in the selection) speaks; an
+        // older one inside the kept range contributes nothing.
+        let ms = if n > 0 && *e.entry_type() == EntryType::Compaction {
+            Vec::new()
+        } else {
+            let key = crate::json::JsString::new(e.id()).json().to_owned();
+            project(e, v, edits.get(&key).copied())?
+        };
+        messages.extend(ms.iter().cloned());
+        entries.push(ProjectedEntry {
+            source_entry: e.clone(),
+            messages: ms,
+        });
+    }
+    Ok(AppProjection {
+        entries,
+        context: AppContext {
+            messages,
+            thinking_level,
+            model,
+        },
+    })
 }
 
 /// pi-ai's `contentText(content)`: a string as is, else the `text` blocks
@@ -614,42 +625,7 @@ pub(super) mod reference {
     pub fn projection(path: &[(Entry, JsValue)]) -> Result<AppProjection> {
         let (thinking_level, model) = settings(path)?;
         let selection = context_selection(path)?;
-        let mut edits: HashMap<String, &JsValue> = HashMap::new();
-        for &i in &selection {
-            let (e, v) = &path[i];
-            if *e.entry_type() == EntryType::Other("context_edit".into()) {
-                let key = v
-                    .get("targetId")
-                    .map_or_else(|| "undefined".into(), JsValue::to_json);
-                edits.insert(key, v);
-            }
-        }
-        let mut entries = Vec::with_capacity(selection.len());
-        let mut messages = Vec::new();
-        for (n, &i) in selection.iter().enumerate() {
-            let (e, v) = &path[i];
-            // Only the newest compaction (first in the selection) speaks; an
-            // older one inside the kept range contributes nothing.
-            let ms = if n > 0 && *e.entry_type() == EntryType::Compaction {
-                Vec::new()
-            } else {
-                let key = crate::json::JsString::new(e.id()).json().to_owned();
-                project(e, v, edits.get(&key).copied())?
-            };
-            messages.extend(ms.iter().cloned());
-            entries.push(ProjectedEntry {
-                source_entry: e.clone(),
-                messages: ms,
-            });
-        }
-        Ok(AppProjection {
-            entries,
-            context: AppContext {
-                messages,
-                thinking_level,
-                model,
-            },
-        })
+        super::assemble(path, &selection, thinking_level, model)
     }
 
     /// pi's `buildContextEntries()`.
