@@ -625,7 +625,7 @@ pub(super) mod reference {
     pub fn projection(path: &[(Entry, JsValue)]) -> Result<AppProjection> {
         let (thinking_level, model) = settings(path)?;
         let selection = context_selection(path)?;
-        super::assemble(path, &selection, thinking_level, model)
+        assemble(path, &selection, thinking_level, model)
     }
 
     /// pi's `buildContextEntries()`.
