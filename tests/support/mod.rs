@@ -4,6 +4,8 @@
 //! guards that work even as root, and dumps of what a store holds.
 #![allow(dead_code)]
 
+pub mod node;
+
 use serde_json::{json, Value};
 use sessiontree::backend::jsonl::{Header, JsonlStorage};
 use sessiontree::backend::sqlite::Archive;
