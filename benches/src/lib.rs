@@ -21,6 +21,18 @@ pub mod team;
 
 use serde_json::Value;
 
+/// The median of `samples` (the mean of the middle two for an even count;
+/// NaN for none).
+pub fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let m = samples.len() / 2;
+    match samples.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => samples[m],
+        _ => (samples[m - 1] + samples[m]) / 2.0,
+    }
+}
+
 /// What a command has to say: JSON for `--json`, text otherwise.
 #[derive(Debug)]
 pub struct Report {

@@ -94,22 +94,9 @@ pub fn run(node24: Option<&Node24>, sizes: &[usize], quick: bool) -> Value {
         "bench: the Node binding's bench at {entries} entries ({})",
         node.display()
     );
-    let out = match c.output() {
-        Ok(o) => o,
-        Err(e) => return json!({"skipped": format!("running {}: {e}", node.display())}),
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    match serde_json::from_str::<Value>(text.trim()) {
-        Ok(v) if out.status.success() => v,
-        _ => {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let line = err
-                .lines()
-                .find(|l| l.contains("Error"))
-                .or_else(|| err.lines().rev().find(|l| !l.trim().is_empty()))
-                .unwrap_or("failed without a message");
-            json!({"error": format!("bench/bench.mjs: {}", line.trim())})
-        }
+    match c.output() {
+        Err(e) => json!({"skipped": format!("running {}: {e}", node.display())}),
+        out => crate::peers::node_answer(out, &node, "bench/bench.mjs"),
     }
 }
 

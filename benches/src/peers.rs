@@ -9,7 +9,7 @@
 use serde_json::{json, Value};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 /// The oldest Node that has `node:sqlite` as pi's SQLite store needs it (its `engines`).
@@ -305,6 +305,27 @@ pub fn entry_ids(file: &Path) -> std::result::Result<Vec<String>, String> {
         }
     }
     Ok(ids)
+}
+
+/// The JSON a Node bench script (`script`, run by `node`) printed, or
+/// `{"error": …}` naming the script and the first error line it wrote.
+pub fn node_answer(out: std::io::Result<Output>, node: &Path, script: &str) -> Value {
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return json!({"error": format!("running {}: {e}", node.display())}),
+    };
+    match serde_json::from_slice::<Value>(out.stdout.trim_ascii()) {
+        Ok(v) if out.status.success() => v,
+        _ => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let line = err
+                .lines()
+                .find(|l| l.contains("Error"))
+                .or_else(|| err.lines().rev().find(|l| !l.trim().is_empty()))
+                .unwrap_or("failed without a message");
+            json!({"error": format!("{script}: {}", line.trim())})
+        }
+    }
 }
 
 /// Bytes of every file in `dir` (a pi SQLite store: database, WAL, shm).

@@ -105,48 +105,23 @@ pub fn binding_ready() -> std::result::Result<(), String> {
 
 impl Pi16 {
     fn run(&self, args: &[&str]) -> Value {
-        let out = match Command::new(&self.node)
+        let out = Command::new(&self.node)
             .arg(&self.script)
             .args(args)
-            .output()
-        {
-            Ok(o) => o,
-            Err(e) => return json!({"error": format!("running {}: {e}", self.node.display())}),
-        };
-        let text = String::from_utf8_lossy(&out.stdout);
-        match serde_json::from_str::<Value>(text.trim()) {
-            Ok(v) if out.status.success() => v,
-            _ => {
-                let err = String::from_utf8_lossy(&out.stderr);
-                let line = err
-                    .lines()
-                    .find(|l| l.contains("Error"))
-                    .or_else(|| err.lines().rev().find(|l| !l.trim().is_empty()))
-                    .unwrap_or("failed without a message");
-                json!({"error": format!("bench.mjs: {}", line.trim())})
-            }
-        }
+            .output();
+        peers::node_answer(out, &self.node, "bench.mjs")
     }
 }
 
 /// The median of `v`'s numbers (NaN for none).
 fn median(v: &Value) -> f64 {
-    let mut s: Vec<f64> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_f64)
-        .collect();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-fn median_secs(samples: &[f64]) -> f64 {
-    median(&json!(samples))
+    crate::median(
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_f64)
+            .collect(),
+    )
 }
 
 /// Copies `from` (and its `-wal`) to `to`; a fresh copy for the writes.
@@ -442,7 +417,7 @@ pub fn measure_session(
             parts.next().unwrap_or(""),
         );
         match result {
-            Ok(s) => rows.push(row(op, size, side, median_secs(&s) * 1e3, how)),
+            Ok(s) => rows.push(row(op, size, side, crate::median(s.clone()) * 1e3, how)),
             Err(e) => rows.push(json!({"op": op, "size": size, "side": side, "error": e})),
         }
     }
@@ -577,7 +552,7 @@ pub fn measure_list(
                 "list",
                 files,
                 &side,
-                median_secs(&s) * 1e3,
+                crate::median(s.clone()) * 1e3,
                 "whole process",
             )),
             Err(e) => rows.push(json!({"op": "list", "size": files, "side": side, "error": e})),
@@ -632,7 +607,7 @@ pub fn measure_read(
             json!({"op": "binding read", "size": size, "error": e}),
         ]);
     }
-    let rust_ms = median(&json!(rust));
+    let rust_ms = crate::median(rust.clone());
     let parse_ms = median(&v["binding"]["parse"]);
     let call_ms = median(&v["binding"]["getBranch"]);
     let floor = rust_ms + parse_ms;

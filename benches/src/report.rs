@@ -172,17 +172,6 @@ struct Row {
     extra: Value,
 }
 
-/// The median of `samples` (NaN for none).
-fn median_of(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let m = samples.len() / 2;
-    match samples.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => samples[m],
-        _ => (samples[m - 1] + samples[m]) / 2.0,
-    }
-}
-
 /// A row of bulk imports of `mb` megabytes: `more` with the size and MB/s.
 fn import_row(
     op: &'static str,
@@ -193,7 +182,7 @@ fn import_row(
     mut more: Value,
 ) -> Row {
     more["mb"] = json!(mb);
-    more["mb_per_s"] = json!(mb / median_of(samples.clone()));
+    more["mb_per_s"] = json!(mb / crate::median(samples.clone()));
     Row {
         op,
         backend: backend.name().to_owned(),
@@ -211,7 +200,7 @@ impl Row {
         s
     }
     fn median(&self) -> f64 {
-        median_of(self.sorted())
+        crate::median(self.sorted())
     }
     fn min(&self) -> f64 {
         self.sorted().first().copied().unwrap_or(f64::NAN)
@@ -675,7 +664,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                 "import of {} files, one at a time @ {size}",
                 files.len()
             ));
-            let one_at_a_time = median_of(measure(&budget, || {
+            let one_at_a_time = crate::median(measure(&budget, || {
                 ops::import_files(&files, &dir, false).map(drop)
             })?);
             for b in [Backend::Sqlite, Backend::Jsonl] {
@@ -1050,7 +1039,7 @@ pub fn run(args: &BenchArgs) -> Result<Report> {
                         ops::import_file_into(&archive, f).map(drop)
                     },
                 )?;
-                let median = median_of(samples);
+                let median = crate::median(samples);
                 let b = std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
                 existing_secs += median;
                 existing_files.push(json!({"file": f.file_name().map(|n| n.to_string_lossy().into_owned()), "bytes": b, "median_s": median, "mb_per_s": b as f64 / 1e6 / median}));

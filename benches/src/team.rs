@@ -39,11 +39,6 @@ pub struct TeamArgs {
     pub runs: usize,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -59,7 +54,7 @@ fn timed(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
         f()?;
         v.push(t.elapsed().as_secs_f64());
     }
-    Ok(median(v))
+    Ok(crate::median(v))
 }
 
 fn message(i: usize) -> Result<JsonText> {
