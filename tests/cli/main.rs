@@ -33,6 +33,7 @@ mod doors;
 mod import;
 mod ls_stats;
 mod merge;
+mod pane;
 mod read;
 mod readme;
 mod rpc;

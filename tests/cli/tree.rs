@@ -6,6 +6,7 @@
 //!
 //! The snapshot of the `tree` fixture session is in `browse.rs`.
 
+use super::pane::Pane;
 use super::*;
 use sessiontree_bench::gen::{generate, GenOptions, GeneratedSession, Shape};
 use std::collections::HashMap;
@@ -855,47 +856,18 @@ fn lines_fit_the_width_asked_for_and_a_wider_one_shows_more() {
 fn in_a_terminal_lines_take_the_terminal_s_width() {
     // tmux gives the binary a real terminal of a known size; the lines it
     // prints must fit (wrapped lines would come back longer when joined).
-    if std::process::Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("SESSIONTREE_REQUIRE_TMUX").is_none(),
-            "tmux is required (SESSIONTREE_REQUIRE_TMUX is set)"
-        );
-        eprintln!("skipped: tmux is not installed");
-        return;
-    }
     let sb = Sandbox::new();
     let file = pi_fixtures().join("large-session.jsonl");
-    let socket = format!("sessiontree-test-{}", std::process::id());
-    let tmux = |args: &[&str]| {
-        std::process::Command::new("tmux")
-            .args(["-L", &socket])
-            .args(args)
-            .output()
-            .expect("tmux")
-    };
     let script = format!(
         "HOME={home} NO_COLOR=1 {bin} tree {file} --fold 0 --no-pager; echo END-OF-TREE; sleep 60",
         home = s(&sb.home()),
         bin = support::bin(),
         file = s(&file),
     );
-    let started = tmux(&["new-session", "-d", "-x", "96", "-y", "50", &script]);
-    assert!(started.status.success(), "{started:?}");
-    let mut screen = String::new();
-    for _ in 0..100 {
-        let out = tmux(&["capture-pane", "-p", "-J", "-S", "-", "-E", "-"]);
-        screen = String::from_utf8_lossy(&out.stdout).into_owned();
-        if screen.contains("END-OF-TREE") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    tmux(&["kill-server"]);
-    assert!(screen.contains("END-OF-TREE"), "{screen}");
+    let Some(pane) = Pane::start("tree-width", &script, 96, 50) else {
+        return;
+    };
+    let screen = pane.wait_for_in_history("END-OF-TREE");
     // Exactly what `--width 96` prints (the pane trims trailing spaces).
     let shown: Vec<&str> = screen
         .lines()
@@ -933,62 +905,25 @@ fn in_a_terminal_the_pager_opens_at_the_leaf_and_lines_fit_80_columns() {
     // The leaf of the large session is its last line, 1,018 lines down:
     // the pager (less, as by default) must open there, not at the root, and
     // at 80 columns every line shown is one whole line of `--width 80`.
-    if std::process::Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("SESSIONTREE_REQUIRE_TMUX").is_none(),
-            "tmux is required (SESSIONTREE_REQUIRE_TMUX is set)"
-        );
-        eprintln!("skipped: tmux is not installed");
-        return;
-    }
     let sb = Sandbox::new();
     let file = pi_fixtures().join("large-session.jsonl");
-    let socket = format!("sessiontree-leaf-{}", std::process::id());
-    let tmux = |args: &[&str]| {
-        std::process::Command::new("tmux")
-            .args(["-L", &socket])
-            .args(args)
-            .output()
-            .expect("tmux")
-    };
     let script = format!(
         "unset PAGER LESS; HOME={home} NO_COLOR=1 TERM=xterm {bin} tree {file} --fold 0; echo END-OF-PAGER; sleep 60",
         home = s(&sb.home()),
         bin = support::bin(),
         file = s(&file),
     );
-    let started = tmux(&["new-session", "-d", "-x", "80", "-y", "24", &script]);
-    assert!(started.status.success(), "{started:?}");
-    let mut screen = String::new();
-    for _ in 0..100 {
-        let out = tmux(&["capture-pane", "-p"]);
-        screen = String::from_utf8_lossy(&out.stdout).into_owned();
-        if screen.contains("← leaf") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    tmux(&["send-keys", "q"]);
-    let mut quit = false;
-    for _ in 0..50 {
-        let out = tmux(&["capture-pane", "-p"]);
-        if String::from_utf8_lossy(&out.stdout).contains("END-OF-PAGER") {
-            quit = true;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    tmux(&["kill-server"]);
+    let Some(pane) = Pane::start("tree-pager", &script, 80, 24) else {
+        return;
+    };
+    let screen = pane.wait_for("← leaf");
+    pane.keys(&["q"]);
+    pane.wait_for("END-OF-PAGER");
     assert!(
         screen.contains("  ← leaf"),
         "the leaf is in view:\n{screen}"
     );
     assert!(!screen.contains("v1-00001 "), "not at the root:\n{screen}");
-    assert!(quit, "q quits the pager");
     let asked = sb
         .run(&[
             "tree",
