@@ -6,5 +6,5 @@
 -- written, 'sessiontree:delete' while a session's rows are removed. No
 -- reader sees a marked session; the next open finishes (or undoes) one whose
 -- writer died. The partial index makes that look at open free.
-ALTER TABLE sessions ADD COLUMN pending TEXT;
-CREATE INDEX sessions_pending ON sessions (session_key) WHERE pending IS NOT NULL;
+ALTER TABLE sessions ADD COLUMN IF NOT EXISTS pending TEXT;
+CREATE INDEX IF NOT EXISTS sessions_pending ON sessions (session_key) WHERE pending IS NOT NULL;

@@ -742,7 +742,9 @@ impl pending::PendingStore for PgArchive {
     fn marked_sessions(&self) -> Result<Vec<(i64, String)>> {
         let rows = self
             .conn()?
-            .query(
+            // Typed: no statement prepared (whose close would ride on the
+            // next request) at every open.
+            .query_typed(
                 "SELECT session_key, id FROM sessions WHERE pending IS NOT NULL ORDER BY session_key",
                 &[],
             )
