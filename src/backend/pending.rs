@@ -130,11 +130,13 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
 
+    /// A session of [`Fake`]: key, id, rows left, mark, claim token.
+    type FakeSession = (i64, String, u64, Option<&'static str>, Option<String>);
+
     /// A store in memory: sessions with their rows and marks, and claims.
     #[derive(Default)]
     struct Fake {
-        /// key, id, rows left, mark, claim token.
-        sessions: RefCell<Vec<(i64, String, u64, Option<&'static str>, Option<String>)>>,
+        sessions: RefCell<Vec<FakeSession>>,
         batches: RefCell<u64>,
     }
 
