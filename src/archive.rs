@@ -57,8 +57,8 @@ pub trait SessionWrite {
     /// in several short transactions, so that writers of other sessions
     /// wait at most one of them: the session stays invisible until
     /// [`SessionWrite::publish`], and is removed by the next open if the
-    /// writer dies first. (On PostgreSQL, where the write's row locks hold
-    /// no other session's writer, it is [`SessionWrite::begin`].)
+    /// writer dies first (on PostgreSQL too: one long transaction would hold
+    /// back VACUUM and its row locks; see [`crate::backend::pending`]).
     fn begin_batched(&mut self, new: &NewSession) -> Result<()>;
 
     /// Makes a session begun with [`SessionWrite::begin_batched`] visible

@@ -1883,3 +1883,210 @@ fn a_hot_standby_answers_every_read_command_and_refuses_every_write() {
     let err = PgArchive::open(&other, Durability::Relaxed).expect_err("no archive there");
     assert!(err.to_string().contains("schema version 0"), "{err}");
 }
+
+/// The sessions of the team archive marked `mark` (a half-done fork or
+/// delete): their keys, and the entries they hold.
+fn marked_team(archive: &PgArchive, mark: &str) -> (Vec<i64>, i64) {
+    let mut conn = archive.conn().expect("conn");
+    let keys: Vec<i64> = conn
+        .query(
+            "SELECT session_key FROM sessions WHERE pending = $1",
+            &[&mark],
+        )
+        .expect("marked sessions")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let rows: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM entries WHERE session_key = ANY($1)",
+            &[&keys],
+        )
+        .expect("their entries")
+        .get(0);
+    (keys, rows)
+}
+
+/// The listed session ids of a team archive, sorted.
+fn team_ids(archive: &PgArchive) -> Vec<String> {
+    let mut ids: Vec<String> = archive
+        .list(&Default::default())
+        .expect("list")
+        .into_iter()
+        .map(|s| s.metadata.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A fork and a delete on a team archive commit in batches (made small with
+/// `SESSIONTREE_TEST_BATCH`, so that 2,000 entries take many), each killed
+/// with kill -9 after some of its batches committed. Meanwhile the marked
+/// session is invisible (list, totals, open, search), appends to another
+/// session go on, and an open by another process leaves the live writer's
+/// work alone (its claim); after the kill the next open removes the fork's
+/// copy and finishes the delete, leaving no row of either.
+#[test]
+fn a_killed_team_fork_or_delete_is_invisible_and_the_next_open_finishes_it() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let total = 2_000i64;
+    team.archive
+        .write_session(|w| {
+            w.begin(&new_team_session("big"))?;
+            let mut parent: Option<String> = None;
+            for i in 0..total {
+                let id = format!("e{i:05}");
+                w.push(&message_entry(
+                    &id,
+                    parent.as_deref(),
+                    "user",
+                    &format!("word{i} batch"),
+                ))?;
+                parent = Some(id);
+            }
+            Ok(())
+        })
+        .expect("write a long session");
+    let mut other = team
+        .archive
+        .create_session(&new_team_session("other"))
+        .expect("create other");
+    other
+        .append_entry(message_entry("o0", None, "user", "first"))
+        .expect("append");
+    let url = team.schema_url();
+    let before = vec!["big".to_string(), "other".to_string()];
+    let mut appended = 1;
+    for (command, mark, batch) in [
+        ("fork", "sessiontree:fork", "100:400"),
+        ("delete", "sessiontree:delete", "1:400"),
+    ] {
+        let mut child = Command::new(bin())
+            .args(["--db", &url, command, "big"])
+            .env("SESSIONTREE_TEST_BATCH", batch)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        // Some batches in and some not: committed rows of a marked session.
+        let half = wait_until(Duration::from_secs(120), || {
+            let (keys, rows) = marked_team(&team.archive, mark);
+            keys.len() == 1
+                && match command {
+                    "fork" => rows > 300 && rows < total - 300,
+                    _ => rows < total - 300 && rows > 300,
+                }
+        });
+        assert!(half, "{command}: never half done (one transaction?)");
+        // Another session's writer is not held up: its appends go on.
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            other
+                .append_entry(message_entry(
+                    &format!("o{appended}"),
+                    Some(&format!("o{}", appended - 1)),
+                    "user",
+                    "during",
+                ))
+                .expect("append during");
+            appended += 1;
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{command}: append waited {:?}",
+                t.elapsed()
+            );
+        }
+        // An open by another process leaves a live writer's work alone.
+        drop(team.reopen());
+        assert_eq!(
+            marked_team(&team.archive, mark).0.len(),
+            1,
+            "{command}: taken from a live writer"
+        );
+        assert!(
+            child.try_wait().expect("child").is_none(),
+            "{command} ended before it was killed"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        let (keys, _) = marked_team(&team.archive, mark);
+        assert_eq!(keys.len(), 1, "{command}: the half-done session is gone");
+        // Invisible while half done.
+        let expected: Vec<String> = match command {
+            "fork" => before.clone(),
+            _ => vec!["other".to_string()],
+        };
+        assert_eq!(
+            team_ids(&team.archive),
+            expected,
+            "{command}: a half-done session is listed"
+        );
+        assert_eq!(
+            team.archive.totals().expect("totals").sessions,
+            expected.len() as i64
+        );
+        let hits = team
+            .archive
+            .search("batch", None, None, None, 10_000)
+            .expect("search");
+        let from_big = if command == "fork" { total as usize } else { 0 };
+        assert!(
+            hits.iter().all(|h| h.session_id == "big") && hits.len() == from_big,
+            "{command}: {} hits, some of the half-done session",
+            hits.len()
+        );
+        if command == "delete" {
+            assert!(!team.archive.has_session("big").expect("has"));
+        }
+        // Committed in several transactions, not one.
+        if command == "fork" {
+            let xids: i64 = team
+                .archive
+                .conn()
+                .expect("conn")
+                .query_one(
+                    "SELECT count(DISTINCT xmin::text) FROM entries WHERE session_key = $1",
+                    &[&keys[0]],
+                )
+                .expect("xids")
+                .get(0);
+            assert!(xids > 2, "the fork's rows came in {xids} transactions");
+        }
+        assert_eq!(
+            team_ids(&team.archive),
+            expected,
+            "{command}: listed after the kill"
+        );
+        // The next open finishes it: no row of the half-done session is left.
+        let reopened = team.reopen();
+        assert_eq!(
+            marked_team(&reopened, mark),
+            (Vec::new(), 0),
+            "{command}: not finished at open"
+        );
+        assert_eq!(team_ids(&reopened), expected);
+        let rows: i64 = reopened
+            .conn()
+            .expect("conn")
+            .query_one(
+                "SELECT (SELECT count(*) FROM entries) + (SELECT count(*) FROM message_text)
+                      + (SELECT count(*) FROM writer_claims WHERE session_key = $1)",
+                &[&keys[0]],
+            )
+            .expect("rows")
+            .get(0);
+        let big = if command == "fork" { 2 * total } else { 0 };
+        assert_eq!(
+            rows,
+            big + 2 * appended as i64,
+            "{command}: rows of the half-done session are left"
+        );
+        let found = reopened
+            .check_findings(None, &mut |_, _| {})
+            .expect("check");
+        assert!(found.problems.is_empty(), "{command}: {:?}", found.problems);
+    }
+    assert_eq!(team_count(&team.archive, "other"), appended as usize);
+}

@@ -8,6 +8,7 @@ pub mod jsonl;
 mod log_index;
 pub mod memory;
 pub(crate) mod path_memo;
+pub mod pending;
 pub mod postgres;
 pub(crate) mod session_rows;
 pub mod sqlite;

@@ -1,11 +1,13 @@
 //! The team archive's sessions: create, open, list, delete, search.
 
-use super::claim::refuse_if_held;
+use super::claim::{refuse_if_held, PgClaims};
 use super::handle::{col, pg, PgArchive};
 use super::storage::PgStorage;
 use super::writer::{
     metadata_at, stats_at, Appender, INDEXED_WORD_BYTES, METADATA_COLUMNS, STATS_COLUMNS,
 };
+use crate::backend::claim::{self, ClaimRows};
+use crate::backend::pending::{self, DELETE_MARK, FORK_MARK};
 use crate::backend::session_rows::stored_js_string;
 use crate::entry::{Entry, EntryType};
 use crate::error::{Error, Result};
@@ -15,6 +17,7 @@ use crate::listing::{
 use crate::search;
 use crate::usage::{UsageQuery, UsageRow};
 use ::postgres::{GenericClient, Transaction};
+use std::time::{Duration, Instant};
 
 /// Inserts a session row; `SessionExists` when the id is taken.
 fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> {
@@ -43,7 +46,7 @@ fn insert_session<C: GenericClient>(c: &mut C, new: &NewSession) -> Result<i64> 
 
 /// The filter of [`PgArchive::list`] and [`PgArchive::count`]
 /// ([`ListQuery::filter_values`] as `$1`–`$4`).
-const LIST_FILTER: &str = "($1::TEXT IS NULL OR cwd = $1)
+const LIST_FILTER: &str = "pending IS NULL AND ($1::TEXT IS NULL OR cwd = $1)
      AND ($2::TEXT IS NULL OR cwd = $2 OR left(cwd, length($2) + 1) = $2 || '/')
      AND ($3::BIGINT IS NULL OR created_ms >= $3)
      AND ($4::TEXT IS NULL OR strpos(lower(name), lower($4)) > 0)";
@@ -52,6 +55,21 @@ const LIST_FILTER: &str = "($1::TEXT IS NULL OR cwd = $1)
 pub struct SessionWriter<'c> {
     tx: Transaction<'c>,
     appender: Option<Appender>,
+    staged: Option<Staged>,
+}
+
+/// A session written in batches ([`SessionWriter::begin_batched`]).
+struct Staged {
+    /// The session's key.
+    key: i64,
+    /// Its writer claim, held from the first batch to publishing.
+    token: String,
+    /// When the open batch began.
+    started: Instant,
+    /// Entries written in the open batch.
+    rows: u64,
+    /// Whether it is visible (in the open batch, which commits last).
+    published: bool,
 }
 
 impl SessionWriter<'_> {
@@ -67,21 +85,105 @@ impl SessionWriter<'_> {
         let appender = self.appender.as_mut().ok_or_else(|| {
             Error::Unknown("a session's entries were written before the session".into())
         })?;
-        appender.push(&mut self.tx, entry)
+        appender.push(&mut self.tx, entry)?;
+        let Some(staged) = self.staged.as_mut() else {
+            return Ok(());
+        };
+        staged.rows += 1;
+        if staged.published || !pending::batch_due(staged.started.elapsed(), staged.rows) {
+            return Ok(());
+        }
+        self.next_batch()
     }
 
-    /// [`SessionWriter::begin`]: on PostgreSQL a fork is one transaction.
-    /// Its row locks are on the new session's rows alone, so writers of
-    /// other sessions never wait for it (SQLite's one write lock is why the
-    /// SQLite archive writes a fork in batches), and until it commits no
-    /// reader sees the session.
+    /// Creates the session row of a fork's copy, written in transactions of
+    /// at most [`pending::BATCH_TIME`]: a long one would hold back VACUUM
+    /// (its snapshot's `xmin`) and its row locks for its whole length. The
+    /// row is marked ([`FORK_MARK`]) and claimed until
+    /// [`SessionWriter::publish`], so no reader sees it; if the writer dies
+    /// first, the next open removes it ([`pending::recover_half_done`]).
     pub fn begin_batched(&mut self, new: &NewSession) -> Result<()> {
-        self.begin(new)
+        let ctx = "starting a fork";
+        let key = insert_session(&mut self.tx, new)?;
+        let token = uuid::Uuid::now_v7().to_string();
+        self.tx
+            .execute(
+                "UPDATE sessions SET pending = $2 WHERE session_key = $1",
+                &[&key, &FORK_MARK],
+            )
+            .map_err(pg(ctx))?;
+        claim::record(&mut PgClaims(&mut self.tx), key, &token)?;
+        self.appender = Some(Appender::start(&mut self.tx, key)?);
+        self.staged = Some(Staged {
+            key,
+            token,
+            started: Instant::now(),
+            rows: 0,
+            published: false,
+        });
+        Ok(())
     }
 
-    /// Nothing to do: the session appears when the transaction commits.
-    pub fn publish(&mut self) -> Result<()> {
+    /// Commits the open batch (its entries, the session row, the claim's
+    /// lease renewed) and goes on in a new transaction. The `Transaction`
+    /// stays open across batches: it is the same connection's transaction,
+    /// begun again, and its final commit (or rollback on drop) ends the
+    /// last batch.
+    fn next_batch(&mut self) -> Result<()> {
+        let ctx = "committing a fork's batch";
+        let Some(staged) = self.staged.as_ref() else {
+            return Ok(());
+        };
+        let (key, token) = (staged.key, staged.token.clone());
+        if let Some(appender) = self.appender.take() {
+            appender.finish(&mut self.tx)?;
+        }
+        hold_claim(&mut self.tx, key, &token)?;
+        self.tx.batch_execute("COMMIT").map_err(pg(ctx))?;
+        pending::pause(Duration::ZERO);
+        self.tx.batch_execute("BEGIN").map_err(pg(ctx))?;
+        self.appender = Some(Appender::start(&mut self.tx, key)?);
+        if let Some(staged) = self.staged.as_mut() {
+            staged.started = Instant::now();
+            staged.rows = 0;
+        }
         Ok(())
+    }
+
+    /// Makes a session begun with [`SessionWriter::begin_batched`] visible
+    /// with the last batch, and releases its claim.
+    pub fn publish(&mut self) -> Result<()> {
+        let ctx = "publishing a fork";
+        let Some(staged) = self.staged.as_mut() else {
+            return Ok(());
+        };
+        hold_claim(&mut self.tx, staged.key, &staged.token)?;
+        self.tx
+            .execute(
+                "UPDATE sessions SET pending = NULL WHERE session_key = $1",
+                &[&staged.key],
+            )
+            .map_err(pg(ctx))?;
+        claim::ClaimRows::release(&mut PgClaims(&mut self.tx), staged.key, &staged.token)?;
+        staged.published = true;
+        Ok(())
+    }
+}
+
+/// Inside a batch of a fork or a delete: renews the lease of claim `token`
+/// on session `key`, and fails if it is no longer this process's (cleared
+/// by `unclaim`, or taken over after its lease ran out), so that two
+/// processes never both write or remove a marked session.
+fn hold_claim<C: GenericClient>(c: &mut C, key: i64, token: &str) -> Result<()> {
+    let mut rows = PgClaims(c);
+    claim::renew(&mut rows, key, token)?;
+    match rows.holder(key, "checking the writer claim")? {
+        Some(seen) if seen.holder.token == token => Ok(()),
+        seen => Err(Error::WriterClaimed {
+            session: format!("(session key {key})"),
+            holder: seen.map_or_else(|| "nobody".to_owned(), |s| s.describe()),
+            hint: ": the claim of this fork or delete was cleared or taken over; the next open finishes it".to_owned(),
+        }),
     }
 }
 
@@ -89,7 +191,7 @@ impl SessionWriter<'_> {
 /// transaction deletes the session or takes its claim meanwhile).
 fn lock_session_row(tx: &mut Transaction<'_>, id: &str, ctx: &'static str) -> Result<i64> {
     tx.query_opt(
-        "SELECT session_key FROM sessions WHERE id = $1 FOR UPDATE",
+        "SELECT session_key FROM sessions WHERE id = $1 AND pending IS NULL FOR UPDATE",
         &[&id],
     )
     .map_err(pg(ctx))?
@@ -108,7 +210,9 @@ impl PgArchive {
     }
 
     /// Creates one session inside one transaction, fed by `fill` through a
-    /// [`SessionWriter`] (fork): all of it commits, or nothing.
+    /// [`SessionWriter`]: all of it commits, or nothing. A fork's copy
+    /// ([`SessionWriter::begin_batched`]) commits in batches instead; if
+    /// `fill` fails, the batches it committed are removed (still invisible).
     pub fn write_session<T>(
         &self,
         fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
@@ -116,9 +220,28 @@ impl PgArchive {
         self.writable("writing a session")?;
         let mut conn = self.conn()?;
         let tx = conn.transaction().map_err(pg("starting a session write"))?;
-        let mut writer = SessionWriter { tx, appender: None };
-        let out = fill(&mut writer)?;
-        let SessionWriter { mut tx, appender } = writer;
+        let mut writer = SessionWriter {
+            tx,
+            appender: None,
+            staged: None,
+        };
+        let filled = fill(&mut writer);
+        let SessionWriter {
+            mut tx,
+            appender,
+            staged,
+        } = writer;
+        let out = match filled {
+            Ok(out) => out,
+            Err(e) => {
+                drop(tx);
+                if let Some(staged) = staged {
+                    // If this fails too, the next open removes it.
+                    let _ = pending::remove_in_batches(self, staged.key, &staged.token);
+                }
+                return Err(e);
+            }
+        };
         if let Some(a) = appender {
             a.finish(&mut tx)?;
         }
@@ -131,7 +254,7 @@ impl PgArchive {
         let row = self
             .conn()?
             .query_typed_opt(
-                "SELECT session_key FROM sessions WHERE id = $1",
+                "SELECT session_key FROM sessions WHERE id = $1 AND pending IS NULL",
                 &[(&id, ::postgres::types::Type::TEXT)],
             )
             .map_err(pg("opening a session"))?
@@ -143,7 +266,10 @@ impl PgArchive {
     pub fn has_session(&self, id: &str) -> Result<bool> {
         Ok(self
             .conn()?
-            .query_opt("SELECT 1 FROM sessions WHERE id = $1", &[&id])
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE id = $1 AND pending IS NULL",
+                &[&id],
+            )
             .map_err(pg("looking up a session"))?
             .is_some())
     }
@@ -219,7 +345,8 @@ impl PgArchive {
                  SELECT s.id, s.cwd, f.day, f.model, sum(f.n)::BIGINT, sum(f.i), sum(f.o),
                         sum(f.cr), sum(f.cw), sum(f.c)
                    FROM f JOIN sessions s ON s.session_key = f.session_key
-                  WHERE ($8::TEXT IS NULL OR s.cwd = $8 OR left(s.cwd, length($8) + 1) = $8 || '/')
+                  WHERE s.pending IS NULL
+                    AND ($8::TEXT IS NULL OR s.cwd = $8 OR left(s.cwd, length($8) + 1) = $8 || '/')
                   GROUP BY s.id, s.cwd, f.day, f.model
                   ORDER BY f.day, s.id, f.model",
                 &[
@@ -263,7 +390,7 @@ impl PgArchive {
                         coalesce(sum(message_count), 0)::BIGINT,
                         coalesce(sum(cached_tokens), 0), coalesce(sum(uncached_tokens), 0),
                         coalesce(sum(total_tokens), 0), coalesce(sum(cost_total), 0)
-                 FROM sessions",
+                 FROM sessions WHERE pending IS NULL",
                 &[],
             )
             .map_err(pg(ctx))?;
@@ -276,7 +403,7 @@ impl PgArchive {
         let rows = conn
             .query(
                 "SELECT cwd, count(*), sum(message_count)::BIGINT, sum(cost_total) FROM sessions
-                 GROUP BY cwd ORDER BY count(*) DESC, cwd COLLATE \"C\"",
+                 WHERE pending IS NULL GROUP BY cwd ORDER BY count(*) DESC, cwd COLLATE \"C\"",
                 &[],
             )
             .map_err(pg(ctx))?;
@@ -287,18 +414,23 @@ impl PgArchive {
         Ok(t)
     }
 
-    /// Deletes a session and everything derived from it, in one transaction;
-    /// refuses a session a live writer holds.
+    /// Deletes a session and everything derived from it; refuses a session
+    /// a live writer holds. The first, short transaction marks it deleted
+    /// ([`DELETE_MARK`]: from then on no reader sees it) and claims it; its
+    /// rows then go in transactions of at most [`pending::BATCH_TIME`], so no
+    /// transaction holds back VACUUM or its row locks for the whole delete.
+    /// If this process dies half-way, the next open finishes it.
     pub fn delete_session(&self, id: &str) -> Result<()> {
         self.writable("deleting a session")?;
-        let ctx = "deleting a session";
-        let mut conn = self.conn()?;
-        let mut tx = conn.transaction().map_err(pg(ctx))?;
-        let key = lock_session_row(&mut tx, id, ctx)?;
-        refuse_if_held(&mut tx, key, id)?;
-        tx.execute("DELETE FROM sessions WHERE session_key = $1", &[&key])
-            .map_err(pg(ctx))?;
-        tx.commit().map_err(pg(ctx))
+        pending::delete_session(self, id)
+    }
+
+    /// Finishes what processes that died half-way left: a half-done delete
+    /// is finished, a half-written fork removed ([`pending`]); a session a
+    /// live writer holds is left to it. Returns how many it finished.
+    pub fn recover_half_done(&self) -> Result<usize> {
+        self.writable("finishing half-done deletes and forks")?;
+        pending::recover_half_done(self)
     }
 
     /// Removes session `id`'s writer claim, whatever its lease, and says
@@ -328,7 +460,8 @@ impl PgArchive {
         let rows = self
             .conn()?
             .query(
-                "SELECT id FROM sessions WHERE left(id, length($1)) = $1 ORDER BY id LIMIT $2",
+                "SELECT id FROM sessions WHERE left(id, length($1)) = $1 AND pending IS NULL
+                 ORDER BY id LIMIT $2",
                 &[&prefix, &i64::try_from(limit).unwrap_or(i64::MAX)],
             )
             .map_err(pg("resolving a session id"))?;
@@ -431,9 +564,14 @@ impl PgArchive {
         let mut conn = self.conn()?;
         match insert_session(&mut *conn, new) {
             Err(Error::SessionExists(_)) => {
+                // A session being deleted keeps its id until it is gone.
                 let r = conn
-                    .query_one("SELECT header FROM sessions WHERE id = $1", &[&new.id])
-                    .map_err(pg("syncing a session"))?;
+                    .query_opt(
+                        "SELECT header FROM sessions WHERE id = $1 AND pending IS NULL",
+                        &[&new.id],
+                    )
+                    .map_err(pg("syncing a session"))?
+                    .ok_or_else(|| Error::SessionExists(new.id.clone()))?;
                 let header: String = col(&r, 0)?;
                 if header == new.header {
                     Ok(())
@@ -463,7 +601,8 @@ impl PgArchive {
         let mut tx = conn.transaction().map_err(pg(ctx))?;
         let key: i64 = tx
             .query_opt(
-                "UPDATE sessions SET contract = $2, open_end = $3 WHERE id = $1 RETURNING session_key",
+                "UPDATE sessions SET contract = $2, open_end = $3 WHERE id = $1 AND pending IS NULL
+                 RETURNING session_key",
                 &[&id, &contract.as_str(), &kept.open_end],
             )
             .map_err(pg(ctx))?
@@ -489,7 +628,7 @@ impl PgArchive {
             .query_one(
                 "SELECT s.entry_count, e.json FROM sessions s
                  LEFT JOIN entries e ON e.session_key = s.session_key AND e.seq = s.entry_count - 1
-                 WHERE s.id = $1",
+                 WHERE s.id = $1 AND s.pending IS NULL",
                 &[&id],
             )
             .map_err(pg("reading where a sync stands"))?;
@@ -512,7 +651,10 @@ impl PgArchive {
         tx.batch_execute("SET LOCAL synchronous_commit = off")
             .map_err(pg(ctx))?;
         let key: i64 = tx
-            .query_opt("SELECT session_key FROM sessions WHERE id = $1", &[&id])
+            .query_opt(
+                "SELECT session_key FROM sessions WHERE id = $1 AND pending IS NULL",
+                &[&id],
+            )
             .map_err(pg(ctx))?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
             .and_then(|r| col(&r, 0))?;
@@ -537,6 +679,147 @@ impl PgArchive {
         limit: usize,
     ) -> Result<Vec<SearchHit>> {
         self.search_page(query, &SearchFilter { session, cwd, role }, limit, 0)
+    }
+}
+
+/// Rows removed per step of [`remove_some`] (a step then checks the clock):
+/// entries are large, the other tables' rows small.
+const REMOVE_ENTRIES: i64 = 256;
+/// Rows of the other tables removed per step.
+const REMOVE_ROWS: i64 = 1_024;
+
+/// A session's tables, in the order a batched delete empties them (each
+/// before any table it depends on; `entries` last, for the rows the others
+/// hold of its), with the rows a step removes. The session row then goes
+/// with what cascades from it (its claim).
+const REMOVE_TABLES: [(&str, i64); 11] = [
+    ("message_text", REMOVE_ROWS),
+    ("compactions", REMOVE_ROWS),
+    ("segment_ancestry", REMOVE_ROWS),
+    ("segments", REMOVE_ROWS),
+    ("leaf_events", REMOVE_ROWS),
+    ("labels", REMOVE_ROWS),
+    ("usage_facts", REMOVE_ROWS),
+    ("usage_daily", REMOVE_ROWS),
+    ("kept_lines", REMOVE_ROWS),
+    ("sync_sources", REMOVE_ROWS),
+    ("entries", REMOVE_ENTRIES),
+];
+
+/// One step of removing session `key` inside `tx`: up to a step's rows of
+/// the first of its tables that holds any ([`REMOVE_TABLES`]), or once all
+/// are empty the session row. True when the session is gone. Rows are found
+/// by the session's index and removed by their `ctid`, a statement per
+/// table (every table is keyed by session first).
+fn remove_some(tx: &mut Transaction<'_>, key: i64) -> Result<bool> {
+    let ctx = "deleting a session";
+    for (table, rows) in REMOVE_TABLES {
+        let n = tx
+            .execute(
+                &format!(
+                    "DELETE FROM {table} WHERE ctid = ANY(ARRAY(
+                       SELECT ctid FROM {table} WHERE session_key = $1 LIMIT $2))"
+                ),
+                &[&key, &rows],
+            )
+            .map_err(pg(ctx))?;
+        if n > 0 {
+            return Ok(false);
+        }
+    }
+    tx.execute("DELETE FROM sessions WHERE session_key = $1", &[&key])
+        .map_err(pg(ctx))?;
+    Ok(true)
+}
+
+/// The PostgreSQL statements of [`pending`]'s half-done forks and deletes:
+/// the mark is `sessions.pending`; each transaction that changes a marked
+/// session locks its row first, so two processes take turns.
+impl pending::PendingStore for PgArchive {
+    /// Row locks hold no other session's writer: no pause is needed.
+    const GAP: Duration = Duration::ZERO;
+
+    fn marked_sessions(&self) -> Result<Vec<(i64, String)>> {
+        let rows = self
+            .conn()?
+            // Typed: no statement prepared (whose close would ride on the
+            // next request) at every open.
+            .query_typed(
+                "SELECT session_key, id FROM sessions WHERE pending IS NOT NULL ORDER BY session_key",
+                &[],
+            )
+            .map_err(pg("finding half-done deletes and forks"))?;
+        rows.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
+    }
+
+    fn mark_deleted(&self, id: &str, token: &str) -> Result<i64> {
+        let ctx = "deleting a session";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let key = lock_session_row(&mut tx, id, ctx)?;
+        refuse_if_held(&mut tx, key, id)?;
+        tx.execute(
+            "UPDATE sessions SET pending = $2 WHERE session_key = $1",
+            &[&key, &DELETE_MARK],
+        )
+        .map_err(pg(ctx))?;
+        claim::record(&mut PgClaims(&mut tx), key, token)?;
+        tx.commit().map_err(pg(ctx))?;
+        Ok(key)
+    }
+
+    fn take_marked(&self, key: i64, id: &str, token: &str) -> Result<bool> {
+        let ctx = "finishing a half-done delete";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let marked = tx
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE session_key = $1 AND pending IS NOT NULL FOR UPDATE",
+                &[&key],
+            )
+            .map_err(pg(ctx))?;
+        if marked.is_none() {
+            return Ok(false);
+        }
+        refuse_if_held(&mut tx, key, id)?;
+        tx.execute(
+            "UPDATE sessions SET pending = $2 WHERE session_key = $1",
+            &[&key, &DELETE_MARK],
+        )
+        .map_err(pg(ctx))?;
+        claim::record(&mut PgClaims(&mut tx), key, token)?;
+        tx.commit().map_err(pg(ctx))?;
+        Ok(true)
+    }
+
+    fn remove_batch(&self, key: i64, token: &str) -> Result<bool> {
+        let ctx = "deleting a session";
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(pg(ctx))?;
+        let found = tx
+            .query_opt(
+                "SELECT 1 FROM sessions WHERE session_key = $1 FOR UPDATE",
+                &[&key],
+            )
+            .map_err(pg(ctx))?;
+        if found.is_none() {
+            // Gone already: a failed commit of the last batch that did commit.
+            return Ok(true);
+        }
+        hold_claim(&mut tx, key, token)?;
+        let started = Instant::now();
+        let mut steps = 0;
+        let gone = loop {
+            if remove_some(&mut tx, key)? {
+                break true;
+            }
+            steps += 1;
+            if pending::batch_due(started.elapsed(), steps) {
+                break false;
+            }
+        };
+        tx.commit().map_err(pg(ctx))?;
+        Ok(gone)
     }
 }
 
@@ -573,7 +856,7 @@ impl Page<'_> {
                         e.json, s.name, s.created_at
                  FROM message_text m
                  JOIN entries e ON e.session_key = m.session_key AND e.entry_key = m.entry_key
-                 JOIN sessions s ON s.session_key = m.session_key
+                 JOIN sessions s ON s.session_key = m.session_key AND s.pending IS NULL
                  WHERE m.tsv @@ CAST($1::TEXT AS TSQUERY)
                    AND ($3::TEXT IS NULL OR s.id = $3) AND ($4::TEXT IS NULL OR s.cwd = $4)
                    AND ($5::TEXT IS NULL OR m.role = $5)

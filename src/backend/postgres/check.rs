@@ -37,7 +37,10 @@ impl PgArchive {
             Some(id) => vec![id.to_owned()],
             None => self
                 .conn()?
-                .query("SELECT id FROM sessions ORDER BY session_key", &[])
+                .query(
+                    "SELECT id FROM sessions WHERE pending IS NULL ORDER BY session_key",
+                    &[],
+                )
                 .map_err(pg("checking sessions"))?
                 .iter()
                 .map(|r| col(r, 0))

@@ -28,6 +28,10 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         include_str!("../../../schema/postgres/0005_search_vectors_sent_whole.sql"),
         None,
     ),
+    (
+        include_str!("../../../schema/postgres/0006_pending_sessions.sql"),
+        None,
+    ),
 ];
 
 /// The advisory lock key that serializes migrations (any fixed number: only

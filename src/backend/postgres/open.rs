@@ -121,6 +121,11 @@ impl PgArchive {
             migrate::require_current(&archive)?;
         } else {
             migrate::migrate(&archive)?;
+            // A delete or fork that a dead process left half-done (invisible
+            // to every reader meanwhile) is finished or undone now, in
+            // batches. Best effort: what cannot be done now stays invisible
+            // and is done at a later open.
+            let _ = archive.recover_half_done();
         }
         Ok(archive)
     }

@@ -5,9 +5,10 @@ use super::handle::Archive;
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{
-    insert_session, Appender, SessionWriter, BATCHED_WRITE, DELETE_MARKER, FORK_MARKER, STAGED_GAP,
+    insert_session, Appender, SessionWriter, DELETE_MARKER, FORK_MARKER, STAGED_GAP,
 };
 use super::{branch_cache, fts};
+use crate::backend::pending;
 use crate::backend::session_rows::stored_js_string;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -327,33 +328,11 @@ impl Archive {
     /// holds. The first, short transaction marks the session deleted
     /// ([`DELETE_MARKER`]: from then on no reader sees it) and takes its
     /// claim; the rows then go in transactions of at most
-    /// [`BATCHED_WRITE`], so other writers wait at most one batch. If this
-    /// process dies half-way, the next open of the archive finishes it.
+    /// [`BATCHED_WRITE`](super::writer::BATCHED_WRITE), so other writers wait at most one batch. If this
+    /// process dies half-way, the next open of the archive finishes it
+    /// ([`pending`]).
     pub fn delete_session(&self, id: &str) -> Result<()> {
-        let token = uuid::Uuid::now_v7().to_string();
-        let key = {
-            let mut conn = self.conn()?;
-            let tx = self.begin_write(&mut conn, "deleting a session")?;
-            let key: Option<i64> = tx
-                .query_row(
-                    "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
-                    [id],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql("deleting a session"))?;
-            let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-            super::claim::refuse_if_held(&tx, key, id)?;
-            tx.execute(
-                "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
-                params![key, DELETE_MARKER],
-            )
-            .map_err(sql("deleting a session"))?;
-            super::claim::insert_claim(&tx, key, &token)?;
-            tx.commit().map_err(sql("deleting a session"))?;
-            key
-        };
-        self.remove_in_batches(key, &token)
+        pending::delete_session(self, id)
     }
 
     /// Finishes what a process that died half-way left: a batched delete
@@ -361,73 +340,17 @@ impl Archive {
     /// removed. A session whose claim a live writer holds (its delete or
     /// fork is running now) is left to it. Returns how many it finished.
     pub fn recover_half_done(&self) -> Result<usize> {
-        let found: Vec<(i64, String)> = {
-            let conn = self.conn()?;
-            let mut st = conn
-                .prepare("SELECT session_key, id FROM sessions WHERE staged_from IN (?1, ?2)")
-                .map_err(sql("finding half-done deletes and forks"))?;
-            let rows = st
-                .query_map(params![DELETE_MARKER, FORK_MARKER], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .and_then(Iterator::collect);
-            rows.map_err(sql("finding half-done deletes and forks"))?
-        };
-        let mut done = 0;
-        for (key, id) in found {
-            let token = uuid::Uuid::now_v7().to_string();
-            {
-                let mut conn = self.conn()?;
-                let tx = self.begin_write(&mut conn, "finishing a half-done delete")?;
-                match super::claim::refuse_if_held(&tx, key, &id) {
-                    Err(Error::WriterClaimed { .. }) => continue,
-                    other => other?,
-                }
-                let n = tx
-                    .execute(
-                        "UPDATE sessions SET staged_from = ?2
-                         WHERE session_key = ?1 AND staged_from IN (?2, ?3)",
-                        params![key, DELETE_MARKER, FORK_MARKER],
-                    )
-                    .map_err(sql("finishing a half-done delete"))?;
-                if n == 0 {
-                    continue;
-                }
-                super::claim::insert_claim(&tx, key, &token)?;
-                tx.commit().map_err(sql("finishing a half-done delete"))?;
-            }
-            self.remove_in_batches(key, &token)?;
-            done += 1;
-        }
-        Ok(done)
+        pending::recover_half_done(self)
     }
 
     /// Removes session `key`, already invisible to readers (staged, or
     /// marked deleted) and claimed by `token`, with everything derived from
-    /// it: transactions of at most [`BATCHED_WRITE`] each, a pause of
+    /// it: transactions of at most [`BATCHED_WRITE`](super::writer::BATCHED_WRITE) each, a pause of
     /// [`STAGED_GAP`] between them so that a waiting writer gets the lock.
     /// Any process may finish it after a crash (each batch leaves a
     /// consistent, still invisible remainder).
     pub(super) fn remove_in_batches(&self, key: i64, token: &str) -> Result<()> {
-        let mut conn = self.conn()?;
-        loop {
-            let tx = self.begin_write(&mut conn, "deleting a session")?;
-            super::claim::renew_claim(&tx, key, token)?;
-            let started = Instant::now();
-            let gone = loop {
-                if remove_some(&tx, key)? {
-                    break true;
-                }
-                if started.elapsed() >= BATCHED_WRITE {
-                    break false;
-                }
-            };
-            tx.commit().map_err(sql("deleting a session"))?;
-            if gone {
-                return Ok(());
-            }
-            std::thread::sleep(STAGED_GAP);
-        }
+        pending::remove_in_batches(self, key, token)
     }
 
     /// Removes session `id`'s writer claim, whatever its lease, and says
@@ -679,6 +602,88 @@ impl Archive {
         session: Option<&str>,
     ) -> Result<Vec<(String, branch_cache::CacheSize)>> {
         branch_cache::cache_sizes(&*self.conn()?, session)
+    }
+}
+
+/// The SQLite statements of [`pending`]'s half-done forks and deletes: the
+/// mark is `sessions.staged_from`.
+impl pending::PendingStore for Archive {
+    const GAP: std::time::Duration = STAGED_GAP;
+
+    fn marked_sessions(&self) -> Result<Vec<(i64, String)>> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare("SELECT session_key, id FROM sessions WHERE staged_from IN (?1, ?2)")
+            .map_err(sql("finding half-done deletes and forks"))?;
+        let rows = st
+            .query_map(params![DELETE_MARKER, FORK_MARKER], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .and_then(Iterator::collect);
+        rows.map_err(sql("finding half-done deletes and forks"))
+    }
+
+    fn mark_deleted(&self, id: &str, token: &str) -> Result<i64> {
+        let ctx = "deleting a session";
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, ctx)?;
+        let key: Option<i64> = tx
+            .query_row(
+                "SELECT session_key FROM sessions WHERE id = ?1 AND staged_from IS NULL",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql(ctx))?;
+        let key = key.ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        super::claim::refuse_if_held(&tx, key, id)?;
+        tx.execute(
+            "UPDATE sessions SET staged_from = ?2 WHERE session_key = ?1",
+            params![key, DELETE_MARKER],
+        )
+        .map_err(sql(ctx))?;
+        super::claim::insert_claim(&tx, key, token)?;
+        tx.commit().map_err(sql(ctx))?;
+        Ok(key)
+    }
+
+    fn take_marked(&self, key: i64, id: &str, token: &str) -> Result<bool> {
+        let ctx = "finishing a half-done delete";
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, ctx)?;
+        super::claim::refuse_if_held(&tx, key, id)?;
+        let n = tx
+            .execute(
+                "UPDATE sessions SET staged_from = ?2
+                 WHERE session_key = ?1 AND staged_from IN (?2, ?3)",
+                params![key, DELETE_MARKER, FORK_MARKER],
+            )
+            .map_err(sql(ctx))?;
+        if n == 0 {
+            return Ok(false);
+        }
+        super::claim::insert_claim(&tx, key, token)?;
+        tx.commit().map_err(sql(ctx))?;
+        Ok(true)
+    }
+
+    fn remove_batch(&self, key: i64, token: &str) -> Result<bool> {
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, "deleting a session")?;
+        super::claim::renew_claim(&tx, key, token)?;
+        let started = Instant::now();
+        let mut steps = 0;
+        let gone = loop {
+            if remove_some(&tx, key)? {
+                break true;
+            }
+            steps += 1;
+            if pending::batch_due(started.elapsed(), steps) {
+                break false;
+            }
+        };
+        tx.commit().map_err(sql("deleting a session"))?;
+        Ok(gone)
     }
 }
 

@@ -513,17 +513,17 @@ pub const STAGED_BATCH: Duration = Duration::from_millis(100);
 /// may run before it commits and lets other writers in: half the bound on
 /// any writer's wait, so that the bound holds with a commit on top on a
 /// loaded machine.
-pub const BATCHED_WRITE: Duration = Duration::from_millis(50);
+pub const BATCHED_WRITE: Duration = crate::backend::pending::BATCH_TIME;
 
 /// `sessions.staged_from` of a fork being written in batches (never a
 /// canonical path, which an import's marker is): invisible until published;
 /// removed by the next open of the archive if its writer died.
-pub const FORK_MARKER: &str = "sessiontree:fork";
+pub const FORK_MARKER: &str = crate::backend::pending::FORK_MARK;
 
 /// `sessions.staged_from` of a session being deleted in batches: invisible
 /// from the first batch; whoever opens the archive next finishes it if its
 /// deleter died.
-pub const DELETE_MARKER: &str = "sessiontree:delete";
+pub const DELETE_MARKER: &str = crate::backend::pending::DELETE_MARK;
 
 /// The pause between a staged import's transactions: longer than other
 /// writers' busy-wait step (`ConnectionManager`'s busy handler polls every
