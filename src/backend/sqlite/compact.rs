@@ -11,6 +11,7 @@
 use super::block;
 use super::codec::{self, Codec, Encoder, Training};
 use super::error::sql;
+use super::fts;
 use super::handle::Archive;
 use super::reencode_guard::reencoding;
 use super::writer::{BATCHED_WRITE, STAGED_GAP};
@@ -921,6 +922,16 @@ impl Archive {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<CompactReport> {
         let options = CompactOptions::at_level(options.level).map(|_| options)?;
+        self.compact_checked(options, progress)
+            .map_err(|e| name_what_ran_out(self, e))
+    }
+
+    /// [`Archive::compact_with`] with options already checked.
+    fn compact_checked(
+        &self,
+        options: CompactOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<CompactReport> {
         let mut report = CompactReport {
             bytes_before: file_bytes(self.path()),
             ..CompactReport::default()
@@ -1103,17 +1114,11 @@ fn in_batches(
 }
 
 /// Merges the search index's segments into one b-tree (what FTS5's
-/// `optimize` does in one go), a few pages a step.
+/// `optimize` does in one go), a few pages a step ([`fts::IndexMerge`]).
 fn merge_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
+    let mut merge = fts::IndexMerge::new();
     in_batches(archive, conn, "merging the search index", &mut |tx| {
-        let before = tx.total_changes();
-        tx.execute(
-            "INSERT INTO message_text (message_text, rank) VALUES ('merge', ?1)",
-            [-MERGE_PAGES],
-        )
-        .map_err(sql("merging the search index"))?;
-        // FTS5: fewer than two rows changed means nothing was left to merge.
-        Ok(tx.total_changes() - before < 2)
+        merge.step(tx, MERGE_PAGES)
     })
 }
 
@@ -1146,12 +1151,220 @@ fn give_back_space(archive: &Archive, conn: &mut Connection) -> Result<()> {
     })
 }
 
+/// SQLite's "database or disk is full" (SQLITE_FULL) says neither what
+/// nor how full. This names it: FTS5's segment limit, the archive's
+/// `max_page_count`, and the free space where the archive and SQLite's
+/// temporary files are (issue 40.1: the search index's limit read as a
+/// full disk with 42 GB free). Any other error is returned as it is.
+fn name_what_ran_out(archive: &Archive, e: Error) -> Error {
+    let Error::Sqlite {
+        context,
+        source: rusqlite::Error::SqliteFailure(code, _),
+    } = &e
+    else {
+        return e;
+    };
+    if code.code != rusqlite::ErrorCode::DiskFull {
+        return e;
+    }
+    let mut causes = Vec::new();
+    let mut spaces = Vec::new();
+    if let Ok(conn) = archive.conn() {
+        if let Ok(shape) = fts::index_shape(&conn) {
+            // A merge holds its output besides its inputs, and a flush
+            // adds one: the limit bites a few segments before the record
+            // (as last committed) reaches it.
+            if shape.segments + 16 >= fts::MAX_SEGMENTS {
+                causes.push(format!(
+                    "the search index holds {} segments on {} levels and FTS5 allows at most {}",
+                    shape.segments,
+                    shape.levels,
+                    fts::MAX_SEGMENTS
+                ));
+            }
+        }
+        let pragma = |name: &str| conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0));
+        if let (Ok(pages), Ok(most), Ok(size)) = (
+            pragma("page_count"),
+            pragma("max_page_count"),
+            pragma("page_size"),
+        ) {
+            // SQLite's own most (2^32 - 2 pages) is no setting anyone made.
+            if most < 0xffff_fffe && pages + 1024 >= most {
+                causes.push(format!(
+                    "the archive holds {pages} pages and its max_page_count is {most} ({})",
+                    in_bytes(u64::try_from(most.saturating_mul(size)).unwrap_or(0))
+                ));
+            }
+        }
+    }
+    let archive_dir = match archive.path().parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let temp_dir = sqlite_temp_dir();
+    for (what, dir) in [
+        ("the archive's", Some(archive_dir.clone())),
+        ("SQLite's temporary", temp_dir),
+    ] {
+        let Some(dir) = dir else { continue };
+        if what != "the archive's" && same_file_system(&dir, &archive_dir) {
+            spaces.push(format!("{} is on the same file system", dir.display()));
+            continue;
+        }
+        match free_bytes(&dir) {
+            Some(free) => spaces.push(format!(
+                "{what} directory {} has {} free",
+                dir.display(),
+                in_bytes(free)
+            )),
+            None => spaces.push(format!(
+                "{what} directory {}: free space unknown",
+                dir.display()
+            )),
+        }
+    }
+    let said = if causes.is_empty() {
+        format!("database or disk is full: {}", spaces.join("; "))
+    } else {
+        format!(
+            "database or disk is full: {} (not the disk: {})",
+            causes.join("; "),
+            spaces.join("; ")
+        )
+    };
+    Error::Sqlite {
+        context: context.clone(),
+        source: rusqlite::Error::SqliteFailure(*code, Some(said)),
+    }
+}
+
+/// The directory SQLite puts its temporary files in, chosen as SQLite's
+/// unix VFS chooses it: `SQLITE_TMPDIR`, `TMPDIR`, `/var/tmp`, `/usr/tmp`,
+/// `/tmp`, the first that is a directory it may write and search.
+fn sqlite_temp_dir() -> Option<std::path::PathBuf> {
+    let from_env = ["SQLITE_TMPDIR", "TMPDIR"]
+        .into_iter()
+        .filter_map(|v| std::env::var_os(v).map(std::path::PathBuf::from));
+    let fixed = ["/var/tmp", "/usr/tmp", "/tmp"]
+        .into_iter()
+        .map(std::path::PathBuf::from);
+    from_env
+        .chain(fixed)
+        .find(|dir| dir.is_dir() && writable(dir))
+}
+
+/// Whether this process may create files in `dir`.
+#[cfg(unix)]
+fn writable(dir: &std::path::Path) -> bool {
+    use rustix::fs::Access;
+    rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK).is_ok()
+}
+
+#[cfg(not(unix))]
+fn writable(dir: &std::path::Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
+}
+
+/// Bytes an unprivileged writer may still use on `dir`'s file system.
+#[cfg(unix)]
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_dir: &std::path::Path) -> Option<u64> {
+    None
+}
+
+/// Whether `a` and `b` are on one file system (one device).
+#[cfg(unix)]
+fn same_file_system(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    matches!((std::fs::metadata(a), std::fs::metadata(b)), (Ok(a), Ok(b)) if a.dev() == b.dev())
+}
+
+#[cfg(not(unix))]
+fn same_file_system(_a: &std::path::Path, _b: &std::path::Path) -> bool {
+    false
+}
+
+/// `bytes` in words: "41.9 GB", "512 KB".
+fn in_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        n if n >= 1 << 30 => format!("{:.1} GB", b / f64::from(1u32 << 30)),
+        n if n >= 1 << 20 => format!("{:.1} MB", b / f64::from(1u32 << 20)),
+        n if n >= 1 << 10 => format!("{:.0} KB", b / 1024.0),
+        n => format!("{n} bytes"),
+    }
+}
+
 /// `PRAGMA auto_vacuum`'s value for incremental mode.
 pub(in crate::backend::sqlite) const INCREMENTAL_VACUUM: i64 = 2;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// SQLITE_FULL from compact names what ran out (issue 40.1: the search
+    /// index's 2000 segments read as a full disk with 42 GB free).
+    #[test]
+    fn a_full_error_names_what_ran_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
+        let full = || {
+            Error::sqlite(
+                "merging the search index",
+                rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                    None,
+                ),
+            )
+        };
+        let dir_named = format!("the archive's directory {} has ", dir.path().display());
+        let said = name_what_ran_out(&archive, full()).to_string();
+        assert!(
+            said.starts_with("merging the search index: database or disk is full: "),
+            "{said}"
+        );
+        assert!(said.contains(&dir_named), "{said}");
+        assert!(!said.contains("FTS5"), "{said}");
+        // One segment a commit (FTS5 merges none), near FTS5's most.
+        let conn = archive.conn().unwrap();
+        conn.execute_batch(
+            "PRAGMA synchronous = OFF;
+             INSERT INTO message_text (message_text, rank) VALUES ('automerge', 0);
+             INSERT INTO message_text (message_text, rank) VALUES ('crisismerge', 1999);",
+        )
+        .unwrap();
+        for n in 1..=1990 {
+            conn.execute(
+                "INSERT INTO message_text (rowid, text) VALUES (?1, 'word')",
+                [n],
+            )
+            .unwrap();
+        }
+        assert_eq!(fts::index_shape(&conn).unwrap().segments, 1990);
+        drop(conn);
+        let said = name_what_ran_out(&archive, full()).to_string();
+        assert!(
+            said.contains("database or disk is full: the search index holds 1990 segments on 1 levels and FTS5 allows at most 2000 (not the disk: "),
+            "{said}"
+        );
+        assert!(said.contains(&dir_named), "{said}");
+        // Any other error is left as it is.
+        let busy = Error::sqlite(
+            "merging the search index",
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                None,
+            ),
+        );
+        let before = busy.to_string();
+        assert_eq!(name_what_ran_out(&archive, busy).to_string(), before);
+    }
 
     /// Rows of parent chains (three sessions), of uneven lengths, some of
     /// them too short to pay.

@@ -237,6 +237,139 @@ fn with_scratch<T>(f: impl FnOnce(&Scratch) -> rusqlite::Result<T>) -> Result<T>
         .map_err(sql("tokenizing a search query"))
 }
 
+/// FTS5's most segments in one index (`FTS5_MAX_SEGMENT`): a write that
+/// needs one more fails with SQLITE_FULL, "database or disk is full",
+/// whatever the disk holds.
+pub(super) const MAX_SEGMENTS: u64 = 2000;
+
+/// How the search index is laid out, from FTS5's structure record: its
+/// segments (b-trees), on how many levels, and whether a merge of one
+/// level into the next is under way.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct IndexShape {
+    /// Levels, empty ones included.
+    pub levels: u64,
+    /// Segments on all levels.
+    pub segments: u64,
+    /// The levels whose segments are the input of an unfinished merge
+    /// (into the level above), lowest first.
+    pub merging: Vec<u64>,
+}
+
+/// Reads the index's structure record (`message_text_data` row 10):
+/// a cookie, an optional version-2 mark, then levels, segments, the write
+/// counter and each level's merge count, segment count and segments.
+pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
+    let record: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT block FROM message_text_data WHERE id = 10")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .optional()
+        .map_err(sql("reading the search index's structure"))?;
+    let Some(record) = record else {
+        return Ok(IndexShape::default());
+    };
+    let damaged = || {
+        crate::error::Error::Corrupt(
+            "the search index's structure record is malformed: run `sessiontree check`".into(),
+        )
+    };
+    let version2 = record.get(4..8) == Some(&[0xff, 0, 0, 1][..]);
+    let mut at = if version2 { 8 } else { 4 };
+    let mut next = || fts5_varint(&record, &mut at).ok_or_else(damaged);
+    let levels = next()?;
+    let segments = next()?;
+    next()?; // the write counter
+    let mut merging = Vec::new();
+    for level in 0..levels {
+        if next()? > 0 {
+            merging.push(level);
+        }
+        let in_level = next()?;
+        // Id, first and last page; version 2 adds two origins, tombstone
+        // pages, tombstones and entries.
+        let fields = if version2 { 8 } else { 3 };
+        for _ in 0..in_level * fields {
+            next()?;
+        }
+    }
+    Ok(IndexShape {
+        levels,
+        segments,
+        merging,
+    })
+}
+
+/// Merges the search index's segments into one b-tree a few pages a step,
+/// as FTS5's `optimize` does in one go, while other writers append (and
+/// so add segments) between the steps.
+///
+/// Only the first step asks for a merge of everything (`'merge'` with a
+/// negative page count). That request moves every segment onto one new
+/// level and starts merging it *unless* all but one segment are already
+/// the inputs of a merge; one segment appended between two steps breaks
+/// that, so repeating it restarted the merge from its first term after
+/// every append, one level and one segment more each time, until FTS5's
+/// [`MAX_SEGMENTS`] made the merge fail with "database or disk is full"
+/// (issue 40.1: `compact` of a 1M-entry archive while another session was
+/// appended to). The later steps continue that merge (a positive page
+/// count) until its level is merged; what was appended meanwhile stays in
+/// small segments of the lower levels, for FTS5's automerge.
+pub(super) struct IndexMerge {
+    /// The level the merge of everything reads, once asked for.
+    level: Option<u64>,
+}
+
+impl IndexMerge {
+    /// A merge not yet started.
+    pub(super) fn new() -> IndexMerge {
+        IndexMerge { level: None }
+    }
+
+    /// Merges about `pages` leaf pages; true once the segments there were
+    /// at the first step are one.
+    pub(super) fn step(&mut self, conn: &Connection, pages: i64) -> Result<bool> {
+        let context = "merging the search index";
+        if self.level.is_none() {
+            // A positive 'merge' works on the level under way only when no
+            // lower level holds more segments than it merges; else on the
+            // level with the most segments, if at least 'usermerge': at 2
+            // (its least) a step never stops short with the merge under way
+            // (at the default 4, a level of 3 appended segments beneath a
+            // merge of 2 stopped it). Only a positive 'merge' reads it.
+            let usermerge: Option<i64> = conn
+                .query_row(
+                    "SELECT v FROM message_text_config WHERE k = 'usermerge'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(sql(context))?;
+            if usermerge != Some(2) {
+                conn.execute(
+                    "INSERT INTO message_text (message_text, rank) VALUES ('usermerge', 2)",
+                    [],
+                )
+                .map_err(sql(context))?;
+            }
+        }
+        let before = conn.total_changes();
+        let pages = if self.level.is_some() { pages } else { -pages };
+        conn.prepare_cached("INSERT INTO message_text (message_text, rank) VALUES ('merge', ?1)")
+            .and_then(|mut st| st.execute([pages]))
+            .map_err(sql(context))?;
+        // FTS5: fewer than two rows changed means nothing was left to merge.
+        if conn.total_changes() - before < 2 {
+            return Ok(true);
+        }
+        let merging = index_shape(conn)?.merging;
+        // The merge of everything reads the highest level that merges.
+        let level = *self
+            .level
+            .get_or_insert(merging.last().copied().unwrap_or(u64::MAX));
+        Ok(!merging.contains(&level))
+    }
+}
+
 /// The columns of the index a migration fills.
 #[derive(Clone, Copy)]
 pub(in crate::backend::sqlite) enum IndexColumns {
@@ -353,6 +486,111 @@ mod tests {
                     ranking.score(*len)
                 );
             }
+        }
+    }
+
+    /// The archive's index as `schema/fresh.sql` has it, with leaves of 64
+    /// bytes (FTS5's `pgsz`, 4050 by default): a few thousand rows then
+    /// make the many pages, segments and levels of a 1M-entry index.
+    fn small_page_index() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE message_text USING fts5 (text, content = '', contentless_delete = 1, detail = none, tokenize = '{TOKENIZER}');
+             INSERT INTO message_text (message_text, rank) VALUES ('pgsz', 64);"
+        ))
+        .unwrap();
+        conn
+    }
+
+    /// Row `n`'s text: one rare, one common and one middling token.
+    fn row_text(n: i64) -> String {
+        format!("w{} x{} y{}", n * 7919 % 10007, n % 13, n * 31 % 997)
+    }
+
+    /// Issue 40.1: `compact`'s merge of the search index with another
+    /// session appending between its steps (a segment each) restarted from
+    /// its first term at every step, a level and a segment more each time,
+    /// until FTS5's 2000 segments ("database or disk is full"). It must
+    /// finish in about as many steps as the index has pages, on a bounded
+    /// number of levels, and leave the index answering as before.
+    #[test]
+    fn a_merge_with_appends_between_its_steps_finishes_and_keeps_the_answers() {
+        let mut conn = small_page_index();
+        let mut last = 0i64;
+        let mut append = |conn: &mut Connection, rows: usize| {
+            let tx = conn.transaction().unwrap();
+            for _ in 0..rows {
+                last += 1;
+                tx.execute(
+                    "INSERT INTO message_text (rowid, text) VALUES (?1, ?2)",
+                    params![last, row_text(last)],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        };
+        // An imported session, a commit per batch: segments on several levels.
+        for _ in 0..300 {
+            append(&mut conn, 20);
+        }
+        // A deleted fork: tombstones in the segments.
+        let deleted = |n: i64| n % 10 == 0 && n <= 6000;
+        conn.execute("DELETE FROM message_text WHERE rowid % 10 = 0", [])
+            .unwrap();
+        let start = index_shape(&conn).unwrap();
+        assert!(start.segments > 1, "several segments to merge: {start:?}");
+        let pages: i64 = conn
+            .query_row("SELECT count(*) FROM message_text_data", [], |r| r.get(0))
+            .unwrap();
+        let pages = pages as u64;
+        let mut merge = IndexMerge::new();
+        let (mut steps, mut most_levels, mut most_segments) = (0u64, 0, 0);
+        loop {
+            let tx = conn.transaction().unwrap();
+            let done = merge.step(&tx, 2).unwrap();
+            tx.commit().unwrap();
+            steps += 1;
+            if done {
+                break;
+            }
+            // Another session's append commits between two steps.
+            append(&mut conn, 1);
+            let shape = index_shape(&conn).unwrap();
+            most_levels = most_levels.max(shape.levels);
+            most_segments = most_segments.max(shape.segments);
+            assert!(
+                steps <= pages,
+                "not done after {steps} steps of 2 pages of a {pages}-page index: {shape:?}"
+            );
+        }
+        let end = index_shape(&conn).unwrap();
+        assert!(
+            end.merging.iter().all(|&l| l < start.levels),
+            "the merge of everything is done: {end:?}"
+        );
+        assert!(
+            most_levels <= start.levels + 2,
+            "{most_levels} levels from {start:?}: the merge restarted"
+        );
+        // Beside the merge's input and output, the appended segments: FTS5
+        // merges them a level up once a few share a level.
+        assert!(
+            most_segments <= start.segments + 2 + 4 * most_levels,
+            "{most_segments} segments from {start:?}: the merge restarted"
+        );
+        // The same answers as a count over the rows written.
+        for token in ["x5", "y17", "w7919", "x0"] {
+            let want = (1..=last)
+                .filter(|&n| !deleted(n) && row_text(n).split(' ').any(|t| t == token))
+                .count() as i64;
+            let got: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM message_text WHERE message_text MATCH ?1",
+                    [token],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(got, want, "{token}");
         }
     }
 
