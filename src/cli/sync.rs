@@ -49,7 +49,10 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> Result<Report> {
         usize::from,
     );
     let results: Vec<(String, Result<u64>)> = if args.sources.is_empty() {
-        let sessions = super::open_archive_for_reading(cli)?.list(&Default::default())?;
+        // Oldest first (the list is newest first), as they were written
+        // here; the report is in the list's order.
+        let mut sessions = super::open_archive_for_reading(cli)?.list(&Default::default())?;
+        sessions.reverse();
         let ids: Vec<String> = sessions.iter().map(|s| s.metadata.id.clone()).collect();
         let parents: Vec<&str> = sessions
             .iter()
@@ -57,8 +60,9 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> Result<Report> {
             .collect();
         // A fork and its parent share entries, and which of them counts a
         // shared entry's usage is whichever is synced first: such sessions
-        // go one after another, in the serial order, by one worker. (A
-        // parent is named by its id or by a path holding it.)
+        // go one after another, oldest first (the original before its fork,
+        // as the local archive counted them), by one worker. (A parent is
+        // named by its id or by a path holding it.)
         let in_family: Vec<bool> = sessions
             .iter()
             .map(|s| {
@@ -70,12 +74,14 @@ pub fn run(cli: &Cli, args: &SyncArgs) -> Result<Report> {
         let handles = (0..jobs.min(ids.len()).max(1))
             .map(|_| super::open_archive_for_reading(cli))
             .collect::<Result<Vec<_>>>()?;
-        in_parallel(&ids, &in_family, handles, |archive, id| {
+        let mut results = in_parallel(&ids, &in_family, handles, |archive, id| {
             let r = archive
                 .open_session(id)
                 .and_then(|s| sessiontree::sync::sync_sqlite_session(&s, &target));
             (id.clone(), r)
-        })
+        });
+        results.reverse();
+        results
     } else {
         let mut files = Vec::new();
         for source in &args.sources {
