@@ -1364,6 +1364,9 @@ fn stats_and_ls_agree_between_sqlite_and_the_team_archive() {
             "project,model",
         ],
         vec!["stats", "--cwd", "/Users/badlogic", "--by", "model"],
+        // Each shared entry counted in the same session: the fork and its
+        // original synced one after another, as on SQLite.
+        vec!["stats", "--by", "session,day,model"],
         vec!["ls"],
     ] {
         let ours = cli_json(&[&["--db", s(&db)], args.as_slice()].concat());

@@ -658,7 +658,7 @@ impl PgArchive {
             .map_err(pg(ctx))?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
             .and_then(|r| col(&r, 0))?;
-        let mut appender = Appender::start(&mut tx, key)?;
+        let mut appender = Appender::start_sync(&mut tx, key)?;
         if appender.entry_count() != expected {
             return Ok(false);
         }

@@ -98,7 +98,18 @@ pub(super) struct Appender {
     label_at: std::collections::HashMap<String, usize>,
     /// The newest timestamp (Unix ms) of the entries appended here.
     last_active: Option<i64>,
+    /// A sync's batch ([`Appender::start_sync`]): usage facts wait for
+    /// [`Appender::finish`], which records them under [`USAGE_LOCK`].
+    sync: bool,
 }
+
+/// The transaction-level advisory lock a sync's batch records its usage
+/// facts under (any fixed number: only this code takes it). Whether a fact
+/// is counted depends on whether a fork's copy of it was recorded first, so
+/// two sessions of one fork family synced side by side (`sync --jobs`, or
+/// two machines) must not both find the other's copy missing: the second
+/// waits for the first's commit, then sees its rows.
+const USAGE_LOCK: i64 = 0x5e55_1017_7ee0_0002;
 
 /// Entry rows waiting to be inserted, a column each.
 #[derive(Default)]
@@ -148,6 +159,17 @@ impl Appender {
             labels: Vec::new(),
             label_at: std::collections::HashMap::new(),
             last_active: None,
+            sync: false,
+        })
+    }
+
+    /// [`Appender::start`] for a sync's batch: its usage facts are recorded
+    /// at [`Appender::finish`], under [`USAGE_LOCK`], so the lock is held
+    /// from there to the commit only.
+    pub(super) fn start_sync<C: GenericClient>(c: &mut C, key: i64) -> Result<Self> {
+        Ok(Appender {
+            sync: true,
+            ..Appender::start(c, key)?
         })
     }
 
@@ -299,7 +321,9 @@ impl Appender {
             .map_err(pg("indexing message text"))?;
         }
         self.write_labels(c)?;
-        insert_usage_facts(c, self.key, &std::mem::take(&mut self.usage))?;
+        if !self.sync {
+            insert_usage_facts(c, self.key, &std::mem::take(&mut self.usage))?;
+        }
         self.pending.clear();
         Ok(())
     }
@@ -347,6 +371,14 @@ impl Appender {
                 rows: &mut self.cache,
             })?;
         self.insert_pending(c)?;
+        if !self.usage.is_empty() {
+            c.query_typed(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[(&USAGE_LOCK, Type::INT8)],
+            )
+            .map_err(pg("waiting to record usage"))?;
+            insert_usage_facts(c, self.key, &std::mem::take(&mut self.usage))?;
+        }
         write_session_facts(c, self.key, &self.facts)?;
         match self.last_active {
             Some(ms) => write_last_active(c, self.key, ms),
