@@ -426,6 +426,7 @@ impl Archive {
             if gone {
                 return Ok(());
             }
+            super::checkpointer::keep_log_short(&conn, self.0.manager.checkpointer());
             std::thread::sleep(STAGED_GAP);
         }
     }

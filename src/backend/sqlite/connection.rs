@@ -4,11 +4,13 @@
 //! The bottom of the SQLite backend: it imports none of its other parts
 //! but the leaf modules.
 
+use super::checkpointer::LogCheckpointer;
 use super::reencode_guard::register_reencode_guard;
 use crate::error::{Error, Result};
 use crate::storage::Durability;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a connection waits for another's lock before `database is locked`.
@@ -55,6 +57,9 @@ pub struct ConnectionManager {
     /// Read-only, and the directory allows no `-shm` file: SQLite is told
     /// nobody writes the file (`immutable=1`), which is true for us.
     pub(super) immutable: bool,
+    /// Runs the checkpoints the handle's writing connections ask for, off
+    /// their commit path (shared by every clone of the manager).
+    pub(super) checkpointer: Arc<LogCheckpointer>,
 }
 
 /// A `file:` URI opening `path` as immutable.
@@ -70,7 +75,46 @@ pub(super) fn immutable_uri(path: &Path) -> String {
     uri
 }
 
+/// The log's size on disk once it starts over (64 MB): a long operation's
+/// log is cut back to it, not left at its largest.
+const LOG_SIZE_LIMIT: i64 = 64 << 20;
+
 impl ConnectionManager {
+    /// A manager for the archive at `path` (no connection is opened yet).
+    pub(super) fn new(path: PathBuf, durability: Durability, read_only: bool) -> Self {
+        ConnectionManager {
+            path,
+            durability,
+            read_only,
+            immutable: false,
+            checkpointer: Arc::default(),
+        }
+    }
+
+    /// The handle's background checkpointer.
+    pub(super) fn checkpointer(&self) -> &LogCheckpointer {
+        &self.checkpointer
+    }
+
+    /// Replaces SQLite's checkpoint in the commit (whichever connection
+    /// commits past 1,000 log pages copies the whole log and waits for the
+    /// disk before its commit returns) by a request to the handle's
+    /// [`LogCheckpointer`], which returns at once. The hook holds the
+    /// checkpointer weakly: a connection outliving its handle asks nothing.
+    fn checkpoint_off_the_commit_path(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)?;
+        let checkpointer = Arc::downgrade(&self.checkpointer);
+        let path = self.path.clone();
+        conn.wal_hook(Some(
+            move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                if let Some(c) = checkpointer.upgrade() {
+                    c.request(&path, i64::from(pages));
+                }
+                Ok(())
+            },
+        ))
+    }
+
     pub(super) fn connect_raw(&self) -> rusqlite::Result<Connection> {
         let flags = if self.read_only {
             OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -101,6 +145,7 @@ impl ConnectionManager {
         // still report a damaged page it reads.
         if !self.read_only {
             conn.pragma_update(None, "cell_size_check", true)?;
+            self.checkpoint_off_the_commit_path(&mut conn)?;
         }
         conn.set_prepared_statement_cache_capacity(64);
         register_reencode_guard(&conn)?;
