@@ -173,28 +173,28 @@ impl Drop for LogCheckpointer {
 /// copied ([`keep_log_short`]) before it goes on regardless.
 const CATCH_UP: Duration = Duration::from_secs(2);
 
-/// One `PASSIVE` checkpoint: whether it copied the whole log (not busy
-/// with another checkpoint, every frame copied).
+/// One `PASSIVE` checkpoint: whether it ran (copying every frame no
+/// reader's snapshot still needs), rather than finding another process's
+/// checkpoint running.
 fn passive_checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<bool> {
     conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-        Ok(r.get::<_, i64>(0)? == 0 && r.get::<_, i64>(2)? >= r.get::<_, i64>(1)?)
+        Ok(r.get::<_, i64>(0)? == 0)
     })
 }
 
 /// Between two batches of a long operation (outside any transaction): once
 /// the log passes [`LONG_OPERATION_LOG_PAGES`], waits for the running
-/// checkpoint and copies the rest on this thread, until the whole log is
-/// in the database (or [`CATCH_UP`] has passed), so that the next
-/// transaction starts the log over. Without it the operation outran the
-/// checkpoints, which cannot restart a log that is always being added to:
-/// a fork's log grew to 8.6 GB. The operation waits for the disk here,
-/// not the writers of other sessions. A failed checkpoint leaves the log
-/// to the next.
+/// checkpoint (this process's, or for at most [`CATCH_UP`] another's) and
+/// copies the rest on this thread, so that the next transaction can start
+/// the log over (it cannot while a reader's snapshot still needs frames:
+/// a fork that reads its source while it writes keeps one). The operation
+/// waits for the disk here, not the writers of other sessions. A failed
+/// checkpoint leaves the log to the next.
 pub(super) fn keep_log_short(conn: &rusqlite::Connection, checkpointer: &LogCheckpointer) {
     let pages = checkpointer.log_pages();
     let gave_up_at = checkpointer.gave_up_at.load(Ordering::Relaxed);
-    // A reader that holds an old snapshot (in another process, say) keeps
-    // the log from being copied whole: not waited for at every batch.
+    // Another process's checkpoint that ran out the wait is not waited for
+    // again at every batch.
     let retry =
         gave_up_at == 0 || pages < gave_up_at || pages >= gave_up_at + LONG_OPERATION_LOG_PAGES;
     if pages < LONG_OPERATION_LOG_PAGES || !retry {
@@ -206,7 +206,7 @@ pub(super) fn keep_log_short(conn: &rusqlite::Connection, checkpointer: &LogChec
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
-    // Busy: another process checkpoints, or a reader's snapshot holds frames.
+    // Busy: another process checkpoints.
     while let Ok(false) = passive_checkpoint(conn) {
         if started.elapsed() >= CATCH_UP {
             checkpointer.gave_up_at.store(pages, Ordering::Relaxed);
