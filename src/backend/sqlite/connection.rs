@@ -16,12 +16,29 @@ use std::time::Duration;
 /// How long a connection waits for another's lock before `database is locked`.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+std::thread_local! {
+    /// When this thread's current wait for a lock began (its first try).
+    static WAITING_SINCE: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// SQLite's busy handler: try again every millisecond for [`BUSY_TIMEOUT`].
 /// (SQLite's own `busy_timeout` backs off to one try per 100 ms, and would
 /// miss the short gap a staged import leaves between its transactions.)
+/// Timed by the clock, not by counting tries: on a loaded machine a 1 ms
+/// sleep takes several, and 10,000 tries ran past 25 s — past a writer
+/// claim's 30 s lease once two such waits followed one another. SQLite
+/// calls the handler on the waiting thread, attempt 0 first.
 pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
+    let now = std::time::Instant::now();
+    let since = WAITING_SINCE.with(|w| {
+        if attempt == 0 {
+            w.set(Some(now));
+        }
+        w.get().unwrap_or(now)
+    });
     std::thread::sleep(Duration::from_millis(1));
-    u128::try_from(attempt).unwrap_or(0) < BUSY_TIMEOUT.as_millis()
+    since.elapsed() < BUSY_TIMEOUT
 }
 
 /// A busy handler that gives up after a second: for a checkpoint that
