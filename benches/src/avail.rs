@@ -408,7 +408,11 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
     let result = ops();
     let errors = appender.errors();
     appender.stop();
-    result?;
+    // An operation that fails (a full disk, say) ends the part, but the
+    // rows measured before it are kept, and the failure is a row of its own.
+    if let Err(e) = result {
+        rows.push(json!({"backend": "sqlite", "error": e.to_string()}));
+    }
     if let Some(last) = rows.last_mut() {
         last["append_errors"] = json!(errors);
     }

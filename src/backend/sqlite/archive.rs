@@ -683,6 +683,10 @@ impl pending::PendingStore for Archive {
             }
         };
         tx.commit().map_err(sql("deleting a session"))?;
+        if !gone {
+            // Only this operation waits for the log it wrote to be copied.
+            super::checkpointer::keep_log_short(&conn, self.0.manager.checkpointer());
+        }
         Ok(gone)
     }
 }

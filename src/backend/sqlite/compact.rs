@@ -901,6 +901,7 @@ impl Archive {
             tx.commit().map_err(sql("re-encoding entries"))?;
             progress(pass.entries);
             if work.peek().is_some() {
+                super::checkpointer::keep_log_short(conn, self.0.manager.checkpointer());
                 std::thread::sleep(STAGED_GAP);
             }
         }
@@ -1109,6 +1110,7 @@ fn in_batches(
         if done {
             return Ok(());
         }
+        super::checkpointer::keep_log_short(conn, archive.0.manager.checkpointer());
         std::thread::sleep(STAGED_GAP);
     }
 }

@@ -4,22 +4,41 @@
 //! The bottom of the SQLite backend: it imports none of its other parts
 //! but the leaf modules.
 
+use super::checkpointer::LogCheckpointer;
 use super::reencode_guard::register_reencode_guard;
 use crate::error::{Error, Result};
 use crate::storage::Durability;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a connection waits for another's lock before `database is locked`.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+std::thread_local! {
+    /// When this thread's current wait for a lock began (its first try).
+    static WAITING_SINCE: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// SQLite's busy handler: try again every millisecond for [`BUSY_TIMEOUT`].
 /// (SQLite's own `busy_timeout` backs off to one try per 100 ms, and would
 /// miss the short gap a staged import leaves between its transactions.)
+/// Timed by the clock, not by counting tries: on a loaded machine a 1 ms
+/// sleep takes several, and 10,000 tries ran past 25 s — past a writer
+/// claim's 30 s lease once two such waits followed one another. SQLite
+/// calls the handler on the waiting thread, attempt 0 first.
 pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
+    let now = std::time::Instant::now();
+    let since = WAITING_SINCE.with(|w| {
+        if attempt == 0 {
+            w.set(Some(now));
+        }
+        w.get().unwrap_or(now)
+    });
     std::thread::sleep(Duration::from_millis(1));
-    u128::try_from(attempt).unwrap_or(0) < BUSY_TIMEOUT.as_millis()
+    since.elapsed() < BUSY_TIMEOUT
 }
 
 /// A busy handler that gives up after a second: for a checkpoint that
@@ -55,6 +74,9 @@ pub struct ConnectionManager {
     /// Read-only, and the directory allows no `-shm` file: SQLite is told
     /// nobody writes the file (`immutable=1`), which is true for us.
     pub(super) immutable: bool,
+    /// Runs the checkpoints the handle's writing connections ask for, off
+    /// their commit path (shared by every clone of the manager).
+    pub(super) checkpointer: Arc<LogCheckpointer>,
 }
 
 /// A `file:` URI opening `path` as immutable.
@@ -70,7 +92,46 @@ pub(super) fn immutable_uri(path: &Path) -> String {
     uri
 }
 
+/// The log's size on disk once it starts over (64 MB): a long operation's
+/// log is cut back to it, not left at its largest.
+const LOG_SIZE_LIMIT: i64 = 64 << 20;
+
 impl ConnectionManager {
+    /// A manager for the archive at `path` (no connection is opened yet).
+    pub(super) fn new(path: PathBuf, durability: Durability, read_only: bool) -> Self {
+        ConnectionManager {
+            path,
+            durability,
+            read_only,
+            immutable: false,
+            checkpointer: Arc::default(),
+        }
+    }
+
+    /// The handle's background checkpointer.
+    pub(super) fn checkpointer(&self) -> &LogCheckpointer {
+        &self.checkpointer
+    }
+
+    /// Replaces SQLite's checkpoint in the commit (whichever connection
+    /// commits past 1,000 log pages copies the whole log and waits for the
+    /// disk before its commit returns) by a request to the handle's
+    /// [`LogCheckpointer`], which returns at once. The hook holds the
+    /// checkpointer weakly: a connection outliving its handle asks nothing.
+    fn checkpoint_off_the_commit_path(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)?;
+        let checkpointer = Arc::downgrade(&self.checkpointer);
+        let path = self.path.clone();
+        conn.wal_hook(Some(
+            move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                if let Some(c) = checkpointer.upgrade() {
+                    c.request(&path, i64::from(pages));
+                }
+                Ok(())
+            },
+        ))
+    }
+
     pub(super) fn connect_raw(&self) -> rusqlite::Result<Connection> {
         let flags = if self.read_only {
             OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -101,6 +162,7 @@ impl ConnectionManager {
         // still report a damaged page it reads.
         if !self.read_only {
             conn.pragma_update(None, "cell_size_check", true)?;
+            self.checkpoint_off_the_commit_path(&mut conn)?;
         }
         conn.set_prepared_statement_cache_capacity(64);
         register_reencode_guard(&conn)?;

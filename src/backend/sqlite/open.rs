@@ -29,12 +29,7 @@ impl Archive {
     ) -> Result<Self> {
         let path = path.as_ref().to_owned();
         inspect_file(&path, true)?;
-        let manager = ConnectionManager {
-            path: path.clone(),
-            durability,
-            read_only: false,
-            immutable: false,
-        };
+        let manager = ConnectionManager::new(path.clone(), durability, false);
         let ctx = || format!("opening archive {}", path.display());
         let mut conn = manager.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
         // A new archive gives space back a few pages at a time (`compact`
@@ -76,12 +71,7 @@ impl Archive {
         // A WAL database is readable without writing only where SQLite may
         // create its `-shm` file; where it may not (a read-only directory),
         // SQLite is told the file is immutable, which it is for us.
-        let mut manager = ConnectionManager {
-            path: path.clone(),
-            durability: Durability::Relaxed,
-            read_only: true,
-            immutable: false,
-        };
+        let mut manager = ConnectionManager::new(path.clone(), Durability::Relaxed, true);
         let probe = |m: &ConnectionManager| -> Result<(i64, Connection)> {
             let conn = m.connect_raw().map_err(|e| Error::sqlite(ctx(), e))?;
             Ok((migrations::current_version(&conn)?, conn))
