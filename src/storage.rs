@@ -169,6 +169,23 @@ pub struct PathFact<'a> {
     pub message: MessageFact<'a>,
 }
 
+/// What a store's indexes tell of pi 1.6's whole path from an entry
+/// ([`SessionStorage::path_hint`]) without reading the path: where it is
+/// and the newest entries of the kinds whose newest one on the path
+/// decides the app's context (`buildSessionContext`). Depths count from
+/// the path's root-side end (0).
+#[derive(Debug, Clone, Default)]
+pub struct PathHint {
+    /// The start's depth: the entries on the path above it.
+    pub depth: u64,
+    /// The newest `compaction` on the path and its depth.
+    pub compaction: Option<(u64, Entry)>,
+    /// The newest `thinking_level_change` on the path.
+    pub thinking_level_change: Option<Entry>,
+    /// The newest `model_change` on the path and its depth.
+    pub model_change: Option<(u64, Entry)>,
+}
+
 /// One session's append-only log with its leaf pointer (spec §4).
 ///
 /// Reads take `&self`; appends take `&mut self`. Every method that stores
@@ -330,6 +347,50 @@ pub trait SessionStorage {
             })?;
         }
         Ok(())
+    }
+
+    /// [`PathHint`] for the whole path from `start`, read from indexes in
+    /// a number of statements that does not grow with the path. `None`
+    /// where the store cannot tell without reading the path: the default,
+    /// an unknown `start`, a session holding a `message` entry without a
+    /// message (pi throws only if it is on the path, which only the path
+    /// says), a path whose root names a stored entry as its parent (a loop).
+    fn path_hint(&self, _start: &str) -> Result<Option<PathHint>> {
+        Ok(None)
+    }
+
+    /// The entries of the whole path from `start` ([`whole_path`]) at
+    /// depths `low..=high` (0: its root-side end; `high` past `start`'s
+    /// depth means up to `start`), root first, handed to `sink` one at a
+    /// time. Nothing when `start` names no entry. The default reads the
+    /// whole path; SQLite reads the range only.
+    fn visit_path_range(
+        &self,
+        start: &str,
+        low: u64,
+        high: u64,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        let (low, high) = (
+            usize::try_from(low).unwrap_or(usize::MAX),
+            usize::try_from(high).unwrap_or(usize::MAX),
+        );
+        whole_path(self, start)?
+            .into_iter()
+            .enumerate()
+            .skip(low)
+            .take_while(|(i, _)| *i <= high)
+            .try_for_each(|(_, e)| sink(e))
+    }
+
+    /// The depth of entry `id` on the whole path from `start`
+    /// ([`whole_path`]; 0: its root-side end), `None` when it is not on it.
+    /// The default reads the whole path; SQLite asks its branch cache.
+    fn depth_on_path(&self, start: &str, id: &str) -> Result<Option<u64>> {
+        Ok(whole_path(self, start)?
+            .iter()
+            .position(|e| e.id() == id)
+            .map(|i| i as u64))
     }
 
     /// The current leaf ([`SessionStorage::leaf_id`]) and the path from it
@@ -500,6 +561,21 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
         sink: &mut dyn FnMut(Entry) -> Result<()>,
     ) -> Result<Option<String>> {
         (**self).visit_active_path(sink)
+    }
+    fn path_hint(&self, start: &str) -> Result<Option<PathHint>> {
+        (**self).path_hint(start)
+    }
+    fn visit_path_range(
+        &self,
+        start: &str,
+        low: u64,
+        high: u64,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        (**self).visit_path_range(start, low, high, sink)
+    }
+    fn depth_on_path(&self, start: &str, id: &str) -> Result<Option<u64>> {
+        (**self).depth_on_path(start, id)
     }
     fn visit_path_facts(
         &self,

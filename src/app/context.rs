@@ -8,7 +8,7 @@ use super::session::AppSession;
 use super::value::JsValue;
 use crate::entry::{timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
-use crate::storage::{MessageFact, SessionStorage};
+use crate::storage::{MessageFact, PathHint, SessionStorage};
 use std::collections::HashMap;
 
 /// The error pi's JavaScript throws reading `prop` of a missing value.
@@ -342,23 +342,120 @@ impl<S: SessionStorage> AppSession<S> {
                 Ok((e, v))
             })
             .collect::<Result<Vec<_>>>()?;
-        let Some(c) = c else {
-            let all = (0..path.len()).collect();
-            return Ok((path, all));
+        let selection = select(&path, c.map(|c| c - from), kept.is_some())?;
+        Ok((path, selection))
+    }
+
+    /// The store's [`PathHint`] for the leaf's path, where it has one.
+    fn hint(&self) -> Result<Option<PathHint>> {
+        match self.leaf.as_deref() {
+            Some(leaf) if !leaf.is_empty() => self.storage.path_hint(leaf),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`Self::selection`] from the store's hint instead of a scan: the
+    /// newest compaction's first kept entry located by the store, then the
+    /// path from it (or the compaction; the root where there is none) to
+    /// the leaf read as one range.
+    fn hinted_selection(&self, hint: &PathHint) -> Result<(ParsedPath, Vec<usize>)> {
+        let leaf = self.leaf.as_deref().unwrap_or_default();
+        let (from, c, kept) = match &hint.compaction {
+            None => (0, None, false),
+            Some((c, entry)) => {
+                self.parses.set(self.parses.get() + 1);
+                let v = JsValue::parse(entry.json())?;
+                // `entry.id === compaction.firstKeptEntryId` before the
+                // compaction: a string naming an ancestor of it.
+                let kept = match v.get("firstKeptEntryId").and_then(JsValue::as_js_str) {
+                    Some(k) => match k.to_str() {
+                        Some(k) => self.storage.depth_on_path(leaf, &k)?.filter(|d| d < c),
+                        None => None,
+                    },
+                    None => None,
+                };
+                (kept.unwrap_or(*c), Some(*c), kept.is_some())
+            }
         };
-        let c = c - from;
-        let mut out = vec![c];
-        if kept.is_some() {
-            for (i, (e, v)) in path.iter().enumerate().take(c) {
-                let system = *e.entry_type() == EntryType::Message
-                    && message_role(v)?.is_some_and(|r| r.is_str("system"));
-                if !system {
-                    out.push(i);
+        let mut path = Vec::new();
+        self.storage
+            .visit_path_range(leaf, from, hint.depth, &mut |e| {
+                let v = JsValue::parse(e.json())?;
+                path.push((e, v));
+                Ok(())
+            })?;
+        self.parses.set(self.parses.get() + path.len());
+        if path.len() as u64 != hint.depth - from + 1 {
+            return Err(Error::Corrupt(format!(
+                "the path from {leaf} changed while it was read"
+            )));
+        }
+        let c = c.map(|c| usize::try_from(c - from).unwrap_or(usize::MAX));
+        let selection = select(&path, c, kept)?;
+        Ok((path, selection))
+    }
+
+    /// pi's `getSessionContextSettings` from the store's hint and the
+    /// context's path range (`path`, the path's entries from depth `from`
+    /// to the leaf): the newest thinking level change is the hint's; the
+    /// model is the newest `model_change` or assistant message, found in
+    /// the range from its leaf end, else read back from the range's start
+    /// towards the hint's newest `model_change`, a batch at a time.
+    fn hinted_settings(
+        &self,
+        hint: &PathHint,
+        path: &[(Entry, JsValue)],
+    ) -> Result<(Option<JsValue>, JsValue)> {
+        let level = match &hint.thinking_level_change {
+            Some(e) => {
+                self.parses.set(self.parses.get() + 1);
+                JsValue::parse(e.json())?.get("thinkingLevel").cloned()
+            }
+            None => Some(JsValue::str("off")),
+        };
+        let decides = |e: &Entry, v: &JsValue| match e.entry_type() {
+            EntryType::ModelChange => Some(model_of_change(v)),
+            EntryType::Message => model_of_message(v),
+            _ => None,
+        };
+        if let Some(model) = path.iter().rev().find_map(|(e, v)| decides(e, v)) {
+            return Ok((level, model));
+        }
+        let from = hint.depth + 1 - path.len() as u64;
+        // Only an assistant message newer than the newest model change can
+        // decide now; the hint has that change.
+        let floor = hint.model_change.as_ref().map_or(0, |(d, _)| d + 1);
+        let leaf = self.leaf.as_deref().unwrap_or_default();
+        let mut high = from;
+        let mut size = SETTINGS_BATCHES[0] as u64;
+        while high > floor {
+            let low = high.saturating_sub(size).max(floor);
+            let mut batch = Vec::new();
+            self.storage
+                .visit_path_range(leaf, low, high - 1, &mut |e| {
+                    if *e.entry_type() == EntryType::Message {
+                        batch.push(e);
+                    }
+                    Ok(())
+                })?;
+            for e in batch.iter().rev() {
+                self.parses.set(self.parses.get() + 1);
+                let v = JsValue::parse(e.json())?;
+                if let Some(model) = model_of_message(&v) {
+                    return Ok((level, model));
                 }
             }
+            high = low;
+            size = size.saturating_mul(4);
         }
-        out.extend(c + 1..path.len());
-        Ok((path, out))
+        let model = match &hint.model_change {
+            Some((_, e)) => {
+                self.parses.set(self.parses.get() + 1);
+                model_of_change(&JsValue::parse(e.json())?)
+            }
+            None => JsValue::Null,
+        };
+        Ok((level, model))
     }
 
     /// pi's `buildContextEntries()`: the leaf's path, compaction-aware.
@@ -366,19 +463,27 @@ impl<S: SessionStorage> AppSession<S> {
         if self.leaf.is_none() {
             return Ok(Vec::new());
         }
-        let scan = self.scan()?;
-        if scan.last_compaction.is_none() {
-            // The whole path, as stored: nothing to parse.
-            return self.branch(None);
-        }
-        let (path, selection) = self.selection(&scan)?;
+        let (path, selection) = match self.hint()? {
+            Some(hint) if hint.compaction.is_some() => self.hinted_selection(&hint)?,
+            Some(_) => return self.branch(None),
+            None => {
+                let scan = self.scan()?;
+                if scan.last_compaction.is_none() {
+                    // The whole path, as stored: nothing to parse.
+                    return self.branch(None);
+                }
+                self.selection(&scan)?
+            }
+        };
         Ok(selection.into_iter().map(|i| path[i].0.clone()).collect())
     }
 
-    /// pi's `buildSessionProjection()`: the settings from a light scan of
-    /// the whole path, the context from the newest compaction on (parsed
-    /// entries: the context's and the few that decide the settings). Kept
-    /// for the leaf until the log changes.
+    /// pi's `buildSessionProjection()`: where the store gives a
+    /// [`PathHint`], the context's range of the path read alone and the
+    /// settings from the hint and that range; else the settings from a
+    /// light scan of the whole path, the context from the newest compaction
+    /// on (parsed entries: the context's and the few that decide the
+    /// settings). Kept for the leaf until the log changes.
     pub fn session_projection(&self) -> Result<AppProjection> {
         let leaf = self.leaf.clone().unwrap_or_default();
         if let Some((at, p)) = &*self.projected.borrow() {
@@ -386,12 +491,19 @@ impl<S: SessionStorage> AppSession<S> {
                 return Ok(p.clone());
             }
         }
-        let scan = self.scan()?;
-        let (thinking_level, model) = self.settings(&scan)?;
-        let (path, selection) = if self.leaf.is_none() {
-            (Vec::new(), Vec::new())
+        let (path, selection, thinking_level, model) = if let Some(hint) = self.hint()? {
+            let (path, selection) = self.hinted_selection(&hint)?;
+            let (level, model) = self.hinted_settings(&hint, &path)?;
+            (path, selection, level, model)
         } else {
-            self.selection(&scan)?
+            let scan = self.scan()?;
+            let (level, model) = self.settings(&scan)?;
+            let (path, selection) = if self.leaf.is_none() {
+                (Vec::new(), Vec::new())
+            } else {
+                self.selection(&scan)?
+            };
+            (path, selection, level, model)
         };
         let projection = assemble(&path, &selection, thinking_level, model)?;
         *self.projected.borrow_mut() = Some((leaf, projection.clone()));
@@ -408,6 +520,29 @@ impl<S: SessionStorage> AppSession<S> {
     pub fn parsed_entries(&self) -> usize {
         self.parses.get()
     }
+}
+
+/// pi's `buildContextEntries` selection over the context's part of a parsed
+/// path: everything where there is no compaction (`c` `None`); else the
+/// compaction at `c`, the entries before it (the first kept on, which the
+/// path starts at) unless `kept` is false or they are system messages, and
+/// every entry after it.
+fn select(path: &[(Entry, JsValue)], c: Option<usize>, kept: bool) -> Result<Vec<usize>> {
+    let Some(c) = c else {
+        return Ok((0..path.len()).collect());
+    };
+    let mut out = vec![c];
+    if kept {
+        for (i, (e, v)) in path.iter().enumerate().take(c) {
+            let system = *e.entry_type() == EntryType::Message
+                && message_role(v)?.is_some_and(|r| r.is_str("system"));
+            if !system {
+                out.push(i);
+            }
+        }
+    }
+    out.extend(c + 1..path.len());
+    Ok(out)
 }
 
 /// pi's `buildSessionProjection()` over the selected entries of a parsed

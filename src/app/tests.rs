@@ -874,3 +874,87 @@ fn resume_parses_the_context_not_the_path() {
     check(AppSession::open(memory).unwrap(), "memory");
     check(AppSession::open(sqlite).unwrap(), "sqlite");
 }
+
+/// A resume on SQLite reads the context's rows, not the path's: a
+/// 6,000-entry path whose thinking level and first model are set at its
+/// root, a compaction near the leaf, and a side branch (appended last) with
+/// newer changes that are not on the path. Counts the rows the store
+/// returns; the whole-path scan this replaces returned one per path entry.
+#[test]
+fn resume_reads_the_context_rows_not_the_path() {
+    use crate::repo::{sqlite::SqliteRepo, CreateOptions, SessionRepo};
+    let ts = "2026-01-01T00:00:00.000Z";
+    let line = |text: String| Entry::from_json(&text).unwrap();
+    let mut entries = vec![
+        line(format!(
+            r#"{{"type":"thinking_level_change","id":"t","parentId":null,"timestamp":"{ts}","thinkingLevel":"high"}}"#
+        )),
+        line(format!(
+            r#"{{"type":"model_change","id":"m","parentId":"t","timestamp":"{ts}","provider":"p","modelId":"first"}}"#
+        )),
+    ];
+    let n = 6_000;
+    for i in 0..n {
+        let p = if i == 0 {
+            "m".to_owned()
+        } else {
+            format!("e{}", i - 1)
+        };
+        let text = if i == n - 10 {
+            format!(
+                r#"{{"type":"compaction","id":"e{i}","parentId":"{p}","timestamp":"{ts}","summary":"s","firstKeptEntryId":"e{}","tokensBefore":1}}"#,
+                i - 10
+            )
+        } else if i % 2 == 0 {
+            format!(
+                r#"{{"type":"message","id":"e{i}","parentId":"{p}","timestamp":"{ts}","message":{{"role":"user","content":"m{i}","timestamp":1}}}}"#
+            )
+        } else {
+            format!(
+                r#"{{"type":"message","id":"e{i}","parentId":"{p}","timestamp":"{ts}","message":{{"role":"assistant","content":[{{"type":"text","text":"a{i}"}}],"provider":"p","model":"m{i}","timestamp":1}}}}"#
+            )
+        };
+        entries.push(line(text));
+    }
+    entries.push(line(format!(r#"{{"type":"thinking_level_change","id":"x1","parentId":"e3000","timestamp":"{ts}","thinkingLevel":"low"}}"#)));
+    entries.push(line(format!(r#"{{"type":"model_change","id":"x2","parentId":"x1","timestamp":"{ts}","provider":"q","modelId":"side"}}"#)));
+    // A second branch: a compaction keeping nothing, then a user message.
+    entries.push(line(format!(r#"{{"type":"compaction","id":"c2","parentId":"e4000","timestamp":"{ts}","summary":"s2","firstKeptEntryId":"gone","tokensBefore":1}}"#)));
+    entries.push(line(format!(r#"{{"type":"message","id":"u2","parentId":"c2","timestamp":"{ts}","message":{{"role":"user","content":"u2","timestamp":1}}}}"#)));
+    let dir = tempfile::tempdir().unwrap();
+    let archive =
+        crate::backend::sqlite::Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed)
+            .unwrap();
+    let mut sqlite = SqliteRepo::new(archive)
+        .create(&CreateOptions {
+            cwd: "/w".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .into_storage();
+    sqlite.append_entries(&entries).unwrap();
+    let mut app = AppSession::open(sqlite).unwrap();
+    let leaf = format!("e{}", n - 1);
+    app.branch_to(&leaf).unwrap();
+    let before = app.storage().path_rows_read();
+    let ctx = app.session_context().unwrap();
+    let rows = app.storage().path_rows_read() - before;
+    // The summary and the 19 entries from e5980 (the compaction speaks once).
+    assert_eq!(ctx.messages.len(), 1 + 19);
+    assert_eq!(ctx.thinking_level, Some(JsValue::str("high")));
+    assert_eq!(ctx.model.get("modelId"), Some(&JsValue::str("m5999")));
+    assert!(rows <= 40, "{rows} rows read for a 20-entry context");
+    let want = reference_answers(app.storage(), &leaf);
+    assert_eq!(light_answers(&app), want);
+    // Without an assistant message in the context, the model is read back
+    // to the nearest one before it, not to the root.
+    let leaf = "u2".to_owned();
+    app.branch_to(&leaf).unwrap();
+    let before = app.storage().path_rows_read();
+    let ctx = app.session_context().unwrap();
+    let rows = app.storage().path_rows_read() - before;
+    assert_eq!(ctx.messages.len(), 2);
+    assert_eq!(ctx.model.get("modelId"), Some(&JsValue::str("m3999")));
+    assert!(rows <= 40, "{rows} rows read");
+    assert_eq!(light_answers(&app), reference_answers(app.storage(), &leaf));
+}

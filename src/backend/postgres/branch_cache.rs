@@ -415,6 +415,34 @@ impl<C: GenericClient> BatchStore for PgCache<'_, C> {
     }
 }
 
+/// The recursive walk every path read of the branch cache runs (`$1` the
+/// session): from block to block (invariant 4), seeded by `$seed`, a
+/// `SELECT` of the start's segment, its depth and the root-side depth;
+/// one row `(head, high, low)` per block. Written once, for
+/// [`PATH_STATEMENT`] and the storage's facts statement.
+macro_rules! path_walk {
+    ($seed:literal) => {
+        concat!(
+            " walk (head, high, low) AS (
+     ",
+            $seed,
+            "
+     UNION ALL
+     SELECT s.parent_segment, a.from_depth - 1, walk.low
+     FROM walk
+     CROSS JOIN LATERAL (
+         SELECT from_depth, ancestor_segment FROM segment_ancestry
+         WHERE session_key = $1 AND segment_id = walk.head
+         ORDER BY from_depth LIMIT 1
+     ) a
+     JOIN segments s ON s.session_key = $1 AND s.segment_id = a.ancestor_segment
+     WHERE a.from_depth > walk.low AND s.parent_segment IS NOT NULL
+ )"
+        )
+    };
+}
+pub(super) use path_walk;
+
 /// The whole path read in one statement: the start's row, the plan of a
 /// path read (`backend::branch_cache::plan_path`'s rule in SQL: the nearest compaction at or above
 /// the start — the largest compaction key in the start's segment up to it,
@@ -429,7 +457,8 @@ impl<C: GenericClient> BatchStore for PgCache<'_, C> {
 /// a root whose parent `missing` is not in the session (`cycle`: it is, as
 /// the start's own ancestor); or one row `(NULL, NULL, NULL, leaf)` when the
 /// leaf names no entry; no row when the start is not in the session.
-const PATH_STATEMENT: &str = "WITH RECURSIVE
+const PATH_STATEMENT: &str = concat!(
+    "WITH RECURSIVE
  target AS (
      SELECT coalesce($2::TEXT, (SELECT leaf_id FROM sessions WHERE session_key = $1)) AS id,
             (SELECT leaf_id FROM sessions WHERE session_key = $1 AND $2::TEXT IS NULL) AS leaf
@@ -452,19 +481,9 @@ const PATH_STATEMENT: &str = "WITH RECURSIVE
             AND entry_key BETWEEN ((st.seg << 32) | st.first_depth) AND ((st.seg << 32) | st.depth)),
          st.inherited_compaction)
  ),
- walk (head, high, low) AS (
-     SELECT seg, depth, low FROM plan WHERE NOT broken
-     UNION ALL
-     SELECT s.parent_segment, a.from_depth - 1, walk.low
-     FROM walk
-     CROSS JOIN LATERAL (
-         SELECT from_depth, ancestor_segment FROM segment_ancestry
-         WHERE session_key = $1 AND segment_id = walk.head
-         ORDER BY from_depth LIMIT 1
-     ) a
-     JOIN segments s ON s.session_key = $1 AND s.segment_id = a.ancestor_segment
-     WHERE a.from_depth > walk.low AND s.parent_segment IS NOT NULL
- ),
+",
+    path_walk!("SELECT seg, depth, low FROM plan WHERE NOT broken"),
+    ",
  rows AS (
      SELECT a.ancestor_segment AS o1, e.entry_key AS o2, e.json, NULL::TEXT AS missing,
             NULL::BOOLEAN AS cycle
@@ -482,7 +501,8 @@ const PATH_STATEMENT: &str = "WITH RECURSIVE
      SELECT 0, 0, NULL, NULL, NULL FROM target t
      WHERE t.leaf IS NOT NULL AND NOT EXISTS (SELECT 1 FROM start)
  )
- SELECT r.json, r.missing, r.cycle, t.leaf FROM rows r CROSS JOIN target t ORDER BY r.o1, r.o2";
+ SELECT r.json, r.missing, r.cycle, t.leaf FROM rows r CROSS JOIN target t ORDER BY r.o1, r.o2"
+);
 
 /// What [`PATH_STATEMENT`] answered.
 enum PathAnswer {

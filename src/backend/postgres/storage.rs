@@ -363,24 +363,15 @@ impl PathSource<::postgres::Client> for PgStorage {
 /// row's id, type, search role (`message_text`) and — only for a message
 /// the index filed no role for — its text. The first row's fifth column
 /// names the root's missing parent when that is in the session (a loop).
-const PATH_FACTS_STATEMENT: &str = "WITH RECURSIVE
+const PATH_FACTS_STATEMENT: &str = concat!(
+    "WITH RECURSIVE
  start AS (
      SELECT e.entry_key >> 32 AS seg, e.entry_key & 4294967295 AS depth
      FROM entries e WHERE e.session_key = $1 AND e.id = $2::TEXT
  ),
- walk (head, high) AS (
-     SELECT seg, depth FROM start
-     UNION ALL
-     SELECT s.parent_segment, a.from_depth - 1
-     FROM walk
-     CROSS JOIN LATERAL (
-         SELECT from_depth, ancestor_segment FROM segment_ancestry
-         WHERE session_key = $1 AND segment_id = walk.head
-         ORDER BY from_depth LIMIT 1
-     ) a
-     JOIN segments s ON s.session_key = $1 AND s.segment_id = a.ancestor_segment
-     WHERE a.from_depth > 0 AND s.parent_segment IS NOT NULL
- ),
+",
+    super::branch_cache::path_walk!("SELECT seg, depth, 0::BIGINT FROM start"),
+    ",
  rows AS (
      SELECT e.entry_key, e.id, e.type, m.role,
             CASE WHEN e.type = 'message' AND m.role IS NULL THEN e.json END AS json
@@ -398,4 +389,5 @@ const PATH_FACTS_STATEMENT: &str = "WITH RECURSIVE
                AND EXISTS (SELECT 1 FROM entries x
                            WHERE x.session_key = $1 AND x.id = g.missing_root_parent))
         END
- FROM rows r ORDER BY r.entry_key";
+ FROM rows r ORDER BY r.entry_key"
+);

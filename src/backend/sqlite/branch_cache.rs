@@ -260,10 +260,14 @@ fn plan(
     plan_path(&mut cache, start, start_key, &mut cost.statements)
 }
 
-/// The path query (`?1` the start's segment, `?2` the root-side depth, `?3`
-/// the start's depth): a recursive walk from block to block (invariant 4),
-/// each block's rows joined with their rowid ranges of entries.
-pub const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
+/// The recursive walk every path read of the branch cache starts with
+/// (`?1` the start's segment, `?2` the root-side depth, `?3` the start's
+/// depth): from block to block (invariant 4), one row `(head, high)` per
+/// block, `high` the deepest depth the block contributes. Written once, for
+/// [`PATH_QUERY`], [`PATH_RANGES_QUERY`] and the storage's facts query.
+macro_rules! path_walk {
+    () => {
+        "WITH RECURSIVE walk (head, high) AS (
      SELECT ?1, ?3
      UNION ALL
      SELECT s.parent_segment, a.from_depth - 1
@@ -272,11 +276,21 @@ pub const PATH_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
           AND a.from_depth = (SELECT min(from_depth) FROM segment_ancestry WHERE segment_id = walk.head)
      JOIN segments s ON s.segment_id = a.ancestor_segment
      WHERE a.from_depth > ?2 AND s.parent_segment IS NOT NULL
- )
- SELECT a.ancestor_segment, e.json, e.type, e.entry_key FROM walk
+ )"
+    };
+}
+pub(super) use path_walk;
+
+/// The path query (`?1` the start's segment, `?2` the root-side depth, `?3`
+/// the start's depth): a recursive walk from block to block (invariant 4),
+/// each block's rows joined with their rowid ranges of entries.
+pub const PATH_QUERY: &str = concat!(
+    path_walk!(),
+    " SELECT a.ancestor_segment, e.json, e.type, e.entry_key FROM walk
  JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2
  JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
-                                 AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))";
+                                 AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))"
+);
 
 /// Runs the path query of `plan`: each row is a segment id and one entry's
 /// text. Rows come a segment at a time, each segment's entries root-side
@@ -472,18 +486,11 @@ pub fn entry_by_id(
 /// without the entries, one row `(segment, from_depth, to_depth)` for each
 /// segment the path spans. Root-first order is ascending entry key
 /// (invariants 2 and 3), so sorting these rows by segment orders the path.
-pub const PATH_RANGES_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
-     SELECT ?1, ?3
-     UNION ALL
-     SELECT s.parent_segment, a.from_depth - 1
-     FROM walk
-     JOIN segment_ancestry a ON a.segment_id = walk.head
-          AND a.from_depth = (SELECT min(from_depth) FROM segment_ancestry WHERE segment_id = walk.head)
-     JOIN segments s ON s.segment_id = a.ancestor_segment
-     WHERE a.from_depth > ?2 AND s.parent_segment IS NOT NULL
- )
- SELECT a.ancestor_segment, max(a.from_depth, ?2), min(a.to_depth, walk.high) FROM walk
- JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2";
+pub const PATH_RANGES_QUERY: &str = concat!(
+    path_walk!(),
+    " SELECT a.ancestor_segment, max(a.from_depth, ?2), min(a.to_depth, walk.high) FROM walk
+ JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2"
+);
 
 /// The entries of one segment's depth range, root-side first (a rowid range).
 const RANGE_QUERY: &str = "SELECT entry_key, type, json FROM entries
@@ -515,6 +522,24 @@ pub fn visit_path(
         None
     };
     let plan = plan(conn, session_key, start, None, cost)?;
+    visit_planned(conn, codec, &plan, cost, sink)?;
+    if let Some(tx) = snapshot {
+        tx.commit().map_err(sql("ending a path read"))?;
+    }
+    Ok(())
+}
+
+/// The entries of `plan`'s path, from its start's depth up to its `low`
+/// depth, handed to `sink` root-side first (what [`visit_path`] reads once
+/// it has planned): one statement for the ranges, one per segment. The
+/// caller holds the read transaction.
+pub fn visit_planned(
+    conn: &Connection,
+    codec: &Codec,
+    plan: &PathPlan,
+    cost: &mut ReadCost,
+    sink: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
     let mut ranges = conn
         .prepare_cached(PATH_RANGES_QUERY)
         .and_then(|mut st| {
@@ -551,10 +576,6 @@ pub fn visit_path(
             cost.decoded += 1;
             sink(entry)?;
         }
-    }
-    drop(stmt);
-    if let Some(tx) = snapshot {
-        tx.commit().map_err(sql("ending a path read"))?;
     }
     Ok(())
 }

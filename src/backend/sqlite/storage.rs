@@ -27,6 +27,8 @@ pub struct SqliteStorage {
     last_read: Cell<ReadCost>,
     decoded: RefCell<EntryCache>,
     paths: RefCell<PathMemo>,
+    /// Path rows this handle's light reads returned (facts, hints, ranges).
+    path_rows: Cell<u64>,
 }
 
 impl SqliteStorage {
@@ -40,6 +42,7 @@ impl SqliteStorage {
             last_read: Cell::new(ReadCost::default()),
             decoded: RefCell::new(EntryCache::default()),
             paths: RefCell::new(PathMemo::default()),
+            path_rows: Cell::new(0),
         }
     }
 
@@ -60,6 +63,41 @@ impl SqliteStorage {
     /// What the last path read cost (statements, rows, VM steps).
     pub fn last_read_cost(&self) -> ReadCost {
         self.last_read.get()
+    }
+
+    /// Rows the app's path reads on this handle have returned so far
+    /// ([`SessionStorage::visit_path_facts`], [`SessionStorage::path_hint`],
+    /// [`SessionStorage::visit_path_range`]): what the bound on a resume's
+    /// reads counts.
+    #[doc(hidden)]
+    pub fn path_rows_read(&self) -> u64 {
+        self.path_rows.get()
+    }
+
+    fn count_path_rows(&self, n: u64) {
+        self.path_rows.set(self.path_rows.get() + n);
+    }
+
+    /// The entry stored at `key`, decoded.
+    fn entry_at(&self, conn: &rusqlite::Connection, key: i64) -> Result<Option<Entry>> {
+        let fail = sql("reading an entry");
+        let mut st = conn
+            .prepare_cached("SELECT type, json FROM entries WHERE entry_key = ?1")
+            .map_err(&fail)?;
+        let mut rows = st.query([key]).map_err(&fail)?;
+        let Some(row) = rows.next().map_err(&fail)? else {
+            return Ok(None);
+        };
+        let kind = row
+            .get_ref(0)
+            .and_then(|v| Ok(v.as_str()?))
+            .map_err(&fail)?;
+        let stored = row.get_ref(1).map_err(&fail)?;
+        self.count_path_rows(1);
+        self.archive
+            .codec()
+            .decode_entry(conn, stored, Some(crate::entry::EntryType::from_name(kind)))
+            .map(Some)
     }
 
     /// The exact header line, for export.
@@ -318,6 +356,193 @@ impl SessionStorage for SqliteStorage {
         super::skeleton::visit_by_id(&conn, self.archive.codec(), self.session_key, ids, sink)
     }
 
+    /// From the branch cache and the type index: the start's key, its
+    /// segment's row, the newest compaction through the segment's
+    /// inherited one (invariant 7), the newest `thinking_level_change` and
+    /// `model_change` newest first through `entries_by_type`, each tested
+    /// for being an ancestor in `O(log segments)` (invariant 5); and the
+    /// session row's first message without a message.
+    fn path_hint(&self, start: &str) -> Result<Option<crate::storage::PathHint>> {
+        use crate::backend::branch_cache::CacheStore;
+        use crate::backend::branch_rules::{entry_key, split_key};
+        let conn = self.archive.conn()?;
+        let fail = sql("reading a path's hint");
+        // One snapshot for every statement below.
+        let snapshot = if conn.is_autocommit() {
+            Some(
+                rusqlite::Transaction::new_unchecked(
+                    &conn,
+                    rusqlite::TransactionBehavior::Deferred,
+                )
+                .map_err(&fail)?,
+            )
+        } else {
+            None
+        };
+        let broken: Option<String> = conn
+            .prepare_cached("SELECT broken_message_id FROM sessions WHERE session_key = ?1")
+            .and_then(|mut st| st.query_row([self.session_key], |r| r.get(0)).optional())
+            .map_err(&fail)?
+            .flatten();
+        if broken.is_some() {
+            return Ok(None);
+        }
+        let Some(key) = branch_cache::key_of(&conn, self.session_key, start)? else {
+            return Ok(None);
+        };
+        let (seg_id, depth) = split_key(key);
+        let mut cache = branch_cache::SqliteCache::new(&conn, self.session_key);
+        let seg = cache.segment(seg_id)?;
+        let root = if seg.first_depth == 0 {
+            seg.clone()
+        } else {
+            match branch_cache::segment_holding(&conn, seg_id, 0)? {
+                Some(r) => cache.segment(r)?,
+                None => return Ok(None),
+            }
+        };
+        if let Some(parent) = &root.missing_root_parent {
+            // A root naming a stored entry as its parent: a loop, which the
+            // whole read reports.
+            if branch_cache::key_of(&conn, self.session_key, parent)?.is_some() {
+                return Ok(None);
+            }
+        }
+        let on_path = |k: i64| -> Result<bool> {
+            let (ks, kd) = split_key(k);
+            if kd > depth {
+                return Ok(false);
+            }
+            if kd >= seg.first_depth {
+                return Ok(ks == seg_id);
+            }
+            Ok(branch_cache::segment_holding(&conn, seg_id, kd)? == Some(ks))
+        };
+        let newest_of = |kind: &str| -> Result<Option<i64>> {
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT entry_key FROM entries
+                     WHERE session_key = ?1 AND type = ?2 AND type <> 'message'
+                     ORDER BY seq DESC",
+                )
+                .map_err(&fail)?;
+            let mut rows = st.query(params![self.session_key, kind]).map_err(&fail)?;
+            while let Some(r) = rows.next().map_err(&fail)? {
+                let k: i64 = r.get(0).map_err(&fail)?;
+                self.count_path_rows(1);
+                // Ancestors come before their descendants in the log, so
+                // the first on the path is the deepest there.
+                if on_path(k)? {
+                    return Ok(Some(k));
+                }
+            }
+            Ok(None)
+        };
+        let compaction = cache
+            .last_compaction_in(entry_key(seg_id, seg.first_depth), key)?
+            .or(seg.inherited_compaction);
+        let thinking = newest_of("thinking_level_change")?;
+        let model = newest_of("model_change")?;
+        let at = |k: Option<i64>| -> Result<Option<(u64, Entry)>> {
+            let Some(k) = k else { return Ok(None) };
+            let e = self.entry_at(&conn, k)?.ok_or_else(|| {
+                crate::Error::Corrupt(format!("the branch cache names a missing entry {k}"))
+            })?;
+            Ok(Some((u64::try_from(split_key(k).1).unwrap_or(0), e)))
+        };
+        let hint = crate::storage::PathHint {
+            depth: u64::try_from(depth).unwrap_or(0),
+            compaction: at(compaction)?,
+            thinking_level_change: at(thinking)?.map(|(_, e)| e),
+            model_change: at(model)?,
+        };
+        if let Some(tx) = snapshot {
+            tx.commit().map_err(&fail)?;
+        }
+        Ok(Some(hint))
+    }
+
+    /// The range from the segment holding `high` on the path (invariant 5),
+    /// read as [`branch_cache::visit_path`] reads a path.
+    fn visit_path_range(
+        &self,
+        start: &str,
+        low: u64,
+        high: u64,
+        sink: &mut dyn FnMut(Entry) -> Result<()>,
+    ) -> Result<()> {
+        use crate::backend::branch_rules::split_key;
+        let conn = self.archive.conn()?;
+        let fail = sql("reading a path range");
+        let snapshot = if conn.is_autocommit() {
+            Some(
+                rusqlite::Transaction::new_unchecked(
+                    &conn,
+                    rusqlite::TransactionBehavior::Deferred,
+                )
+                .map_err(&fail)?,
+            )
+        } else {
+            None
+        };
+        let Some(key) = branch_cache::key_of(&conn, self.session_key, start)? else {
+            return Ok(());
+        };
+        let (seg_id, depth) = split_key(key);
+        let low = i64::try_from(low).unwrap_or(i64::MAX);
+        let high = i64::try_from(high).unwrap_or(i64::MAX).min(depth);
+        if low > high {
+            return Ok(());
+        }
+        let first_depth = branch_cache::segment(&conn, seg_id)?.first_depth;
+        let segment = if high >= first_depth {
+            seg_id
+        } else {
+            branch_cache::segment_holding(&conn, seg_id, high)?.ok_or_else(|| {
+                crate::Error::Corrupt(format!("no segment holds depth {high} above {start}"))
+            })?
+        };
+        let plan = crate::backend::branch_cache::PathPlan {
+            segment,
+            depth: high,
+            low,
+        };
+        let mut cost = ReadCost::default();
+        branch_cache::visit_planned(&conn, self.archive.codec(), &plan, &mut cost, &mut |e| {
+            self.count_path_rows(1);
+            sink(e)
+        })?;
+        if let Some(tx) = snapshot {
+            tx.commit().map_err(&fail)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `id` is an ancestor through the branch cache's jump
+    /// pointers (invariant 5): a few statements at any depth.
+    fn depth_on_path(&self, start: &str, id: &str) -> Result<Option<u64>> {
+        use crate::backend::branch_rules::split_key;
+        let conn = self.archive.conn()?;
+        let (Some(key), Some(k)) = (
+            branch_cache::key_of(&conn, self.session_key, start)?,
+            branch_cache::key_of(&conn, self.session_key, id)?,
+        ) else {
+            return Ok(None);
+        };
+        let (seg_id, depth) = split_key(key);
+        let (ks, kd) = split_key(k);
+        if kd > depth {
+            return Ok(None);
+        }
+        let first_depth = branch_cache::segment(&conn, seg_id)?.first_depth;
+        let on = if kd >= first_depth {
+            ks == seg_id
+        } else {
+            branch_cache::segment_holding(&conn, seg_id, kd)? == Some(ks)
+        };
+        Ok(on.then(|| u64::try_from(kd).unwrap_or(0)))
+    }
+
     /// Columns only: one walk of the branch cache to the root (the path
     /// query of [`branch_cache::PATH_QUERY`] down to depth 0), each row's
     /// id, type and search role; a message's stored text is looked at only
@@ -358,7 +583,7 @@ impl SessionStorage for SqliteStorage {
         let mut rows: Vec<Row> = Vec::with_capacity(usize::try_from(depth + 1).unwrap_or(0));
         {
             let mut st = conn.prepare_cached(PATH_FACTS_QUERY).map_err(&fail)?;
-            let mut found = st.query(params![segment, depth]).map_err(&fail)?;
+            let mut found = st.query(params![segment, 0, depth]).map_err(&fail)?;
             while let Some(r) = found.next().map_err(&fail)? {
                 let key: i64 = r.get(0).map_err(&fail)?;
                 let id = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).map_err(&fail)?;
@@ -385,6 +610,7 @@ impl SessionStorage for SqliteStorage {
                         Some(u32::try_from(texts.len() - 1).unwrap_or(u32::MAX))
                     }
                 };
+                self.count_path_rows(1);
                 rows.push(Row {
                     key,
                     id_end: u32::try_from(ids.len()).unwrap_or(u32::MAX),
@@ -534,40 +760,17 @@ impl PathSource<rusqlite::Connection> for PathReads<'_> {
     }
 }
 
-/// The path query of [`branch_cache::PATH_QUERY`] (`?1` the start's
-/// segment, `?2` its depth) down to the root, returning for each entry its
+/// The path query's walk ([`branch_cache::path_walk`]: `?1` the start's
+/// segment, `?2` the root-side depth, 0 for pi's whole path, `?3` the
+/// start's depth), returning for each entry its
 /// key, id, type, search role and — for a message the index filed no role
 /// for — its stored text.
-const PATH_FACTS_QUERY: &str = "WITH RECURSIVE walk (head, high) AS (
-     SELECT ?1, ?2
-     UNION ALL
-     SELECT s.parent_segment, a.from_depth - 1
-     FROM walk
-     JOIN segment_ancestry a ON a.segment_id = walk.head
-          AND a.from_depth = (SELECT min(from_depth) FROM segment_ancestry WHERE segment_id = walk.head)
-     JOIN segments s ON s.segment_id = a.ancestor_segment
-     WHERE a.from_depth > 0 AND s.parent_segment IS NOT NULL
- )
- SELECT e.entry_key, e.id, e.type, e.role_id,
+const PATH_FACTS_QUERY: &str = concat!(
+    branch_cache::path_walk!(),
+    " SELECT e.entry_key, e.id, e.type, e.role_id,
         CASE WHEN e.type = 'message' AND e.role_id IS NULL THEN e.json END
  FROM walk
- JOIN segment_ancestry a ON a.segment_id = walk.head
- JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | a.from_depth)
-                                 AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))";
-
-#[cfg(test)]
-mod tests {
-    /// The facts query walks exactly as the path query does, from the
-    /// start's depth down to depth 0.
-    #[test]
-    fn the_facts_query_is_the_path_query_to_the_root() {
-        let path = super::branch_cache::PATH_QUERY
-            .replace("?3", "?2")
-            .replace("> ?2 AND", "> 0 AND");
-        let walk = |q: &str| q[..q.find("SELECT a.ancestor_segment").unwrap_or(q.len())].to_owned();
-        let facts = super::PATH_FACTS_QUERY;
-        let walk_of_facts =
-            |q: &str| q[..q.find("SELECT e.entry_key").unwrap_or(q.len())].to_owned();
-        assert_eq!(walk(&path), walk_of_facts(facts));
-    }
-}
+ JOIN segment_ancestry a ON a.segment_id = walk.head AND a.to_depth >= ?2
+ JOIN entries e ON e.entry_key BETWEEN ((a.ancestor_segment << 32) | max(a.from_depth, ?2))
+                                 AND ((a.ancestor_segment << 32) | min(a.to_depth, walk.high))"
+);
