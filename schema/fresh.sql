@@ -225,18 +225,6 @@ BEGIN
      WHERE fact_key = (SELECT min(fact_key) FROM usage_facts WHERE dedup = old.dedup);
 END;
 
-CREATE TRIGGER usage_daily_add AFTER INSERT ON usage_facts WHEN new.counted = 1
-BEGIN
-    INSERT INTO usage_daily (session_key, day, model, entries, input, output, cache_read,
-                             cache_write, cost)
-    VALUES (new.session_key, coalesce(new.at_ms / 86400000 - (new.at_ms % 86400000 < 0), 0), new.model, 1,
-            new.input, new.output, new.cache_read, new.cache_write, new.cost)
-    ON CONFLICT (session_key, day, model) DO UPDATE SET
-        entries = entries + 1, input = input + excluded.input, output = output + excluded.output,
-        cache_read = cache_read + excluded.cache_read,
-        cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost;
-END;
-
 CREATE TRIGGER usage_daily_counted AFTER UPDATE OF counted ON usage_facts
     WHEN new.counted = 1 AND old.counted = 0
 BEGIN

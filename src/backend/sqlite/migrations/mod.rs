@@ -97,6 +97,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0014_usage_facts.sql"),
         rewrite: Some(v14_usage_facts::fill_usage_facts),
     },
+    Migration {
+        sql: include_str!("../../../../schema/0017_usage_daily_by_writer.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -182,7 +186,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 14;
+pub const FRESH_SCHEMA_VERSION: i64 = 15;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step

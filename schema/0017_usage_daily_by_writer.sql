@@ -1,0 +1,11 @@
+-- Schema step 0017 (issue 42.2): `usage_daily` is summed by the writer, not
+-- by a trigger per `usage_facts` row. Appends and imports sum their counted
+-- facts per (session, day, model) in memory, starting from the stored row
+-- and adding each fact in order as the trigger did, and write each day row
+-- once per transaction (src/backend/sqlite/writer.rs, `DailyUsage`). The
+-- trigger made every usage insert a two-statement program: a statement
+-- journal for each, and with it a flush of the search index's pending
+-- terms (about 9 % of an import). The triggers that keep the sums when a
+-- session is deleted (`usage_daily_remove`, `usage_daily_counted`,
+-- `usage_facts_recount`) stay.
+DROP TRIGGER usage_daily_add;
