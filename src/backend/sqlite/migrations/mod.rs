@@ -98,7 +98,7 @@ pub const MIGRATIONS: &[Migration] = &[
         rewrite: Some(v14_usage_facts::fill_usage_facts),
     },
     Migration {
-        sql: include_str!("../../../../schema/0017_usage_daily_by_writer.sql"),
+        sql: include_str!("../../../../schema/0015_usage_daily_by_writer.sql"),
         rewrite: None,
     },
 ];
