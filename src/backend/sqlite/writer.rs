@@ -127,7 +127,7 @@ pub(in crate::backend::sqlite) fn write_session_facts(
 /// session holds the same entry (a fork's copy) already. For schema
 /// versions up to 14 only, whose trigger `usage_daily_add` adds a counted
 /// row to `usage_daily` (the version 14 step fills the facts this way);
-/// from `0017_usage_daily_by_writer.sql` on, appends go through
+/// from `0015_usage_daily_by_writer.sql` on, appends go through
 /// [`DailyUsage`], which sums the day rows itself.
 pub(in crate::backend::sqlite) fn insert_usage_fact(
     tx: &Connection,
@@ -197,7 +197,7 @@ impl DaySums {
 /// The counted usage of one append's entries, summed per (UTC day, model)
 /// in memory and written to `usage_daily` once, at [`Appender::finish`]. A
 /// per-row trigger did this before (schema step
-/// `0017_usage_daily_by_writer.sql` dropped it): its statement journal and
+/// `0015_usage_daily_by_writer.sql` dropped it): its statement journal and
 /// the search-index flush every journal forces cost an import ~9 % of its
 /// time. Sums start from the row as stored and add each fact in the order
 /// appended, as the trigger did, so the floats come out bit for bit the same.
