@@ -545,3 +545,228 @@ impl std::io::Write for CountingSink {
         Ok(())
     }
 }
+
+/// An app-contract session (pi 1.6's rules: `getBranch` walks to the root
+/// across compactions) of shape `shape` with `entries` entries and a
+/// compaction about every `every`, in an archive at `dir/<name>.db`; the
+/// archive, the session's id and its file.
+fn app_archive(
+    dir: &std::path::Path,
+    name: &str,
+    shape: sessiontree_bench::gen::Shape,
+    entries: usize,
+    every: usize,
+) -> (std::path::PathBuf, String, std::path::PathBuf) {
+    let report = sessiontree_bench::gen::generate(
+        &dir.join(name),
+        &sessiontree_bench::gen::GenOptions {
+            shape,
+            entries,
+            compaction_every: every,
+            seed: 11,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let session = &report.sessions[0];
+    let db = dir.join(format!("{name}.db"));
+    sessiontree::convert::import_jsonl_with(
+        &Archive::open(&db, Durability::Relaxed).unwrap(),
+        &session.path,
+        &sessiontree::convert::ImportOptions {
+            rules: Some(sessiontree::Contract::App),
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    (db, session.id.clone(), session.path.clone())
+}
+
+/// The most Rust heap this thread held at once while `run` ran, over what
+/// it held before.
+fn heap_peak_of(run: &mut dyn FnMut()) -> isize {
+    let before = heap::reset_peak();
+    run();
+    heap::peak() - before
+}
+
+/// pi 1.6's `getBranch` under the app contract, on a 4,000-entry path
+/// crossing about ten compactions: the rpc's `serve` and the session read
+/// the CLI's `branch` makes peak at well under a tenth of the path in Rust
+/// heap, where the whole-path read they replaced holds more than the path;
+/// their answers are byte for byte the whole-path read's. The binding's
+/// `call` makes the answer's one text and holds nothing beside it.
+#[test]
+fn app_get_branch_holds_no_path_in_the_heap() {
+    use sessiontree::app::AppSession;
+    use sessiontree::rpc::app::{serve, AppRpc};
+    let entries = 4_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (db, id, _) = app_archive(
+        dir.path(),
+        "app",
+        sessiontree_bench::gen::Shape::Linear,
+        entries,
+        400,
+    );
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    let open = || AppSession::open(archive.open_session(&id).unwrap()).unwrap();
+    let app = open();
+    // The whole-path read: what the answers must equal, and what holding
+    // the path costs (the count sees it, or this test could not fail).
+    let mut path = Vec::new();
+    let held = heap_peak_of(&mut || path = app.branch(None).unwrap());
+    let compactions = path
+        .iter()
+        .filter(|e| *e.entry_type() == sessiontree::EntryType::Compaction)
+        .count();
+    assert!(compactions >= 5, "{compactions} compactions on the path");
+    assert!(path.len() > entries * 9 / 10, "{} entries", path.len());
+    let list = |p: &[sessiontree::Entry]| {
+        let texts: Vec<&str> = p.iter().map(|e| e.json()).collect();
+        format!("[{}]", texts.join(","))
+    };
+    let expected = list(&path);
+    let text_bytes = expected.len() as isize;
+    assert!(held > text_bytes, "the whole path held {held} bytes");
+    // A start between two compactions: its path crosses the rest of them.
+    let mid = path[path.len() / 2].id().to_owned();
+    let expected_mid = list(&app.branch(Some(&mid)).unwrap());
+    drop(path);
+    let bound = text_bytes / 10;
+    let mid_q = serde_json::to_string(&mid).unwrap();
+    for (request, answer) in [
+        (
+            r#"{"id":1,"method":"getBranch","params":{}}"#.to_owned(),
+            &expected,
+        ),
+        (
+            format!(r#"{{"id":1,"method":"getBranch","params":{{"fromId":{mid_q}}}}}"#),
+            &expected_mid,
+        ),
+    ] {
+        let rpc = AppRpc::new(open(), id.clone());
+        let mut out = CountingSink(0);
+        let mut rpc = Some(rpc);
+        let grown = heap_peak_of(&mut || {
+            serve(Ok(rpc.take().unwrap()), request.as_bytes(), &mut out).unwrap();
+        });
+        eprintln!("app rpc {request}: peak heap grew {grown} bytes for a path of {text_bytes} bytes");
+        assert!(grown < bound, "{request} held {grown} bytes at once");
+        let mut written = Vec::new();
+        serve(
+            Ok(AppRpc::new(open(), id.clone())),
+            request.as_bytes(),
+            &mut written,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            format!("{{\"id\":1,\"ok\":true,\"value\":{answer}}}\n"),
+            "{request}"
+        );
+    }
+    // The CLI's `branch` of an app session writes each entry as this hands it out.
+    let mut out = CountingSink(0);
+    let grown = heap_peak_of(&mut || {
+        app.visit_branch(None, &mut |e| {
+            std::io::Write::write_all(&mut out, e.json().as_bytes())
+                .map_err(|e| sessiontree::Error::io("writing", e))
+        })
+        .unwrap();
+    });
+    eprintln!("AppSession::visit_branch (CLI branch): peak heap grew {grown} bytes");
+    assert!(grown < bound, "visit_branch held {grown} bytes at once");
+    assert_eq!(out.0 as isize, text_bytes - 2 - (entries_on(&expected) - 1));
+    // The binding's `call`: the answer's text, grown as it is written
+    // (a growing text's capacity is at most twice its length), nothing else.
+    let mut rpc = AppRpc::new(open(), id.clone());
+    let mut answer = String::new();
+    let grown = heap_peak_of(&mut || answer = rpc.call("getBranch", "{}").unwrap());
+    eprintln!("AppRpc::call (binding): peak heap grew {grown} bytes for a {text_bytes}-byte answer");
+    assert_eq!(answer, expected);
+    assert!(
+        grown < 2 * text_bytes + bound,
+        "call held {grown} bytes at once for a {text_bytes}-byte answer"
+    );
+    // The CLI's JSON form, byte for byte.
+    let cli = std::process::Command::new(bin())
+        .args(["--db".as_ref(), db.as_os_str()])
+        .args(["--json", "branch", &id])
+        .output()
+        .unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    assert_eq!(
+        String::from_utf8(cli.stdout).unwrap(),
+        format!("{{\"entries\":{expected}}}\n")
+    );
+}
+
+/// The entries in a JSON list of entries (each an object: top-level commas).
+fn entries_on(list: &str) -> isize {
+    serde_json::from_str::<Vec<&serde_json::value::RawValue>>(list)
+        .unwrap()
+        .len() as isize
+}
+
+/// The streamed `getBranch` hands out exactly the whole-path read's
+/// entries from every 97th entry of sessions with forks, compactions and a
+/// dangling root (a file cut from a longer one), on SQLite and on the JSONL
+/// file itself, before and after a `resetLeaf` and an append.
+#[test]
+fn app_streamed_branch_is_the_whole_path() {
+    use sessiontree::app::AppSession;
+    use sessiontree::backend::jsonl::JsonlStorage;
+    use sessiontree::Entry;
+    use sessiontree_bench::gen::Shape;
+    let dir = tempfile::tempdir().unwrap();
+    fn check<S: sessiontree::SessionStorage>(app: &AppSession<S>, what: &str) -> usize {
+        let ids: Vec<String> = app
+            .storage()
+            .entries(0, None)
+            .unwrap()
+            .iter()
+            .map(|e| e.id().to_owned())
+            .collect();
+        let mut starts: Vec<Option<&str>> = vec![None, Some("no such id")];
+        starts.extend(ids.iter().step_by(97).map(|s| Some(s.as_str())));
+        let mut compared = 0;
+        for from in starts {
+            let whole: Vec<String> = app
+                .branch(from)
+                .unwrap()
+                .iter()
+                .map(|e| e.json().to_owned())
+                .collect();
+            let mut streamed: Vec<String> = Vec::new();
+            app.visit_branch(from, &mut |e: Entry| {
+                streamed.push(e.json().to_owned());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(streamed, whole, "{what} from {from:?}");
+            compared += whole.len();
+        }
+        compared
+    }
+    let mut compared = 0;
+    for (name, shape, every) in [
+        ("forked", Shape::Forked, 60),
+        ("dangling", Shape::DanglingRoot, 90),
+        ("dangling-nc", Shape::DanglingRoot, 0),
+    ] {
+        let (db, id, file) = app_archive(dir.path(), name, shape, 1_200, every);
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        let mut app = AppSession::open(archive.open_session(&id).unwrap()).unwrap();
+        compared += check(&app, &format!("{name} on SQLite"));
+        app.reset_leaf();
+        app.append_message(Some(
+            sessiontree::app::JsValue::parse(r#"{"role":"user","content":"again"}"#).unwrap(),
+        ))
+        .unwrap();
+        compared += check(&app, &format!("{name} on SQLite, appended"));
+        let app = AppSession::open(JsonlStorage::open(&file, Durability::Relaxed).unwrap()).unwrap();
+        compared += check(&app, &format!("{name} on JSONL"));
+    }
+    assert!(compared > 5_000, "{compared} entries compared");
+}
