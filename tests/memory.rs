@@ -770,3 +770,130 @@ fn app_streamed_branch_is_the_whole_path() {
     }
     assert!(compared > 5_000, "{compared} entries compared");
 }
+
+/// Runs the binary with `args` and `input` on its stdin to the end, polling
+/// its peak RSS as [`run_measured`] does, its output counted and let go;
+/// returns whether it succeeded, the peak in MB and the output's bytes.
+fn run_measured_counting(args: &[&std::ffi::OsStr], input: &[u8]) -> (bool, u64, u64) {
+    use std::io::{Read, Write};
+    let mut child = std::process::Command::new(bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
+    let mut stdout = child.stdout.take().unwrap();
+    let counter = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0u64;
+        while let Ok(k @ 1..) = stdout.read(&mut buf) {
+            n += k as u64;
+        }
+        n
+    });
+    let mut peak = 0;
+    loop {
+        peak = peak.max(peak_rss_kb(child.id()));
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.success(), peak / 1024, counter.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// pi 1.6's `getBranch` under the app contract at scale: rpc `--contract
+/// app` and CLI `branch` (both forms) of an app session whose path crosses
+/// a compaction about every 500 entries peak at about the same RSS for the
+/// whole path as for a tenth of it (before streaming, 1,000,000 entries took
+/// 1.1 GB for rpc `getBranch` and 1.56 GB for `branch`). Runs with
+/// `SESSIONTREE_SCALE_TESTS=1` (1,000,000 entries, or `PATH_ENTRIES`).
+#[test]
+fn app_get_branch_streams_in_bounded_memory() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        eprintln!("no /proc: peak RSS cannot be read here; skipped");
+        return;
+    }
+    if std::env::var_os("SESSIONTREE_SCALE_TESTS").is_none() {
+        eprintln!("SESSIONTREE_SCALE_TESTS unset: the child-RSS run is skipped");
+        return;
+    }
+    let entries = std::env::var("PATH_ENTRIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let (db, id, file) = app_archive(
+        dir.path(),
+        "scale",
+        sessiontree_bench::gen::Shape::Linear,
+        entries,
+        500,
+    );
+    // Line 0 is the header; the entry a tenth of the way down.
+    let tenth = {
+        use std::io::BufRead;
+        let line = std::io::BufReader::new(std::fs::File::open(&file).unwrap())
+            .lines()
+            .nth(entries / 10 + 1)
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["id"].as_str().unwrap().to_owned()
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let tenth_q = serde_json::to_string(&tenth).unwrap();
+    let rpc_tenth = format!(r#"{{"id":1,"method":"getBranch","params":{{"fromId":{tenth_q}}}}}"#);
+    let rpc_all = r#"{"id":1,"method":"getBranch","params":{}}"#.to_owned();
+    let runs: [(&str, Vec<&str>, [(Option<&str>, String); 2]); 3] = [
+        (
+            "rpc --contract app getBranch",
+            vec!["rpc", "--contract", "app", &id],
+            [(None, rpc_tenth), (None, rpc_all)],
+        ),
+        (
+            "--json branch",
+            vec!["--json", "branch", &id],
+            [(Some(tenth.as_str()), String::new()), (None, String::new())],
+        ),
+        (
+            "branch",
+            vec!["branch", &id],
+            [(Some(tenth.as_str()), String::new()), (None, String::new())],
+        ),
+    ];
+    for (what, command, inputs) in runs {
+        let mut peaks = Vec::new();
+        let mut sizes = Vec::new();
+        for (from, input) in inputs {
+            let mut args = vec![os("--db"), db.clone().into_os_string()];
+            args.extend(command.iter().map(|a| os(a)));
+            if let Some(from) = from {
+                args.extend([os("--from"), os(from)]);
+            }
+            let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+            let (ok, peak_mb, bytes) = run_measured_counting(&refs, input.as_bytes());
+            assert!(ok, "{what} failed");
+            peaks.push(peak_mb);
+            sizes.push(bytes);
+        }
+        eprintln!(
+            "{what}: peak RSS {} MB for a tenth of the path ({} bytes out), {} MB for all {entries} entries ({} bytes out)",
+            peaks[0], sizes[0], peaks[1], sizes[1]
+        );
+        assert!(
+            sizes[1] > sizes[0] * 8,
+            "{what}: {} bytes for the whole path, {} for a tenth",
+            sizes[1],
+            sizes[0]
+        );
+        assert!(
+            peaks[1] < peaks[0] + 24,
+            "{what} grew from {} MB to {} MB with a path ten times longer",
+            peaks[0],
+            peaks[1]
+        );
+    }
+}
