@@ -628,6 +628,7 @@ fn app_get_branch_holds_no_path_in_the_heap() {
     };
     let expected = list(&path);
     let text_bytes = expected.len() as isize;
+    eprintln!("AppSession::branch (the whole-path read): peak heap grew {held} bytes");
     assert!(held > text_bytes, "the whole path held {held} bytes");
     // A start between two compactions: its path crosses the rest of them.
     let mid = path[path.len() / 2].id().to_owned();
@@ -651,7 +652,9 @@ fn app_get_branch_holds_no_path_in_the_heap() {
         let grown = heap_peak_of(&mut || {
             serve(Ok(rpc.take().unwrap()), request.as_bytes(), &mut out).unwrap();
         });
-        eprintln!("app rpc {request}: peak heap grew {grown} bytes for a path of {text_bytes} bytes");
+        eprintln!(
+            "app rpc {request}: peak heap grew {grown} bytes for a path of {text_bytes} bytes"
+        );
         assert!(grown < bound, "{request} held {grown} bytes at once");
         let mut written = Vec::new();
         serve(
@@ -683,7 +686,9 @@ fn app_get_branch_holds_no_path_in_the_heap() {
     let mut rpc = AppRpc::new(open(), id.clone());
     let mut answer = String::new();
     let grown = heap_peak_of(&mut || answer = rpc.call("getBranch", "{}").unwrap());
-    eprintln!("AppRpc::call (binding): peak heap grew {grown} bytes for a {text_bytes}-byte answer");
+    eprintln!(
+        "AppRpc::call (binding): peak heap grew {grown} bytes for a {text_bytes}-byte answer"
+    );
     assert_eq!(answer, expected);
     assert!(
         grown < 2 * text_bytes + bound,
@@ -695,7 +700,11 @@ fn app_get_branch_holds_no_path_in_the_heap() {
         .args(["--json", "branch", &id])
         .output()
         .unwrap();
-    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
     assert_eq!(
         String::from_utf8(cli.stdout).unwrap(),
         format!("{{\"entries\":{expected}}}\n")
@@ -765,7 +774,8 @@ fn app_streamed_branch_is_the_whole_path() {
         ))
         .unwrap();
         compared += check(&app, &format!("{name} on SQLite, appended"));
-        let app = AppSession::open(JsonlStorage::open(&file, Durability::Relaxed).unwrap()).unwrap();
+        let app =
+            AppSession::open(JsonlStorage::open(&file, Durability::Relaxed).unwrap()).unwrap();
         compared += check(&app, &format!("{name} on JSONL"));
     }
     assert!(compared > 5_000, "{compared} entries compared");
@@ -847,7 +857,7 @@ fn app_get_branch_streams_in_bounded_memory() {
     let tenth_q = serde_json::to_string(&tenth).unwrap();
     let rpc_tenth = format!(r#"{{"id":1,"method":"getBranch","params":{{"fromId":{tenth_q}}}}}"#);
     let rpc_all = r#"{"id":1,"method":"getBranch","params":{}}"#.to_owned();
-    let runs: [(&str, Vec<&str>, [(Option<&str>, String); 2]); 3] = [
+    let runs = [
         (
             "rpc --contract app getBranch",
             vec!["rpc", "--contract", "app", &id],

@@ -57,7 +57,9 @@ fn probe<S: SessionStorage + ?Sized>(
             Some(parent) => {
                 state = ProbeState::Stopped(parent.to_owned());
                 // Ends the store's read: only the first entry was wanted.
-                Err(Error::Unknown("a probe stops at the walk's first entry".into()))
+                Err(Error::Unknown(
+                    "a probe stops at the walk's first entry".into(),
+                ))
             }
             None => {
                 state = ProbeState::Streaming;
