@@ -677,7 +677,7 @@ pub fn path_suffix<S: SessionStorage + ?Sized>(
 
 /// The error of a looping parent chain from `start`: the first entry the
 /// walk meets again, found one lookup per entry.
-fn first_revisit<S: SessionStorage + ?Sized>(st: &S, start: &str) -> Error {
+pub(crate) fn first_revisit<S: SessionStorage + ?Sized>(st: &S, start: &str) -> Error {
     let mut seen = HashSet::new();
     let mut current = st.entry(start);
     loop {

@@ -545,3 +545,365 @@ impl std::io::Write for CountingSink {
         Ok(())
     }
 }
+
+/// An app-contract session (pi 1.6's rules: `getBranch` walks to the root
+/// across compactions) of shape `shape` with `entries` entries and a
+/// compaction about every `every`, in an archive at `dir/<name>.db`; the
+/// archive, the session's id and its file.
+fn app_archive(
+    dir: &std::path::Path,
+    name: &str,
+    shape: sessiontree_bench::gen::Shape,
+    entries: usize,
+    every: usize,
+) -> (std::path::PathBuf, String, std::path::PathBuf) {
+    let report = sessiontree_bench::gen::generate(
+        &dir.join(name),
+        &sessiontree_bench::gen::GenOptions {
+            shape,
+            entries,
+            compaction_every: every,
+            seed: 11,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let session = &report.sessions[0];
+    let db = dir.join(format!("{name}.db"));
+    sessiontree::convert::import_jsonl_with(
+        &Archive::open(&db, Durability::Relaxed).unwrap(),
+        &session.path,
+        &sessiontree::convert::ImportOptions {
+            rules: Some(sessiontree::Contract::App),
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    (db, session.id.clone(), session.path.clone())
+}
+
+/// The most Rust heap this thread held at once while `run` ran, over what
+/// it held before.
+fn heap_peak_of(run: &mut dyn FnMut()) -> isize {
+    let before = heap::reset_peak();
+    run();
+    heap::peak() - before
+}
+
+/// pi 1.6's `getBranch` under the app contract, on a 4,000-entry path
+/// crossing about ten compactions: the rpc's `serve` and the session read
+/// the CLI's `branch` makes peak at well under a tenth of the path in Rust
+/// heap, where the whole-path read they replaced holds more than the path;
+/// their answers are byte for byte the whole-path read's. The binding's
+/// `call` makes the answer's one text and holds nothing beside it.
+#[test]
+fn app_get_branch_holds_no_path_in_the_heap() {
+    use sessiontree::app::AppSession;
+    use sessiontree::rpc::app::{serve, AppRpc};
+    let entries = 4_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (db, id, _) = app_archive(
+        dir.path(),
+        "app",
+        sessiontree_bench::gen::Shape::Linear,
+        entries,
+        400,
+    );
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    let open = || AppSession::open(archive.open_session(&id).unwrap()).unwrap();
+    let app = open();
+    // The whole-path read: what the answers must equal, and what holding
+    // the path costs (the count sees it, or this test could not fail).
+    let mut path = Vec::new();
+    let held = heap_peak_of(&mut || path = app.branch(None).unwrap());
+    let compactions = path
+        .iter()
+        .filter(|e| *e.entry_type() == sessiontree::EntryType::Compaction)
+        .count();
+    assert!(compactions >= 5, "{compactions} compactions on the path");
+    assert!(path.len() > entries * 9 / 10, "{} entries", path.len());
+    let list = |p: &[sessiontree::Entry]| {
+        let texts: Vec<&str> = p.iter().map(|e| e.json()).collect();
+        format!("[{}]", texts.join(","))
+    };
+    let expected = list(&path);
+    let text_bytes = expected.len() as isize;
+    eprintln!("AppSession::branch (the whole-path read): peak heap grew {held} bytes");
+    assert!(held > text_bytes, "the whole path held {held} bytes");
+    // A start between two compactions: its path crosses the rest of them.
+    let mid = path[path.len() / 2].id().to_owned();
+    let expected_mid = list(&app.branch(Some(&mid)).unwrap());
+    drop(path);
+    let bound = text_bytes / 10;
+    let mid_q = serde_json::to_string(&mid).unwrap();
+    for (request, answer) in [
+        (
+            r#"{"id":1,"method":"getBranch","params":{}}"#.to_owned(),
+            &expected,
+        ),
+        (
+            format!(r#"{{"id":1,"method":"getBranch","params":{{"fromId":{mid_q}}}}}"#),
+            &expected_mid,
+        ),
+    ] {
+        let rpc = AppRpc::new(open(), id.clone());
+        let mut out = CountingSink(0);
+        let mut rpc = Some(rpc);
+        let grown = heap_peak_of(&mut || {
+            serve(Ok(rpc.take().unwrap()), request.as_bytes(), &mut out).unwrap();
+        });
+        eprintln!(
+            "app rpc {request}: peak heap grew {grown} bytes for a path of {text_bytes} bytes"
+        );
+        assert!(grown < bound, "{request} held {grown} bytes at once");
+        let mut written = Vec::new();
+        serve(
+            Ok(AppRpc::new(open(), id.clone())),
+            request.as_bytes(),
+            &mut written,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            format!("{{\"id\":1,\"ok\":true,\"value\":{answer}}}\n"),
+            "{request}"
+        );
+    }
+    // The CLI's `branch` of an app session writes each entry as this hands it out.
+    let mut out = CountingSink(0);
+    let grown = heap_peak_of(&mut || {
+        app.visit_branch(None, &mut |e| {
+            std::io::Write::write_all(&mut out, e.json().as_bytes())
+                .map_err(|e| sessiontree::Error::io("writing", e))
+        })
+        .unwrap();
+    });
+    eprintln!("AppSession::visit_branch (CLI branch): peak heap grew {grown} bytes");
+    assert!(grown < bound, "visit_branch held {grown} bytes at once");
+    assert_eq!(out.0 as isize, text_bytes - 2 - (entries_on(&expected) - 1));
+    // The binding's `call`: the answer's text, grown as it is written
+    // (a growing text's capacity is at most twice its length), nothing else.
+    let mut rpc = AppRpc::new(open(), id.clone());
+    let mut answer = String::new();
+    let grown = heap_peak_of(&mut || answer = rpc.call("getBranch", "{}").unwrap());
+    eprintln!(
+        "AppRpc::call (binding): peak heap grew {grown} bytes for a {text_bytes}-byte answer"
+    );
+    assert_eq!(answer, expected);
+    assert!(
+        grown < 2 * text_bytes + bound,
+        "call held {grown} bytes at once for a {text_bytes}-byte answer"
+    );
+    // The CLI's JSON form, byte for byte.
+    let cli = std::process::Command::new(bin())
+        .args(["--db".as_ref(), db.as_os_str()])
+        .args(["--json", "branch", &id])
+        .output()
+        .unwrap();
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(cli.stdout).unwrap(),
+        format!("{{\"entries\":{expected}}}\n")
+    );
+}
+
+/// The entries in a JSON list of entries (each an object: top-level commas).
+fn entries_on(list: &str) -> isize {
+    serde_json::from_str::<Vec<&serde_json::value::RawValue>>(list)
+        .unwrap()
+        .len() as isize
+}
+
+/// The streamed `getBranch` hands out exactly the whole-path read's
+/// entries from every 97th entry of sessions with forks, compactions and a
+/// dangling root (a file cut from a longer one), on SQLite and on the JSONL
+/// file itself, before and after a `resetLeaf` and an append.
+#[test]
+fn app_streamed_branch_is_the_whole_path() {
+    use sessiontree::app::AppSession;
+    use sessiontree::backend::jsonl::JsonlStorage;
+    use sessiontree::Entry;
+    use sessiontree_bench::gen::Shape;
+    let dir = tempfile::tempdir().unwrap();
+    fn check<S: sessiontree::SessionStorage>(app: &AppSession<S>, what: &str) -> usize {
+        let ids: Vec<String> = app
+            .storage()
+            .entries(0, None)
+            .unwrap()
+            .iter()
+            .map(|e| e.id().to_owned())
+            .collect();
+        let mut starts: Vec<Option<&str>> = vec![None, Some("no such id")];
+        starts.extend(ids.iter().step_by(97).map(|s| Some(s.as_str())));
+        let mut compared = 0;
+        for from in starts {
+            let whole: Vec<String> = app
+                .branch(from)
+                .unwrap()
+                .iter()
+                .map(|e| e.json().to_owned())
+                .collect();
+            let mut streamed: Vec<String> = Vec::new();
+            app.visit_branch(from, &mut |e: Entry| {
+                streamed.push(e.json().to_owned());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(streamed, whole, "{what} from {from:?}");
+            compared += whole.len();
+        }
+        compared
+    }
+    let mut compared = 0;
+    for (name, shape, every) in [
+        ("forked", Shape::Forked, 60),
+        ("dangling", Shape::DanglingRoot, 90),
+        ("dangling-nc", Shape::DanglingRoot, 0),
+    ] {
+        let (db, id, file) = app_archive(dir.path(), name, shape, 1_200, every);
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        let mut app = AppSession::open(archive.open_session(&id).unwrap()).unwrap();
+        compared += check(&app, &format!("{name} on SQLite"));
+        app.reset_leaf();
+        app.append_message(Some(
+            sessiontree::app::JsValue::parse(r#"{"role":"user","content":"again"}"#).unwrap(),
+        ))
+        .unwrap();
+        compared += check(&app, &format!("{name} on SQLite, appended"));
+        let app =
+            AppSession::open(JsonlStorage::open(&file, Durability::Relaxed).unwrap()).unwrap();
+        compared += check(&app, &format!("{name} on JSONL"));
+    }
+    assert!(compared > 5_000, "{compared} entries compared");
+}
+
+/// Runs the binary with `args` and `input` on its stdin to the end, polling
+/// its peak RSS as [`run_measured`] does, its output counted and let go;
+/// returns whether it succeeded, the peak in MB and the output's bytes.
+fn run_measured_counting(args: &[&std::ffi::OsStr], input: &[u8]) -> (bool, u64, u64) {
+    use std::io::{Read, Write};
+    let mut child = std::process::Command::new(bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
+    let mut stdout = child.stdout.take().unwrap();
+    let counter = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0u64;
+        while let Ok(k @ 1..) = stdout.read(&mut buf) {
+            n += k as u64;
+        }
+        n
+    });
+    let mut peak = 0;
+    loop {
+        peak = peak.max(peak_rss_kb(child.id()));
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.success(), peak / 1024, counter.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// pi 1.6's `getBranch` under the app contract at scale: rpc `--contract
+/// app` and CLI `branch` (both forms) of an app session whose path crosses
+/// a compaction about every 500 entries peak at about the same RSS for the
+/// whole path as for a tenth of it (before streaming, 1,000,000 entries took
+/// 1.1 GB for rpc `getBranch` and 1.56 GB for `branch`). Runs with
+/// `SESSIONTREE_SCALE_TESTS=1` (1,000,000 entries, or `PATH_ENTRIES`).
+#[test]
+fn app_get_branch_streams_in_bounded_memory() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        eprintln!("no /proc: peak RSS cannot be read here; skipped");
+        return;
+    }
+    if std::env::var_os("SESSIONTREE_SCALE_TESTS").is_none() {
+        eprintln!("SESSIONTREE_SCALE_TESTS unset: the child-RSS run is skipped");
+        return;
+    }
+    let entries = std::env::var("PATH_ENTRIES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let (db, id, file) = app_archive(
+        dir.path(),
+        "scale",
+        sessiontree_bench::gen::Shape::Linear,
+        entries,
+        500,
+    );
+    // Line 0 is the header; the entry a tenth of the way down.
+    let tenth = {
+        use std::io::BufRead;
+        let line = std::io::BufReader::new(std::fs::File::open(&file).unwrap())
+            .lines()
+            .nth(entries / 10 + 1)
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["id"].as_str().unwrap().to_owned()
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let tenth_q = serde_json::to_string(&tenth).unwrap();
+    let rpc_tenth = format!(r#"{{"id":1,"method":"getBranch","params":{{"fromId":{tenth_q}}}}}"#);
+    let rpc_all = r#"{"id":1,"method":"getBranch","params":{}}"#.to_owned();
+    let runs = [
+        (
+            "rpc --contract app getBranch",
+            vec!["rpc", "--contract", "app", &id],
+            [(None, rpc_tenth), (None, rpc_all)],
+        ),
+        (
+            "--json branch",
+            vec!["--json", "branch", &id],
+            [(Some(tenth.as_str()), String::new()), (None, String::new())],
+        ),
+        (
+            "branch",
+            vec!["branch", &id],
+            [(Some(tenth.as_str()), String::new()), (None, String::new())],
+        ),
+    ];
+    for (what, command, inputs) in runs {
+        let mut peaks = Vec::new();
+        let mut sizes = Vec::new();
+        for (from, input) in inputs {
+            let mut args = vec![os("--db"), db.clone().into_os_string()];
+            args.extend(command.iter().map(|a| os(a)));
+            if let Some(from) = from {
+                args.extend([os("--from"), os(from)]);
+            }
+            let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+            let (ok, peak_mb, bytes) = run_measured_counting(&refs, input.as_bytes());
+            assert!(ok, "{what} failed");
+            peaks.push(peak_mb);
+            sizes.push(bytes);
+        }
+        eprintln!(
+            "{what}: peak RSS {} MB for a tenth of the path ({} bytes out), {} MB for all {entries} entries ({} bytes out)",
+            peaks[0], sizes[0], peaks[1], sizes[1]
+        );
+        assert!(
+            sizes[1] > sizes[0] * 8,
+            "{what}: {} bytes for the whole path, {} for a tenth",
+            sizes[1],
+            sizes[0]
+        );
+        assert!(
+            peaks[1] < peaks[0] + 24,
+            "{what} grew from {} MB to {} MB with a path ten times longer",
+            peaks[0],
+            peaks[1]
+        );
+    }
+}

@@ -9,13 +9,15 @@
 //! pi 1.6's `SessionManager` answers, value for value; [`crate::rpc::app`]
 //! serves it over stdio.
 //!
-//! The parts: `value` (entries as JavaScript sees them), `context` (context entries,
-//! projection, context), `tree` (`getTree`, `getChildren`, V8's sort),
-//! `labels` (the label map), `stats` (session statistics and cost
-//! breakdown), `write` (the writers and pi's ids).
+//! The parts: `value` (entries as JavaScript sees them), `context` (context
+//! entries, projection, context), `path` (`getBranch` streamed), `tree`
+//! (`getTree`, `getChildren`, V8's sort), `labels` (the label map), `stats`
+//! (session statistics and cost breakdown), `write` (the writers and pi's
+//! ids).
 
 mod context;
 mod labels;
+mod path;
 mod projection;
 mod session;
 mod stats;
@@ -26,6 +28,7 @@ mod write;
 
 pub use context::{AppContext, AppProjection, ProjectedEntry};
 pub use labels::AppLabel;
+pub use path::visit_whole_path;
 pub use session::AppSession;
 pub use stats::{AppStats, UsageCost};
 pub use tree::AppTreeNode;

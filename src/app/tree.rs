@@ -104,12 +104,23 @@ impl TreeArena {
     /// The tree as pi's `JSON.stringify(getTree())` writes it: entries as
     /// their stored text, `label`/`labelTimestamp` only where set.
     pub(crate) fn to_json_text(&self) -> Result<String> {
+        let mut out = String::new();
+        self.write_json(&mut |t| {
+            out.push_str(t);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`TreeArena::to_json_text`] handed to `emit` a piece at a time, so
+    /// that the answer is written as it is made, never held beside the tree.
+    pub(crate) fn write_json(&self, emit: &mut dyn FnMut(&str) -> Result<()>) -> Result<()> {
         enum Step {
             Node(usize),
             Text(&'static str),
             Tail(usize),
         }
-        let mut out = String::from("[");
+        emit("[")?;
         let mut stack: Vec<Step> = Vec::new();
         let mut depth_guard = 0usize;
         for (i, &r) in self.roots.iter().enumerate().rev() {
@@ -122,18 +133,21 @@ impl TreeArena {
         // a loop through repeated ids would never end (pi's JSON.stringify
         // throws on it): bounded by a generous budget.
         let budget = self.nodes.len().saturating_mul(64).max(1 << 20);
+        let mut label_text = String::new();
         while let Some(step) = stack.pop() {
             match step {
-                Step::Text(t) => out.push_str(t),
+                Step::Text(t) => emit(t)?,
                 Step::Tail(n) => {
-                    out.push(']');
+                    emit("]")?;
                     if let Some(label) = &self.nodes[n].1 {
-                        out.push_str(",\"label\":");
-                        label.label.write_json(&mut out);
-                        out.push_str(",\"labelTimestamp\":");
-                        out.push_str(label.timestamp.json());
+                        label_text.clear();
+                        label_text.push_str(",\"label\":");
+                        label.label.write_json(&mut label_text);
+                        label_text.push_str(",\"labelTimestamp\":");
+                        label_text.push_str(label.timestamp.json());
+                        emit(&label_text)?;
                     }
-                    out.push('}');
+                    emit("}")?;
                 }
                 Step::Node(n) => {
                     depth_guard += 1;
@@ -143,9 +157,9 @@ impl TreeArena {
                                 .into(),
                         ));
                     }
-                    out.push_str("{\"entry\":");
-                    out.push_str(self.nodes[n].0.json());
-                    out.push_str(",\"children\":[");
+                    emit("{\"entry\":")?;
+                    emit(self.nodes[n].0.json())?;
+                    emit(",\"children\":[")?;
                     stack.push(Step::Tail(n));
                     for (i, &c) in self.children[n].iter().enumerate().rev() {
                         stack.push(Step::Node(c));
@@ -156,8 +170,15 @@ impl TreeArena {
                 }
             }
         }
-        out.push(']');
-        Ok(out)
+        emit("]")
+    }
+
+    /// [`TreeArena::to_json_text`] written to `out` as it is made.
+    pub(crate) fn write_to(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        self.write_json(&mut |t| {
+            out.write_all(t.as_bytes())
+                .map_err(|e| Error::io("writing the tree", e))
+        })
     }
 
     /// The arena as nested nodes (recursion-free; a loop is an error).
@@ -268,20 +289,27 @@ impl<S: SessionStorage> AppSession<S> {
     /// pi's `getChildren(parentId)`: the latest entry of each id (in the order
     /// ids first appeared) whose `parentId` is `parent` (`None`: `null`).
     pub fn children(&self, parent: Option<&str>) -> Result<Vec<Entry>> {
+        // Every id in the order it first appeared, with its latest entry
+        // kept only while that entry is a child of `parent`: the log's ids
+        // are held, not its texts.
         let mut order: Vec<String> = Vec::new();
-        let mut latest: HashMap<String, Entry> = HashMap::new();
+        let mut latest: HashMap<String, Option<Entry>> = HashMap::new();
         self.storage.visit_entries(0, None, &mut |text| {
             let e = Entry::from_checked_text(text);
-            if !latest.contains_key(e.id()) {
-                order.push(e.id().to_owned());
+            let id = e.id().to_owned();
+            let kept = (e.parent_id() == parent).then_some(e);
+            match latest.get_mut(&id) {
+                Some(slot) => *slot = kept,
+                None => {
+                    order.push(id.clone());
+                    latest.insert(id, kept);
+                }
             }
-            latest.insert(e.id().to_owned(), e);
             Ok(())
         })?;
         Ok(order
             .into_iter()
-            .filter_map(|id| latest.remove(&id))
-            .filter(|e| e.parent_id() == parent)
+            .filter_map(|id| latest.remove(&id).flatten())
             .collect())
     }
 }

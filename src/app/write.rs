@@ -279,7 +279,13 @@ impl<S: SessionStorage> AppSession<S> {
         let Some(entry) = self.storage.entry(&target)? else {
             return Err(not_found());
         };
-        if !self.branch(None)?.iter().any(|e| e.id() == target) {
+        // The path streamed, its ids compared as they come: never held.
+        let mut on_branch = false;
+        self.visit_branch(None, &mut |e| {
+            on_branch |= e.id() == target;
+            Ok(())
+        })?;
+        if !on_branch {
             return Err(Error::InvalidEntry(format!(
                 "Entry {target} is not on the active branch"
             )));

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sessiontree::backend::sqlite::{ListQuery, SearchHit};
 use sessiontree::json::{js_number, JsString, ObjectWriter};
 use sessiontree::preview::{message_parts, one_line, preview_in, truncate};
-use sessiontree::{Error, Result, Session, SessionRef, SessionStorage};
+use sessiontree::{Entry, Error, Result, Session, SessionRef, SessionStorage};
 
 /// Arguments of `ls`.
 #[derive(Debug, Args)]
@@ -220,75 +220,53 @@ pub fn branch(cli: &Cli, args: &BranchArgs) -> Result<Report> {
     // An app session's branch is pi 1.6's `getBranch`: the whole path to the
     // root from the last entry (or `--from`); an SDK session's is cut at a compaction.
     if storage.contract()? != sessiontree::Contract::App {
+        let session = Session::new(storage);
         return Ok(branch_streamed(
-            Session::new(storage),
+            move |from, sink| session.visit_branch(from, sink),
             args.from.clone(),
             cwd,
         ));
     }
-    let path = sessiontree::app::AppSession::open(storage)?.branch(args.from.as_deref())?;
-    if cli.json {
-        // Written an entry at a time, each let go once written: the
-        // entries are never joined into one text.
-        return Ok(Report::streamed(
-            Box::new(move |out| {
-                out.write_all(b"{\"entries\":[")?;
-                for (i, e) in path.into_iter().enumerate() {
-                    if i > 0 {
-                        out.write_all(b",")?;
-                    }
-                    out.write_all(e.json().as_bytes())?;
-                }
-                out.write_all(b"]}")
-            }),
-            String::new(),
-        ));
-    }
-    let mut text = String::new();
-    for e in &path {
-        let line = preview_in(e, 100, cwd.as_deref());
-        text.push_str(&format!(
-            "{}  {}\n",
-            super::field(e.id()),
-            super::field(&line)
-        ));
-    }
-    Ok(Report::raw(String::new(), text))
+    let session = sessiontree::app::AppSession::open(storage)?;
+    Ok(branch_streamed(
+        move |from, sink| session.visit_branch(from, sink),
+        args.from.clone(),
+        cwd,
+    ))
 }
 
-/// An SDK session's branch written as the store reads it, an entry at a
-/// time in either form ([`Session::visit_branch`]): bounded memory however
-/// long the path.
+/// A branch written as `visit` reads it from `from` (an SDK session's
+/// [`Session::visit_branch`], an app session's
+/// [`sessiontree::app::AppSession::visit_branch`]), an entry at a time in
+/// either form: bounded memory however long the path.
 fn branch_streamed(
-    session: Session<sessiontree::archive::BoxedStorage>,
+    visit: impl Fn(Option<&str>, &mut dyn FnMut(Entry) -> Result<()>) -> Result<()> + 'static,
     from: Option<String>,
     cwd: Option<String>,
 ) -> Report {
-    let session = std::rc::Rc::new(session);
-    let (for_json, json_from) = (std::rc::Rc::clone(&session), from.clone());
+    let visit = std::rc::Rc::new(visit);
+    let (for_json, json_from) = (std::rc::Rc::clone(&visit), from.clone());
     Report::streamed_both(
         Box::new(move |out| {
             let mut first = true;
-            for_json
-                .visit_branch(json_from.as_deref(), &mut |e| {
-                    let sep: &[u8] = if first { b"{\"entries\":[" } else { b"," };
-                    first = false;
-                    out.write_all(sep)
-                        .and_then(|()| out.write_all(e.json().as_bytes()))
-                        .map_err(|e| Error::io("writing output", e))
-                })
-                .map_err(super::stream_error)?;
+            for_json(json_from.as_deref(), &mut |e| {
+                let sep: &[u8] = if first { b"{\"entries\":[" } else { b"," };
+                first = false;
+                out.write_all(sep)
+                    .and_then(|()| out.write_all(e.json().as_bytes()))
+                    .map_err(|e| Error::io("writing output", e))
+            })
+            .map_err(super::stream_error)?;
             out.write_all(if first { b"{\"entries\":[]}" } else { b"]}" })
         }),
         Box::new(move |out| {
-            session
-                .visit_branch(from.as_deref(), &mut |e| {
-                    let line = preview_in(&e, 100, cwd.as_deref());
-                    let line = format!("{}  {}\n", super::field(e.id()), super::field(&line));
-                    out.write_all(super::highlight(&super::terminal_safe(&line)).as_bytes())
-                        .map_err(|e| Error::io("writing output", e))
-                })
-                .map_err(super::stream_error)
+            visit(from.as_deref(), &mut |e| {
+                let line = preview_in(&e, 100, cwd.as_deref());
+                let line = format!("{}  {}\n", super::field(e.id()), super::field(&line));
+                out.write_all(super::highlight(&super::terminal_safe(&line)).as_bytes())
+                    .map_err(|e| Error::io("writing output", e))
+            })
+            .map_err(super::stream_error)
         }),
     )
 }

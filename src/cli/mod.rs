@@ -275,14 +275,6 @@ impl Report {
         }
     }
 
-    /// A report whose JSON is written by `json` as it is made.
-    pub fn streamed(json: JsonStream, text: String) -> Self {
-        Report {
-            json_stream: Some(json),
-            ..Report::raw(String::new(), text)
-        }
-    }
-
     /// A report whose both forms are written as they are made: an error
     /// of the command's own (not of the output) that a stream meets comes
     /// back wrapped in its `io::Error` ([`stream_error`]) and is reported as

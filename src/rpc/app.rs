@@ -8,7 +8,7 @@
 //! `appendUsage` answers the entry, the other writers the new id; where pi
 //! throws, the answer is an error with pi's message.
 
-use super::{answer, respond, respond_with_entries};
+use super::{answer, respond, respond_with_entries, respond_with_value};
 use crate::app::{AppSession, BranchSummaryArgs, CompactionArgs, JsValue, UsageArgs, UsageCost};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -165,7 +165,20 @@ impl<S: SessionStorage> AppRpc<S> {
                 out
             }
             "getEntryCount" => s.entry_count()?.to_string(),
-            "getBranch" => entry_list(&branch_of(s, &p)?),
+            "getBranch" => {
+                // Written into the answer's one text as the path is read:
+                // the entries are never held beside it.
+                let mut out = String::from("[");
+                visit_branch_of(s, &p, &mut |e| {
+                    if out.len() > 1 {
+                        out.push(',');
+                    }
+                    out.push_str(e.json());
+                    Ok(())
+                })?;
+                out.push(']');
+                out
+            }
             "getTree" => s.tree_json_text()?,
             "getLabel" => {
                 let key = p
@@ -285,27 +298,30 @@ struct Request {
     params: Option<Box<RawValue>>,
 }
 
-/// pi's `getBranch(fromId)`: `fromId ?? this.leafId`.
-fn branch_of<S: SessionStorage>(s: &AppSession<S>, p: &Params) -> Result<Vec<Entry>> {
+/// pi's `getBranch(fromId)` (`fromId ?? this.leafId`) handed to `sink` an
+/// entry at a time, root first.
+fn visit_branch_of<S: SessionStorage>(
+    s: &AppSession<S>,
+    p: &Params,
+    sink: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
     match p.get("fromId") {
-        None | Some(JsValue::Null) => s.branch(None),
+        None | Some(JsValue::Null) => s.visit_branch(None, sink),
         Some(JsValue::String(_)) => match p.id("fromId") {
-            Some(id) if !id.is_empty() => s.branch(Some(&id)),
-            _ => Ok(Vec::new()),
+            Some(id) if !id.is_empty() => s.visit_branch(Some(&id), sink),
+            _ => Ok(()),
         },
-        Some(_) => Ok(Vec::new()),
+        Some(_) => Ok(()),
     }
 }
 
 impl<S: SessionStorage> AppRpc<S> {
-    /// The entries a whole-path method answers with (`getBranch`,
-    /// `buildContextEntries`), for [`serve`] to write one at a time instead
-    /// of joining them into one text; `None` for any other method.
-    fn entry_answer(&mut self, method: &str, params_json: &str) -> Option<Result<Vec<Entry>>> {
-        let s = &self.session;
+    /// The entries a method answers with that [`serve`] writes one at a
+    /// time instead of joining them into one text (`buildContextEntries`);
+    /// `None` for any other method.
+    fn entry_answer(&mut self, method: &str) -> Option<Result<Vec<Entry>>> {
         match method {
-            "getBranch" => Some(Params::parse(params_json).and_then(|p| branch_of(s, &p))),
-            "buildContextEntries" => Some(s.context_entries()),
+            "buildContextEntries" => Some(self.session.context_entries()),
             _ => None,
         }
     }
@@ -348,11 +364,31 @@ pub fn serve<S: SessionStorage>(
                 respond_with_entries(&mut output, id, |sink| st.visit_entries(0, None, sink))?;
                 continue;
             }
+            // pi's whole path, written an entry at a time as the store
+            // reads it: never held, whatever its length.
+            Ok(r) if request.method == "getBranch" => {
+                let params = request.params.as_deref().map_or("", RawValue::get);
+                let s = r.session();
+                respond_with_entries(&mut output, id, |sink| {
+                    let p = Params::parse(params)?;
+                    visit_branch_of(s, &p, &mut |e| sink(e.json().to_owned()))
+                })?;
+                continue;
+            }
+            // The tree is the whole log by nature: held once, its answer
+            // written as it is made rather than held beside it.
+            Ok(r) if request.method == "getTree" => match r.session().tree_arena() {
+                Ok(tree) => {
+                    respond_with_value(&mut output, id, |w| tree.write_to(w))?;
+                    continue;
+                }
+                Err(e) => answer(Err(e)),
+            },
             Ok(r) => {
                 let params = request.params.as_deref().map_or("", RawValue::get);
-                match r.entry_answer(&request.method, params) {
-                    // A whole path, written an entry at a time and let go
-                    // as it is written: never joined into one text.
+                match r.entry_answer(&request.method) {
+                    // Written an entry at a time and let go as it is
+                    // written: never joined into one text.
                     Some(Ok(entries)) => {
                         respond_with_entries(&mut output, id, |sink| {
                             entries

@@ -393,7 +393,7 @@ pub(crate) fn respond_with_entries(
 /// answer's head, before its closing brace). A failure of the output ends
 /// the serving; any other failure ends the broken line early, followed by
 /// an error answer under the same id (as [`respond_with_entries`]).
-fn respond_with_value(
+pub(crate) fn respond_with_value(
     out: &mut impl Write,
     id: Option<&RawValue>,
     write: impl FnOnce(&mut dyn Write) -> Result<()>,
