@@ -97,6 +97,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0014_usage_facts.sql"),
         rewrite: Some(v14_usage_facts::fill_usage_facts),
     },
+    Migration {
+        sql: include_str!("../../../../schema/0016_check_marks.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
