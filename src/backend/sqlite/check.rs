@@ -287,7 +287,7 @@ fn verify_walks(
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let roots: Vec<String> = conn
-        .prepare(
+        .prepare_cached(
             "SELECT e.id FROM segments s
              JOIN entries e ON e.entry_key = (s.segment_id << 32) | s.first_depth
              WHERE s.session_key = ?1 AND s.parent_segment IS NULL
@@ -686,7 +686,7 @@ impl Archive {
             let appended = verdict.as_ref().is_none_or(|v| v.entries_read > 0);
             coverage.sessions += 1;
             coverage.sessions_whole += u64::from(mark.is_none());
-            coverage.sessions_unchanged += u64::from(!appended);
+            coverage.sessions_unchanged += u64::from(mark.is_some() && !appended);
             coverage.entries_read += verdict.as_ref().map_or(0, |v| v.entries_read);
             // A tolerated dangling root is said on every check; the reads
             // of the active path and context can change only with it.
