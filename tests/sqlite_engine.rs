@@ -1343,6 +1343,7 @@ fn migration_13_sets_each_sessions_contract_from_its_entries() -> R {
              DROP TABLE kept_lines;
              ALTER TABLE sessions DROP COLUMN contract;
              ALTER TABLE sessions DROP COLUMN open_end;
+             DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
              PRAGMA user_version = 12;",
         )?;
     }
@@ -1535,6 +1536,7 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
             "PRAGMA wal_checkpoint(TRUNCATE);
              DROP TABLE usage_daily; DROP TRIGGER usage_facts_recount; DROP TABLE usage_facts;
              ALTER TABLE sessions DROP COLUMN last_active_ms;
+             DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
              PRAGMA user_version = 13;",
         )?;
     }
