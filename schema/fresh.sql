@@ -161,6 +161,26 @@ CREATE TABLE usage_daily (
     PRIMARY KEY (session_key, day, model)
 ) WITHOUT ROWID;
 
+CREATE TABLE check_marks (
+    session_key       INTEGER PRIMARY KEY REFERENCES sessions (session_key) ON DELETE CASCADE,
+    run               INTEGER NOT NULL,  -- the check that claimed the row
+    seq               INTEGER,           -- entries with seq <= this were verified; NULL: none yet
+    schema_version    INTEGER,           -- the archive's version when verified (another: unused)
+    digest            INTEGER,           -- FNV-1a 64 of the verified part's rows appends keep
+    checked_ms        INTEGER,           -- when (Unix ms)
+    labels            TEXT,              -- the labels the replay gives, as JSON [[target, label], ...]
+    -- the facts the replay gives, as `sessions` names them
+    leaf_id           TEXT,
+    name              TEXT,
+    entry_count       INTEGER,
+    message_count     INTEGER,
+    cached_tokens     REAL,
+    uncached_tokens   REAL,
+    total_tokens      REAL,
+    cost_total        REAL,
+    broken_message_id TEXT
+);
+
 CREATE VIRTUAL TABLE message_text USING fts5 (
     text,
     content = '',
@@ -244,4 +264,46 @@ BEGIN
            output = output - old.output, cache_read = cache_read - old.cache_read,
            cache_write = cache_write - old.cache_write, cost = cost - old.cost
      WHERE session_key = old.session_key AND day = coalesce(old.at_ms / 86400000 - (old.at_ms % 86400000 < 0), 0) AND model = old.model;
+END;
+
+CREATE TRIGGER check_marks_entry_rewritten AFTER UPDATE ON entries
+BEGIN
+    DELETE FROM check_marks WHERE session_key IN (old.session_key, new.session_key);
+END;
+
+CREATE TRIGGER check_marks_entry_removed AFTER DELETE ON entries
+BEGIN
+    DELETE FROM check_marks WHERE session_key = old.session_key;
+END;
+
+CREATE TRIGGER check_marks_segment_rewritten
+    AFTER UPDATE OF session_key, parent_segment, first_depth, inherited_compaction,
+                    missing_root_parent, position, jump_segment ON segments
+BEGIN
+    DELETE FROM check_marks WHERE session_key IN (old.session_key, new.session_key);
+END;
+
+CREATE TRIGGER check_marks_segment_removed AFTER DELETE ON segments
+BEGIN
+    DELETE FROM check_marks WHERE session_key = old.session_key;
+END;
+
+CREATE TRIGGER check_marks_leaf_event_rewritten AFTER UPDATE ON leaf_events
+BEGIN
+    DELETE FROM check_marks WHERE session_key IN (old.session_key, new.session_key);
+END;
+
+CREATE TRIGGER check_marks_leaf_event_removed AFTER DELETE ON leaf_events
+BEGIN
+    DELETE FROM check_marks WHERE session_key = old.session_key;
+END;
+
+CREATE TRIGGER check_marks_compaction_rewritten AFTER UPDATE ON compactions
+BEGIN
+    DELETE FROM check_marks WHERE session_key IN (old.session_key, new.session_key);
+END;
+
+CREATE TRIGGER check_marks_compaction_removed AFTER DELETE ON compactions
+BEGIN
+    DELETE FROM check_marks WHERE session_key = old.session_key;
 END;

@@ -8,7 +8,7 @@ use serde_json::json;
 use sessiontree::backend::sqlite::internals::{
     ANCESTRY_BLOCK, PATH_QUERY, PATH_RANGES_QUERY, SEGMENT_HOLDING_QUERY,
 };
-use sessiontree::backend::sqlite::{latest_version, ReadCost};
+use sessiontree::backend::sqlite::{latest_version, CheckMode, CheckRun, ReadCost};
 use sessiontree::backend::sqlite::{Archive, NewSession, SqliteStorage};
 use sessiontree::{Durability, Entry, ErrorCode, SessionStorage};
 
@@ -1343,6 +1343,7 @@ fn migration_13_sets_each_sessions_contract_from_its_entries() -> R {
              DROP TABLE kept_lines;
              ALTER TABLE sessions DROP COLUMN contract;
              ALTER TABLE sessions DROP COLUMN open_end;
+             DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
              PRAGMA user_version = 12;",
         )?;
     }
@@ -1535,6 +1536,7 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
             "PRAGMA wal_checkpoint(TRUNCATE);
              DROP TABLE usage_daily; DROP TRIGGER usage_facts_recount; DROP TABLE usage_facts;
              ALTER TABLE sessions DROP COLUMN last_active_ms;
+             DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
              PRAGMA user_version = 13;",
         )?;
     }
@@ -1543,5 +1545,245 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
     assert_eq!(archive.list(&Default::default())?, fresh_list);
     // The fork's copies are not counted: the usage is what it was before it.
     assert_eq!(fresh_usage, before);
+    Ok(())
+}
+
+/// Changes entry `entry` of session `session` the way damage below SQLite
+/// would: its stored text becomes that of the session's first entry, with
+/// the triggers that forget a check's mark out of the way (so only what a
+/// check reads can find it).
+fn damage_past_the_triggers(archive: &Archive, session: &str, entry: &str) -> R {
+    let conn = archive.conn()?;
+    let triggers: Vec<(String, String)> = conn
+        .prepare(
+            "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger'
+             AND (name LIKE 'check_marks_%' OR name = 'entries_are_append_only')",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    assert!(triggers.len() > 2, "the schema has the mark triggers");
+    for (name, _) in &triggers {
+        conn.execute_batch(&format!("DROP TRIGGER {name}"))?;
+    }
+    let changed = conn.execute(
+        "UPDATE entries SET json = (SELECT e.json FROM entries e
+             WHERE e.session_key = entries.session_key ORDER BY e.seq LIMIT 1)
+         WHERE id = ?2 AND session_key = (SELECT session_key FROM sessions WHERE id = ?1)",
+        [session, entry],
+    )?;
+    assert_eq!(changed, 1, "{session} has an entry {entry}");
+    for (_, sql) in &triggers {
+        conn.execute_batch(sql)?;
+    }
+    Ok(())
+}
+
+fn incremental(archive: &Archive) -> Result<CheckRun, sessiontree::Error> {
+    archive.check_run(None, CheckMode::Incremental, &mut |_, _| {})
+}
+
+/// A second check reads only the entries appended since the first (forks,
+/// a label and a compaction among them, replayed on the first's facts and
+/// stored cache), finds what a full check finds of them, and still compares
+/// the facts; an old entry damaged below SQLite is found only by `--full`.
+#[test]
+fn a_second_check_reads_only_what_was_appended() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let mut grown = deep_session(&archive, "grown", 200, 6)?;
+    deep_session(&archive, "quiet", 100, 2)?;
+    let first = incremental(&archive)?;
+    assert_eq!(first.findings.problems, Vec::<String>::new());
+    assert_eq!(
+        (first.coverage.sessions_whole, first.coverage.marks_recorded),
+        (2, 2)
+    );
+    let all = first.coverage.entries_read;
+    assert!(all >= 300, "{:?}", first.coverage);
+    let second = incremental(&archive)?;
+    assert_eq!(second.findings.problems, Vec::<String>::new());
+    assert_eq!(
+        (
+            second.coverage.entries_read,
+            second.coverage.sessions_unchanged
+        ),
+        (0, 2)
+    );
+    // Appended: the tip grows, a fork from an old entry of an old
+    // segment, a label on an old entry, a compaction keeping an old one.
+    grown.append_entry(msg("next", Some("m199")))?;
+    grown.append_entry(msg("fork", Some("m50")))?;
+    grown.append_entry(Entry::from_value(
+        &json!({"type":"label","id":"lab","parentId":"fork","timestamp":"t","targetId":"m10","label":"here"}),
+    )?)?;
+    grown.append_entry(Entry::from_value(
+        &json!({"type":"compaction","id":"cut","parentId":"next","timestamp":"t","summary":"s","tokensBefore":1,"firstKeptEntryId":"m190"}),
+    )?)?;
+    grown.append_entry(msg("after", Some("cut")))?;
+    let third = incremental(&archive)?;
+    assert_eq!(third.findings.problems, Vec::<String>::new());
+    assert_eq!(
+        (
+            third.coverage.entries_read,
+            third.coverage.sessions_whole,
+            third.coverage.sessions_unchanged
+        ),
+        (5, 0, 1)
+    );
+    assert_eq!(archive.check(None)?, Vec::<String>::new());
+    // Facts are compared on every check: a wrong count is found without
+    // reading an entry.
+    archive.conn()?.execute_batch(
+        "UPDATE sessions SET message_count = message_count + 1 WHERE id = 'quiet'",
+    )?;
+    let facts = incremental(&archive)?;
+    assert!(
+        facts
+            .findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session quiet:") && p.contains("differ from a replay")),
+        "{:?}",
+        facts.findings.problems
+    );
+    assert_eq!(facts.coverage.entries_read, 0);
+    archive.conn()?.execute_batch(
+        "UPDATE sessions SET message_count = message_count - 1 WHERE id = 'quiet'",
+    )?;
+    // A new entry of a verified session is checked like any: its
+    // stored text damaged, the next plain check names it.
+    grown.append_entry(msg("late", Some("after")))?;
+    damage_past_the_triggers(&archive, "grown", "late")?;
+    let late = incremental(&archive)?;
+    assert!(
+        late.findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session grown: entry late")),
+        "{:?}",
+        late.findings.problems
+    );
+    assert_eq!(late.coverage.entries_read, 1);
+    // An old entry damaged below SQLite: the plain check does not read
+    // it; `--full` does.
+    damage_past_the_triggers(&archive, "quiet", "m40")?;
+    let plain = incremental(&archive)?;
+    assert!(
+        !plain
+            .findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session quiet")),
+        "{:?}",
+        plain.findings.problems
+    );
+    let full = archive.check_run(None, CheckMode::Full, &mut |_, _| {})?;
+    assert!(
+        full.findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session quiet: entry m40")),
+        "{:?}",
+        full.findings.problems
+    );
+    assert!(full.coverage.entries_read > all);
+    Ok(())
+}
+
+/// What compact, a fork or a delete wrote is read whole by the next plain
+/// check: compact's re-encode and a delete forget the marks of what they
+/// rewrote (a new session that takes a deleted one's key too), a fork is a
+/// session no check verified. Damage left there past the triggers is found.
+#[test]
+fn a_rewrite_forgets_what_check_verified() -> R {
+    use sessiontree::repo::{archive::ArchiveRepo, ForkOptions, SessionRepo};
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    for name in ["compacted", "source", "last"] {
+        deep_session(&archive, name, 60, 2)?;
+    }
+    let marked = |archive: &Archive| -> Result<i64, rusqlite::Error> {
+        archive.conn().expect("a connection").query_row(
+            "SELECT count(*) FROM check_marks WHERE seq IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+    };
+    assert_eq!(
+        incremental(&archive)?.findings.problems,
+        Vec::<String>::new()
+    );
+    assert_eq!(marked(&archive)?, 3);
+
+    archive.compact(&mut |_, _| {})?;
+    assert_eq!(marked(&archive)?, 0, "compact re-encodes every entry");
+    damage_past_the_triggers(&archive, "compacted", "m30")?;
+    let after_compact = incremental(&archive)?;
+    assert!(
+        after_compact
+            .findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session compacted: entry m30")),
+        "{:?}",
+        after_compact.findings.problems
+    );
+    archive.delete_session("compacted")?;
+    assert_eq!(
+        incremental(&archive)?.findings.problems,
+        Vec::<String>::new()
+    );
+    assert_eq!(marked(&archive)?, 2);
+
+    let mut repo = ArchiveRepo::new(archive.clone());
+    let source = archive.open_session("source")?.metadata()?;
+    let options = ForkOptions {
+        id: Some("forked".into()),
+        ..ForkOptions::default()
+    };
+    drop(repo.fork(&source, &options)?);
+    damage_past_the_triggers(&archive, "forked", "m20")?;
+    let after_fork = incremental(&archive)?;
+    assert!(
+        after_fork
+            .findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session forked: entry m20")),
+        "{:?}",
+        after_fork.findings.problems
+    );
+    archive.delete_session("forked")?;
+
+    let key_of = |id: &str| -> Result<i64, rusqlite::Error> {
+        archive.conn().expect("a connection").query_row(
+            "SELECT session_key FROM sessions WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+    };
+    let last = key_of("last")?;
+    assert_eq!(
+        incremental(&archive)?.findings.problems,
+        Vec::<String>::new()
+    );
+    archive.delete_session("last")?;
+    deep_session(&archive, "newcomer", 30, 0)?;
+    assert_eq!(
+        key_of("newcomer")?,
+        last,
+        "the new session takes the deleted one's key"
+    );
+    damage_past_the_triggers(&archive, "newcomer", "m20")?;
+    let after_delete = incremental(&archive)?;
+    assert!(
+        after_delete
+            .findings
+            .problems
+            .iter()
+            .any(|p| p.starts_with("session newcomer: entry m20")),
+        "{:?}",
+        after_delete.findings.problems
+    );
     Ok(())
 }

@@ -162,12 +162,23 @@ Examples:
   sessiontree move ffae v1-00020 --summary 'Tried e2e tests only'   # and summarise the branch left
   sessiontree move ffae root                                        # before the first entry")]
     Move(write::MoveArgs),
-    /// Check the archive: SQLite integrity and the branch cache against a rebuild.
+    /// Check the archive: SQLite integrity and the branch cache against a rebuild (only what changed since the last check; --full: everything).
     #[command(after_help = "\
 Examples:
-  sessiontree check                 # the whole archive
+  sessiontree check                 # what changed since the last check
+  sessiontree check --full          # the whole archive, every entry and page
   sessiontree check ffae            # one session
-  sessiontree check session.jsonl   # a pi file, without importing it")]
+  sessiontree check session.jsonl   # a pi file, without importing it
+
+Without --full, a session a check found clean is not read again: the next
+check reads only the entries appended to it since, replayed on top of what
+the last check verified, and runs PRAGMA quick_check (every page and B-tree,
+not each index against its table). A session rewritten since (compact,
+delete, an import that replaces it, a migration) is read whole. Only --full
+finds damage to entries verified before that SQLite cannot see (bytes of a
+stored text changed inside a valid page), an index that disagrees with its
+table, and damage the search index's own check finds. A team archive on
+PostgreSQL is always checked whole (--full or not).")]
     Check(write::CheckArgs),
     /// Clear a session's writer claim, left by a writer that is gone (names the holder).
     #[command(after_help = "\

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use sessiontree::app::{AppSession, BranchSummaryArgs, JsValue};
 use sessiontree::archive::{BoxedStorage, SessionArchive};
 use sessiontree::backend::postgres::PgArchive;
-use sessiontree::backend::sqlite::CacheSize;
+use sessiontree::backend::sqlite::{CacheSize, CheckCoverage, CheckMode};
 use sessiontree::convert::{export_file_to_file, ExportOutcome, PiExport};
 use sessiontree::json::{JsString, ObjectWriter};
 use sessiontree::layout::{export_path, session_file_name};
@@ -566,6 +566,13 @@ pub(crate) fn move_in(
 pub struct CheckArgs {
     /// Only this session (id or unique prefix), or a `.jsonl` file to validate.
     pub session: Option<String>,
+    /// Read everything again: `PRAGMA integrity_check`, the search index's
+    /// own check and every entry. Without it, only what changed since the
+    /// last check: `PRAGMA quick_check`, and of each session the entries
+    /// appended since (a session rewritten since by compact, delete or an
+    /// import is read whole). A team archive is always checked whole.
+    #[arg(long)]
+    pub full: bool,
 }
 
 /// `check`.
@@ -585,26 +592,37 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
         .as_deref()
         .map(|s| archive.resolve_session(s))
         .transpose()?;
-    let mut found = match with_check_progress(cli, |p| archive.check_findings(id.as_deref(), p)) {
+    let mode = if args.full {
+        CheckMode::Full
+    } else {
+        CheckMode::Incremental
+    };
+    let run = match with_check_progress(cli, |p| archive.check_run(id.as_deref(), mode, p)) {
         Err(e @ Error::Corrupt(_)) => return Ok(damaged_archive_report(cli, &e)),
         other => other?,
     };
+    let (mut found, coverage) = (run.findings, run.coverage);
     if id.is_none() {
         found
             .problems
             .extend(pi_dir_duplicates(&sessiontree::layout::pi_sessions_dir())?);
     }
     let problems = &found.problems;
-    let mut text = if problems.is_empty() {
-        "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned()
-    } else {
-        problems.iter().map(|p| format!("problem: {p}\n")).collect()
+    let mut text = match (problems.is_empty(), mode) {
+        (true, CheckMode::Full) => "ok: integrity_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned(),
+        (true, CheckMode::Incremental) => "ok: quick_check passed, every branch cache equals its rebuild, and every entry's stored text, blobs and search row check out\n".to_owned(),
+        (false, _) => problems.iter().map(|p| format!("problem: {p}\n")).collect(),
     };
     text.push_str(&warning_lines(&found.warnings));
+    text.push_str(&coverage_line(mode, &coverage));
     let (cache_text, cache_json) = cache_report(&archive.cache_sizes(id.as_deref())?);
     text.push_str(&cache_text);
     let mut report = Report::new(
-        json!({"ok": problems.is_empty(), "problems": problems, "warnings": found.warnings, "cache": cache_json}),
+        json!({"ok": problems.is_empty(), "problems": problems, "warnings": found.warnings, "cache": cache_json,
+               "checked": {"full": mode == CheckMode::Full, "sessions": coverage.sessions,
+                           "sessionsWhole": coverage.sessions_whole,
+                           "sessionsUnchanged": coverage.sessions_unchanged,
+                           "entries": coverage.entries_read, "recorded": coverage.marks_recorded}}),
         text,
     );
     if !problems.is_empty() {
@@ -685,6 +703,22 @@ fn damaged_archive_report(cli: &Cli, opened: &Error) -> Report {
     );
     report.status = super::exit::CHECK_PROBLEMS;
     report
+}
+
+/// What a check read: sessions, entries, and what it skipped as verified
+/// by an earlier check.
+fn coverage_line(mode: CheckMode, c: &CheckCoverage) -> String {
+    let read = format!(
+        "checked {} sessions: {} entries read",
+        c.sessions, c.entries_read
+    );
+    match mode {
+        CheckMode::Full => format!("{read} (--full: every entry)\n"),
+        CheckMode::Incremental => format!(
+            "{read} ({} sessions read whole, {} unchanged since the last check; `check --full` reads every entry again)\n",
+            c.sessions_whole, c.sessions_unchanged
+        ),
+    }
 }
 
 /// Runs a check with a progress bar over the sessions it checks.

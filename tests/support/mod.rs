@@ -511,7 +511,8 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP TABLE usage_daily; DROP TABLE usage_facts;
+        "DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
+         DROP TABLE usage_daily; DROP TABLE usage_facts;
          ALTER TABLE sessions DROP COLUMN last_active_ms;
          DROP TABLE kept_lines;
          ALTER TABLE sessions DROP COLUMN contract;
@@ -565,7 +566,8 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
     let conn = rusqlite::Connection::open(db)?;
     drop_role_ids(&conn)?;
     conn.execute_batch(
-        "DROP TABLE usage_daily; DROP TABLE usage_facts;
+        "DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
+         DROP TABLE usage_daily; DROP TABLE usage_facts;
          ALTER TABLE sessions DROP COLUMN last_active_ms;
          DROP TABLE kept_lines;
          ALTER TABLE sessions DROP COLUMN contract;

@@ -10,6 +10,7 @@
 //! - rows of any derived table that belong to no session, segment or entry.
 
 use super::branch_cache::{jump_for_child, segment, split_key, Segment, ANCESTRY_BLOCK, OPEN_END};
+use super::check_marks::{self, Mark};
 use super::codec::Codec;
 use super::connection::damage_marker;
 use super::error::sql;
@@ -48,6 +49,21 @@ impl<'c> EntryLookups<'c> {
     }
 }
 
+/// What [`verify_session_entries`] found in one session, and what a mark
+/// of it records when nothing was.
+pub(super) struct SessionVerdict {
+    /// What fails or disagrees.
+    pub(super) problems: Vec<String>,
+    /// The session's last entry (`None`: it has none).
+    pub(super) last_seq: Option<i64>,
+    /// The replay of the whole log: its facts and labels (as a mark keeps them).
+    pub(super) facts: Replay,
+    /// The labels of that replay.
+    pub(super) labels: HashMap<String, JsString>,
+    /// Entries whose stored text was read (decoded and checked).
+    pub(super) entries_read: u64,
+}
+
 /// Every check that reads a session's entries, in one pass over them in log
 /// order: each stored text is decoded and parsed once, and feeds
 /// - the stored-text checks ([`check_stored_text`]: it decodes to an entry
@@ -60,26 +76,46 @@ impl<'c> EntryLookups<'c> {
 /// text that does not decode is a problem of its entry; the branch cache and
 /// facts are then not compared (a rebuild without that entry would report
 /// differences that are not there), as when each check read the log itself.
+///
+/// With `mark` (what an earlier check verified: the entries through its
+/// `seq`), only the entries after it are read: the rebuild starts from the
+/// stored cache of the verified part ([`BranchModel::seeded`]) and the replay
+/// from the mark's facts and labels; what is compared is the same (every
+/// segment and ancestry block, the leaf events and compaction stops of the
+/// new entries, the session's facts and labels). `None` when the mark does
+/// not fit the stored cache (then the session is verified whole).
 pub(super) fn verify_session_entries(
     conn: &Connection,
     codec: &Codec,
     session_key: i64,
-) -> Result<Vec<String>> {
+    mark: Option<&Mark>,
+) -> Result<Option<SessionVerdict>> {
     let mut problems = Vec::new();
     let mut lookups = EntryLookups::prepare(conn)?;
-    let mut model = BranchModel::default();
-    let mut facts = Replay::default();
-    let mut labels = HashMap::new();
+    let (mut model, mut facts, mut labels, after) = match mark {
+        Some(m) => match BranchModel::seeded(conn, session_key, m.seq)? {
+            Some(model) => (model, m.facts.clone(), m.labels.clone(), m.seq),
+            None => return Ok(None),
+        },
+        None => (
+            BranchModel::default(),
+            Replay::default(),
+            HashMap::new(),
+            i64::MIN,
+        ),
+    };
     let mut undecodable: Option<Error> = None;
+    let mut last_seq = (after != i64::MIN).then_some(after);
+    let mut entries_read = 0;
     let mut st = conn
         .prepare_cached(
             "SELECT e.entry_key, e.seq, e.id, e.type, e.json, r.name
              FROM entries e LEFT JOIN roles r ON r.role_id = e.role_id
-             WHERE e.session_key = ?1 ORDER BY e.seq",
+             WHERE e.session_key = ?1 AND e.seq > ?2 ORDER BY e.seq",
         )
         .map_err(sql("checking stored text"))?;
     let mut rows = st
-        .query([session_key])
+        .query([session_key, after])
         .map_err(sql("checking stored text"))?;
     while let Some(row) = rows.next().map_err(sql("checking stored text"))? {
         let key: i64 = row.get(0).map_err(sql("checking stored text"))?;
@@ -88,6 +124,8 @@ pub(super) fn verify_session_entries(
         let kind: String = row.get(3).map_err(sql("checking stored text"))?;
         let stored = row.get_ref(4).map_err(sql("checking stored text"))?;
         let stored_role: Option<String> = row.get(5).map_err(sql("checking stored text"))?;
+        last_seq = Some(seq);
+        entries_read += 1;
         let (text, message_trails) = match codec.decode_with_tag(conn, stored) {
             Ok(decoded) => decoded,
             Err(e) => {
@@ -118,7 +156,7 @@ pub(super) fn verify_session_entries(
             }
         };
         if undecodable.is_none() {
-            model.push(key, seq, &entry, &mut problems)?;
+            model.push(conn, key, seq, &entry, &mut problems)?;
             if let Some(change) = facts.push(&entry) {
                 apply_label_change(&mut labels, change);
             }
@@ -127,12 +165,17 @@ pub(super) fn verify_session_entries(
     drop(rows);
     drop(st);
     drop(lookups);
-    if undecodable.is_some() {
-        return Ok(problems);
+    if undecodable.is_none() {
+        model.finish(conn, codec, session_key, &mut problems)?;
+        compare_session_facts(conn, session_key, &facts, &labels, &mut problems)?;
     }
-    model.finish(conn, codec, session_key, &mut problems)?;
-    compare_session_facts(conn, session_key, &facts, &labels, &mut problems)?;
-    Ok(problems)
+    Ok(Some(SessionVerdict {
+        problems,
+        last_seq,
+        facts,
+        labels,
+        entries_read,
+    }))
 }
 
 /// The checks of one entry's stored text, parsed: the message span its tag
@@ -232,16 +275,19 @@ fn check_stored_text(
 /// context built from it.
 /// A root whose parent is missing is a warning when the walk from it fails
 /// only at that parent (pi opens the file, its path stopping there); what
-/// the active path and context need is still a problem if it fails.
+/// the active path and context need is still a problem if it fails. The
+/// active path and context only when `active` (an incremental check skips
+/// them for a session nothing was appended to since it verified them).
 fn verify_walks(
     conn: &Connection,
     storage: &SqliteStorage,
     key: i64,
     warnings: &mut Vec<String>,
+    active: bool,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let roots: Vec<String> = conn
-        .prepare(
+        .prepare_cached(
             "SELECT e.id FROM segments s
              JOIN entries e ON e.entry_key = (s.segment_id << 32) | s.first_depth
              WHERE s.session_key = ?1 AND s.parent_segment IS NULL
@@ -264,7 +310,9 @@ fn verify_walks(
             Err(e) => problems.push(format!("entry {id}: {e}")),
         }
     }
-    problems.extend(crate::storage::reader_problems(storage));
+    if active {
+        problems.extend(crate::storage::reader_problems(storage));
+    }
     Ok(problems)
 }
 
@@ -302,7 +350,7 @@ impl Archive {
         let flags =
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
         match Connection::open_with_flags(path, flags) {
-            Ok(conn) => found.extend(integrity_problems(&conn)),
+            Ok(conn) => found.extend(integrity_problems(&conn, "integrity_check")),
             Err(e) => found.push(format!("SQLite cannot open the file: {e}")),
         }
         if let Err(e) = mark_damage(path, &found) {
@@ -325,20 +373,20 @@ fn integrity_rows(conn: &Connection, pragma: &str) -> rusqlite::Result<Vec<Strin
 /// own (`PRAGMA integrity_check(NAME)`), so the report lists every one that
 /// is damaged, with what SQLite says of its pages. If even the list of
 /// tables cannot be read (the schema's own pages are damaged), that is said.
-fn integrity_problems(conn: &Connection) -> Vec<String> {
+fn integrity_problems(conn: &Connection, pragma: &str) -> Vec<String> {
     const LIMIT: usize = 1000;
-    let whole = integrity_rows(conn, &format!("PRAGMA integrity_check({LIMIT})"));
+    let whole = integrity_rows(conn, &format!("PRAGMA {pragma}({LIMIT})"));
     let e = match whole {
         Ok(rows) => {
             return rows
                 .into_iter()
                 .filter(|r| r != "ok")
-                .map(|r| format!("integrity_check: {r}"))
+                .map(|r| format!("{pragma}: {r}"))
                 .collect()
         }
         Err(e) => e,
     };
-    let mut found = vec![format!("integrity_check stopped: {e}")];
+    let mut found = vec![format!("{pragma} stopped: {e}")];
     let tables: rusqlite::Result<Vec<String>> = conn
         .prepare(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND rootpage > 0 ORDER BY name",
@@ -397,12 +445,54 @@ struct CompactionRow {
     id: String,
 }
 
+/// How much a check reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckMode {
+    /// Everything: `PRAGMA integrity_check`, the search index's own check,
+    /// and every entry of every session.
+    Full,
+    /// What changed since the last check: `PRAGMA quick_check`, and of each
+    /// session only the entries appended since a check last verified it (a
+    /// session rewritten since, by compact, delete, an import that replaces
+    /// it or a migration, is read whole). See docs/cli.md for what only
+    /// [`CheckMode::Full`] finds.
+    Incremental,
+}
+
+/// What a check read ([`Archive::check_run`]), to say so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckCoverage {
+    /// Sessions checked.
+    pub sessions: u64,
+    /// Of them, those read whole (no mark of an earlier check, or `--full`).
+    pub sessions_whole: u64,
+    /// Of them, those with nothing appended since the last check.
+    pub sessions_unchanged: u64,
+    /// Entries whose stored text was decoded and checked.
+    pub entries_read: u64,
+    /// Sessions whose check is now recorded (a later check reads only what
+    /// is appended to them).
+    pub marks_recorded: u64,
+}
+
+/// A check's findings and what it read.
+#[derive(Debug, Clone, Default)]
+pub struct CheckRun {
+    /// Problems and warnings.
+    pub findings: CheckFindings,
+    /// What it read.
+    pub coverage: CheckCoverage,
+}
+
+/// Marks recorded per write transaction while a check runs.
+const MARKS_PER_WRITE: usize = 256;
+
 impl Archive {
     /// Everything [`Archive::check_consistency`] checks, plus what a reader
     /// of each session would hit: a parent cycle, a root whose parent is
     /// missing where no compaction cuts the walk before it (a file cut from a
     /// longer one; a fork after a compaction is cut there and fine), and the
-    /// active path and its context failing to build. `sessiontree check`.
+    /// active path and its context failing to build. `sessiontree check --full`.
     pub fn check(&self, session: Option<&str>) -> Result<Vec<String>> {
         self.check_with_progress(session, &mut |_, _| {})
     }
@@ -425,7 +515,20 @@ impl Archive {
         session: Option<&str>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<CheckFindings> {
-        self.run_checks(session, true, progress)
+        Ok(self.run_checks(session, true, None, progress)?.findings)
+    }
+
+    /// `sessiontree check`: [`Archive::check_findings`] in `mode`, recording
+    /// what it verified of each session found clean (`check_marks`), so that
+    /// the next [`CheckMode::Incremental`] check reads only what is appended
+    /// after. (The other check methods neither read nor write marks.)
+    pub fn check_run(
+        &self,
+        session: Option<&str>,
+        mode: CheckMode,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<CheckRun> {
+        self.run_checks(session, true, Some(mode), progress)
     }
 
     /// Every consistency check of the archive, or of one session: `PRAGMA
@@ -435,28 +538,46 @@ impl Archive {
     /// table and the search index's own check. The problems found, empty when
     /// what is stored is exactly what the log implies (whatever the log holds).
     pub fn check_consistency(&self, session: Option<&str>) -> Result<Vec<String>> {
-        Ok(self.run_checks(session, false, &mut |_, _| {})?.problems)
+        Ok(self
+            .run_checks(session, false, None, &mut |_, _| {})?
+            .findings
+            .problems)
     }
 
     fn run_checks(
         &self,
         session: Option<&str>,
         reads: bool,
+        marks: Option<CheckMode>,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<CheckFindings> {
+    ) -> Result<CheckRun> {
         let conn = self.conn()?;
+        let incremental = marks == Some(CheckMode::Incremental);
         let mut problems = Vec::new();
         let mut warnings = Vec::new();
+        let mut coverage = CheckCoverage::default();
         // On a damaged file SQLite may refuse the pragma itself; that is
         // damage found too. Nothing else is checked then: every derived check
-        // would read the same broken pages.
-        let damage = integrity_problems(&conn);
+        // would read the same broken pages. The incremental check reads every
+        // page too, but skips comparing each index with its table
+        // (`quick_check`): most of the pragma's time.
+        let damage = integrity_problems(
+            &conn,
+            if incremental {
+                "quick_check"
+            } else {
+                "integrity_check"
+            },
+        );
         if let Err(e) = mark_damage(self.path(), &damage) {
             problems.push(e.to_string());
         }
         if !damage.is_empty() {
             problems.extend(damage);
-            return Ok(CheckFindings { problems, warnings });
+            return Ok(CheckRun {
+                findings: CheckFindings { problems, warnings },
+                coverage,
+            });
         }
         let mut st = conn
             .prepare("SELECT session_key, id FROM sessions WHERE ?1 IS NULL OR id = ?1")
@@ -470,10 +591,15 @@ impl Archive {
             })
             .and_then(Iterator::collect)
             .map_err(sql("checking sessions"))?;
+        drop(st);
         let total = sessions.len() as u64;
         progress(0, total);
         if session.is_none() {
             problems.extend(orphan_rows(&conn)?);
+        }
+        // The search index's own check re-reads the whole index: a full
+        // check's (the incremental one checks each new entry's search row).
+        if session.is_none() && !incremental {
             // The index checks itself only inside a write transaction. Taken
             // up front (IMMEDIATE), it waits for a writer such as a `compact`
             // batch; a statement that reads first and then asks to write is
@@ -499,6 +625,14 @@ impl Archive {
                 Err(e) => problems.push(format!("search index: {e}")),
             }
         }
+        // Claimed before anything is read: a rewrite committed after this
+        // deletes the claim, and with it the mark this run would write.
+        let run = check_run_id();
+        if marks.is_some() {
+            let keys: Vec<i64> = sessions.iter().map(|s| s.key).collect();
+            check_marks::claim(&conn, &keys, run)?;
+        }
+        let mut verified: Vec<(i64, Mark)> = Vec::new();
         for (done, SessionRow { key, id }) in sessions.into_iter().enumerate() {
             let codec = self.codec();
             // One snapshot per session for the checks that read through
@@ -506,22 +640,83 @@ impl Archive {
             // them, whatever is written meanwhile. (The walks read through
             // the session's own storage, a connection of their own.)
             let snapshot = Archive::begin_read(&conn, "checking sessions")?;
-            // A text that does not decode stops the checks that read it; it
-            // is a problem of this session, and the others are still checked.
+            let mut session_problems = Vec::new();
+            let mut mark = if incremental {
+                check_marks::load(&conn, key)?
+            } else {
+                None
+            };
+            // The verified part's rows that appends keep: changed, they were
+            // rewritten past the triggers (damage, or a bug); the session is
+            // then read whole.
+            if let Some(m) = &mark {
+                let now = check_marks::digest(&conn, key, m.seq)?;
+                if now != m.digest {
+                    session_problems.push(format!(
+                        "the rows of its entries through seq {} (their count, segments, leaf events or compactions) changed since check verified them, though nothing rewrote the session",
+                        m.seq
+                    ));
+                    mark = None;
+                }
+            }
+            let verdict = match found_or_damage_verdict(verify_session_entries(
+                &conn,
+                codec,
+                key,
+                mark.as_ref(),
+            ))? {
+                Ok(Some(v)) => Some(v),
+                // The mark does not fit the stored cache: read it whole.
+                Ok(None) => {
+                    mark = None;
+                    match found_or_damage_verdict(verify_session_entries(&conn, codec, key, None))?
+                    {
+                        Ok(v) => v,
+                        Err(damage) => {
+                            session_problems.push(damage);
+                            None
+                        }
+                    }
+                }
+                Err(damage) => {
+                    session_problems.push(damage);
+                    None
+                }
+            };
+            let appended = verdict.as_ref().is_none_or(|v| v.entries_read > 0);
+            coverage.sessions += 1;
+            coverage.sessions_whole += u64::from(mark.is_none());
+            coverage.sessions_unchanged += u64::from(mark.is_some() && !appended);
+            coverage.entries_read += verdict.as_ref().map_or(0, |v| v.entries_read);
+            // A tolerated dangling root is said on every check; the reads
+            // of the active path and context can change only with it.
             let mut found_warnings = Vec::new();
-            let found = [
-                found_or_damage(verify_session_entries(&conn, codec, key))?,
-                if reads {
-                    found_or_damage(verify_walks(
-                        &conn,
-                        &SqliteStorage::new(self.clone(), key, &id),
+            if reads {
+                session_problems.extend(found_or_damage(verify_walks(
+                    &conn,
+                    &SqliteStorage::new(self.clone(), key, &id),
+                    key,
+                    &mut found_warnings,
+                    appended || mark.is_none(),
+                ))?);
+            }
+            let clean = session_problems.is_empty()
+                && verdict.as_ref().is_some_and(|v| v.problems.is_empty());
+            if let Some(v) = verdict {
+                if clean && marks.is_some() {
+                    let seq = v.last_seq.unwrap_or(-1);
+                    verified.push((
                         key,
-                        &mut found_warnings,
-                    ))?
-                } else {
-                    Vec::new()
-                },
-            ];
+                        Mark {
+                            seq,
+                            digest: check_marks::digest(&conn, key, seq)?,
+                            facts: v.facts,
+                            labels: v.labels,
+                        },
+                    ));
+                }
+                session_problems.splice(0..0, v.problems);
+            }
             drop(snapshot);
             warnings.extend(
                 found_warnings
@@ -529,14 +724,42 @@ impl Archive {
                     .map(|w| format!("session {id}: {w}")),
             );
             problems.extend(
-                found
+                session_problems
                     .into_iter()
-                    .flatten()
                     .map(|p| format!("session {id}: {p}")),
             );
+            if verified.len() >= MARKS_PER_WRITE {
+                coverage.marks_recorded += check_marks::record(&conn, run, &verified)? as u64;
+                verified.clear();
+            }
             progress(done as u64 + 1, total);
         }
-        Ok(CheckFindings { problems, warnings })
+        coverage.marks_recorded += check_marks::record(&conn, run, &verified)? as u64;
+        Ok(CheckRun {
+            findings: CheckFindings { problems, warnings },
+            coverage,
+        })
+    }
+}
+
+/// An id for one run of `check`, to tell its claims on marks from another's
+/// (two checks at once: the later claim wins, the earlier writes nothing).
+fn check_run_id() -> i64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (nanos as i64) ^ (i64::from(std::process::id()) << 40)
+}
+
+/// [`found_or_damage`] for a session's verdict: damage met on the way is
+/// `Err(problem)`; other errors stop the check.
+fn found_or_damage_verdict(
+    found: Result<Option<SessionVerdict>>,
+) -> Result<std::result::Result<Option<SessionVerdict>, String>> {
+    match found {
+        Err(Error::Corrupt(damage)) => Ok(Err(damage)),
+        Err(e) => Err(e),
+        Ok(v) => Ok(Ok(v)),
     }
 }
 
@@ -620,8 +843,8 @@ struct ModelSegment {
     tail_depth: i64,
     position: i64,
     jump: Option<usize>,
-    /// Index (in log order) of the nearest compaction above the first entry.
-    inherited_compaction: Option<usize>,
+    /// Key of the nearest compaction above the first entry.
+    inherited_compaction: Option<i64>,
     missing_root_parent: Option<String>,
 }
 /// The branch cache of a session rebuilt in memory from its entries in log
@@ -631,28 +854,153 @@ struct ModelSegment {
 #[derive(Default)]
 struct BranchModel {
     segments: Vec<ModelSegment>,
-    /// id -> (segment index, depth, nearest compaction at or above, by log index)
-    by_id: HashMap<String, (usize, i64, Option<usize>)>,
+    /// id -> (segment index, depth, key of the nearest compaction at or above)
+    by_id: HashMap<String, (usize, i64, Option<i64>)>,
     /// stored segment id <-> model segment index, established in creation order
     seg_map: HashMap<i64, usize>,
+    /// The keys of the entries pushed.
     keys: HashMap<String, i64>,
-    compaction_keys: Vec<i64>,
     leaf_entries: Vec<LeafEventRow>,
+    /// Set by [`BranchModel::seeded`]: the session and its last verified
+    /// entry, whose part is read from the stored cache, not pushed.
+    verified: Option<(i64, i64)>,
 }
 
 impl BranchModel {
+    /// The model as it stood after the entries of session `key` through
+    /// `seq`, read from the stored cache instead of pushing them (an earlier
+    /// check verified that part, and nothing rewrote it since: see
+    /// `check_marks.rs`): the segments those entries are in, in creation
+    /// order, with the tail each had then. Their entries are looked up when
+    /// a later entry names one as its parent ([`BranchModel::place_of`]).
+    /// `None` when the stored cache cannot be such a part (a segment whose
+    /// parent or jump began later, or is gone).
+    fn seeded(conn: &Connection, key: i64, seq: i64) -> Result<Option<Self>> {
+        let what = "verifying the branch cache";
+        // Index-only: `entries_by_seq` holds the key of each entry.
+        let parts: Vec<(i64, i64)> = conn
+            .prepare_cached(
+                "SELECT entry_key >> 32, max(entry_key & 4294967295) FROM entries
+                 WHERE session_key = ?1 AND seq <= ?2
+                 GROUP BY entry_key >> 32 ORDER BY min(seq)",
+            )
+            .and_then(|mut st| {
+                st.query_map([key, seq], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .and_then(Iterator::collect)
+            })
+            .map_err(sql(what))?;
+        let mut model = BranchModel {
+            verified: Some((key, seq)),
+            ..BranchModel::default()
+        };
+        for (sid, tail) in parts {
+            let stored = conn
+                .prepare_cached(
+                    "SELECT parent_segment, first_depth, position, jump_segment,
+                            inherited_compaction, missing_root_parent
+                     FROM segments WHERE segment_id = ?1 AND session_key = ?2",
+                )
+                .and_then(|mut st| {
+                    st.query_row([sid, key], |r| {
+                        Ok((
+                            r.get::<_, Option<i64>>(0)?,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get::<_, Option<i64>>(3)?,
+                            r.get(4)?,
+                            r.get(5)?,
+                        ))
+                    })
+                    .optional()
+                })
+                .map_err(sql(what))?;
+            let Some((parent, first_depth, position, jump, inherited_compaction, missing)) = stored
+            else {
+                return Ok(None);
+            };
+            let index = |s: Option<i64>| match s {
+                None => Some(None),
+                Some(s) => model.seg_map.get(&s).map(|&m| Some(m)),
+            };
+            let (Some(parent), Some(jump)) = (index(parent), index(jump)) else {
+                return Ok(None);
+            };
+            model.segments.push(ModelSegment {
+                parent,
+                first_depth,
+                tail_depth: tail,
+                position,
+                jump,
+                inherited_compaction,
+                missing_root_parent: missing,
+            });
+            model.seg_map.insert(sid, model.segments.len() - 1);
+        }
+        Ok(Some(model))
+    }
+
+    /// Where the entry `id` is placed: pushed, or (in a seeded model) one of
+    /// the verified part, read from its key and the stored compactions.
+    fn place_of(
+        &mut self,
+        conn: &Connection,
+        id: &str,
+    ) -> Result<Option<(usize, i64, Option<i64>)>> {
+        if let Some(place) = self.by_id.get(id) {
+            return Ok(Some(*place));
+        }
+        let Some((session_key, seq)) = self.verified else {
+            return Ok(None);
+        };
+        let what = "verifying the branch cache";
+        let key: Option<i64> = conn
+            .prepare_cached(
+                "SELECT entry_key FROM entries WHERE session_key = ?1 AND id = ?2 AND seq <= ?3",
+            )
+            .and_then(|mut st| {
+                st.query_row(rusqlite::params![session_key, id, seq], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(sql(what))?;
+        let Some(key) = key else { return Ok(None) };
+        let (sid, depth) = split_key(key);
+        let Some(&seg) = self.seg_map.get(&sid) else {
+            return Ok(None);
+        };
+        // The entries of a segment up to a depth are all on the path to it:
+        // the deepest compaction among them, else the one the segment inherits.
+        let nearest: Option<i64> = conn
+            .prepare_cached(
+                "SELECT max(entry_key) FROM compactions
+                 WHERE session_key = ?1 AND entry_key BETWEEN ?2 AND ?3",
+            )
+            .and_then(|mut st| st.query_row([session_key, sid << 32, key], |r| r.get(0)))
+            .map_err(sql(what))?;
+        let place = (
+            seg,
+            depth,
+            nearest.or(self.segments[seg].inherited_compaction),
+        );
+        self.by_id.insert(id.to_owned(), place);
+        Ok(Some(place))
+    }
+
     /// Places the next entry of the log (stored at `key`, `seq`), noting
     /// where the stored key disagrees.
     fn push(
         &mut self,
+        conn: &Connection,
         key: i64,
         seq: i64,
         entry: &Entry,
         problems: &mut Vec<String>,
     ) -> Result<()> {
-        let segments = &mut self.segments;
         let f = entry.facts();
-        let parent = f.parent().and_then(|p| self.by_id.get(p).cloned());
+        let parent = match f.parent() {
+            Some(p) => self.place_of(conn, p)?,
+            None => None,
+        };
+        let segments = &mut self.segments;
         let (seg, depth, above) = match parent {
             Some((pseg, pdepth, above)) if segments[pseg].tail_depth == pdepth => {
                 segments[pseg].tail_depth += 1;
@@ -707,9 +1055,6 @@ impl BranchModel {
             ));
         }
         let is_compaction = f.entry_type == EntryType::Compaction;
-        if is_compaction {
-            self.compaction_keys.push(key);
-        }
         if f.entry_type == EntryType::Leaf {
             self.leaf_entries.push(LeafEventRow {
                 seq,
@@ -717,11 +1062,7 @@ impl BranchModel {
                 target_id: f.target_id.clone(),
             });
         }
-        let nearest = if is_compaction {
-            Some(self.compaction_keys.len() - 1)
-        } else {
-            above
-        };
+        let nearest = if is_compaction { Some(key) } else { above };
         self.keys.insert(f.id.clone(), key);
         self.by_id.insert(f.id.clone(), (seg, depth, nearest));
         Ok(())
@@ -740,8 +1081,8 @@ impl BranchModel {
             segments,
             seg_map,
             keys,
-            compaction_keys,
             leaf_entries,
+            verified,
             ..
         } = self;
         let inverse: HashMap<usize, i64> = seg_map.iter().map(|(s, m)| (*m, *s)).collect();
@@ -777,7 +1118,7 @@ impl BranchModel {
                 tail_depth: model.tail_depth,
                 position: model.position,
                 jump: model.jump.and_then(|j| inverse.get(&j).copied()),
-                inherited_compaction: model.inherited_compaction.map(|c| compaction_keys[c]),
+                inherited_compaction: model.inherited_compaction,
                 missing_root_parent: model.missing_root_parent.clone(),
             };
             if stored != expected {
@@ -816,24 +1157,34 @@ impl BranchModel {
             }
         }
         drop(ancestry);
-        problems.extend(verify_leaf_events(conn, session_key, &leaf_entries)?);
-        problems.extend(verify_compaction_stops(conn, codec, session_key, &keys)?);
+        let after = verified.map_or(i64::MIN, |(_, seq)| seq);
+        problems.extend(verify_leaf_events(conn, session_key, &leaf_entries, after)?);
+        problems.extend(verify_compaction_stops(
+            conn,
+            codec,
+            session_key,
+            &keys,
+            after,
+        )?);
         Ok(())
     }
 }
 
-/// The leaf-event table holds exactly the log's `leaf` entries.
+/// The leaf-event table holds exactly the log's `leaf` entries (those after
+/// seq `after`: the rows of a verified part are in its mark's digest).
 fn verify_leaf_events(
     conn: &Connection,
     session_key: i64,
     expected: &[LeafEventRow],
+    after: i64,
 ) -> Result<Vec<String>> {
     let stored: Vec<LeafEventRow> = conn
-        .prepare(
-            "SELECT seq, entry_key, target_id FROM leaf_events WHERE session_key = ?1 ORDER BY seq",
+        .prepare_cached(
+            "SELECT seq, entry_key, target_id FROM leaf_events
+             WHERE session_key = ?1 AND seq > ?2 ORDER BY seq",
         )
         .and_then(|mut st| {
-            st.query_map([session_key], |r| {
+            st.query_map([session_key, after], |r| {
                 Ok(LeafEventRow {
                     seq: r.get(0)?,
                     entry_key: r.get(1)?,
@@ -858,19 +1209,25 @@ fn verify_leaf_events(
     )])
 }
 
-/// Compaction stops, recomputed by the reference walk of `rules.rs`.
+/// Compaction stops of the entries after seq `after`, recomputed by the
+/// reference walk of `rules.rs` (`keys`: the entries pushed; an earlier one
+/// is looked up by its id).
 fn verify_compaction_stops(
     conn: &Connection,
     codec: &Codec,
     session_key: i64,
     keys: &HashMap<String, i64>,
+    after: i64,
 ) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let mut st = conn
-        .prepare("SELECT c.entry_key, c.stop_key, e.id FROM compactions c JOIN entries e USING (entry_key) WHERE c.session_key = ?1")
+        .prepare_cached(
+            "SELECT c.entry_key, c.stop_key, e.id FROM compactions c JOIN entries e USING (entry_key)
+             WHERE c.session_key = ?1 AND e.seq > ?2",
+        )
         .map_err(sql("verifying the branch cache"))?;
     let stored: Vec<CompactionRow> = st
-        .query_map([session_key], |r| {
+        .query_map([session_key, after], |r| {
             Ok(CompactionRow {
                 entry_key: r.get(0)?,
                 stop_key: r.get(1)?,
@@ -879,8 +1236,25 @@ fn verify_compaction_stops(
         })
         .and_then(Iterator::collect)
         .map_err(sql("verifying the branch cache"))?;
+    // An entry of the log: pushed, or (after a verified part) stored before it.
+    let key_of = |id: &str| -> Result<Option<i64>> {
+        if let Some(k) = keys.get(id) {
+            return Ok(Some(*k));
+        }
+        if after == i64::MIN {
+            return Ok(None);
+        }
+        conn.prepare_cached(
+            "SELECT entry_key FROM entries WHERE session_key = ?1 AND id = ?2 AND seq <= ?3",
+        )
+        .and_then(|mut st| {
+            st.query_row(rusqlite::params![session_key, id, after], |r| r.get(0))
+                .optional()
+        })
+        .map_err(sql("verifying the branch cache"))
+    };
     let lookup = |id: &str| -> Result<Option<Entry>> {
-        match keys.get(id) {
+        match key_of(id)? {
             Some(k) => {
                 let json: rusqlite::types::Value = conn
                     .prepare_cached("SELECT json FROM entries WHERE entry_key = ?1")
@@ -902,7 +1276,7 @@ fn verify_compaction_stops(
         // The cache stores where the rule stops a walk from the compaction,
         // and nothing when the walk reaches the root or cannot be made.
         let expected = match crate::rules::walk(Some(&id), lookup) {
-            Ok(w) if w.end == WalkEnd::CompactionStop => keys.get(w.path[0].id()).copied(),
+            Ok(w) if w.end == WalkEnd::CompactionStop => key_of(w.path[0].id())?,
             _ => None,
         };
         if expected != stop {

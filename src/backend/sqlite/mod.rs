@@ -33,6 +33,7 @@ mod archive;
 pub(crate) mod block;
 pub(crate) mod branch_cache;
 mod check;
+mod check_marks;
 mod checkpointer;
 pub(crate) mod claim;
 pub(crate) mod codec;
@@ -53,6 +54,7 @@ mod writer;
 
 pub use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
 pub use branch_cache::{CacheSize, ReadCost};
+pub use check::{CheckCoverage, CheckMode, CheckRun};
 pub use compact::{CompactOptions, CompactReport, StorageSplit};
 pub use connection::{damage_marker, ConnectionManager, Pool};
 pub use handle::{Archive, ArchiveConn, TRAIN_AFTER_APPENDING};

@@ -101,6 +101,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0015_usage_daily_by_writer.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../../schema/0016_check_marks.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -186,7 +190,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 15;
+pub const FRESH_SCHEMA_VERSION: i64 = 16;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step
