@@ -167,7 +167,6 @@ Examples:
 Examples:
   sessiontree check                 # what changed since the last check
   sessiontree check --full          # the whole archive, every entry and page
-  sessiontree check ffae            # one session
   sessiontree check session.jsonl   # a pi file, without importing it
 
 Without --full, a session a check found clean is not read again: the next
