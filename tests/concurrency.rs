@@ -888,7 +888,11 @@ fn an_import_that_loses_the_lock_between_batches_leaves_no_connection_relaxed() 
     };
     // Once a batch has committed, take the lock in a gap between batches
     // (3 ms: tried every 200 µs) and keep it past the 10 s busy timeout.
+    // The holder must not wait itself: rusqlite's default busy handler
+    // sleeps in steps of up to 100 ms, which can miss every 3 ms gap until
+    // the import's last commit.
     let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.busy_timeout(Duration::ZERO).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while staged_sessions(&db) == 0 {
         assert!(Instant::now() < deadline, "no batch committed");
