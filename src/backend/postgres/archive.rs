@@ -757,14 +757,7 @@ impl pending::PendingStore for PgArchive {
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(pg(ctx))?;
         let key = lock_session_row(&mut tx, id, ctx)?;
-        refuse_if_held(&mut tx, key, id)?;
-        tx.execute(
-            "UPDATE sessions SET pending = $2 WHERE session_key = $1",
-            &[&key, &DELETE_MARK],
-        )
-        .map_err(pg(ctx))?;
-        claim::record(&mut PgClaims(&mut tx), key, token)?;
-        tx.commit().map_err(pg(ctx))?;
+        mark_deleted_and_claim(tx, key, id, token, ctx)?;
         Ok(key)
     }
 
@@ -781,14 +774,7 @@ impl pending::PendingStore for PgArchive {
         if marked.is_none() {
             return Ok(false);
         }
-        refuse_if_held(&mut tx, key, id)?;
-        tx.execute(
-            "UPDATE sessions SET pending = $2 WHERE session_key = $1",
-            &[&key, &DELETE_MARK],
-        )
-        .map_err(pg(ctx))?;
-        claim::record(&mut PgClaims(&mut tx), key, token)?;
-        tx.commit().map_err(pg(ctx))?;
+        mark_deleted_and_claim(tx, key, id, token, ctx)?;
         Ok(true)
     }
 
@@ -1036,6 +1022,25 @@ fn ts_query_of(groups: &[Vec<search::Term>], within: &str) -> Option<String> {
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(" & "))
+}
+
+/// Marks session `key` (`id`) deleted and records `token`'s claim on it in
+/// `tx`, then commits: refused while a live writer holds the session.
+fn mark_deleted_and_claim(
+    mut tx: postgres::Transaction<'_>,
+    key: i64,
+    id: &str,
+    token: &str,
+    ctx: &'static str,
+) -> Result<()> {
+    refuse_if_held(&mut tx, key, id)?;
+    tx.execute(
+        "UPDATE sessions SET pending = $2 WHERE session_key = $1",
+        &[&key, &DELETE_MARK],
+    )
+    .map_err(pg(ctx))?;
+    claim::record(&mut PgClaims(&mut tx), key, token)?;
+    tx.commit().map_err(pg(ctx))
 }
 
 #[cfg(test)]

@@ -511,22 +511,29 @@ pub fn visit_path(
     cost: &mut ReadCost,
     sink: &mut dyn FnMut(Entry) -> Result<()>,
 ) -> Result<()> {
-    // A deferred read transaction where the caller has none: the ranges
-    // and the rows they name come from one snapshot.
-    let snapshot = if conn.is_autocommit() {
-        Some(
-            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Deferred)
-                .map_err(sql("starting a path read"))?,
-        )
-    } else {
-        None
-    };
+    // The ranges and the rows they name come from one snapshot.
+    let snapshot = read_snapshot(conn, "starting a path read")?;
     let plan = plan(conn, session_key, start, None, cost)?;
     visit_planned(conn, codec, &plan, cost, sink)?;
     if let Some(tx) = snapshot {
         tx.commit().map_err(sql("ending a path read"))?;
     }
     Ok(())
+}
+
+/// A deferred read transaction on `conn` where the caller holds none, so
+/// that every statement until it ends reads one snapshot; `None` inside the
+/// caller's own transaction. `what` names the read in an error.
+pub fn read_snapshot<'c>(
+    conn: &'c Connection,
+    what: &'static str,
+) -> Result<Option<rusqlite::Transaction<'c>>> {
+    if !conn.is_autocommit() {
+        return Ok(None);
+    }
+    rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Deferred)
+        .map(Some)
+        .map_err(sql(what))
 }
 
 /// The entries of `plan`'s path, from its start's depth up to its `low`

@@ -368,17 +368,7 @@ impl SessionStorage for SqliteStorage {
         let conn = self.archive.conn()?;
         let fail = sql("reading a path's hint");
         // One snapshot for every statement below.
-        let snapshot = if conn.is_autocommit() {
-            Some(
-                rusqlite::Transaction::new_unchecked(
-                    &conn,
-                    rusqlite::TransactionBehavior::Deferred,
-                )
-                .map_err(&fail)?,
-            )
-        } else {
-            None
-        };
+        let snapshot = branch_cache::read_snapshot(&conn, "reading a path's hint")?;
         let broken: Option<String> = conn
             .prepare_cached("SELECT broken_message_id FROM sessions WHERE session_key = ?1")
             .and_then(|mut st| st.query_row([self.session_key], |r| r.get(0)).optional())
@@ -474,17 +464,7 @@ impl SessionStorage for SqliteStorage {
         use crate::backend::branch_rules::split_key;
         let conn = self.archive.conn()?;
         let fail = sql("reading a path range");
-        let snapshot = if conn.is_autocommit() {
-            Some(
-                rusqlite::Transaction::new_unchecked(
-                    &conn,
-                    rusqlite::TransactionBehavior::Deferred,
-                )
-                .map_err(&fail)?,
-            )
-        } else {
-            None
-        };
+        let snapshot = branch_cache::read_snapshot(&conn, "reading a path range")?;
         let Some(key) = branch_cache::key_of(&conn, self.session_key, start)? else {
             return Ok(());
         };
