@@ -97,6 +97,14 @@ impl LogCheckpointer {
     pub(super) fn log_pages(&self) -> i64 {
         self.log_pages.load(Ordering::Relaxed)
     }
+
+    /// This handle's turn to checkpoint: held, its thread runs none.
+    pub(super) fn turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared
+            .checkpointing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The checkpointing thread: one `PASSIVE` checkpoint per wake, at most one
@@ -200,11 +208,7 @@ pub(super) fn keep_log_short(conn: &rusqlite::Connection, checkpointer: &LogChec
     if pages < LONG_OPERATION_LOG_PAGES || !retry {
         return;
     }
-    let _turn = checkpointer
-        .shared
-        .checkpointing
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let _turn = checkpointer.turn();
     let started = Instant::now();
     // Busy: another process checkpoints.
     while let Ok(false) = passive_checkpoint(conn) {

@@ -51,8 +51,15 @@ pub(super) fn wait_a_second(attempt: i32) -> bool {
 
 /// Checkpoints the whole log into the database and truncates it, waiting
 /// at most a second for readers ([`wait_a_second`]); the connection's own
-/// busy handler is back afterwards.
-pub(super) fn truncate_log(conn: &mut Connection) -> rusqlite::Result<()> {
+/// busy handler is back afterwards. It takes the handle's checkpoint turn
+/// first: SQLite does not wait for a checkpoint already running, and one of
+/// the handle's background checkpoints running then left the whole log
+/// (a compact's report counted 6 MB of log as archive bytes).
+pub(super) fn truncate_log(
+    conn: &mut Connection,
+    checkpointer: &LogCheckpointer,
+) -> rusqlite::Result<()> {
+    let _turn = checkpointer.turn();
     conn.busy_handler(Some(wait_a_second))?;
     let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
     conn.busy_handler(Some(wait_for_the_lock))?;
