@@ -882,6 +882,45 @@ fn one_check_pass_names_text_cache_and_facts_damage_together() -> R {
     Ok(())
 }
 
+/// Damage inside the search index (a page of its inverted index
+/// overwritten) is named by `check` and by the incremental check alike:
+/// SQLite's page check runs FTS5's own check of the index, so no check
+/// needs the write lock to run it again.
+#[test]
+fn check_names_a_damaged_search_index_without_the_write_lock() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let (entries, _) = adversarial_entries(Adversary::Regenerate, 40);
+    archive.create_session_with(&new_session("s"), entries.into_iter().map(Ok))?;
+    // Another connection holds the write lock all the while (a writer
+    // mid-batch): the check must not need it.
+    let holder = rusqlite::Connection::open(archive.path())?;
+    holder.execute_batch("BEGIN IMMEDIATE")?;
+    let clean = archive.check(None);
+    holder.execute_batch("ROLLBACK")?;
+    assert_eq!(clean?, Vec::<String>::new());
+    let changed = archive.conn()?.execute(
+        "UPDATE message_text_data SET block = zeroblob(length(block))
+             WHERE id = (SELECT max(id) FROM message_text_data)",
+        [],
+    )?;
+    assert_eq!(changed, 1);
+    holder.execute_batch("BEGIN IMMEDIATE")?;
+    let full = archive.check(None)?;
+    let incremental = archive
+        .check_run(None, CheckMode::Incremental, &mut |_, _| {})?
+        .findings
+        .problems;
+    holder.execute_batch("ROLLBACK")?;
+    for (which, problems) in [("full", &full), ("incremental", &incremental)] {
+        assert!(
+            problems.iter().any(|p| p.contains("message_text")),
+            "{which}: {problems:?}"
+        );
+    }
+    Ok(())
+}
+
 /// A handle decodes a row once: reading the active path again decodes only
 /// the rows appended since, and every answer is the same text.
 #[test]

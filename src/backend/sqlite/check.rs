@@ -448,8 +448,8 @@ struct CompactionRow {
 /// How much a check reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckMode {
-    /// Everything: `PRAGMA integrity_check`, the search index's own check,
-    /// and every entry of every session.
+    /// Everything: `PRAGMA integrity_check` (with the search index's own
+    /// check, as `quick_check` has too), and every entry of every session.
     Full,
     /// What changed since the last check: `PRAGMA quick_check`, and of each
     /// session only the entries appended since a check last verified it (a
@@ -535,7 +535,7 @@ impl Archive {
     /// integrity_check`, then per session its branch cache against a rebuild,
     /// its entries' stored text, blobs and search rows, and its maintained
     /// facts against a replay; archive-wide also orphan rows of every derived
-    /// table and the search index's own check. The problems found, empty when
+    /// table (the search index's own check runs within the pragma). The problems found, empty when
     /// what is stored is exactly what the log implies (whatever the log holds).
     pub fn check_consistency(&self, session: Option<&str>) -> Result<Vec<String>> {
         Ok(self
@@ -597,34 +597,10 @@ impl Archive {
         if session.is_none() {
             problems.extend(orphan_rows(&conn)?);
         }
-        // The search index's own check re-reads the whole index: a full
-        // check's (the incremental one checks each new entry's search row).
-        if session.is_none() && !incremental {
-            // The index checks itself only inside a write transaction. Taken
-            // up front (IMMEDIATE), it waits for a writer such as a `compact`
-            // batch; a statement that reads first and then asks to write is
-            // refused outright once another connection has committed
-            // (SQLITE_BUSY_SNAPSHOT). It writes nothing: rolled back.
-            let checked = rusqlite::Transaction::new_unchecked(
-                &conn,
-                rusqlite::TransactionBehavior::Immediate,
-            )
-            .and_then(|tx| {
-                tx.execute(
-                    "INSERT INTO message_text (message_text, rank) VALUES ('integrity-check', 0)",
-                    [],
-                )?;
-                tx.rollback()
-            });
-            match checked {
-                Ok(()) => {}
-                // A busy archive is not damage: the check stops, saying so.
-                Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
-                    return Err(sql("checking the search index")(e));
-                }
-                Err(e) => problems.push(format!("search index: {e}")),
-            }
-        }
+        // The search index's own check (FTS5's `integrity-check`) is part
+        // of both pragmas above: SQLite runs every virtual table's check.
+        // It used to run again here inside a write transaction, holding the
+        // write lock for a whole read of the index.
         // Claimed before anything is read: a rewrite committed after this
         // deletes the claim, and with it the mark this run would write.
         let run = check_run_id();
