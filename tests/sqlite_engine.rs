@@ -1539,6 +1539,22 @@ fn usage_facts_equal_pi_16_stats_and_cost_breakdown_per_session() -> R {
         "the breakdowns hold several keys: {models_seen}"
     );
     assert!(facts.keys().any(|(_, m)| m == "Tools/summaries"));
+    // `check` sums the counted facts again and compares each day's row
+    // (the archive's hostile session has a parent cycle, which it names).
+    let found = archive.check(None)?;
+    assert!(!found.iter().any(|p| p.contains("usage")), "{found:?}");
+    let changed = archive.conn()?.execute(
+        "UPDATE usage_daily SET cost = cost + 0.01
+          WHERE (session_key, day, model) = (SELECT session_key, day, model FROM usage_daily LIMIT 1)",
+        [],
+    )?;
+    assert_eq!(changed, 1);
+    let problems = archive.check(None)?;
+    let usage: Vec<_> = problems.iter().filter(|p| !found.contains(p)).collect();
+    assert!(
+        usage.len() == 1 && usage[0].contains("its counted facts sum to"),
+        "{problems:?}"
+    );
     Ok(())
 }
 
@@ -1584,6 +1600,17 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
     assert_eq!(archive.list(&Default::default())?, fresh_list);
     // The fork's copies are not counted: the usage is what it was before it.
     assert_eq!(fresh_usage, before);
+    let no_usage_problem = |archive: &Archive| -> R {
+        let found = archive.check(None)?;
+        assert!(!found.iter().any(|p| p.contains("usage")), "{found:?}");
+        Ok(())
+    };
+    no_usage_problem(&archive)?;
+    // Deleting the forked-from session counts the fork's copies instead.
+    let counted_before = archive.usage(&Default::default())?;
+    archive.delete_session("ffae836b-9420-4060-ac13-7745215f90ff")?;
+    no_usage_problem(&archive)?;
+    assert_ne!(archive.usage(&Default::default())?, counted_before);
     Ok(())
 }
 

@@ -597,6 +597,7 @@ impl Archive {
         if session.is_none() {
             problems.extend(orphan_rows(&conn)?);
         }
+        problems.extend(usage_day_sums(&conn, session)?);
         // The search index's own check (FTS5's `integrity-check`) is part
         // of both pragmas above: SQLite runs every virtual table's check.
         // It used to run again here inside a write transaction, holding the
@@ -780,6 +781,69 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
     }
     Ok(problems)
 }
+/// The per-day usage sums (`usage_daily`, which `stats` and `usage` read)
+/// against the counted usage facts they sum: the writer adds them up in
+/// memory ([`super::writer`]), so a sum lost or counted twice by a batch
+/// boundary, a resumed import or a delete would otherwise go unnoticed.
+/// Floats are compared to a relative 1e-9: the writer adds in append
+/// order, SQL in any.
+fn usage_day_sums(conn: &Connection, session: Option<&str>) -> Result<Vec<String>> {
+    const MOST: usize = 20;
+    let mut st = conn
+        .prepare(
+            "WITH facts AS (
+                 SELECT session_key, coalesce(at_ms / 86400000 - (at_ms % 86400000 < 0), 0) AS day,
+                        model, count(*) AS entries, sum(input) AS input, sum(output) AS output,
+                        sum(cache_read) AS cache_read, sum(cache_write) AS cache_write,
+                        sum(cost) AS cost
+                   FROM usage_facts WHERE counted GROUP BY 1, 2, 3)
+             SELECT s.id, day, model,
+                    d.entries, d.input, d.output, d.cache_read, d.cache_write, d.cost,
+                    f.entries, f.input, f.output, f.cache_read, f.cache_write, f.cost
+               FROM usage_daily d FULL JOIN facts f USING (session_key, day, model)
+               JOIN sessions s USING (session_key)
+              WHERE ?1 IS NULL OR s.id = ?1",
+        )
+        .map_err(sql("checking usage sums"))?;
+    let mut rows = st.query([session]).map_err(sql("checking usage sums"))?;
+    let mut problems = Vec::new();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    while let Some(r) = rows.next().map_err(sql("checking usage sums"))? {
+        let sums = |from: usize| -> rusqlite::Result<Option<(i64, [f64; 5])>> {
+            let Some(entries) = r.get::<_, Option<i64>>(from)? else {
+                return Ok(None);
+            };
+            let mut values = [0.0; 5];
+            for (i, v) in values.iter_mut().enumerate() {
+                *v = r.get(from + 1 + i)?;
+            }
+            Ok(Some((entries, values)))
+        };
+        let (stored, counted) = (
+            sums(3).map_err(sql("checking usage sums"))?,
+            sums(9).map_err(sql("checking usage sums"))?,
+        );
+        let agree = match (stored, counted) {
+            (Some((n, a)), Some((m, b))) => n == m && a.iter().zip(&b).all(|(x, y)| close(*x, *y)),
+            _ => false,
+        };
+        if agree {
+            continue;
+        }
+        if problems.len() == MOST {
+            problems.push("usage: more day sums differ (first 20 named)".to_owned());
+            break;
+        }
+        let id: String = r.get(0).map_err(sql("checking usage sums"))?;
+        let day: i64 = r.get(1).map_err(sql("checking usage sums"))?;
+        let model: String = r.get(2).map_err(sql("checking usage sums"))?;
+        problems.push(format!(
+            "session {id}: usage of day {day} ({model}) is {stored:?} (entries, [input, output, cache read, cache write, cost]), its counted facts sum to {counted:?}"
+        ));
+    }
+    Ok(problems)
+}
+
 /// Compares the maintained facts (leaf, name, stats) and labels with their
 /// replay from the log.
 fn compare_session_facts(
