@@ -7,7 +7,7 @@
 //! (`sessiontree_migration_appended`, filled by a trigger on `entries`), and
 //! does the first batch. Each later transaction reads the cursor, rewrites
 //! rows until [`BATCHED_WRITE`] has passed (or the test's row bound), and
-//! stores the cursor; the last one also drops the cursor, the log and its
+//! stores the cursor, then pauses [`GAP`] for waiting writers; the last one also drops the cursor, the log and its
 //! triggers and sets `user_version`, so the schema a finished step leaves is
 //! exactly the one-transaction step's. A process killed between batches
 //! leaves the cursor: the next open goes on from it.
@@ -33,14 +33,13 @@
 //!
 //! [`BATCHED_WRITE`]: crate::backend::sqlite::writer::BATCHED_WRITE
 
-use super::{current_version, MigrationProgress};
+use super::version::current_version;
 use crate::backend::pending;
 use crate::backend::sqlite::error::sql;
-use crate::backend::sqlite::writer::STAGED_GAP;
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where a batched rewrite stands; kept in `sessiontree_migration` between
 /// transactions.
@@ -74,6 +73,16 @@ pub struct Batched {
 /// 0.6 ms of step 14's CPU (9 µs an entry at 200,000 entries), so that on a
 /// loaded machine a batch runs past [`BATCHED_WRITE`] by little.
 const CHUNK: u64 = 64;
+
+/// The pause between two batches. Longer than other batched writes'
+/// [`STAGED_GAP`](crate::backend::sqlite::writer::STAGED_GAP) (3 ms): on a loaded machine a waiting writer, woken late
+/// from its 1 ms busy-wait sleep, missed most 3 ms gaps and waited two or
+/// three batches. Measured at 200,000 entries, a writer polling every
+/// millisecond: at load 11, 3 ms gaps gave wait p50 62 ms, max 186 ms, and
+/// 20 ms gaps p50 11 ms, max 123 ms; at load 8, 20 ms gaps p50 6–16 ms,
+/// max 90–95 ms (docs/durability.md). A migration runs once per archive;
+/// the writers it delays do not.
+const GAP: Duration = Duration::from_millis(20);
 
 /// The cursor and the log of entries appended while the step runs. Every
 /// build's inserts fire the trigger (it is plain SQL in the schema), so an
@@ -120,14 +129,15 @@ fn chunk_rows(rows: u64) -> u64 {
 
 /// Brings the database to `version` by step `sql_text` + `rewrite` in
 /// batches, going on from a cursor a killed or concurrent run left.
-/// `progress` hears after each batch's commit (outside the transaction).
+/// `progress` hears (done, total) after each batch's commit (outside the
+/// transaction).
 pub(super) fn run(
     conn: &mut Connection,
     path: &Path,
     sql_text: &str,
     rewrite: &Batched,
     version: i64,
-    progress: &mut dyn FnMut(MigrationProgress),
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     let ctx = || format!("applying schema migration {version} to {}", path.display());
     loop {
@@ -160,15 +170,11 @@ pub(super) fn run(
             save_cursor(&tx, version, &cursor)?;
         }
         tx.commit().map_err(|e| Error::sqlite(ctx(), e))?;
-        progress(MigrationProgress {
-            version,
-            done: cursor.done,
-            total: cursor.total.max(cursor.done),
-        });
+        progress(cursor.done, cursor.total.max(cursor.done));
         if cursor.finished {
             return Ok(());
         }
-        pending::pause(STAGED_GAP);
+        pending::pause(GAP);
     }
 }
 
@@ -179,16 +185,12 @@ pub(super) fn run_whole(
     tx: &Connection,
     rewrite: &Batched,
     version: i64,
-    progress: &mut dyn FnMut(MigrationProgress),
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     let mut cursor = begin(tx, rewrite, version)?;
     while !cursor.finished {
         (rewrite.chunk)(tx, &mut cursor, CHUNK)?;
-        progress(MigrationProgress {
-            version,
-            done: cursor.done,
-            total: cursor.total.max(cursor.done),
-        });
+        progress(cursor.done, cursor.total.max(cursor.done));
     }
     tx.execute_batch(DROP_SCRATCH)
         .map_err(sql("finishing a migration"))

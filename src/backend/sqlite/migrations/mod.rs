@@ -15,20 +15,25 @@ mod v4_exact_facts;
 mod v5_branch_cache_v2;
 mod v6_compact_archive;
 mod v8_search_without_positions;
+mod version;
 
 use crate::error::{Error, Result};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::Path;
 
 pub use batched::Batched;
+pub use version::current_version;
+
+/// Code that rewrites rows in a step's one transaction, reporting progress
+/// as (done, total) in units of its choosing.
+pub type WholeRewrite = fn(&Transaction, &mut dyn FnMut(u64, u64)) -> Result<()>;
 
 /// Code that rewrites rows after a step's SQL.
 #[derive(Clone, Copy)]
 pub enum Rewrite {
-    /// In the step's one transaction, reporting progress as (done, total) in
-    /// units of its choosing. For a step whose rewrite changes what older
-    /// builds read (they may read between batches): see [`batched`].
-    Whole(fn(&Transaction, &mut dyn FnMut(u64, u64)) -> Result<()>),
+    /// In the step's one transaction: for a step whose rewrite changes what
+    /// older builds read (they may read between batches; see [`batched`]).
+    Whole(WholeRewrite),
     /// In batches after the step's SQL, each its own transaction.
     Batched(Batched),
 }
@@ -130,12 +135,6 @@ pub fn latest_version() -> i64 {
     MIGRATIONS.len() as i64
 }
 
-/// The schema version stored in the database.
-pub fn current_version(conn: &Connection) -> Result<i64> {
-    conn.pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(|e| Error::sqlite("reading the schema version", e))
-}
-
 /// Brings the database to the latest schema; refuses a database newer than
 /// this build. `progress` hears from steps that rewrite rows.
 pub fn migrate(
@@ -163,7 +162,20 @@ pub fn migrate(
         let version = i as i64 + 1;
         let ctx = || format!("applying schema migration {version} to {}", path.display());
         if let Some(Rewrite::Batched(rewrite)) = step.rewrite {
-            batched::run(conn, path, step.sql, &rewrite, version, progress)?;
+            batched::run(
+                conn,
+                path,
+                step.sql,
+                &rewrite,
+                version,
+                &mut |done, total| {
+                    progress(MigrationProgress {
+                        version,
+                        done,
+                        total,
+                    })
+                },
+            )?;
             migrated = true;
             continue;
         }
@@ -205,7 +217,15 @@ fn apply(
             })
         })?,
         // The same chunks a batched run does, all in this transaction.
-        Some(Rewrite::Batched(rewrite)) => batched::run_whole(tx, &rewrite, version, progress)?,
+        Some(Rewrite::Batched(rewrite)) => {
+            batched::run_whole(tx, &rewrite, version, &mut |done, total| {
+                progress(MigrationProgress {
+                    version,
+                    done,
+                    total,
+                })
+            })?
+        }
     }
     tx.pragma_update(None, "user_version", version)
         .map_err(|e| Error::sqlite(ctx(), e))
