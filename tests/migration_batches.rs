@@ -64,6 +64,32 @@ fn archive_at_13(dir: &Path, entries: usize) -> Result<PathBuf, Box<dyn std::err
     Ok(db)
 }
 
+/// The version-13 archive of 1,500 entries and a copy of it migrated in one
+/// go (the reference), made once for the tests of this file (read only;
+/// each test migrates its own copy).
+struct Fixture {
+    _dir: tempfile::TempDir,
+    old: PathBuf,
+    reference: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: std::sync::OnceLock<Fixture> = std::sync::OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        bound_batches();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let old = archive_at_13(dir.path(), 1_500).expect("a version-13 archive");
+        let reference = dir.path().join("reference.db");
+        copy_db(&old, &reference).expect("a copy");
+        Archive::open(&reference, Durability::Relaxed).expect("the reference migrates");
+        Fixture {
+            _dir: dir,
+            old,
+            reference,
+        }
+    })
+}
+
 fn copy_db(from: &Path, to: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Connection::open(from)?.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     std::fs::copy(from, to)?;
@@ -123,18 +149,16 @@ fn facts_by_entry(db: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> 
 fn step_14_commits_in_batches_while_another_connection_appends() -> R {
     bound_batches();
     let dir = tempfile::tempdir()?;
-    let old = archive_at_13(dir.path(), 1_500)?;
-    let reference = dir.path().join("reference.db");
-    copy_db(&old, &reference)?;
+    let Fixture { old, reference, .. } = fixture();
     let (usage, list) = {
-        let archive = Archive::open(&reference, Durability::Relaxed)?;
+        let archive = Archive::open(reference, Durability::Relaxed)?;
         (
             archive.usage(&Default::default())?,
             archive.list(&Default::default())?,
         )
     };
     let db = dir.path().join("a.db");
-    copy_db(&old, &db)?;
+    copy_db(old, &db)?;
     // The last 10 entries of the first session (the first the step
     // records) are taken out, to be appended again (the same rows) once
     // the step has passed that session: only its log of appended entries
@@ -227,7 +251,7 @@ fn step_14_commits_in_batches_while_another_connection_appends() -> R {
     let archive = Archive::open(&db, Durability::Relaxed)?;
     assert_eq!(archive.usage(&Default::default())?, usage);
     assert_eq!(archive.list(&Default::default())?, list);
-    assert_eq!(facts_by_entry(&db)?, facts_by_entry(&reference)?);
+    assert_eq!(facts_by_entry(&db)?, facts_by_entry(reference)?);
     let leftovers: i64 = other.query_row(
         "SELECT count(*) FROM sqlite_schema WHERE name LIKE 'sessiontree_migration%'",
         [],
@@ -256,16 +280,13 @@ fn cursor_done(db: &Path) -> Option<i64> {
 fn a_killed_step_14_goes_on_at_the_next_open_as_if_uninterrupted() -> R {
     bound_batches();
     let dir = tempfile::tempdir()?;
-    let old = archive_at_13(dir.path(), 1_500)?;
-    let reference = dir.path().join("reference.db");
-    copy_db(&old, &reference)?;
-    Archive::open(&reference, Durability::Relaxed)?;
-    let expected = step_14_rows(&reference)?;
+    let Fixture { old, reference, .. } = fixture();
+    let expected = step_14_rows(reference)?;
     let entries: i64 =
-        Connection::open(&old)?.query_row("SELECT count(*) FROM entries", [], |r| r.get(0))?;
+        Connection::open(old)?.query_row("SELECT count(*) FROM entries", [], |r| r.get(0))?;
     for (trial, after) in [200, 900].into_iter().enumerate() {
         let db = dir.path().join(format!("killed-{trial}.db"));
-        copy_db(&old, &db)?;
+        copy_db(old, &db)?;
         let mut child = std::process::Command::new(support::bin())
             .arg("--db")
             .arg(&db)
@@ -304,5 +325,41 @@ fn a_killed_step_14_goes_on_at_the_next_open_as_if_uninterrupted() -> R {
             "after kill -9 at {left} entries"
         );
     }
+    Ok(())
+}
+
+/// Two processes of this build open the version-13 archive at once: each
+/// takes batches from the one cursor (neither records an entry twice nor
+/// passes one over), both list what the reference lists, and the rows equal a single
+/// uninterrupted migration's.
+#[test]
+fn two_processes_migrating_at_once_share_the_cursor() -> R {
+    bound_batches();
+    let dir = tempfile::tempdir()?;
+    let Fixture { old, reference, .. } = fixture();
+    let db = dir.path().join("shared.db");
+    copy_db(old, &db)?;
+    let start = || {
+        std::process::Command::new(support::bin())
+            .arg("--db")
+            .arg(&db)
+            .arg("ls")
+            .env("SESSIONTREE_TEST_BATCH", "50:2")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+    };
+    let (first, second) = (start()?, start()?);
+    let listed = support::run_cli(["--db", reference.to_str().ok_or("utf-8")?, "ls"]);
+    assert!(listed.status.success(), "{listed:?}");
+    for child in [first, second] {
+        let out = child.wait_with_output()?;
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            out.stdout, listed.stdout,
+            "both list what the reference lists"
+        );
+    }
+    assert_eq!(step_14_rows(&db)?, step_14_rows(reference)?);
     Ok(())
 }
