@@ -1,26 +1,45 @@
 //! Schema migrations: the files in `schema/`, applied in order, with SQLite's
 //! `user_version` as the cursor. Released files are never edited or reordered;
 //! each step runs in its own IMMEDIATE transaction (a new database gets
-//! them all in one). A step that rewrites rows the SQL cannot has its code
-//! in a module of its own here, named after its schema file.
+//! them all in one), except a step whose rewrite is [`Rewrite::Batched`]:
+//! its SQL and first batch, then batches of at most
+//! [`BATCHED_WRITE`](super::writer::BATCHED_WRITE) each with a durable cursor
+//! ([`batched`]), `user_version` bumped by its last batch. A step that
+//! rewrites rows the SQL cannot has its code in a module of its own here,
+//! named after its schema file.
 
+mod batched;
 mod v10_role_in_entries;
 mod v14_usage_facts;
 mod v4_exact_facts;
 mod v5_branch_cache_v2;
 mod v6_compact_archive;
 mod v8_search_without_positions;
+mod version;
 
 use crate::error::{Error, Result};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::Path;
 
-/// Code that rewrites rows after a step's SQL, in the same transaction,
-/// reporting progress as (done, total) in units of its choosing.
-pub type Rewrite = fn(&Transaction, &mut dyn FnMut(u64, u64)) -> Result<()>;
+pub use batched::Batched;
+pub use version::current_version;
+
+/// Code that rewrites rows in a step's one transaction, reporting progress
+/// as (done, total) in units of its choosing.
+pub type WholeRewrite = fn(&Transaction, &mut dyn FnMut(u64, u64)) -> Result<()>;
+
+/// Code that rewrites rows after a step's SQL.
+#[derive(Clone, Copy)]
+pub enum Rewrite {
+    /// In the step's one transaction: for a step whose rewrite changes what
+    /// older builds read (they may read between batches; see [`batched`]).
+    Whole(WholeRewrite),
+    /// In batches after the step's SQL, each its own transaction.
+    Batched(Batched),
+}
 
 /// One migration step: its SQL file, then the code that rewrites rows the SQL
-/// cannot (in the same transaction).
+/// cannot.
 pub struct Migration {
     /// The schema file's text.
     pub sql: &'static str,
@@ -55,15 +74,17 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         sql: include_str!("../../../../schema/0004_exact_facts.sql"),
-        rewrite: Some(v4_exact_facts::refresh_all_session_facts),
+        rewrite: Some(Rewrite::Whole(v4_exact_facts::refresh_all_session_facts)),
     },
     Migration {
         sql: include_str!("../../../../schema/0005_branch_cache_v2.sql"),
-        rewrite: Some(|tx, progress| v5_branch_cache_v2::migrate_to_v2(tx, progress)),
+        rewrite: Some(Rewrite::Whole(|tx, progress| {
+            v5_branch_cache_v2::migrate_to_v2(tx, progress)
+        })),
     },
     Migration {
         sql: include_str!("../../../../schema/0006_compact_archive.sql"),
-        rewrite: Some(v6_compact_archive::migrate_to_v6),
+        rewrite: Some(Rewrite::Whole(v6_compact_archive::migrate_to_v6)),
     },
     Migration {
         sql: include_str!("../../../../schema/0007_staged_imports.sql"),
@@ -71,7 +92,9 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         sql: include_str!("../../../../schema/0008_search_without_positions.sql"),
-        rewrite: Some(v8_search_without_positions::reindex_all_entries),
+        rewrite: Some(Rewrite::Whole(
+            v8_search_without_positions::reindex_all_entries,
+        )),
     },
     Migration {
         sql: include_str!("../../../../schema/0009_trailing_message.sql"),
@@ -79,7 +102,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         sql: include_str!("../../../../schema/0010_role_in_entries.sql"),
-        rewrite: Some(v10_role_in_entries::reindex_text_only),
+        rewrite: Some(Rewrite::Whole(v10_role_in_entries::reindex_text_only)),
     },
     Migration {
         sql: include_str!("../../../../schema/0011_entry_blocks.sql"),
@@ -95,7 +118,7 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         sql: include_str!("../../../../schema/0014_usage_facts.sql"),
-        rewrite: Some(v14_usage_facts::fill_usage_facts),
+        rewrite: Some(Rewrite::Batched(v14_usage_facts::USAGE_FACTS)),
     },
     Migration {
         sql: include_str!("../../../../schema/0015_usage_daily_by_writer.sql"),
@@ -110,12 +133,6 @@ pub const MIGRATIONS: &[Migration] = &[
 /// The schema version this build writes.
 pub fn latest_version() -> i64 {
     MIGRATIONS.len() as i64
-}
-
-/// The schema version stored in the database.
-pub fn current_version(conn: &Connection) -> Result<i64> {
-    conn.pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(|e| Error::sqlite("reading the schema version", e))
 }
 
 /// Brings the database to the latest schema; refuses a database newer than
@@ -144,6 +161,24 @@ pub fn migrate(
     {
         let version = i as i64 + 1;
         let ctx = || format!("applying schema migration {version} to {}", path.display());
+        if let Some(Rewrite::Batched(rewrite)) = step.rewrite {
+            batched::run(
+                conn,
+                path,
+                step.sql,
+                &rewrite,
+                version,
+                &mut |done, total| {
+                    progress(MigrationProgress {
+                        version,
+                        done,
+                        total,
+                    })
+                },
+            )?;
+            migrated = true;
+            continue;
+        }
         super::connection::refuse_if_damaged(path)?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -172,14 +207,25 @@ fn apply(
 ) -> Result<()> {
     tx.execute_batch(step.sql)
         .map_err(|e| Error::sqlite(ctx(), e))?;
-    if let Some(rewrite) = step.rewrite {
-        rewrite(tx, &mut |done, total| {
+    match step.rewrite {
+        None => {}
+        Some(Rewrite::Whole(rewrite)) => rewrite(tx, &mut |done, total| {
             progress(MigrationProgress {
                 version,
                 done,
                 total,
             })
-        })?;
+        })?,
+        // The same chunks a batched run does, all in this transaction.
+        Some(Rewrite::Batched(rewrite)) => {
+            batched::run_whole(tx, &rewrite, version, &mut |done, total| {
+                progress(MigrationProgress {
+                    version,
+                    done,
+                    total,
+                })
+            })?
+        }
     }
     tx.pragma_update(None, "user_version", version)
         .map_err(|e| Error::sqlite(ctx(), e))
