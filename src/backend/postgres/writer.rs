@@ -603,10 +603,15 @@ fn insert_usage_facts_returning<C: GenericClient>(
         col(|f| f.cache_write),
         col(|f| f.cost),
     );
+    // `OFFSET 0` keeps the planner from turning the `NOT EXISTS` into a
+    // hashed subplan, which reads every stored usage fact (all sessions) to
+    // build its hash table, once per statement: a sync's batches grew with
+    // the team archive (48,467 rows read per batch at 100,000 entries).
+    // Without it, each fact is one probe of `usage_facts_by_dedup`.
     let sql_text = format!(
         "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
                                   cache_read, cache_write, cost)
-         SELECT $1, u.dedup, NOT EXISTS (SELECT 1 FROM usage_facts x WHERE x.dedup = u.dedup),
+         SELECT $1, u.dedup, NOT EXISTS (SELECT 1 FROM usage_facts x WHERE x.dedup = u.dedup OFFSET 0),
                 coalesce(u.at_ms, (SELECT created_ms FROM sessions WHERE session_key = $1)),
                 u.model, u.i, u.o, u.cr, u.cw, u.c
            FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::FLOAT8[], $6::FLOAT8[],
