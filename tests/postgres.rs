@@ -2121,7 +2121,7 @@ fn a_syncs_usage_by_day_is_the_triggers_sum_bit_for_bit() {
         .collect()
     };
     let mut conn = team.archive.conn().expect("conn");
-    let synced = daily(&mut *conn);
+    let synced = daily(&mut conn);
     let counted: i64 = conn
         .query_one("SELECT count(*) FROM usage_facts WHERE counted", &[])
         .expect("count")
@@ -2142,5 +2142,5 @@ fn a_syncs_usage_by_day_is_the_triggers_sum_bit_for_bit() {
          END $$;",
     )
     .expect("sum again by the trigger");
-    assert_eq!(daily(&mut *conn), synced);
+    assert_eq!(daily(&mut conn), synced);
 }

@@ -446,6 +446,13 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
 /// 8: the trigger's `WHEN` reads it).
 const DAILY_BY_WRITER: &str = "sessiontree.daily_by_writer";
 
+/// A `usage_daily` row's key within a session: UTC day and model.
+type DayModel = (i64, String);
+
+/// Per-day sums being added: entries, the five doubles (input, output,
+/// cache read, cache write, cost), and whether the row was stored before.
+type DaySums = std::collections::HashMap<DayModel, (i64, [f64; 5], bool)>;
+
 /// [`insert_usage_facts`] for a sync's batch: the per-day sums are added
 /// here rather than by the per-row trigger (an `INSERT … ON CONFLICT` run
 /// through PL/pgSQL for each counted fact, which leaves a dead row version
@@ -490,7 +497,7 @@ fn insert_usage_facts_summed_here<C: GenericClient>(
     days.sort_unstable();
     days.dedup();
     // (day, model) -> [entries, input, output, cache_read, cache_write, cost], stored or not.
-    let mut sums: std::collections::HashMap<(i64, String), (i64, [f64; 5], bool)> = c
+    let mut sums: DaySums = c
         .query_typed(
             "SELECT day, model, entries, input, output, cache_read, cache_write, cost
                FROM usage_daily WHERE session_key = $1 AND day = ANY($2)
@@ -505,8 +512,8 @@ fn insert_usage_facts_summed_here<C: GenericClient>(
         })
         .collect();
     // The rows added to: stored before, and new (in order of first fact).
-    let (mut stored, mut order): (Vec<(i64, String)>, Vec<(i64, String)>) = Default::default();
-    let mut listed: HashSet<(i64, String)> = HashSet::new();
+    let (mut stored, mut order): (Vec<DayModel>, Vec<DayModel>) = Default::default();
+    let mut listed: HashSet<DayModel> = HashSet::new();
     for r in &rows {
         let v: [f64; 5] = [r.get(4), r.get(5), r.get(6), r.get(7), r.get(8)];
         let at = (day_of(r), r.get::<_, String>(3));
@@ -537,8 +544,8 @@ fn insert_usage_facts_summed_here<C: GenericClient>(
 fn write_daily<C: GenericClient>(
     c: &mut C,
     key: i64,
-    at: &[(i64, String)],
-    sums: &std::collections::HashMap<(i64, String), (i64, [f64; 5], bool)>,
+    at: &[DayModel],
+    sums: &DaySums,
     new: bool,
 ) -> Result<()> {
     if at.is_empty() {
