@@ -2093,3 +2093,54 @@ fn a_killed_team_fork_or_delete_is_invisible_and_the_next_open_finishes_it() {
     }
     assert_eq!(team_count(&team.archive, "other"), appended as usize);
 }
+
+/// A sync's batch sums its usage by day itself (schema step 8), and the sums
+/// are the per-row trigger's bit for bit: the same rows, summed again by the
+/// trigger one fact at a time in insertion order, give the same doubles.
+#[test]
+fn a_syncs_usage_by_day_is_the_triggers_sum_bit_for_bit() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = generated_file(dir.path(), "daily", 3 * SYNC_BATCH);
+    sessiontree::sync::sync_jsonl_file(&file, &team.archive).expect("sync");
+    type Daily = Vec<(i64, String, i64, [u64; 5])>;
+    let daily = |conn: &mut postgres::Client| -> Daily {
+        conn.query(
+            "SELECT day, model, entries, input, output, cache_read, cache_write, cost
+               FROM usage_daily ORDER BY day, model",
+            &[],
+        )
+        .expect("usage_daily")
+        .iter()
+        .map(|r| {
+            let f = |i: usize| r.get::<_, f64>(i).to_bits();
+            (r.get(0), r.get(1), r.get(2), [f(3), f(4), f(5), f(6), f(7)])
+        })
+        .collect()
+    };
+    let mut conn = team.archive.conn().expect("conn");
+    let synced = daily(&mut conn);
+    let counted: i64 = conn
+        .query_one("SELECT count(*) FROM usage_facts WHERE counted", &[])
+        .expect("count")
+        .get(0);
+    assert_eq!(synced.iter().map(|r| r.2).sum::<i64>(), counted);
+    assert!(
+        synced.iter().any(|r| r.2 > SYNC_BATCH as i64 / 10),
+        "a row summed across batches: {synced:?}"
+    );
+    conn.batch_execute(
+        "DELETE FROM usage_daily;
+         CREATE TEMP TABLE was_counted AS SELECT fact_key FROM usage_facts WHERE counted;
+         UPDATE usage_facts SET counted = FALSE WHERE counted;
+         DO $$ DECLARE k BIGINT; BEGIN
+             FOR k IN SELECT fact_key FROM was_counted ORDER BY fact_key LOOP
+                 UPDATE usage_facts SET counted = TRUE WHERE fact_key = k;
+             END LOOP;
+         END $$;",
+    )
+    .expect("sum again by the trigger");
+    assert_eq!(daily(&mut conn), synced);
+}

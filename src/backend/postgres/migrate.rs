@@ -32,6 +32,10 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         include_str!("../../../schema/postgres/0006_pending_sessions.sql"),
         None,
     ),
+    (
+        include_str!("../../../schema/postgres/0008_bulk_rows_unchecked.sql"),
+        None,
+    ),
 ];
 
 /// The advisory lock key that serializes migrations (any fixed number: only

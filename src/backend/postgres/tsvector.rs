@@ -53,8 +53,10 @@ impl TsVector {
             items.push((&after[..close], position));
             rest = &digits[len..];
         }
-        // Stable: each lexeme's positions stay in the rising order they came in.
-        items.sort_by(|a, b| a.0.cmp(b.0));
+        // By lexeme, then position: the order a stable sort by lexeme gives
+        // (positions come in rising), from the unstable sort, which moves
+        // less (this sort was about a tenth of a sync's client time).
+        items.sort_unstable();
         let mut v = TsVector {
             lexemes: 0,
             body: Vec::with_capacity(words.len()),

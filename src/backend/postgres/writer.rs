@@ -377,7 +377,7 @@ impl Appender {
                 &[(&USAGE_LOCK, Type::INT8)],
             )
             .map_err(pg("waiting to record usage"))?;
-            insert_usage_facts(c, self.key, &std::mem::take(&mut self.usage))?;
+            insert_usage_facts_summed_here(c, self.key, &std::mem::take(&mut self.usage))?;
         }
         write_session_facts(c, self.key, &self.facts)?;
         match self.last_active {
@@ -438,8 +438,167 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
     key: i64,
     facts: &[crate::usage::UsageFact],
 ) -> Result<()> {
-    if facts.is_empty() {
+    insert_usage_facts_returning(c, key, facts, "").map(|_| ())
+}
+
+/// The session setting under which [`insert_usage_facts_summed_here`]'s
+/// insert does not fire the per-row `usage_daily_add` trigger (schema step
+/// 8: the trigger's `WHEN` reads it).
+const DAILY_BY_WRITER: &str = "sessiontree.daily_by_writer";
+
+/// A `usage_daily` row's key within a session: UTC day and model.
+type DayModel = (i64, String);
+
+/// Per-day sums being added: entries, the five doubles (input, output,
+/// cache read, cache write, cost), and whether the row was stored before.
+type DaySums = std::collections::HashMap<DayModel, (i64, [f64; 5], bool)>;
+
+/// [`insert_usage_facts`] for a sync's batch: the per-day sums are added
+/// here rather than by the per-row trigger (an `INSERT … ON CONFLICT` run
+/// through PL/pgSQL for each counted fact, which leaves a dead row version
+/// each time). The sums are bit-identical to the trigger's: the facts come
+/// back in insertion order (`fact_key`), each counted one is added to its
+/// (day, model) row in that order, starting from the stored row (read
+/// `FOR UPDATE`) or from the first fact, as the trigger's
+/// `d.input + excluded.input` does.
+fn insert_usage_facts_summed_here<C: GenericClient>(
+    c: &mut C,
+    key: i64,
+    facts: &[crate::usage::UsageFact],
+) -> Result<()> {
+    let ctx = "recording usage";
+    c.query_typed(
+        "SELECT set_config($1, 'on', true)",
+        &[(&DAILY_BY_WRITER, Type::TEXT)],
+    )
+    .map_err(pg(ctx))?;
+    let mut rows = insert_usage_facts_returning(
+        c,
+        key,
+        facts,
+        " RETURNING fact_key, counted, at_ms, model, input, output, cache_read, cache_write, cost",
+    )?;
+    c.query_typed(
+        "SELECT set_config($1, 'off', true)",
+        &[(&DAILY_BY_WRITER, Type::TEXT)],
+    )
+    .map_err(pg(ctx))?;
+    rows.retain(|r| r.get::<_, bool>(1));
+    if rows.is_empty() {
         return Ok(());
+    }
+    rows.sort_by_key(|r| r.get::<_, i64>(0));
+    // The trigger's day: coalesce(floor(at_ms / 86400000.0), 0) (exact).
+    let day_of = |r: &Row| {
+        r.get::<_, Option<i64>>(2)
+            .map_or(0, |ms| ms.div_euclid(86_400_000))
+    };
+    let mut days: Vec<i64> = rows.iter().map(day_of).collect();
+    days.sort_unstable();
+    days.dedup();
+    // (day, model) -> [entries, input, output, cache_read, cache_write, cost], stored or not.
+    let mut sums: DaySums = c
+        .query_typed(
+            "SELECT day, model, entries, input, output, cache_read, cache_write, cost
+               FROM usage_daily WHERE session_key = $1 AND day = ANY($2)
+              ORDER BY day, model FOR UPDATE",
+            &[(&key, Type::INT8), (&days, Type::INT8_ARRAY)],
+        )
+        .map_err(pg(ctx))?
+        .iter()
+        .map(|r| {
+            let v = [r.get(3), r.get(4), r.get(5), r.get(6), r.get(7)];
+            ((r.get(0), r.get(1)), (r.get(2), v, true))
+        })
+        .collect();
+    // The rows added to: stored before, and new (in order of first fact).
+    let (mut stored, mut order): (Vec<DayModel>, Vec<DayModel>) = Default::default();
+    let mut listed: HashSet<DayModel> = HashSet::new();
+    for r in &rows {
+        let v: [f64; 5] = [r.get(4), r.get(5), r.get(6), r.get(7), r.get(8)];
+        let at = (day_of(r), r.get::<_, String>(3));
+        match sums.get_mut(&at) {
+            Some((n, sum, was)) => {
+                if *was && listed.insert(at.clone()) {
+                    stored.push(at);
+                }
+                *n += 1;
+                for (s, x) in sum.iter_mut().zip(v) {
+                    *s += x;
+                }
+            }
+            None => {
+                order.push(at.clone());
+                sums.insert(at, (1, v, false));
+            }
+        }
+    }
+    write_daily(c, key, &stored, &sums, false)?;
+    write_daily(c, key, &order, &sums, true)
+}
+
+/// Writes the per-day sums of `at` (see [`insert_usage_facts_summed_here`]):
+/// rows that were stored get their new totals; `new` rows are inserted, and
+/// should another transaction have inserted one meanwhile (a delete's
+/// recount), added to it as the trigger would.
+fn write_daily<C: GenericClient>(
+    c: &mut C,
+    key: i64,
+    at: &[DayModel],
+    sums: &DaySums,
+    new: bool,
+) -> Result<()> {
+    if at.is_empty() {
+        return Ok(());
+    }
+    let day: Vec<i64> = at.iter().map(|(d, _)| *d).collect();
+    let model: Vec<&str> = at.iter().map(|(_, m)| m.as_str()).collect();
+    let n: Vec<i64> = at.iter().map(|k| sums[k].0).collect();
+    let col = |i: usize| at.iter().map(|k| sums[k].1[i]).collect::<Vec<f64>>();
+    let (input, output, cache_read, cache_write, cost) = (col(0), col(1), col(2), col(3), col(4));
+    let sql_text = if new {
+        "INSERT INTO usage_daily AS d (session_key, day, model, entries, input, output,
+                                       cache_read, cache_write, cost)
+         SELECT $1, * FROM unnest($2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::FLOAT8[],
+                                  $6::FLOAT8[], $7::FLOAT8[], $8::FLOAT8[], $9::FLOAT8[])
+         ON CONFLICT (session_key, day, model) DO UPDATE SET
+             entries = d.entries + excluded.entries, input = d.input + excluded.input,
+             output = d.output + excluded.output, cache_read = d.cache_read + excluded.cache_read,
+             cache_write = d.cache_write + excluded.cache_write, cost = d.cost + excluded.cost"
+    } else {
+        "UPDATE usage_daily AS d SET entries = u.n, input = u.i, output = u.o, cache_read = u.cr,
+                cache_write = u.cw, cost = u.c
+           FROM unnest($2::BIGINT[], $3::TEXT[], $4::BIGINT[], $5::FLOAT8[], $6::FLOAT8[],
+                       $7::FLOAT8[], $8::FLOAT8[], $9::FLOAT8[]) AS u (day, model, n, i, o, cr, cw, c)
+          WHERE d.session_key = $1 AND d.day = u.day AND d.model = u.model"
+    };
+    c.query_typed(
+        sql_text,
+        &[
+            (&key, Type::INT8),
+            (&day, Type::INT8_ARRAY),
+            (&model, Type::TEXT_ARRAY),
+            (&n, Type::INT8_ARRAY),
+            (&input, Type::FLOAT8_ARRAY),
+            (&output, Type::FLOAT8_ARRAY),
+            (&cache_read, Type::FLOAT8_ARRAY),
+            (&cache_write, Type::FLOAT8_ARRAY),
+            (&cost, Type::FLOAT8_ARRAY),
+        ],
+    )
+    .map_err(pg("recording usage by day"))?;
+    Ok(())
+}
+
+/// [`insert_usage_facts`] with a `RETURNING` clause (`returning`, or "").
+fn insert_usage_facts_returning<C: GenericClient>(
+    c: &mut C,
+    key: i64,
+    facts: &[crate::usage::UsageFact],
+    returning: &str,
+) -> Result<Vec<Row>> {
+    if facts.is_empty() {
+        return Ok(Vec::new());
     }
     let col = |f: fn(&crate::usage::UsageFact) -> f64| facts.iter().map(f).collect::<Vec<f64>>();
     let dedup: Vec<i64> = facts.iter().map(|f| f.dedup).collect();
@@ -451,15 +610,23 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
         col(|f| f.cache_write),
         col(|f| f.cost),
     );
-    c.query_typed(
+    // `OFFSET 0` keeps the planner from turning the `NOT EXISTS` into a
+    // hashed subplan, which reads every stored usage fact (all sessions) to
+    // build its hash table, once per statement: a sync's batches grew with
+    // the team archive (48,467 rows read per batch at 100,000 entries).
+    // Without it, each fact is one probe of `usage_facts_by_dedup`.
+    let sql_text = format!(
         "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
                                   cache_read, cache_write, cost)
-         SELECT $1, u.dedup, NOT EXISTS (SELECT 1 FROM usage_facts x WHERE x.dedup = u.dedup),
+         SELECT $1, u.dedup, NOT EXISTS (SELECT 1 FROM usage_facts x WHERE x.dedup = u.dedup OFFSET 0),
                 coalesce(u.at_ms, (SELECT created_ms FROM sessions WHERE session_key = $1)),
                 u.model, u.i, u.o, u.cr, u.cw, u.c
            FROM unnest($2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::FLOAT8[], $6::FLOAT8[],
                        $7::FLOAT8[], $8::FLOAT8[], $9::FLOAT8[])
-                AS u (dedup, at_ms, model, i, o, cr, cw, c)",
+                AS u (dedup, at_ms, model, i, o, cr, cw, c){returning}"
+    );
+    c.query_typed(
+        &sql_text,
         &[
             (&key, Type::INT8),
             (&dedup, Type::INT8_ARRAY),
@@ -472,8 +639,7 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
             (&cost, Type::FLOAT8_ARRAY),
         ],
     )
-    .map_err(pg("recording usage"))?;
-    Ok(())
+    .map_err(pg("recording usage"))
 }
 
 /// Moves a session's last activity forward to `ms` (never back).
