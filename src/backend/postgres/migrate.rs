@@ -33,7 +33,7 @@ const MIGRATIONS: &[(&str, Option<AfterSql>)] = &[
         None,
     ),
     (
-        include_str!("../../../schema/postgres/0008_bulk_rows_unchecked.sql"),
+        include_str!("../../../schema/postgres/0007_sync_sums_usage_by_day.sql"),
         None,
     ),
 ];

@@ -1,17 +1,8 @@
--- sessiontree team archive on PostgreSQL, schema version 8 (issue 42.3): the
--- three tables a sync fills row by row no longer check each row's session
--- with a foreign key. A key check is a query per row (`SELECT … FROM
--- sessions … FOR KEY SHARE`), three per entry in a sync: 296,425 of them for
--- 100,000 entries, about a sixth of the server's work (docs/postgres.md).
--- What the keys promised still holds by how every writer works: each write
--- to a session first locks its `sessions` row (FOR UPDATE) in the same
--- transaction and fails if it is gone, so no row can arrive for a missing
--- session; a delete removes every table's rows by name before the session
--- row (`archive::REMOVE_TABLES`), so nothing relied on the cascade. The
--- other tables keep their keys (a few rows per batch).
-ALTER TABLE entries DROP CONSTRAINT IF EXISTS entries_session_key_fkey;
-ALTER TABLE message_text DROP CONSTRAINT IF EXISTS message_text_session_key_fkey;
-ALTER TABLE usage_facts DROP CONSTRAINT IF EXISTS usage_facts_session_key_fkey;
+-- sessiontree team archive on PostgreSQL, schema version 7 (issue 42.3): a
+-- sync's batches sum their usage by day themselves, and entry text and
+-- search vectors are compressed with lz4. The foreign keys stay: a key check
+-- per row is about a sixth of a sync's server work (docs/postgres.md), but
+-- it is what keeps a session deleted by hand (psql) from leaving rows behind.
 -- A sync's batch adds its counted usage to `usage_daily` itself, in one
 -- statement, in the order the trigger would (src/backend/postgres/writer.rs,
 -- `insert_usage_facts_summed_here`), with `sessiontree.daily_by_writer` set
