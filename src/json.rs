@@ -768,6 +768,10 @@ fn is_stringify_literal(raw: &str) -> bool {
     else {
         return false;
     };
+    // The common case, in one pass the compiler vectorises: nothing escaped.
+    if !inner.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\') {
+        return true;
+    }
     let hex4 = |at: usize, lower: bool| -> Option<u16> {
         let digits = inner.get(at..at + 4)?;
         let mut v = 0u16;

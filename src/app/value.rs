@@ -489,14 +489,15 @@ impl Parser<'_> {
         let start = self.pos;
         self.pos += 1;
         loop {
-            match self.b.get(self.pos) {
+            // Jumps to the next quote or backslash (strings are most of an entry).
+            let rest = self.b.get(self.pos..).unwrap_or_default();
+            match memchr::memchr2(b'"', b'\\', rest) {
                 None => return Err(self.err()),
-                Some(b'\\') => self.pos += 2,
-                Some(b'"') => {
-                    self.pos += 1;
+                Some(at) if rest[at] == b'\\' => self.pos += at + 2,
+                Some(at) => {
+                    self.pos += at + 1;
                     break;
                 }
-                Some(_) => self.pos += 1,
             }
         }
         let raw = self.s.get(start..self.pos).ok_or_else(|| self.err())?;
