@@ -762,10 +762,7 @@ fn needs_escape(s: &str) -> bool {
 /// a lone surrogate, lowercase hex). `false` says nothing about validity.
 fn is_stringify_literal(raw: &str) -> bool {
     let b = raw.as_bytes();
-    let Some(inner) = b
-        .strip_prefix(b"\"")
-        .and_then(|t| t.strip_suffix(b"\""))
-    else {
+    let Some(inner) = b.strip_prefix(b"\"").and_then(|t| t.strip_suffix(b"\"")) else {
         return false;
     };
     // The common case, in one pass the compiler vectorises: nothing escaped.
@@ -788,6 +785,15 @@ fn is_stringify_literal(raw: &str) -> bool {
     };
     let mut i = 0;
     while i < inner.len() {
+        // The text up to the next escape, checked in one pass.
+        let next = memchr::memchr(b'\\', &inner[i..]).map_or(inner.len(), |at| i + at);
+        if inner[i..next].iter().any(|&c| c < 0x20 || c == b'"') {
+            return false;
+        }
+        i = next;
+        if i == inner.len() {
+            break;
+        }
         match inner[i] {
             b'"' => return false,
             c if c < 0x20 => return false,
@@ -1049,10 +1055,40 @@ mod tests {
     #[test]
     fn literals_kept_as_read_are_what_stringify_writes() {
         let pieces = [
-            "a", "é", "\u{1f600}", "\u{2028}", "\u{7f}", "/", r"\/", r#"\""#, r"\\", r"\b", r"\f",
-            r"\n", r"\r", r"\t", r"\u0000", r"\u001f", r"\u001F", r"\u0008", r"\u000a",
-            r"\u0020", r"\u0041", r"\u00e9", r"\u2028", r"\ud83d", r"\uD83D", r"\ude00",
-            r"\uDE00", r"\udbff", r"\udfff", r"\uffff", r"\x", r"\u12", "\u{1}", "\"",
+            "a",
+            "é",
+            "\u{1f600}",
+            "\u{2028}",
+            "\u{7f}",
+            "/",
+            r"\/",
+            r#"\""#,
+            r"\\",
+            r"\b",
+            r"\f",
+            r"\n",
+            r"\r",
+            r"\t",
+            r"\u0000",
+            r"\u001f",
+            r"\u001F",
+            r"\u0008",
+            r"\u000a",
+            r"\u0020",
+            r"\u0041",
+            r"\u00e9",
+            r"\u2028",
+            r"\ud83d",
+            r"\uD83D",
+            r"\ude00",
+            r"\uDE00",
+            r"\udbff",
+            r"\udfff",
+            r"\uffff",
+            r"\x",
+            r"\u12",
+            "\u{1}",
+            "\"",
         ];
         let mut kept = 0;
         for a in pieces {

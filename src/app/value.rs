@@ -56,10 +56,7 @@ impl JsValue {
     /// The member `key` of an object (`undefined` → `None`; non-objects have none).
     pub fn get(&self, key: &str) -> Option<&JsValue> {
         match self {
-            JsValue::Object(members) => members
-                .iter()
-                .find(|(k, _)| k.is(key))
-                .map(|(_, v)| v),
+            JsValue::Object(members) => members.iter().find(|(k, _)| k.is(key)).map(|(_, v)| v),
             _ => None,
         }
     }
