@@ -671,7 +671,21 @@ impl JsString {
     /// Reads a JSON string literal (any escapes, quotes included); `None` if `raw`
     /// is not one.
     pub fn from_json_literal(raw: &str) -> Option<Self> {
+        // Most literals are already spelled as `JSON.stringify` spells them
+        // (a stored entry was written by it): kept as they are, without the
+        // round trip through UTF-16.
+        if is_stringify_literal(raw) {
+            return Some(JsString(raw.into()));
+        }
         decode_literal(raw).map(|units| Self::from_utf16(&units))
+    }
+
+    /// Whether this string is exactly `s` (no lone surrogates in `s`).
+    pub fn is(&self, s: &str) -> bool {
+        match self.0.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+            Some(inner) if !needs_escape(s) => inner == s,
+            _ => *self.0 == *string_literal(s),
+        }
     }
 
     /// The string with these UTF-16 code units.
@@ -735,6 +749,86 @@ impl fmt::Display for JsString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_string_lossy())
     }
+}
+
+/// Whether `JSON.stringify` escapes any character of `s`.
+fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+/// Whether `raw` is a JSON string literal exactly as `JSON.stringify` writes
+/// its string: no raw control character, only the escapes it writes (`\"`,
+/// `\\`, `\b\f\n\r\t`, `\u00xx` for the other controls and `\udxxx` for
+/// a lone surrogate, lowercase hex). `false` says nothing about validity.
+fn is_stringify_literal(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let Some(inner) = b.strip_prefix(b"\"").and_then(|t| t.strip_suffix(b"\"")) else {
+        return false;
+    };
+    // The common case, in one pass the compiler vectorises: nothing escaped.
+    if !inner.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\') {
+        return true;
+    }
+    let hex4 = |at: usize, lower: bool| -> Option<u16> {
+        let digits = inner.get(at..at + 4)?;
+        let mut v = 0u16;
+        for &d in digits {
+            let n = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                b'A'..=b'F' if !lower => d - b'A' + 10,
+                _ => return None,
+            };
+            v = v << 4 | u16::from(n);
+        }
+        Some(v)
+    };
+    let mut i = 0;
+    while i < inner.len() {
+        // The text up to the next escape, checked in one pass.
+        let next = memchr::memchr(b'\\', &inner[i..]).map_or(inner.len(), |at| i + at);
+        if inner[i..next].iter().any(|&c| c < 0x20 || c == b'"') {
+            return false;
+        }
+        i = next;
+        if i == inner.len() {
+            break;
+        }
+        match inner[i] {
+            b'"' => return false,
+            c if c < 0x20 => return false,
+            b'\\' => match inner.get(i + 1) {
+                Some(b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                Some(b'u') => {
+                    let Some(unit) = hex4(i + 2, true) else {
+                        return false;
+                    };
+                    let ok = match unit {
+                        0x08 | 0x09 | 0x0a | 0x0c | 0x0d => false,
+                        0..0x20 => true,
+                        // A high surrogate is lone unless a low one's escape
+                        // follows (the pair is then written as its character).
+                        0xd800..0xdc00 => {
+                            !(inner.get(i + 6) == Some(&b'\\')
+                                && inner.get(i + 7) == Some(&b'u')
+                                && hex4(i + 8, false)
+                                    .is_some_and(|low| (0xdc00..0xe000).contains(&low)))
+                        }
+                        // Lone: a high surrogate before it would have ended the scan.
+                        0xdc00..0xe000 => true,
+                        _ => false,
+                    };
+                    if !ok {
+                        return false;
+                    }
+                    i += 6;
+                }
+                _ => return false,
+            },
+            _ => i += 1,
+        }
+    }
+    true
 }
 
 /// Appends `s` as a JSON string literal, escaped as `JSON.stringify` does.
@@ -825,6 +919,12 @@ pub fn js_number_text(x: f64) -> String {
     }
     if x == 0.0 {
         return "0".to_owned();
+    }
+    if x.fract() == 0.0 && x.abs() < 9.007_199_254_740_992e15 {
+        // Below 2^53 every integer is a double and no shorter digits read
+        // back to it: its digits are the integer's. Exact, so lossless.
+        #[allow(clippy::cast_possible_truncation)]
+        return (x as i64).to_string();
     }
     // Rust's `{:e}` writes the shortest round-trip digits, as ECMAScript asks.
     let sci = format!("{:e}", x.abs());
@@ -946,6 +1046,68 @@ mod tests {
             JsString::new("\u{1}\u{7f}é").json(),
             string_literal("\u{1}\u{7f}é")
         );
+    }
+
+    /// A literal kept as read must be the one decoding and re-escaping
+    /// writes: every pair of pieces below (each escape `JSON.stringify`
+    /// writes and several it does not, surrogate halves in both cases,
+    /// raw text) read both ways.
+    #[test]
+    fn literals_kept_as_read_are_what_stringify_writes() {
+        let pieces = [
+            "a",
+            "é",
+            "\u{1f600}",
+            "\u{2028}",
+            "\u{7f}",
+            "/",
+            r"\/",
+            r#"\""#,
+            r"\\",
+            r"\b",
+            r"\f",
+            r"\n",
+            r"\r",
+            r"\t",
+            r"\u0000",
+            r"\u001f",
+            r"\u001F",
+            r"\u0008",
+            r"\u000a",
+            r"\u0020",
+            r"\u0041",
+            r"\u00e9",
+            r"\u2028",
+            r"\ud83d",
+            r"\uD83D",
+            r"\ude00",
+            r"\uDE00",
+            r"\udbff",
+            r"\udfff",
+            r"\uffff",
+            r"\x",
+            r"\u12",
+            "\u{1}",
+            "\"",
+        ];
+        let mut kept = 0;
+        for a in pieces {
+            for b in pieces {
+                for raw in [format!("\"{a}{b}\""), format!("\"{a}{b}{a}\"")] {
+                    let slow = decode_literal(&raw).map(|u| JsString::from_utf16(&u));
+                    assert_eq!(JsString::from_json_literal(&raw), slow, "{raw}");
+                    if is_stringify_literal(&raw) {
+                        kept += 1;
+                        assert_eq!(slow.map(|s| s.0.into_string()), Some(raw.clone()));
+                    }
+                }
+            }
+        }
+        assert!(kept > 100, "the fast path was taken {kept} times");
+        for s in ["", "a", "a\"b", "\n", "é\u{1}"] {
+            assert!(JsString::new(s).is(s));
+            assert!(!JsString::new(s).is("x"));
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::entry::{timestamp_millis, Entry, EntryType};
 use crate::error::{Error, Result};
 use crate::storage::{MessageFact, PathHint, SessionStorage};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The error pi's JavaScript throws reading `prop` of a missing value.
 pub(crate) fn type_error(of: Option<&JsValue>, prop: &str) -> Error {
@@ -50,52 +51,69 @@ fn object(members: Vec<(&str, Option<JsValue>)>) -> JsValue {
     o
 }
 
-/// pi's `sessionEntryToContextMessages`.
-fn entry_messages(entry: &Entry, v: &JsValue) -> Result<Vec<JsValue>> {
+/// Member `key` of an object, taken out of it (the value is consumed).
+fn take(v: &mut JsValue, key: &str) -> Option<JsValue> {
+    match v {
+        JsValue::Object(members) => members
+            .iter_mut()
+            .find(|(k, _)| k.is(key))
+            .map(|(_, m)| std::mem::replace(m, JsValue::Null)),
+        _ => None,
+    }
+}
+
+/// pi's `sessionEntryToContextMessages` (the entry's parsed value is
+/// consumed: its members move into the messages).
+fn entry_messages(entry: &Entry, mut v: JsValue) -> Result<Vec<JsValue>> {
     Ok(match entry.entry_type() {
         EntryType::Message => {
-            let role = message_role(v)?;
-            let mut message = v.get("message").cloned().unwrap_or(JsValue::Null);
+            let (system, empty_array) = {
+                let role = message_role(&v)?;
+                let is = |r: &str| role.is_some_and(|x| x.is_str(r));
+                (
+                    is("system"),
+                    is("user") || is("assistant") || is("toolResult"),
+                )
+            };
+            let mut message = take(&mut v, "message").unwrap_or(JsValue::Null);
             if JsValue::nullish(message.get("content")) {
-                if role.is_some_and(|r| r.is_str("system")) {
+                if system {
                     message.set("content", JsValue::str(""));
-                } else if role.is_some_and(|r| {
-                    r.is_str("user") || r.is_str("assistant") || r.is_str("toolResult")
-                }) {
+                } else if empty_array {
                     message.set("content", JsValue::Array(Vec::new()));
                 }
             }
             vec![message]
         }
         EntryType::CustomMessage => {
-            let content = match v.get("content") {
-                Some(c) if !JsValue::nullish(Some(c)) => c.clone(),
+            let content = match take(&mut v, "content") {
+                Some(c) if !JsValue::nullish(Some(&c)) => c,
                 _ => JsValue::Array(Vec::new()),
             };
             vec![object(vec![
                 ("role", Some(JsValue::str("custom"))),
-                ("customType", v.get("customType").cloned()),
+                ("customType", take(&mut v, "customType")),
                 ("content", Some(content)),
-                ("display", v.get("display").cloned()),
-                ("details", v.get("details").cloned()),
+                ("display", take(&mut v, "display")),
+                ("details", take(&mut v, "details")),
                 ("timestamp", Some(millis(entry))),
             ])]
         }
         EntryType::BranchSummary if JsValue::truthy(v.get("summary")) => vec![object(vec![
             ("role", Some(JsValue::str("branchSummary"))),
-            ("summary", v.get("summary").cloned()),
-            ("fromId", v.get("fromId").cloned()),
+            ("summary", take(&mut v, "summary")),
+            ("fromId", take(&mut v, "fromId")),
             ("timestamp", Some(millis(entry))),
         ])],
         EntryType::Compaction => {
             let summary = object(vec![
                 ("role", Some(JsValue::str("compactionSummary"))),
-                ("summary", v.get("summary").cloned()),
-                ("tokensBefore", v.get("tokensBefore").cloned()),
+                ("summary", take(&mut v, "summary")),
+                ("tokensBefore", take(&mut v, "tokensBefore")),
                 ("timestamp", Some(millis(entry))),
             ]);
-            match v.get("systemMessage") {
-                Some(sys) if JsValue::truthy(Some(sys)) => vec![sys.clone(), summary],
+            match take(&mut v, "systemMessage") {
+                Some(sys) if JsValue::truthy(Some(&sys)) => vec![sys, summary],
                 _ => vec![summary],
             }
         }
@@ -104,7 +122,7 @@ fn entry_messages(entry: &Entry, v: &JsValue) -> Result<Vec<JsValue>> {
 }
 
 /// pi's `projectContextEntry`: the entry's messages with its latest edit applied.
-fn project(entry: &Entry, v: &JsValue, edit: Option<&JsValue>) -> Result<Vec<JsValue>> {
+fn project(entry: &Entry, v: JsValue, edit: Option<&JsValue>) -> Result<Vec<JsValue>> {
     let messages = entry_messages(entry, v)?;
     let Some(edit) = edit else {
         return Ok(messages);
@@ -485,10 +503,22 @@ impl<S: SessionStorage> AppSession<S> {
     /// on (parsed entries: the context's and the few that decide the
     /// settings). Kept for the leaf until the log changes.
     pub fn session_projection(&self) -> Result<AppProjection> {
+        Ok((*self.shared_projection()?).clone())
+    }
+
+    /// [`Self::session_projection`] as pi's `JSON.stringify` writes it,
+    /// written from the kept projection (nothing copied).
+    pub fn session_projection_json(&self) -> Result<String> {
+        Ok(self.shared_projection()?.to_json_text())
+    }
+
+    /// The projection at the leaf, built once and shared until the log
+    /// changes (readers that only write it out need no copy of it).
+    pub(crate) fn shared_projection(&self) -> Result<Arc<AppProjection>> {
         let leaf = self.leaf.clone().unwrap_or_default();
         if let Some((at, p)) = &*self.projected.borrow() {
             if *at == leaf {
-                return Ok(p.clone());
+                return Ok(Arc::clone(p));
             }
         }
         let (path, selection, thinking_level, model) = if let Some(hint) = self.hint()? {
@@ -505,14 +535,20 @@ impl<S: SessionStorage> AppSession<S> {
             };
             (path, selection, level, model)
         };
-        let projection = assemble(&path, &selection, thinking_level, model)?;
-        *self.projected.borrow_mut() = Some((leaf, projection.clone()));
+        let projection = Arc::new(assemble(path, &selection, thinking_level, model)?);
+        *self.projected.borrow_mut() = Some((leaf, Arc::clone(&projection)));
         Ok(projection)
     }
 
     /// pi's `buildSessionContext()`.
     pub fn session_context(&self) -> Result<AppContext> {
-        Ok(self.session_projection()?.context)
+        Ok(self.shared_projection()?.context.clone())
+    }
+
+    /// [`Self::session_context`] as pi's `JSON.stringify` writes it, written
+    /// from the kept projection (nothing copied).
+    pub fn session_context_json(&self) -> Result<String> {
+        Ok(self.shared_projection()?.context.to_json_text())
     }
 
     /// Entries parsed into JS values by context reads so far (what the
@@ -548,36 +584,46 @@ fn select(path: &[(Entry, JsValue)], c: Option<usize>, kept: bool) -> Result<Vec
 /// pi's `buildSessionProjection()` over the selected entries of a parsed
 /// path: each entry's messages with its latest `context_edit` applied.
 fn assemble(
-    path: &[(Entry, JsValue)],
+    path: Vec<(Entry, JsValue)>,
     selection: &[usize],
     thinking_level: Option<JsValue>,
     model: JsValue,
 ) -> Result<AppProjection> {
-    let mut edits: HashMap<String, &JsValue> = HashMap::new();
+    let is_edit = |e: &Entry| matches!(e.entry_type(), EntryType::Other(t) if t == "context_edit");
+    let mut edits: HashMap<String, JsValue> = HashMap::new();
     for &i in selection {
         let (e, v) = &path[i];
-        if *e.entry_type() == EntryType::Other("context_edit".into()) {
+        if is_edit(e) {
             let key = v
                 .get("targetId")
                 .map_or_else(|| "undefined".into(), JsValue::to_json);
-            edits.insert(key, v);
+            edits.insert(key, v.clone());
         }
     }
+    // Each selected entry is used once (the selection has no repeats), so
+    // its parsed value moves into its messages.
+    let mut path: Vec<Option<(Entry, JsValue)>> = path.into_iter().map(Some).collect();
     let mut entries = Vec::with_capacity(selection.len());
     let mut messages = Vec::new();
     for (n, &i) in selection.iter().enumerate() {
-        let (e, v) = &path[i];
+        let Some((e, v)) = path.get_mut(i).and_then(Option::take) else {
+            return Err(Error::Corrupt(format!("context entry {i} selected twice")));
+        };
         // Only the newest compaction (first in the selection) speaks; an
         // older one inside the kept range contributes nothing.
         let ms = if n > 0 && *e.entry_type() == EntryType::Compaction {
             Vec::new()
         } else {
-            let key = crate::json::JsString::new(e.id()).json().to_owned();
-            project(e, v, edits.get(&key).copied())?
+            let edit = if edits.is_empty() {
+                None
+            } else {
+                edits.get(crate::json::JsString::new(e.id()).json())
+            };
+            project(&e, v, edit)?
         };
         messages.extend(ms.iter().cloned());
         entries.push(ProjectedEntry {
-            source_entry: e.clone(),
+            source_entry: e,
             messages: ms,
         });
     }
@@ -760,7 +806,7 @@ pub(super) mod reference {
     pub fn projection(path: &[(Entry, JsValue)]) -> Result<AppProjection> {
         let (thinking_level, model) = settings(path)?;
         let selection = context_selection(path)?;
-        assemble(path, &selection, thinking_level, model)
+        assemble(path.to_vec(), &selection, thinking_level, model)
     }
 
     /// pi's `buildContextEntries()`.

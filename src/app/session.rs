@@ -30,7 +30,7 @@ pub struct AppSession<S> {
     /// leaf), kept until the log changes: pi derives it from memory.
     pub(super) scanned: RefCell<Option<(String, Arc<PathScan>)>>,
     /// The projection at the leaf it was built at, kept likewise.
-    pub(super) projected: RefCell<Option<(String, AppProjection)>>,
+    pub(super) projected: RefCell<Option<(String, Arc<AppProjection>)>>,
     /// Entries parsed into JS values by context reads.
     pub(super) parses: Cell<usize>,
 }

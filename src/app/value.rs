@@ -56,10 +56,7 @@ impl JsValue {
     /// The member `key` of an object (`undefined` → `None`; non-objects have none).
     pub fn get(&self, key: &str) -> Option<&JsValue> {
         match self {
-            JsValue::Object(members) => members
-                .iter()
-                .find(|(k, _)| k.json() == JsString::new(key).json())
-                .map(|(_, v)| v),
+            JsValue::Object(members) => members.iter().find(|(k, _)| k.is(key)).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -67,10 +64,9 @@ impl JsValue {
     /// Sets `key` as `{...o, key: v}` does: in place if present, else appended.
     pub fn set(&mut self, key: &str, value: JsValue) {
         if let JsValue::Object(members) = self {
-            let k = JsString::new(key);
-            match members.iter_mut().find(|(m, _)| *m == k) {
+            match members.iter_mut().find(|(m, _)| m.is(key)) {
                 Some((_, v)) => *v = value,
-                None => members.push((k, value)),
+                None => members.push((JsString::new(key), value)),
             }
         }
     }
@@ -85,8 +81,7 @@ impl JsValue {
 
     /// Whether this is the string `s`.
     pub fn is_str(&self, s: &str) -> bool {
-        self.as_js_str()
-            .is_some_and(|v| v.json() == JsString::new(s).json())
+        self.as_js_str().is_some_and(|v| v.is(s))
     }
 
     /// JavaScript truthiness (`undefined` is `None`, falsy).
@@ -174,12 +169,23 @@ impl JsValue {
                     JsValue::Object(members) => {
                         out.push('{');
                         stack.push(Step::Text("}"));
-                        let ordered = js_key_order(members);
-                        for (i, (k, v)) in ordered.into_iter().enumerate().rev() {
+                        let mut push = |i: usize, k, v| {
                             stack.push(Step::Value(v));
                             stack.push(Step::Key(k));
                             if i > 0 {
                                 stack.push(Step::Text(","));
+                            }
+                        };
+                        // Most objects have no array-index key: their
+                        // members go out in order, nothing sorted.
+                        if members.iter().any(|(k, _)| array_index(k).is_some()) {
+                            let ordered = js_key_order(members);
+                            for (i, (k, v)) in ordered.into_iter().enumerate().rev() {
+                                push(i, k, v);
+                            }
+                        } else {
+                            for (i, (k, v)) in members.iter().enumerate().rev() {
+                                push(i, k, v);
                             }
                         }
                     }
@@ -189,19 +195,22 @@ impl JsValue {
     }
 }
 
+/// The array index a key names (`"0"`, `"17"`; not `"01"` or 2^32 - 1).
+fn array_index(k: &JsString) -> Option<u32> {
+    let inner = k.json().strip_prefix('"')?.strip_suffix('"')?;
+    if inner.is_empty() || (inner.len() > 1 && inner.starts_with('0')) {
+        return None;
+    }
+    if !inner.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    inner.parse::<u32>().ok().filter(|n| *n != u32::MAX)
+}
+
 /// An object's members in JavaScript's property order: array-index keys
 /// ascending, then the rest in insertion order.
 fn js_key_order(members: &[(JsString, JsValue)]) -> Vec<(&JsString, &JsValue)> {
-    let index = |k: &JsString| -> Option<u32> {
-        let inner = k.json().strip_prefix('"')?.strip_suffix('"')?;
-        if inner.is_empty() || (inner.len() > 1 && inner.starts_with('0')) {
-            return None;
-        }
-        if !inner.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        inner.parse::<u32>().ok().filter(|n| *n != u32::MAX)
-    };
+    let index = array_index;
     let mut indexed: Vec<(u32, &JsString, &JsValue)> = members
         .iter()
         .filter_map(|(k, v)| index(k).map(|n| (n, k, v)))
@@ -355,7 +364,7 @@ impl Parser<'_> {
     fn value(&mut self) -> Result<JsValue> {
         enum Open {
             Array(Vec<JsValue>),
-            Object(Vec<(JsString, JsValue)>, JsString),
+            Object(Vec<(JsString, JsValue)>, Option<JsString>),
         }
         let mut open: Vec<Open> = Vec::new();
         loop {
@@ -378,7 +387,7 @@ impl Parser<'_> {
                     } else {
                         deeper(&open)?;
                         let key = self.key()?;
-                        open.push(Open::Object(Vec::new(), key));
+                        open.push(Open::Object(Vec::new(), Some(key)));
                         continue;
                     }
                 }
@@ -437,7 +446,7 @@ impl Parser<'_> {
                         }
                     }
                     Open::Object(members, pending) => {
-                        let key = std::mem::replace(pending, JsString::new(""));
+                        let key = pending.take().ok_or_else(|| self.err())?;
                         match members.iter_mut().find(|(k, _)| *k == key) {
                             Some((_, old)) => *old = v,
                             None => members.push((key, v)),
@@ -445,7 +454,7 @@ impl Parser<'_> {
                         match next {
                             Some(b',') => {
                                 self.pos += 1;
-                                *pending = self.key()?;
+                                *pending = Some(self.key()?);
                                 break;
                             }
                             Some(b'}') => {
@@ -477,14 +486,15 @@ impl Parser<'_> {
         let start = self.pos;
         self.pos += 1;
         loop {
-            match self.b.get(self.pos) {
+            // Jumps to the next quote or backslash (strings are most of an entry).
+            let rest = self.b.get(self.pos..).unwrap_or_default();
+            match memchr::memchr2(b'"', b'\\', rest) {
                 None => return Err(self.err()),
-                Some(b'\\') => self.pos += 2,
-                Some(b'"') => {
-                    self.pos += 1;
+                Some(at) if rest[at] == b'\\' => self.pos += at + 2,
+                Some(at) => {
+                    self.pos += at + 1;
                     break;
                 }
-                Some(_) => self.pos += 1,
             }
         }
         let raw = self.s.get(start..self.pos).ok_or_else(|| self.err())?;

@@ -173,7 +173,7 @@ impl<S: SessionStorage> AppSession<S> {
     pub fn append_compaction(&mut self, a: CompactionArgs) -> Result<String> {
         let ms = chrono::Utc::now().timestamp_millis();
         let timestamp = iso_timestamp(ms);
-        let system = current_system_message(&self.session_context()?.messages)?;
+        let system = current_system_message(&self.shared_projection()?.context.messages)?;
         let id = self.fresh_id()?;
         let first_kept = match a.first_kept_entry_id {
             Some(v) if !JsValue::nullish(Some(&v)) => v,

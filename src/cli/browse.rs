@@ -431,15 +431,15 @@ fn context_app(
     storage: sessiontree::archive::BoxedStorage,
     args: &BranchArgs,
 ) -> Result<Report> {
-    let cwd = storage.metadata()?.cwd;
     let mut app = sessiontree::app::AppSession::open(storage)?;
     if let Some(from) = &args.from {
         app.branch_to(from)?;
     }
-    let ctx = app.session_context()?;
     if cli.json {
-        return Ok(Report::raw(ctx.to_json_text(), String::new()));
+        return Ok(Report::raw(app.session_context_json()?, String::new()));
     }
+    let cwd = app.storage().metadata()?.cwd;
+    let ctx = app.session_context()?;
     let show = |v: Option<&sessiontree::app::JsValue>| match v {
         Some(v) => match sessiontree::json::parse_value_lossy(&v.to_json()) {
             Ok(Value::String(s)) => s,
