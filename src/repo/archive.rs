@@ -43,7 +43,7 @@ const FORK_READ_BYTES: usize = 8 << 20;
 /// (8.6 GB for a 1,000,000-entry fork with a writer appending every 3 ms),
 /// and on PostgreSQL it held `xmin` back. Handing each entry on while its
 /// chunk was still being read kept a snapshot open across the fork's own
-/// batch commits, so the log could be copied but never start over (877 MB
+/// batch commits, so the log could be copied but never start over (1.43 GB
 /// at 200,000 entries); with the chunk read first, no snapshot is open
 /// while the fork writes. The log is append-only, so the first `count`
 /// entries are the same in every snapshot; fewer than asked means the
@@ -57,9 +57,11 @@ fn visit_log_in_chunks<S: SessionStorage + ?Sized>(
     let (mut done, mut bytes_read) = (0usize, 0usize);
     let mut chunk: Vec<String> = Vec::new();
     while done < count {
-        let per_entry = if done == 0 { 0 } else { bytes_read / done };
-        let fits = FORK_READ_BYTES
-            .checked_div(per_entry)
+        // Before the first chunk (or while every entry read was empty), a
+        // whole chunk.
+        let fits = bytes_read
+            .checked_div(done)
+            .and_then(|per_entry| FORK_READ_BYTES.checked_div(per_entry))
             .unwrap_or(FORK_READ_CHUNK);
         let want = fits.clamp(1, FORK_READ_CHUNK).min(count - done);
         storage.visit_entries(done, Some(want), &mut |text| {
