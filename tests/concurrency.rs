@@ -1113,7 +1113,7 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
         ..Default::default()
     };
     let mut report = Vec::new();
-    let mut full_checkpoints = 0;
+    let (mut full_checkpoints, mut whole_copies) = (0, 0);
     let fork = appending_during(&mut other, || {
         let forking = AtomicBool::new(true);
         std::thread::scope(|scope| {
@@ -1125,7 +1125,7 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
             };
             repo.fork(&source, &options).expect("fork");
             forking.store(false, Ordering::SeqCst);
-            full_checkpoints = sampler.join().unwrap();
+            (full_checkpoints, whole_copies) = sampler.join().unwrap();
         });
     });
     report.push(("fork", fork));
@@ -1137,6 +1137,17 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
         full_checkpoints > 0,
         "no checkpoint got past the log as it was when the fork began"
     );
+    // A fork that handed each entry on while its chunk was still being
+    // read kept a read snapshot open across its own batches' commits: no
+    // checkpoint could copy the whole log, so it never started over (1.43 GB
+    // at 200,000 entries).
+    eprintln!("{whole_copies} checkpoints copied the whole log during the fork");
+    // (Before: 0 or 1 of ~70 samples, a checkpoint that fell between two
+    // chunks; after: nearly all of them.)
+    assert!(
+        whole_copies >= 5,
+        "{whole_copies} checkpoints copied the whole log during the fork: a read snapshot stayed open"
+    );
     assert_eq!(
         archive
             .open_session("forked")
@@ -1145,9 +1156,38 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
             .unwrap(),
         archive.open_session(&id).unwrap().entry_count().unwrap()
     );
+    let forked_entries = archive.open_session(&id).unwrap().entry_count().unwrap() as i64;
+    let mut partly_deleted = 0;
     let delete = appending_during(&mut other, || {
-        archive.delete_session("forked").expect("delete")
+        let deleting = AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                // The marked session's entries as other connections see
+                // them: a count between none and all is a committed batch
+                // with more to come.
+                let mut seen = std::collections::BTreeSet::new();
+                while deleting.load(Ordering::SeqCst) {
+                    let (n, rows) = marked(&db, "sessiontree:delete");
+                    if n == 1 && rows > 0 && rows < forked_entries {
+                        seen.insert(rows);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                seen.len()
+            });
+            archive.delete_session("forked").expect("delete");
+            deleting.store(false, Ordering::SeqCst);
+            partly_deleted = sampler.join().unwrap();
+        });
     });
+    // The delete is quick (about 0.15 s here in a debug build), so few
+    // appends fall inside it: its batches are counted as the states other
+    // connections saw between them.
+    eprintln!("{partly_deleted} partly deleted states seen during the delete");
+    assert!(
+        partly_deleted > 0,
+        "the delete removed its session's entries in one transaction"
+    );
     report.push(("delete", delete));
     assert!(!archive.has_session("forked").unwrap());
     let compact = appending_during(&mut other, || {
@@ -1163,11 +1203,12 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
     for (op, o) in &report {
         // One transaction for the whole operation lets at most two appends
         // in (the one already running, the one waiting as it commits);
-        // batches let one in every ~50 ms. 8,000 entries make even the
-        // fastest of the three (delete) several batches long on a fast
-        // machine.
+        // batches let one in every ~50 ms. 8,000 entries make fork and
+        // compact many batches long on a fast machine; the delete's
+        // batches are counted above.
+        let least = if *op == "delete" { 1 } else { 3 };
         assert!(
-            o.inside >= 3,
+            o.inside >= least,
             "{op}: only {} appends got in during {:?}",
             o.inside,
             o.took
@@ -1184,12 +1225,14 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
 /// Runs passive checkpoints of `db` while `running` and the fork's staged
 /// copy has rows (so its read of the source has begun): how many copied
 /// frames written after the first such checkpoint, or found the log
-/// restarted. A read snapshot held since the fork began forbids both: no
-/// frame past it is copied back, and the log cannot restart under it.
-fn checkpoints_completed_while(db: &Path, running: &AtomicBool) -> usize {
+/// restarted; and how many copied every frame of the log. A read snapshot
+/// held since the fork began forbids both: no frame past it is copied
+/// back, and the log cannot restart under it; a snapshot held while the
+/// fork writes forbids the second (and so the log's starting over).
+fn checkpoints_completed_while(db: &Path, running: &AtomicBool) -> (usize, usize) {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    let (mut passed, mut first, mut last) = (0, None, 0);
+    let (mut passed, mut whole, mut first, mut last) = (0, 0, None, 0);
     while running.load(Ordering::SeqCst) {
         if marked(db, "sessiontree:fork").1 > 0 {
             let (log, copied): (i64, i64) = conn
@@ -1201,12 +1244,15 @@ fn checkpoints_completed_while(db: &Path, running: &AtomicBool) -> usize {
             if running.load(Ordering::SeqCst) && (copied > first || log < last) {
                 passed += 1;
             }
+            if running.load(Ordering::SeqCst) && log > 0 && copied == log {
+                whole += 1;
+            }
             last = log;
         }
         // A checkpoint that copies syncs the file: not too often.
         std::thread::sleep(Duration::from_millis(20));
     }
-    passed
+    (passed, whole)
 }
 
 /// The staged sessions of `db` marked `marker` and their entries.

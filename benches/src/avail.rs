@@ -117,7 +117,21 @@ fn quantile(v: &[f64], p: f64) -> f64 {
     v[rank - 1]
 }
 
+/// The largest size a file reached while `running`, polled every 10 ms
+/// (0 while it does not exist).
+fn largest_size_while(file: &Path, running: &AtomicBool) -> u64 {
+    let mut largest = 0;
+    while running.load(Ordering::SeqCst) {
+        let size = std::fs::metadata(file).map_or(0, |m| m.len());
+        largest = largest.max(size);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    largest
+}
+
 /// Runs `sessiontree ARGS` as a child while `appender` appends; one row.
+/// With `log` (a SQLite archive's write-ahead log), the row also says how
+/// large the log grew meanwhile.
 fn run_op(
     bin: &Path,
     name: &str,
@@ -125,14 +139,19 @@ fn run_op(
     entries: usize,
     args: &[&str],
     appender: &Appender,
+    log: Option<&Path>,
 ) -> Result<(Value, String)> {
     eprintln!("bench: avail: {backend} {name} ({entries} entries)");
+    let running = AtomicBool::new(true);
     let started = Instant::now();
-    let out = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::io(format!("running {}", bin.display()), e))?;
+    let (out, largest_log) = std::thread::scope(|scope| {
+        let sampler = log.map(|log| scope.spawn(|| largest_size_while(log, &running)));
+        let out = Command::new(bin).args(args).stdin(Stdio::null()).output();
+        running.store(false, Ordering::SeqCst);
+        let largest = sampler.map(|s| s.join().unwrap_or(0));
+        (out, largest)
+    });
+    let out = out.map_err(|e| Error::io(format!("running {}", bin.display()), e))?;
     let ended = Instant::now();
     if !out.status.success() {
         return Err(Error::Unknown(format!(
@@ -141,7 +160,10 @@ fn run_op(
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    let row = window_row(name, backend, entries, started, ended, appender);
+    let mut row = window_row(name, backend, entries, started, ended, appender);
+    if let Some(bytes) = largest_log {
+        row["log_mb"] = json!(bytes as f64 / 1e6);
+    }
     // Each row as it is measured: a long run interrupted keeps what it had.
     eprintln!("bench: avail: {row}");
     Ok((row, String::from_utf8_lossy(&out.stdout).into_owned()))
@@ -302,7 +324,7 @@ fn run_pg_op(
     url: &str,
 ) -> Result<(Value, String)> {
     let sampler = PgSampler::start(url)?;
-    let (mut row, out) = run_op(bin, name, "postgres", entries, args, appender)?;
+    let (mut row, out) = run_op(bin, name, "postgres", entries, args, appender, None)?;
     let (samples, waited, longest) = sampler.stop()?;
     row["lock_samples"] = json!(samples);
     row["lock_wait_samples"] = json!(waited);
@@ -364,6 +386,8 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
     let appender = Appender::start(archive.clone(), "other")?;
     let mut rows = Vec::new();
     let file_s = file.to_string_lossy().into_owned();
+    let log = dir.join("avail.db-wal");
+    let log = Some(log.as_path());
     let mut ops = || -> Result<()> {
         rows.push(idle_row("sqlite", &appender));
         let (r, _) = run_op(
@@ -373,6 +397,7 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
             entries,
             &["--db", &dbs, "import", "--quiet", &file_s],
             &appender,
+            log,
         )?;
         rows.push(r);
         let (r, out) = run_op(
@@ -382,6 +407,7 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
             entries,
             &["--db", &dbs, "--json", "fork", &id],
             &appender,
+            log,
         )?;
         rows.push(r);
         let fork = forked_id(&out)?;
@@ -392,6 +418,7 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
             entries,
             &["--db", &dbs, "delete", &fork],
             &appender,
+            log,
         )?;
         rows.push(r);
         let (r, _) = run_op(
@@ -401,6 +428,7 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
             entries,
             &["--db", &dbs, "compact"],
             &appender,
+            log,
         )?;
         rows.push(r);
         Ok(())
@@ -520,16 +548,16 @@ pub fn render(v: &Value) -> String {
     );
     let _ = writeln!(
         t,
-        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | largest log |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in rows {
         if let Some(e) = r["error"].as_str() {
-            let _ = writeln!(t, "| {} | error: {e} | | | | | | | |", r["backend"]);
+            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | |", r["backend"]);
             continue;
         }
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} |",
             r["backend"].as_str().unwrap_or(""),
             r["op"].as_str().unwrap_or(""),
             r["entries"],
@@ -539,6 +567,9 @@ pub fn render(v: &Value) -> String {
             r["p50_ms"].as_f64().unwrap_or(0.0),
             r["p99_ms"].as_f64().unwrap_or(0.0),
             r["max_ms"].as_f64().unwrap_or(0.0),
+            r["log_mb"]
+                .as_f64()
+                .map_or_else(String::new, |mb| format!("{mb:.0} MB")),
         );
     }
     for r in rows.iter().filter(|r| r["lock_samples"].is_u64()) {

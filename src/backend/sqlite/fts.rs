@@ -254,6 +254,12 @@ pub(super) struct IndexShape {
     /// The levels whose segments are the input of an unfinished merge
     /// (into the level above), lowest first.
     pub merging: Vec<u64>,
+    /// Each segment's id, lowest level first: a merge replaces its inputs'
+    /// ids with its output's.
+    pub segment_ids: Vec<u64>,
+    /// Rows deleted from the segments and not yet merged out of them (the
+    /// tombstones a contentless-delete index keeps; version 2 records only).
+    pub tombstones: u64,
 }
 
 /// Reads the index's structure record (`message_text_data` row 10):
@@ -279,24 +285,65 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
     let levels = next()?;
     let segments = next()?;
     next()?; // the write counter
-    let mut merging = Vec::new();
+    let (mut merging, mut segment_ids, mut tombstones) = (Vec::new(), Vec::new(), 0);
     for level in 0..levels {
         if next()? > 0 {
             merging.push(level);
         }
         let in_level = next()?;
-        // Id, first and last page; version 2 adds two origins, tombstone
-        // pages, tombstones and entries.
-        let fields = if version2 { 8 } else { 3 };
-        for _ in 0..in_level * fields {
+        for _ in 0..in_level {
+            // Id, first and last page; version 2 adds two origins, tombstone
+            // pages, tombstones and entries.
+            segment_ids.push(next()?);
             next()?;
+            next()?;
+            if version2 {
+                for _ in 0..3 {
+                    next()?;
+                }
+                tombstones += next()?;
+                next()?;
+            }
         }
     }
     Ok(IndexShape {
         levels,
         segments,
         merging,
+        segment_ids,
+        tombstones,
     })
+}
+
+/// Turns off FTS5's merges for deleted rows (`deletemerge`, a persistent
+/// setting of the index; 10 % by default): deleted rows stay in their
+/// segments, marked deleted (a tombstone each), until their level is merged
+/// for its segment count (FTS5's automerge, on other writers' commits) or
+/// `compact` merges the whole index.
+///
+/// Why (issue 40.1): with it on, every flush of a delete's tombstones chose
+/// the level with the largest share of deleted rows, once that share passed
+/// 10 %, and merged it. FTS5 bounds a merge step by the pages it *writes*;
+/// deleted rows are read and not written, so a merge of a level that is
+/// mostly a deleted session's rows went through the whole level in one
+/// statement or commit: at 200,000 entries single delete transactions held
+/// the write lock 1–3.5 s (the first measurement in docs/durability.md).
+/// Without it a delete's flush adds tombstones and merges only as much as
+/// FTS5's automerge asks for the tombstones it wrote.
+pub(super) fn keep_deletes_unmerged(conn: &Connection) -> Result<()> {
+    let context = "setting the search index's merges";
+    let deletemerge: Option<i64> = conn
+        .prepare_cached("SELECT v FROM message_text_config WHERE k = 'deletemerge'")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)).optional())
+        .map_err(sql(context))?;
+    if deletemerge != Some(0) {
+        conn.execute(
+            "INSERT INTO message_text (message_text, rank) VALUES ('deletemerge', 0)",
+            [],
+        )
+        .map_err(sql(context))?;
+    }
+    Ok(())
 }
 
 /// Merges the search index's segments into one b-tree a few pages a step,
