@@ -29,9 +29,10 @@ impl<A> ArchiveRepo<A> {
 /// The most entries a whole-log fork reads per statement ([`visit_log_in_chunks`]).
 const FORK_READ_CHUNK: usize = 4096;
 
-/// About how many bytes of entries a whole-log fork holds at once: the
-/// next chunk's entry count is this over the mean size of the entries read
-/// so far (at least one entry, at most [`FORK_READ_CHUNK`]).
+/// The most bytes of entry text a whole-log fork holds at once: a chunk
+/// ends at [`FORK_READ_CHUNK`] entries or once it holds this much (one
+/// entry past it at most), whatever the entries' sizes (a pi session with
+/// inline images mixes 1 KB messages with multi-MB ones).
 const FORK_READ_BYTES: usize = 8 << 20;
 
 /// Hands `sink` the log as it stood when called, a chunk of at most
@@ -54,26 +55,30 @@ fn visit_log_in_chunks<S: SessionStorage + ?Sized>(
     sink: &mut dyn FnMut(crate::entry::Entry) -> Result<()>,
 ) -> Result<()> {
     let count = storage.entry_count()?;
-    let (mut done, mut bytes_read) = (0usize, 0usize);
+    let mut done = 0usize;
     let mut chunk: Vec<String> = Vec::new();
     while done < count {
-        // Before the first chunk (or while every entry read was empty), a
-        // whole chunk.
-        let fits = bytes_read
-            .checked_div(done)
-            .and_then(|per_entry| FORK_READ_BYTES.checked_div(per_entry))
-            .unwrap_or(FORK_READ_CHUNK);
-        let want = fits.clamp(1, FORK_READ_CHUNK).min(count - done);
-        storage.visit_entries(done, Some(want), &mut |text| {
+        let want = FORK_READ_CHUNK.min(count - done);
+        let (mut bytes, mut full) = (0usize, false);
+        let read = storage.visit_entries(done, Some(want), &mut |text| {
+            bytes += text.len();
             chunk.push(text);
+            if bytes >= FORK_READ_BYTES {
+                // Ends the statement here: the visit has no other way to
+                // stop early, and `full` tells this error from a real one.
+                full = true;
+                return Err(crate::error::Error::Unknown("fork chunk full".into()));
+            }
             Ok(())
-        })?;
-        if chunk.len() < want {
-            return Err(crate::error::Error::SessionNotFound(id.to_owned()));
+        });
+        if !full {
+            read?;
+            if chunk.len() < want {
+                return Err(crate::error::Error::SessionNotFound(id.to_owned()));
+            }
         }
         done += chunk.len();
         for text in chunk.drain(..) {
-            bytes_read += text.len();
             sink(crate::entry::Entry::from_checked_text(text))?;
         }
     }

@@ -405,6 +405,31 @@ cases! {
         Ok(())
     }
 
+    fn fork_of_a_log_larger_than_one_read_copies_every_entry(h) {
+        // 24 entries of 512 KB: 12 MB, more than a fork holds at once
+        // (8 MB), so the copy is read in more than one piece.
+        let repo = h.repo();
+        let mut s = repo.create(&CreateOptions {
+            cwd: "/big".into(),
+            ..CreateOptions::default()
+        })?;
+        let mut parent: Option<String> = None;
+        for n in 0..24 {
+            let id = format!("big{n}");
+            let fill = char::from(b'a' + n as u8).to_string().repeat(512 * 1024);
+            s.storage_mut().append_entry(Entry::from_value(&json!({
+                "type": "custom", "customType": "blob", "id": id, "parentId": parent,
+                "timestamp": "2025-01-01T00:00:00.000Z", "data": {"fill": fill}}))?)?;
+            parent = Some(id);
+        }
+        let log = texts(s.storage())?;
+        let src = s.storage().metadata()?;
+        drop(s);
+        let copy = repo.fork(&src, &ForkOptions::default())?;
+        assert!(texts(copy.storage())? == log, "the copy differs from its source");
+        Ok(())
+    }
+
     fn fork_without_an_entry_copies_the_whole_log(h) {
         let repo = h.repo();
         let src = source(repo)?;
