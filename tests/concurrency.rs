@@ -1293,14 +1293,18 @@ fn a_killed_fork_or_delete_is_invisible_and_the_next_open_undoes_or_finishes_it(
     };
     let mut before = vec!["other".to_string(), id.clone()];
     before.sort();
-    for (command, marker) in [
-        ("fork", "sessiontree:fork"),
-        ("delete", "sessiontree:delete"),
+    // Batches of a set size with a pause between them (as the PostgreSQL
+    // test sets them): bounded by time alone, a quiet machine deleted the
+    // 2,000 entries in one batch, before the test could see it half done.
+    for (command, marker, batch) in [
+        ("fork", "sessiontree:fork", "100:20"),
+        ("delete", "sessiontree:delete", "1:20"),
     ] {
         let mut child = std::process::Command::new(bin())
             .arg("--db")
             .arg(&db)
             .args([command, id.as_str()])
+            .env("SESSIONTREE_TEST_BATCH", batch)
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
