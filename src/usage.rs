@@ -244,6 +244,127 @@ pub struct UsageRow {
 /// Milliseconds in a day.
 pub const DAY_MS: i64 = 86_400_000;
 
+/// The UTC day (days since 1970-01-01) of a time in Unix ms, day 0 when
+/// there is none: the floor, as the old per-row trigger's
+/// `at_ms / 86400000 - (at_ms % 86400000 < 0)` took it, so times before
+/// 1970 fall on the day before, not the day after.
+pub fn day_of(at_ms: Option<i64>) -> i64 {
+    at_ms.map_or(0, |ms| ms.div_euclid(DAY_MS))
+}
+
+/// One (session, UTC day, model) row of per-day usage (`usage_daily`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DaySums {
+    /// Counted facts.
+    pub entries: i64,
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Cache-read tokens.
+    pub cache_read: f64,
+    /// Cache-write tokens.
+    pub cache_write: f64,
+    /// Cost.
+    pub cost: f64,
+}
+
+impl DaySums {
+    /// The row after its first fact of an append: the stored row plus the
+    /// fact, or, with no row stored, the fact's own values. Not `0.0` plus
+    /// them: the old trigger inserted a missing row with the values as they
+    /// came, and `0.0 + -0.0` is `0.0`, so the bits would differ.
+    pub fn start(stored: Option<DaySums>, first: &UsageFact) -> DaySums {
+        match stored {
+            Some(mut row) => {
+                row.add(first);
+                row
+            }
+            None => DaySums {
+                entries: 1,
+                input: first.input,
+                output: first.output,
+                cache_read: first.cache_read,
+                cache_write: first.cache_write,
+                cost: first.cost,
+            },
+        }
+    }
+
+    /// Adds one counted fact, as the trigger's `ON CONFLICT` update did.
+    pub fn add(&mut self, fact: &UsageFact) {
+        self.entries += 1;
+        self.input += fact.input;
+        self.output += fact.output;
+        self.cache_read += fact.cache_read;
+        self.cache_write += fact.cache_write;
+        self.cost += fact.cost;
+    }
+}
+
+/// One day row being summed by [`DailySums`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DayRow {
+    /// The UTC day ([`day_of`]).
+    pub day: i64,
+    /// The model key.
+    pub model: String,
+    /// The sums so far, stored row included.
+    pub sums: DaySums,
+    /// Whether the row was stored before this append (an update, not an insert).
+    pub stored: bool,
+}
+
+/// One session's counted usage of an append, summed per (UTC day, model)
+/// exactly as the per-row trigger summed `usage_daily` before the stores
+/// did it themselves: each row starts from the stored row or the first
+/// fact ([`DaySums::start`]) and adds the facts in the order appended, so
+/// that the doubles come out bit for bit the same (f64 addition is not
+/// associative). A store reads and writes the rows; the rule is this one.
+#[derive(Debug, Default)]
+pub struct DailySums {
+    rows: Vec<DayRow>,
+    at: std::collections::HashMap<(i64, String), usize>,
+}
+
+impl DailySums {
+    /// Adds a counted `fact` stored at `at_ms` (as the store recorded it)
+    /// to its day's row; `stored` reads the row of a (day, model) not yet
+    /// met in this append, if the store holds one.
+    pub fn add<E>(
+        &mut self,
+        at_ms: Option<i64>,
+        fact: &UsageFact,
+        stored: impl FnOnce(i64, &str) -> std::result::Result<Option<DaySums>, E>,
+    ) -> std::result::Result<(), E> {
+        let day = day_of(at_ms);
+        if let Some(&i) = self.at.get(&(day, fact.model.clone())) {
+            self.rows[i].sums.add(fact);
+            return Ok(());
+        }
+        let row = stored(day, &fact.model)?;
+        self.at.insert((day, fact.model.clone()), self.rows.len());
+        self.rows.push(DayRow {
+            day,
+            model: fact.model.clone(),
+            stored: row.is_some(),
+            sums: DaySums::start(row, fact),
+        });
+        Ok(())
+    }
+
+    /// Whether no fact was added since the last [`DailySums::take`].
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows summed, in the order of their first fact, leaving none.
+    pub fn take(&mut self) -> Vec<DayRow> {
+        self.at.clear();
+        std::mem::take(&mut self.rows)
+    }
+}
+
 /// `YYYY-MM-DD` of a day number (days since 1970-01-01).
 pub fn day_string(day: i64) -> String {
     let iso = crate::entry::iso_timestamp(day.saturating_mul(DAY_MS));
@@ -410,6 +531,65 @@ mod tests {
         let before_1970 = q(Some(-5), None).plan();
         assert_eq!(before_1970.day_from, Some(0));
         assert_eq!(before_1970.cut[0], Some((-5, 0)));
+    }
+
+    #[test]
+    fn day_sums_start_from_the_stored_row_or_the_first_fact_and_add_in_order() {
+        let fact = |model: &str, cost: f64| UsageFact {
+            dedup: 0,
+            at_ms: None,
+            model: model.to_owned(),
+            input: cost,
+            output: 0.0,
+            cache_read: 0.0,
+            cache_write: 0.0,
+            cost,
+        };
+        assert_eq!(day_of(Some(-1)), -1);
+        assert_eq!(day_of(Some(DAY_MS)), 1);
+        assert_eq!(day_of(None), 0);
+        let mut sums = DailySums::default();
+        let mut reads = Vec::new();
+        let mut stored = |day: i64, model: &str| {
+            reads.push((day, model.to_owned()));
+            Ok::<_, ()>((model == "old").then_some(DaySums {
+                entries: 2,
+                input: 0.1,
+                output: 0.0,
+                cache_read: 0.0,
+                cache_write: 0.0,
+                cost: 0.1,
+            }))
+        };
+        // A new row keeps its first fact's own bits (-0.0, not 0.0 + -0.0).
+        sums.add(Some(5), &fact("new", -0.0), &mut stored).unwrap();
+        for cost in [0.2, 0.3] {
+            sums.add(Some(DAY_MS + 5), &fact("old", cost), &mut stored)
+                .unwrap();
+        }
+        sums.add(Some(7), &fact("new", -0.0), &mut stored).unwrap();
+        // Each (day, model) is read once, at its first fact.
+        assert_eq!(reads, [(0, "new".to_owned()), (1, "old".to_owned())]);
+        let rows = sums.take();
+        assert!(sums.is_empty());
+        assert_eq!(
+            (rows[0].day, rows[0].stored, rows[0].sums.entries),
+            (0, false, 2)
+        );
+        assert_eq!(rows[0].sums.cost.to_bits(), (-0.0f64).to_bits());
+        // (0.1 + 0.2) + 0.3 is not 0.1 + (0.2 + 0.3): append order it is.
+        assert_eq!(
+            (rows[1].day, rows[1].stored, rows[1].sums.entries),
+            (1, true, 4)
+        );
+        assert_eq!(
+            rows[1].sums.cost.to_bits(),
+            ((0.1 + 0.2) + 0.3f64).to_bits()
+        );
+        assert_ne!(
+            rows[1].sums.cost.to_bits(),
+            (0.1 + (0.2 + 0.3f64)).to_bits()
+        );
     }
 
     #[test]

@@ -446,21 +446,13 @@ pub(super) fn insert_usage_facts<C: GenericClient>(
 /// 8: the trigger's `WHEN` reads it).
 const DAILY_BY_WRITER: &str = "sessiontree.daily_by_writer";
 
-/// A `usage_daily` row's key within a session: UTC day and model.
-type DayModel = (i64, String);
-
-/// Per-day sums being added: entries, the five doubles (input, output,
-/// cache read, cache write, cost), and whether the row was stored before.
-type DaySums = std::collections::HashMap<DayModel, (i64, [f64; 5], bool)>;
-
 /// [`insert_usage_facts`] for a sync's batch: the per-day sums are added
 /// here rather than by the per-row trigger (an `INSERT … ON CONFLICT` run
 /// through PL/pgSQL for each counted fact, which leaves a dead row version
 /// each time). The sums are bit-identical to the trigger's: the facts come
-/// back in insertion order (`fact_key`), each counted one is added to its
-/// (day, model) row in that order, starting from the stored row (read
-/// `FOR UPDATE`) or from the first fact, as the trigger's
-/// `d.input + excluded.input` does.
+/// back in insertion order (`fact_key`) and are summed by
+/// [`crate::usage::DailySums`], starting from the stored rows (read
+/// `FOR UPDATE`).
 fn insert_usage_facts_summed_here<C: GenericClient>(
     c: &mut C,
     key: i64,
@@ -476,7 +468,8 @@ fn insert_usage_facts_summed_here<C: GenericClient>(
         c,
         key,
         facts,
-        " RETURNING fact_key, counted, at_ms, model, input, output, cache_read, cache_write, cost",
+        " RETURNING fact_key, counted, at_ms, model, input, output, cache_read, cache_write, \
+         cost, dedup",
     )?;
     c.query_typed(
         "SELECT set_config($1, 'off', true)",
@@ -488,16 +481,29 @@ fn insert_usage_facts_summed_here<C: GenericClient>(
         return Ok(());
     }
     rows.sort_by_key(|r| r.get::<_, i64>(0));
-    // The trigger's day: coalesce(floor(at_ms / 86400000.0), 0) (exact).
-    let day_of = |r: &Row| {
-        r.get::<_, Option<i64>>(2)
-            .map_or(0, |ms| ms.div_euclid(86_400_000))
-    };
-    let mut days: Vec<i64> = rows.iter().map(day_of).collect();
+    // Each counted fact as stored (its `at_ms` filled from the session's
+    // creation where the entry had none).
+    let counted: Vec<crate::usage::UsageFact> = rows
+        .iter()
+        .map(|r| crate::usage::UsageFact {
+            dedup: r.get(9),
+            at_ms: r.get(2),
+            model: r.get(3),
+            input: r.get(4),
+            output: r.get(5),
+            cache_read: r.get(6),
+            cache_write: r.get(7),
+            cost: r.get(8),
+        })
+        .collect();
+    let mut days: Vec<i64> = counted
+        .iter()
+        .map(|f| crate::usage::day_of(f.at_ms))
+        .collect();
     days.sort_unstable();
     days.dedup();
-    // (day, model) -> [entries, input, output, cache_read, cache_write, cost], stored or not.
-    let mut sums: DaySums = c
+    // One read (and lock) of every stored row the batch adds to.
+    let mut stored: std::collections::HashMap<(i64, String), crate::usage::DaySums> = c
         .query_typed(
             "SELECT day, model, entries, input, output, cache_read, cache_write, cost
                FROM usage_daily WHERE session_key = $1 AND day = ANY($2)
@@ -507,55 +513,53 @@ fn insert_usage_facts_summed_here<C: GenericClient>(
         .map_err(pg(ctx))?
         .iter()
         .map(|r| {
-            let v = [r.get(3), r.get(4), r.get(5), r.get(6), r.get(7)];
-            ((r.get(0), r.get(1)), (r.get(2), v, true))
+            let sums = crate::usage::DaySums {
+                entries: r.get(2),
+                input: r.get(3),
+                output: r.get(4),
+                cache_read: r.get(5),
+                cache_write: r.get(6),
+                cost: r.get(7),
+            };
+            ((r.get(0), r.get(1)), sums)
         })
         .collect();
-    // The rows added to: stored before, and new (in order of first fact).
-    let (mut stored, mut order): (Vec<DayModel>, Vec<DayModel>) = Default::default();
-    let mut listed: HashSet<DayModel> = HashSet::new();
-    for r in &rows {
-        let v: [f64; 5] = [r.get(4), r.get(5), r.get(6), r.get(7), r.get(8)];
-        let at = (day_of(r), r.get::<_, String>(3));
-        match sums.get_mut(&at) {
-            Some((n, sum, was)) => {
-                if *was && listed.insert(at.clone()) {
-                    stored.push(at);
-                }
-                *n += 1;
-                for (s, x) in sum.iter_mut().zip(v) {
-                    *s += x;
-                }
-            }
-            None => {
-                order.push(at.clone());
-                sums.insert(at, (1, v, false));
-            }
-        }
+    let mut sums = crate::usage::DailySums::default();
+    for fact in &counted {
+        sums.add(fact.at_ms, fact, |day, model| {
+            Ok::<_, Error>(stored.remove(&(day, model.to_owned())))
+        })?;
     }
-    write_daily(c, key, &stored, &sums, false)?;
-    write_daily(c, key, &order, &sums, true)
+    let (updated, inserted): (Vec<_>, Vec<_>) = sums.take().into_iter().partition(|r| r.stored);
+    write_daily(c, key, &updated, false)?;
+    write_daily(c, key, &inserted, true)
 }
 
-/// Writes the per-day sums of `at` (see [`insert_usage_facts_summed_here`]):
-/// rows that were stored get their new totals; `new` rows are inserted, and
-/// should another transaction have inserted one meanwhile (a delete's
-/// recount), added to it as the trigger would.
+/// Writes per-day sums (see [`insert_usage_facts_summed_here`]): rows that
+/// were stored get their new totals; `new` rows are inserted, and should
+/// another transaction have inserted one meanwhile (a delete's recount),
+/// added to it as the trigger would.
 fn write_daily<C: GenericClient>(
     c: &mut C,
     key: i64,
-    at: &[DayModel],
-    sums: &DaySums,
+    rows: &[crate::usage::DayRow],
     new: bool,
 ) -> Result<()> {
-    if at.is_empty() {
+    if rows.is_empty() {
         return Ok(());
     }
-    let day: Vec<i64> = at.iter().map(|(d, _)| *d).collect();
-    let model: Vec<&str> = at.iter().map(|(_, m)| m.as_str()).collect();
-    let n: Vec<i64> = at.iter().map(|k| sums[k].0).collect();
-    let col = |i: usize| at.iter().map(|k| sums[k].1[i]).collect::<Vec<f64>>();
-    let (input, output, cache_read, cache_write, cost) = (col(0), col(1), col(2), col(3), col(4));
+    let day: Vec<i64> = rows.iter().map(|r| r.day).collect();
+    let model: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    let n: Vec<i64> = rows.iter().map(|r| r.sums.entries).collect();
+    let col = |f: fn(&crate::usage::DaySums) -> f64| {
+        rows.iter().map(|r| f(&r.sums)).collect::<Vec<f64>>()
+    };
+    let (input, output) = (col(|s| s.input), col(|s| s.output));
+    let (cache_read, cache_write, cost) = (
+        col(|s| s.cache_read),
+        col(|s| s.cache_write),
+        col(|s| s.cost),
+    );
     let sql_text = if new {
         "INSERT INTO usage_daily AS d (session_key, day, model, entries, input, output,
                                        cache_read, cache_write, cost)

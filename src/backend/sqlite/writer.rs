@@ -171,39 +171,15 @@ fn insert_usage_fact_returning(
     .map_err(sql("recording usage"))
 }
 
-/// One `usage_daily` row's sums.
-#[derive(Debug, Clone, Copy)]
-struct DaySums {
-    entries: i64,
-    input: f64,
-    output: f64,
-    cache_read: f64,
-    cache_write: f64,
-    cost: f64,
-}
-
-impl DaySums {
-    /// Adds one counted fact, as the trigger's `ON CONFLICT` update did.
-    fn add(&mut self, fact: &crate::usage::UsageFact) {
-        self.entries += 1;
-        self.input += fact.input;
-        self.output += fact.output;
-        self.cache_read += fact.cache_read;
-        self.cache_write += fact.cache_write;
-        self.cost += fact.cost;
-    }
-}
-
 /// The counted usage of one append's entries, summed per (UTC day, model)
-/// in memory and written to `usage_daily` once, at [`Appender::finish`]. A
-/// per-row trigger did this before (schema step
-/// `0015_usage_daily_by_writer.sql` dropped it): its statement journal and
-/// the search-index flush every journal forces cost an import ~9 % of its
-/// time. Sums start from the row as stored and add each fact in the order
-/// appended, as the trigger did, so the floats come out bit for bit the same.
+/// in memory by [`crate::usage::DailySums`] and written to `usage_daily`
+/// once, at [`Appender::finish`]. A per-row trigger did this before (schema
+/// step `0015_usage_daily_by_writer.sql` dropped it): its statement journal
+/// and the search-index flush every journal forces cost an import ~9 % of
+/// its time.
 #[derive(Default)]
 struct DailyUsage {
-    days: HashMap<(i64, String), DaySums>,
+    days: crate::usage::DailySums,
 }
 
 impl DailyUsage {
@@ -213,31 +189,8 @@ impl DailyUsage {
         if !counted {
             return Ok(());
         }
-        // The trigger's `at_ms / 86400000 - (at_ms % 86400000 < 0)`: floor.
-        let day = at_ms.map_or(0, |ms| ms.div_euclid(86_400_000));
-        match self.days.get_mut(&(day, fact.model.clone())) {
-            Some(sums) => sums.add(fact),
-            None => {
-                // The trigger inserted a missing row with the fact's own
-                // values (not 0.0 plus them), else added to the stored row.
-                let sums = match stored_day(tx, key, day, &fact.model)? {
-                    Some(mut stored) => {
-                        stored.add(fact);
-                        stored
-                    }
-                    None => DaySums {
-                        entries: 1,
-                        input: fact.input,
-                        output: fact.output,
-                        cache_read: fact.cache_read,
-                        cache_write: fact.cache_write,
-                        cost: fact.cost,
-                    },
-                };
-                self.days.insert((day, fact.model.clone()), sums);
-            }
-        }
-        Ok(())
+        self.days
+            .add(at_ms, fact, |day, model| stored_day(tx, key, day, model))
     }
 
     /// Writes the day sums into `usage_daily`.
@@ -256,11 +209,12 @@ impl DailyUsage {
                      cache_write = excluded.cache_write, cost = excluded.cost",
             )
             .map_err(sql("summing usage per day"))?;
-        for ((day, model), s) in self.days.drain() {
+        for row in self.days.take() {
+            let s = row.sums;
             st.execute(params![
                 key,
-                day,
-                model,
+                row.day,
+                row.model,
                 s.entries,
                 s.input,
                 s.output,
@@ -275,14 +229,19 @@ impl DailyUsage {
 }
 
 /// A session's `usage_daily` row of `day` and `model`, if it has one.
-fn stored_day(tx: &Connection, key: i64, day: i64, model: &str) -> Result<Option<DaySums>> {
+fn stored_day(
+    tx: &Connection,
+    key: i64,
+    day: i64,
+    model: &str,
+) -> Result<Option<crate::usage::DaySums>> {
     tx.prepare_cached(
         "SELECT entries, input, output, cache_read, cache_write, cost FROM usage_daily
           WHERE session_key = ?1 AND day = ?2 AND model = ?3",
     )
     .and_then(|mut st| {
         st.query_row(params![key, day, model], |r| {
-            Ok(DaySums {
+            Ok(crate::usage::DaySums {
                 entries: r.get(0)?,
                 input: r.get(1)?,
                 output: r.get(2)?,
