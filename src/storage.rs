@@ -12,6 +12,7 @@ use crate::rules::{walk_joining, walk_to_root_or_compaction, SessionStats, Walk,
 use crate::skeleton::{self, SkeletonItem};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 
 /// How hard an append works to survive a crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -262,17 +263,37 @@ pub trait SessionStorage {
 
     /// Hands the stored text of the log slice `[after, after + limit)` to
     /// `sink`, one entry at a time in log order, so that an answer of any size
-    /// takes bounded memory (rpc streams `getEntries` through it). Backends
-    /// that hold their log in memory keep this default; SQLite streams rows.
+    /// takes bounded memory (rpc streams `getEntries` through it), until
+    /// `sink` answers [`ControlFlow::Break`]: the read ends there (a fork's
+    /// chunk reader stops at a byte bound) and this answers `Break`. The
+    /// default reads [`SessionStorage::entries`]; the in-memory logs hand out
+    /// their own entries, the archives stream rows and end the statement.
+    fn visit_entries_until(
+        &self,
+        after: usize,
+        limit: Option<usize>,
+        sink: &mut dyn FnMut(String) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
+        for e in self.entries(after, limit)? {
+            if sink(e.json().to_owned())?.is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// [`SessionStorage::visit_entries_until`] with a sink that reads to the
+    /// end of the slice (stores implement that one, not this).
     fn visit_entries(
         &self,
         after: usize,
         limit: Option<usize>,
         sink: &mut dyn FnMut(String) -> Result<()>,
     ) -> Result<()> {
-        self.entries(after, limit)?
-            .iter()
-            .try_for_each(|e| sink(e.json().to_owned()))
+        self.visit_entries_until(after, limit, &mut |text| {
+            sink(text).map(ControlFlow::Continue)
+        })
+        .map(drop)
     }
 
     /// [`SessionStorage::find_entries`], handed to `sink` one at a time like
@@ -530,6 +551,14 @@ impl<S: SessionStorage + ?Sized> SessionStorage for Box<S> {
     }
     fn entry_count(&self) -> Result<usize> {
         (**self).entry_count()
+    }
+    fn visit_entries_until(
+        &self,
+        after: usize,
+        limit: Option<usize>,
+        sink: &mut dyn FnMut(String) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
+        (**self).visit_entries_until(after, limit, sink)
     }
     fn visit_entries(
         &self,

@@ -78,11 +78,16 @@ impl LogIndex {
 
     /// `[after, after + limit)` by position.
     pub fn slice(&self, after: usize, limit: Option<usize>) -> Vec<Entry> {
+        self.window(after, limit).to_vec()
+    }
+
+    /// The entries [`LogIndex::slice`] copies, borrowed.
+    pub fn window(&self, after: usize, limit: Option<usize>) -> &[Entry] {
         let start = after.min(self.entries.len());
         let end = limit.map_or(self.entries.len(), |l| {
             start.saturating_add(l).min(self.entries.len())
         });
-        self.entries[start..end].to_vec()
+        &self.entries[start..end]
     }
 }
 
@@ -120,6 +125,21 @@ macro_rules! log_index_reads {
         }
         fn entry_count(&self) -> $crate::error::Result<usize> {
             Ok(self.log.all().len())
+        }
+        /// Hands out the log's own entries: no copy of the slice first,
+        /// and none of what follows a stop.
+        fn visit_entries_until(
+            &self,
+            after: usize,
+            limit: Option<usize>,
+            sink: &mut dyn FnMut(String) -> $crate::error::Result<std::ops::ControlFlow<()>>,
+        ) -> $crate::error::Result<std::ops::ControlFlow<()>> {
+            for e in self.log.window(after, limit) {
+                if sink(e.json().to_owned())?.is_break() {
+                    return Ok(std::ops::ControlFlow::Break(()));
+                }
+            }
+            Ok(std::ops::ControlFlow::Continue(()))
         }
     };
 }

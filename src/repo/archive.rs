@@ -59,23 +59,18 @@ fn visit_log_in_chunks<S: SessionStorage + ?Sized>(
     let mut chunk: Vec<String> = Vec::new();
     while done < count {
         let want = FORK_READ_CHUNK.min(count - done);
-        let (mut bytes, mut full) = (0usize, false);
-        let read = storage.visit_entries(done, Some(want), &mut |text| {
+        let mut bytes = 0usize;
+        let read = storage.visit_entries_until(done, Some(want), &mut |text| {
             bytes += text.len();
             chunk.push(text);
-            if bytes >= FORK_READ_BYTES {
-                // Ends the statement here: the visit has no other way to
-                // stop early, and `full` tells this error from a real one.
-                full = true;
-                return Err(crate::error::Error::Unknown("fork chunk full".into()));
-            }
-            Ok(())
-        });
-        if !full {
-            read?;
-            if chunk.len() < want {
-                return Err(crate::error::Error::SessionNotFound(id.to_owned()));
-            }
+            Ok(if bytes >= FORK_READ_BYTES {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            })
+        })?;
+        if read.is_continue() && chunk.len() < want {
+            return Err(crate::error::Error::SessionNotFound(id.to_owned()));
         }
         done += chunk.len();
         for text in chunk.drain(..) {

@@ -557,6 +557,32 @@ cases! {
         Ok(())
     }
 
+    fn a_visit_of_the_log_ends_where_its_sink_says_stop(h) {
+        use std::ops::ControlFlow;
+        let mut s = h.fresh();
+        messages(&mut s, 1, 5, None);
+        let visit = |after: usize, limit: Option<usize>, stop_at: usize| {
+            let mut seen: Vec<String> = Vec::new();
+            let end = s.visit_entries_until(after, limit, &mut |text| {
+                seen.push(Entry::from_json(&text)?.id().to_owned());
+                Ok(if seen.len() == stop_at {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                })
+            });
+            end.map(|end| (seen, end.is_break()))
+        };
+        // Stopped after two: nothing after the stop reaches the sink.
+        assert_eq!(visit(1, None, 2)?, (vec!["m2".to_owned(), "m3".to_owned()], true));
+        // The store reads again after a stopped read (its statement ended).
+        assert_eq!(visit(3, None, 9)?, (vec!["m4".to_owned(), "m5".to_owned()], false));
+        assert_eq!(visit(0, Some(3), 9)?.0, ["m1", "m2", "m3"]);
+        assert_eq!(visit(9, None, 1)?, (Vec::new(), false));
+        assert_eq!(ids(&s.entries(0, None)?).len(), 5);
+        Ok(())
+    }
+
     fn entries_come_back_exactly_as_stored(h) {
         let mut s = h.fresh();
         let text = r#"{"zeta":1.50,"type":"message","id":"x1","parentId":null,"timestamp":"2025-01-01T00:00:00.000Z","message":{"role":"user","content":"\ud83d broken emoji ☃","extra":[1e3,-0.0]},"unknown":{"b":1,"a":2}}"#;

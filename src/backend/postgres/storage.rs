@@ -13,6 +13,7 @@ use crate::rules::Replay;
 use crate::storage::{LeafMove, MessageFact, SessionMetadata, SessionStorage};
 use ::postgres::types::{ToSql, Type};
 use std::cell::RefCell;
+use std::ops::ControlFlow;
 
 /// One session of a team archive.
 #[derive(Debug)]
@@ -93,8 +94,8 @@ impl PgStorage {
         &self,
         sql_text: &str,
         params: &[&(dyn ToSql + Sync)],
-        sink: &mut dyn FnMut(String) -> Result<()>,
-    ) -> Result<()> {
+        sink: &mut dyn FnMut(String) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
         let mut conn = self.archive.conn()?;
         let mut tx = conn.transaction().map_err(pg("reading entries"))?;
         let portal = tx.bind(sql_text, params).map_err(pg("reading entries"))?;
@@ -104,10 +105,13 @@ impl PgStorage {
                 .map_err(pg("reading entries"))?;
             let done = rows.len() < 1024;
             for r in &rows {
-                sink(col(r, 0)?)?;
+                if sink(col(r, 0)?)?.is_break() {
+                    // Dropping the read's transaction closes the portal.
+                    return Ok(ControlFlow::Break(()));
+                }
             }
             if done {
-                return Ok(());
+                return Ok(ControlFlow::Continue(()));
             }
         }
     }
@@ -180,11 +184,13 @@ impl SessionStorage for PgStorage {
         entry_type: &str,
         sink: &mut dyn FnMut(String) -> Result<()>,
     ) -> Result<()> {
+        let sink = &mut |text: String| sink(text).map(ControlFlow::Continue);
         self.query_texts(
             "SELECT json FROM entries WHERE session_key = $1 AND type = $2 ORDER BY seq",
             &[&self.session_key, &entry_type],
             sink,
         )
+        .map(drop)
     }
 
     fn label(&self, id: &str) -> Result<Option<JsString>> {
@@ -201,12 +207,12 @@ impl SessionStorage for PgStorage {
 
     crate::backend::session_rows::archive_fact_reads!();
 
-    fn visit_entries(
+    fn visit_entries_until(
         &self,
         after: usize,
         limit: Option<usize>,
-        sink: &mut dyn FnMut(String) -> Result<()>,
-    ) -> Result<()> {
+        sink: &mut dyn FnMut(String) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
         self.query_texts(

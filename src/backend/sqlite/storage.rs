@@ -16,6 +16,7 @@ use branch_cache::{EntryCache, ReadCost};
 use claim::WriterClaim;
 use rusqlite::{params, OptionalExtension};
 use std::cell::{Cell, RefCell};
+use std::ops::ControlFlow;
 
 /// One session of an archive.
 #[derive(Debug)]
@@ -162,8 +163,8 @@ impl SqliteStorage {
         &self,
         sql_text: &'static str,
         params: impl rusqlite::Params,
-        sink: &mut dyn FnMut(String) -> Result<()>,
-    ) -> Result<()> {
+        sink: &mut dyn FnMut(String) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
         let conn = self.archive.conn()?;
         let mut st = conn
             .prepare_cached(sql_text)
@@ -172,9 +173,12 @@ impl SqliteStorage {
         let codec = self.archive.codec();
         while let Some(row) = rows.next().map_err(sql("reading entries"))? {
             let text = codec.decode(&conn, row.get_ref(0).map_err(sql("reading entries"))?)?;
-            sink(text)?;
+            if sink(text)?.is_break() {
+                // Dropping `rows` resets the statement: the read ends here.
+                return Ok(ControlFlow::Break(()));
+            }
         }
-        Ok(())
+        Ok(ControlFlow::Continue(()))
     }
 
     fn facts(&self) -> Result<SessionFacts> {
@@ -249,19 +253,22 @@ impl SessionStorage for SqliteStorage {
         entry_type: &str,
         sink: &mut dyn FnMut(String) -> Result<()>,
     ) -> Result<()> {
+        let sink = &mut |text: String| sink(text).map(ControlFlow::Continue);
         // The type index leaves messages out (most entries are messages).
         if entry_type == "message" {
             return self.query_texts(
                 "SELECT json FROM entries WHERE session_key = ?1 AND type = 'message' ORDER BY seq",
                 params![self.session_key],
                 sink,
-            );
+            )
+            .map(drop);
         }
         self.query_texts(
             "SELECT json FROM entries WHERE session_key = ?1 AND type = ?2 AND type <> 'message' ORDER BY seq",
             params![self.session_key, entry_type],
             sink,
         )
+        .map(drop)
     }
 
     fn label(&self, id: &str) -> Result<Option<JsString>> {
@@ -277,12 +284,12 @@ impl SessionStorage for SqliteStorage {
 
     crate::backend::session_rows::archive_fact_reads!();
 
-    fn visit_entries(
+    fn visit_entries_until(
         &self,
         after: usize,
         limit: Option<usize>,
-        sink: &mut dyn FnMut(String) -> Result<()>,
-    ) -> Result<()> {
+        sink: &mut dyn FnMut(String) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         self.query_texts(
