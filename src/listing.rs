@@ -147,3 +147,19 @@ pub struct NewSession {
     /// through the SDK contract, detected (or told) at import.
     pub contract: Contract,
 }
+
+impl NewSession {
+    /// A session created through the SDK contract at `created_at` in `cwd`,
+    /// with no parent and no metadata, and the pi header of those fields.
+    pub fn sdk(id: &str, created_at: &str, cwd: &str) -> NewSession {
+        NewSession {
+            id: id.to_owned(),
+            created_at: created_at.to_owned(),
+            cwd: cwd.to_owned(),
+            parent_session: None,
+            metadata: None,
+            header: crate::header::Header::new(id, created_at, cwd, None, None).json,
+            contract: Contract::Sdk,
+        }
+    }
+}

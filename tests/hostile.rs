@@ -1039,15 +1039,11 @@ fn rpc_hostile_requests_sqlite() {
     let db = dir.path().join("rpc.db");
     let archive = Archive::open(&db, Durability::Relaxed).unwrap();
     let seed = seed_entries();
-    let new = sessiontree::backend::sqlite::NewSession {
-        id: "rpc-sqlite".into(),
-        created_at: "2025-01-01T00:00:00.000Z".into(),
-        cwd: "/p".into(),
-        parent_session: None,
-        metadata: None,
-        header: Header::new("rpc-sqlite", "2025-01-01T00:00:00.000Z", "/p", None, None).json,
-        contract: sessiontree::Contract::Sdk,
-    };
+    let new = sessiontree::backend::sqlite::NewSession::sdk(
+        "rpc-sqlite",
+        "2025-01-01T00:00:00.000Z",
+        "/p",
+    );
     archive
         .create_session_with(&new, seed.iter().cloned().map(Ok))
         .unwrap();

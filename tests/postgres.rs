@@ -1447,17 +1447,7 @@ fn migration_4_fills_usage_facts_as_the_writer_does() {
 }
 
 fn new_team_session(id: &str) -> sessiontree::backend::sqlite::NewSession {
-    sessiontree::backend::sqlite::NewSession {
-        id: id.to_owned(),
-        created_at: "2025-01-01T00:00:00.000Z".to_owned(),
-        cwd: "/w".to_owned(),
-        parent_session: None,
-        metadata: None,
-        header: format!(
-            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#
-        ),
-        contract: sessiontree::Contract::Sdk,
-    }
+    sessiontree::backend::sqlite::NewSession::sdk(id, "2025-01-01T00:00:00.000Z", "/w")
 }
 
 /// The server's clock, Unix ms.

@@ -17,17 +17,7 @@ use support::downgrade_to_version_5;
 type R = Result<(), Box<dyn std::error::Error>>;
 
 fn new_session(id: &str) -> NewSession {
-    NewSession {
-        id: id.to_owned(),
-        created_at: "2025-01-01T00:00:00.000Z".to_owned(),
-        cwd: "/w".to_owned(),
-        parent_session: None,
-        metadata: None,
-        header: format!(
-            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#
-        ),
-        contract: sessiontree::Contract::Sdk,
-    }
+    NewSession::sdk(id, "2025-01-01T00:00:00.000Z", "/w")
 }
 
 fn msg(id: &str, parent: Option<&str>) -> Entry {

@@ -534,13 +534,12 @@ fn export_refuses_to_write_outside_the_directory() {
         let mut lines = text.lines();
         let header = lines.next().expect("header");
         let new = sessiontree::backend::sqlite::NewSession {
-            id: "../../escaped".into(),
-            created_at: "2025-01-01T00:00:00.000Z".into(),
-            cwd: "/p".into(),
-            parent_session: None,
-            metadata: None,
             header: header.to_owned(),
-            contract: sessiontree::Contract::Sdk,
+            ..sessiontree::backend::sqlite::NewSession::sdk(
+                "../../escaped",
+                "2025-01-01T00:00:00.000Z",
+                "/p",
+            )
         };
         archive
             .create_session_with(&new, lines.map(sessiontree::Entry::from_json))

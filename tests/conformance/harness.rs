@@ -100,17 +100,8 @@ impl Harness for Sqlite {
     fn fresh(&mut self) -> SqliteStorage {
         self.n += 1;
         let id = format!("session-{}", self.n);
-        let header = Header::new(&id, "2025-01-01T00:00:00.000Z", "/work", None, None);
         self.archive
-            .create_session(&NewSession {
-                id,
-                created_at: header.timestamp.clone(),
-                cwd: header.cwd.clone(),
-                parent_session: None,
-                metadata: None,
-                header: header.json,
-                contract: sessiontree::Contract::Sdk,
-            })
+            .create_session(&NewSession::sdk(&id, "2025-01-01T00:00:00.000Z", "/work"))
             .expect("create session")
     }
     fn reopen(&mut self, s: SqliteStorage) -> SqliteStorage {
@@ -149,18 +140,9 @@ impl Harness for Postgres {
     fn fresh(&mut self) -> PgStorage {
         self.n += 1;
         let id = format!("session-{}", self.n);
-        let header = Header::new(&id, "2025-01-01T00:00:00.000Z", "/work", None, None);
         self.temp
             .archive
-            .create_session(&NewSession {
-                id,
-                created_at: header.timestamp.clone(),
-                cwd: header.cwd.clone(),
-                parent_session: None,
-                metadata: None,
-                header: header.json,
-                contract: sessiontree::Contract::Sdk,
-            })
+            .create_session(&NewSession::sdk(&id, "2025-01-01T00:00:00.000Z", "/work"))
             .expect("create session")
     }
     fn reopen(&mut self, s: PgStorage) -> PgStorage {

@@ -880,17 +880,7 @@ mod tests {
     use serde_json::json;
 
     fn new_session(id: &str) -> NewSession {
-        NewSession {
-            id: id.to_owned(),
-            created_at: "2025-01-01T00:00:00.000Z".to_owned(),
-            cwd: "/w".to_owned(),
-            parent_session: None,
-            metadata: None,
-            header: format!(
-                r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}}"#
-            ),
-            contract: crate::contract::Contract::Sdk,
-        }
+        NewSession::sdk(id, "2025-01-01T00:00:00.000Z", "/w")
     }
 
     /// A chain of `n` user messages, each holding the word `shared` and one

@@ -22,15 +22,8 @@ fn new_session_as(
     contract: sessiontree::Contract,
 ) -> NewSession {
     NewSession {
-        id: id.to_owned(),
-        created_at: created.to_owned(),
-        cwd: cwd.to_owned(),
-        parent_session: None,
-        metadata: None,
         contract,
-        header: format!(
-            r#"{{"type":"session","version":3,"id":"{id}","timestamp":"{created}","cwd":"{cwd}"}}"#
-        ),
+        ..NewSession::sdk(id, created, cwd)
     }
 }
 
