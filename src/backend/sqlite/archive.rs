@@ -671,7 +671,6 @@ impl pending::PendingStore for Archive {
         let mut conn = self.conn()?;
         let tx = self.begin_write(&mut conn, "deleting a session")?;
         super::claim::renew_claim(&tx, key, token)?;
-        fts::keep_deletes_unmerged(&tx)?;
         let started = Instant::now();
         let mut steps = 0;
         let gone = loop {

@@ -315,37 +315,6 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
     })
 }
 
-/// Turns off FTS5's merges for deleted rows (`deletemerge`, a persistent
-/// setting of the index; 10 % by default): deleted rows stay in their
-/// segments, marked deleted (a tombstone each), until their level is merged
-/// for its segment count (FTS5's automerge, on other writers' commits) or
-/// `compact` merges the whole index.
-///
-/// Why (issue 40.1): with it on, every flush of a delete's tombstones chose
-/// the level with the largest share of deleted rows, once that share passed
-/// 10 %, and merged it. FTS5 bounds a merge step by the pages it *writes*;
-/// deleted rows are read and not written, so a merge of a level that is
-/// mostly a deleted session's rows went through the whole level in one
-/// statement or commit: at 200,000 entries single delete transactions held
-/// the write lock 1–3.5 s (the first measurement in docs/durability.md).
-/// Without it a delete's flush adds tombstones and merges only as much as
-/// FTS5's automerge asks for the tombstones it wrote.
-pub(super) fn keep_deletes_unmerged(conn: &Connection) -> Result<()> {
-    let context = "setting the search index's merges";
-    let deletemerge: Option<i64> = conn
-        .prepare_cached("SELECT v FROM message_text_config WHERE k = 'deletemerge'")
-        .and_then(|mut st| st.query_row([], |r| r.get(0)).optional())
-        .map_err(sql(context))?;
-    if deletemerge != Some(0) {
-        conn.execute(
-            "INSERT INTO message_text (message_text, rank) VALUES ('deletemerge', 0)",
-            [],
-        )
-        .map_err(sql(context))?;
-    }
-    Ok(())
-}
-
 /// Merges the search index's segments into one b-tree a few pages a step,
 /// as FTS5's `optimize` does in one go, while other writers append (and
 /// so add segments) between the steps.

@@ -128,6 +128,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0016_check_marks.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../../schema/0020_search_keeps_deletes_unmerged.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -236,7 +240,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 16;
+pub const FRESH_SCHEMA_VERSION: i64 = 17;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step
@@ -302,7 +306,9 @@ mod tests {
     /// The script [`FRESH_SCHEMA`] should hold for `conn`'s schema: every
     /// statement SQLite keeps, tables first, then indexes, then triggers,
     /// leaving out what SQLite makes itself (FTS5's shadow tables,
-    /// `sqlite_sequence`, automatic indexes).
+    /// `sqlite_sequence`, automatic indexes). Each FTS5 table is followed by
+    /// the settings a step gave it (its `_config` rows but FTS5's own
+    /// `version`): persistent, they are part of the schema.
     fn script_of(conn: &Connection) -> String {
         let mut st = conn
             .prepare(
@@ -335,7 +341,26 @@ mod tests {
             .filter(|(_, name, _)| name != "sqlite_sequence" && !shadow(name))
             .collect();
         kept.sort_by_key(|(kind, _, sql)| rank(kind, sql));
-        let statements: Vec<String> = kept.iter().map(|(_, _, sql)| format!("{sql};\n")).collect();
+        let settings = |name: &str| -> String {
+            let Ok(mut st) = conn.prepare(&format!(
+                "SELECT k, quote(v) FROM \"{name}_config\" WHERE k <> 'version' ORDER BY k"
+            )) else {
+                return String::new();
+            };
+            st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                .expect("settings")
+                .into_iter()
+                .map(|(k, v)| format!("INSERT INTO {name} ({name}, rank) VALUES ('{k}', {v});\n"))
+                .collect()
+        };
+        let statements: Vec<String> = kept
+            .iter()
+            .map(|(kind, name, sql)| match rank(kind, sql) {
+                1 => format!("{sql};\n{}", settings(name)),
+                _ => format!("{sql};\n"),
+            })
+            .collect();
         statements.join("\n")
     }
 

@@ -1,0 +1,18 @@
+-- Schema step 0020 (issue 40.1): FTS5's merges for deleted rows off
+-- (`deletemerge` 0; 10 % by default), a persistent setting of the search
+-- index, set once here (and in `fresh.sql`) instead of read and set by
+-- every batch of a delete. Deleted rows stay in their segments, marked
+-- deleted (a tombstone each), until their level is merged for its segment
+-- count (FTS5's automerge, on other writers' commits) or `compact` merges
+-- the whole index.
+--
+-- Why: with it on, every flush of a delete's tombstones chose the level
+-- with the largest share of deleted rows, once that share passed 10 %, and
+-- merged it. FTS5 bounds a merge step by the pages it *writes*; deleted
+-- rows are read and not written, so a merge of a level that is mostly a
+-- deleted session's rows went through the whole level in one statement or
+-- commit: at 200,000 entries single delete transactions held the write lock
+-- 1-3.5 s (docs/durability.md). Without it a delete's flush adds tombstones
+-- and merges only as much as FTS5's automerge asks for the tombstones it
+-- wrote.
+INSERT INTO message_text (message_text, rank) VALUES ('deletemerge', 0);
