@@ -302,6 +302,55 @@ impl DaySums {
     }
 }
 
+/// How far apart a stored day sum and a sum of its facts may be, relative
+/// to the larger (or 1): a store adds in append order, SQL in any, and f64
+/// addition is not associative.
+pub const DAY_SUMS_TOLERANCE: f64 = 1e-9;
+
+impl DaySums {
+    /// Whether `self` and `other` count the same facts and each double
+    /// agrees to [`DAY_SUMS_TOLERANCE`].
+    pub fn agrees_with(&self, other: &DaySums) -> bool {
+        let close =
+            |a: f64, b: f64| (a - b).abs() <= DAY_SUMS_TOLERANCE * a.abs().max(b.abs()).max(1.0);
+        self.entries == other.entries
+            && close(self.input, other.input)
+            && close(self.output, other.output)
+            && close(self.cache_read, other.cache_read)
+            && close(self.cache_write, other.cache_write)
+            && close(self.cost, other.cost)
+    }
+}
+
+/// What `check` says of a session's (day, model) whose stored day row
+/// (`usage_daily`, `stored`) is not the sum of its counted facts
+/// (`counted`); either may be missing.
+pub fn day_sums_differ(
+    session: &str,
+    day: i64,
+    model: &str,
+    stored: Option<DaySums>,
+    counted: Option<DaySums>,
+) -> String {
+    let show = |s: Option<DaySums>| {
+        s.map_or_else(
+            || "missing".to_owned(),
+            |s| {
+                format!(
+                    "{} entries, input {}, output {}, cache read {}, cache write {}, cost {}",
+                    s.entries, s.input, s.output, s.cache_read, s.cache_write, s.cost
+                )
+            },
+        )
+    };
+    format!(
+        "session {session}: usage of {} ({model}) is {}, its counted facts sum to {}",
+        day_string(day),
+        show(stored),
+        show(counted)
+    )
+}
+
 /// One day row being summed by [`DailySums`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct DayRow {

@@ -2134,3 +2134,142 @@ fn a_syncs_usage_by_day_is_the_triggers_sum_bit_for_bit() {
     .expect("sum again by the trigger");
     assert_eq!(daily(&mut conn), synced);
 }
+
+/// PostgreSQL's `check` does what SQLite's does beyond each session's
+/// replay: it compares each usage day row with the sum of its counted facts
+/// (the sync sums them itself), and finds the rows of every table whose
+/// session, entry or segment is gone, naming each. A fork and the delete of
+/// its source (which moves the counting to the fork's copies) leave nothing
+/// to find; a changed day row is named; a session row deleted by hand with
+/// the foreign keys off leaves orphans in every table it had rows in.
+#[test]
+fn a_team_check_names_a_changed_day_sum_and_orphan_rows_and_nothing_after_fork_and_delete() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = generated_file(dir.path(), "source", 450);
+    sessiontree::sync::sync_jsonl_file(&file, &team.archive).expect("sync");
+    let url = team.schema_url();
+    let (v, status) = cli_json(&["--db", &url, "fork", "source"]);
+    assert_eq!(status, 0, "{v}");
+    let fork = v["session"].as_str().expect("new id").to_owned();
+    {
+        // A label and a leaf move, so that every table has rows of the fork.
+        let mut s = team.archive.open_session(&fork).expect("open the fork");
+        let first = s.entries(0, Some(1)).expect("entries")[0].id().to_owned();
+        let leaf = s.leaf_id().expect("leaf");
+        s.append_entry(
+            Entry::from_value(&json!({"type": "label", "id": "lab00001", "parentId": leaf,
+                "timestamp": "2025-06-01T00:00:00.000Z", "targetId": first, "label": "keep"}))
+            .expect("label entry"),
+        )
+        .expect("label");
+        s.set_leaf_id(Some(&first)).expect("move the leaf");
+    }
+    let (v, status) = cli_json(&["--db", &url, "delete", "source"]);
+    assert_eq!(status, 0, "{v}");
+    let check = |session: Option<&str>| {
+        team.archive
+            .check_findings(session, &mut |_, _| {})
+            .expect("check")
+            .problems
+    };
+    assert_eq!(check(None), Vec::<String>::new(), "after fork and delete");
+    let mut conn = team.archive.conn().expect("conn");
+    let counted: i64 = conn
+        .query_one("SELECT count(*) FROM usage_facts WHERE counted", &[])
+        .expect("counted")
+        .get(0);
+    assert!(counted > 0, "the fork's copies are counted now");
+
+    // A changed day row is named, whole-archive and for its session.
+    let changed = conn
+        .query_one(
+            "UPDATE usage_daily SET cost = cost + 0.01
+              WHERE (session_key, day, model) = (SELECT session_key, day, model FROM usage_daily
+                                                  ORDER BY day, model LIMIT 1)
+              RETURNING day, model",
+            &[],
+        )
+        .expect("change a day row");
+    let (day, model): (i64, String) = (changed.get(0), changed.get(1));
+    let named = format!(
+        "session {fork}: usage of {} ({model}) is ",
+        sessiontree::usage::day_string(day)
+    );
+    for session in [None, Some(fork.as_str())] {
+        let found = check(session);
+        assert!(
+            found.len() == 1 && found[0].starts_with(&named),
+            "{session:?}: {found:?}"
+        );
+    }
+    conn.execute(
+        "UPDATE usage_daily SET cost = cost - 0.01 WHERE day = $1 AND model = $2",
+        &[&day, &model],
+    )
+    .expect("change it back");
+    assert_eq!(check(None), Vec::<String>::new(), "changed back");
+
+    // The fork's session row deleted by hand with the foreign keys off: each
+    // table it had rows in is named, and no other.
+    let key: i64 = conn
+        .query_one("SELECT session_key FROM sessions WHERE id = $1", &[&fork])
+        .expect("key")
+        .get(0);
+    let tables = [
+        ("entries", "entries"),
+        ("message_text", "message_text (search)"),
+        ("compactions", "compactions"),
+        ("leaf_events", "leaf_events"),
+        ("segments", "segments"),
+        ("segment_ancestry", "segment_ancestry"),
+        ("labels", "labels"),
+        ("usage_facts", "usage_facts"),
+        ("usage_daily", "usage_daily"),
+        ("kept_lines", "kept_lines"),
+        ("sync_sources", "sync_sources"),
+        ("writer_claims", "writer_claims"),
+    ];
+    let mut expected = Vec::new();
+    for (table, name) in tables {
+        let n: i64 = conn
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE session_key = $1"),
+                &[&key],
+            )
+            .expect("count")
+            .get(0);
+        if n > 0 {
+            expected.push(format!(
+                "{name}: {n} rows belong to no stored session, segment or entry"
+            ));
+        }
+    }
+    for must in [
+        "entries:",
+        "message_text (search):",
+        "compactions:",
+        "leaf_events:",
+        "segments:",
+        "labels:",
+        "usage_facts:",
+        "usage_daily:",
+    ] {
+        assert!(
+            expected.iter().any(|e| e.starts_with(must)),
+            "the fork has no {must} rows: {expected:?}"
+        );
+    }
+    conn.batch_execute(&format!(
+        "SET session_replication_role = replica;
+         DELETE FROM sessions WHERE session_key = {key};
+         RESET session_replication_role;"
+    ))
+    .expect("delete the session row past its foreign keys");
+    let mut found = check(None);
+    found.sort();
+    expected.sort();
+    assert_eq!(found, expected);
+}

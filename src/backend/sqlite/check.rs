@@ -24,6 +24,7 @@ use crate::json::JsString;
 use crate::rules::{apply_label_change, Replay, WalkEnd};
 use crate::search;
 use crate::storage::{CheckFindings, SessionStorage};
+use crate::usage::{day_sums_differ, DaySums};
 use rusqlite::{Connection, OptionalExtension};
 use std::collections::{BTreeSet, HashMap};
 
@@ -785,8 +786,7 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
 /// against the counted usage facts they sum: the writer adds them up in
 /// memory ([`super::writer`]), so a sum lost or counted twice by a batch
 /// boundary, a resumed import or a delete would otherwise go unnoticed.
-/// Floats are compared to a relative 1e-9: the writer adds in append
-/// order, SQL in any.
+/// Floats are compared as [`DaySums::agrees_with`] does.
 fn usage_day_sums(conn: &Connection, session: Option<&str>) -> Result<Vec<String>> {
     const MOST: usize = 20;
     let mut st = conn
@@ -807,28 +807,28 @@ fn usage_day_sums(conn: &Connection, session: Option<&str>) -> Result<Vec<String
         .map_err(sql("checking usage sums"))?;
     let mut rows = st.query([session]).map_err(sql("checking usage sums"))?;
     let mut problems = Vec::new();
-    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
     while let Some(r) = rows.next().map_err(sql("checking usage sums"))? {
-        let sums = |from: usize| -> rusqlite::Result<Option<(i64, [f64; 5])>> {
+        let sums = |from: usize| -> rusqlite::Result<Option<DaySums>> {
             let Some(entries) = r.get::<_, Option<i64>>(from)? else {
                 return Ok(None);
             };
-            let mut values = [0.0; 5];
-            for (i, v) in values.iter_mut().enumerate() {
-                *v = r.get(from + 1 + i)?;
-            }
-            Ok(Some((entries, values)))
+            Ok(Some(DaySums {
+                entries,
+                input: r.get(from + 1)?,
+                output: r.get(from + 2)?,
+                cache_read: r.get(from + 3)?,
+                cache_write: r.get(from + 4)?,
+                cost: r.get(from + 5)?,
+            }))
         };
         let (stored, counted) = (
             sums(3).map_err(sql("checking usage sums"))?,
             sums(9).map_err(sql("checking usage sums"))?,
         );
-        let agree = match (stored, counted) {
-            (Some((n, a)), Some((m, b))) => n == m && a.iter().zip(&b).all(|(x, y)| close(*x, *y)),
-            _ => false,
-        };
-        if agree {
-            continue;
+        if let (Some(a), Some(b)) = (&stored, &counted) {
+            if a.agrees_with(b) {
+                continue;
+            }
         }
         if problems.len() == MOST {
             problems.push("usage: more day sums differ (first 20 named)".to_owned());
@@ -837,9 +837,7 @@ fn usage_day_sums(conn: &Connection, session: Option<&str>) -> Result<Vec<String
         let id: String = r.get(0).map_err(sql("checking usage sums"))?;
         let day: i64 = r.get(1).map_err(sql("checking usage sums"))?;
         let model: String = r.get(2).map_err(sql("checking usage sums"))?;
-        problems.push(format!(
-            "session {id}: usage of day {day} ({model}) is {stored:?} (entries, [input, output, cache read, cache write, cost]), its counted facts sum to {counted:?}"
-        ));
+        problems.push(day_sums_differ(&id, day, &model, stored, counted));
     }
     Ok(problems)
 }
