@@ -36,6 +36,20 @@ fn npm(dir: &Path, args: &[&str], what: &str) -> std::result::Result<(), String>
     Err(format!("{what} failed: {}", last.trim()))
 }
 
+/// Builds the binding's addon (`npm run build`: `cargo build --release -p
+/// sessiontree-node`, then the library copied to `sessiontree.node`) every
+/// time, never trusting an addon already there: one built before the code
+/// changed would be benchmarked as this code. When nothing changed cargo's
+/// build is a no-op and the copy is the same file.
+pub fn build() -> std::result::Result<(), String> {
+    eprintln!("bench: building the Node binding (npm run build)");
+    npm(
+        &binding_dir(),
+        &["run", "build", "--silent"],
+        "npm run build",
+    )
+}
+
 /// Runs the binding's bench at `sizes` under `node24` (it then measures pi's
 /// SQLite store too) or else `node` on PATH (its pi SQLite rows then say
 /// skipped). `{"skipped": why}` when the binding cannot be built or run.
@@ -53,8 +67,7 @@ pub fn run(node24: Option<&Node24>, sizes: &[usize], quick: bool) -> Value {
             return json!({"skipped": why});
         }
     }
-    eprintln!("bench: building the Node binding (npm run build)");
-    if let Err(why) = npm(&dir, &["run", "build", "--silent"], "npm run build") {
+    if let Err(why) = build() {
         return json!({"skipped": why});
     }
     let entries = sizes

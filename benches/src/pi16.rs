@@ -81,26 +81,11 @@ pub fn find() -> std::result::Result<Pi16, String> {
     })
 }
 
-/// The binding's addon is built (`npm run build` in `bindings/node`); why not.
+/// The binding's addon is built from this code ([`crate::node_binding::build`],
+/// always run: an addon left from before a change would be measured as
+/// this code); why not.
 pub fn binding_ready() -> std::result::Result<(), String> {
-    let dir = root().join("bindings/node");
-    if dir.join("sessiontree.node").is_file() {
-        return Ok(());
-    }
-    eprintln!("bench: building the Node binding (npm run build)");
-    let out = Command::new("npm")
-        .current_dir(&dir)
-        .args(["run", "build", "--silent"])
-        .output()
-        .map_err(|e| format!("running npm: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "npm run build in bindings/node failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    crate::node_binding::build()
 }
 
 impl Pi16 {
