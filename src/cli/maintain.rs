@@ -14,7 +14,7 @@ pub struct CompactArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     pub quiet: bool,
-    /// The zstd level to re-encode at, 1 to 19 (default 5): higher is
+    /// The zstd level to re-encode at, 1 to 19 (default 3): higher is
     /// smaller and slower.
     #[arg(long, conflicts_with = "best")]
     pub level: Option<i32>,

@@ -32,6 +32,48 @@ pub(in crate::backend::sqlite) const BATCH_ROWS: i64 = 2_000;
 /// at most about 3 %.
 const MIN_REWRITE_BYTES: usize = 256 * 1024;
 
+/// How long a re-encode transaction may run, writing out and commit
+/// included: another session's append waits for at most one.
+const REWRITE_BOUND: std::time::Duration = BATCHED_WRITE;
+
+/// When a re-encode transaction ends. Its rows are checked and encoded
+/// first, then written out and committed ([`Rewrites::write`]), and the
+/// writing out took as long again as the rest, or longer under load: a
+/// transaction that stopped checking at half the bound ran 85–136 ms on a
+/// loaded machine (98 MB pi home). So each transaction learns how long the
+/// writing out of the one before took per stored byte, and stops once what
+/// it has run plus what its writing out will take reaches the bound.
+#[derive(Debug, Default, Clone, Copy)]
+struct Pace {
+    /// Seconds of writing out and commit per stored byte, smoothed over
+    /// the transactions so far (`None` before the first).
+    per_byte: Option<f64>,
+}
+
+impl Pace {
+    /// Whether a transaction that has run `ran` over `bytes` stored bytes
+    /// must stop now to end within [`REWRITE_BOUND`].
+    fn must_end(&self, ran: std::time::Duration, bytes: usize) -> bool {
+        let writing = match self.per_byte {
+            Some(per_byte) => std::time::Duration::from_secs_f64(per_byte * bytes as f64),
+            // Nothing learnt yet: about as long as the rest.
+            None => ran,
+        };
+        ran + writing >= REWRITE_BOUND
+    }
+
+    /// Learns that writing out and committing `bytes` took `took`.
+    fn learn(&mut self, took: std::time::Duration, bytes: usize) {
+        let now = took.as_secs_f64() / bytes.max(1) as f64;
+        self.per_byte = Some(match self.per_byte {
+            // A slow commit (the disk, the machine's load) weighs at once;
+            // a fast one brings the estimate down over a few.
+            Some(before) if before > now => before * 0.7 + now * 0.3,
+            _ => now,
+        });
+    }
+}
+
 /// The bytes a stored value takes.
 fn stored_len(value: &rusqlite::types::Value) -> usize {
     use rusqlite::types::Value;
@@ -73,11 +115,11 @@ impl CompactOptions {
     /// The highest level accepted (zstd's levels above it need a window
     /// larger than any block, and more memory, for nothing here).
     pub const MAX_LEVEL: i32 = 19;
-    /// The default level, the highest that meets 20 MB of pi JSONL per
-    /// CPU second on a 98 MB pi home (31.5 MB per CPU second, archive
-    /// 59.9 MB; level 9: 19.5 and 59.0 MB; level 18: 2.5 and 63.3 MB before
-    /// rows were written again whole). See docs/compact-archive.md.
-    pub const DEFAULT_LEVEL: i32 = 5;
+    /// The default level: on a 98 MB pi home, 21 % less CPU than level 5
+    /// for a 0.9 % larger archive (36 against 29 MB of JSONL per CPU
+    /// second; 60.55 against 60.0 MB), which on a loaded machine is what
+    /// decides the wall time. See docs/compact-archive.md.
+    pub const DEFAULT_LEVEL: i32 = 3;
     /// `--best`'s level.
     pub const BEST_LEVEL: i32 = 19;
 
@@ -553,22 +595,40 @@ fn store_block(
     Ok(true)
 }
 
-/// (key, session, the other columns if read, new value, its blobs).
-type Rewrite = (i64, i64, Option<Rest>, rusqlite::types::Value, Vec<i64>);
+/// (key, session, the other columns if read, new value, its blobs,
+/// whether the old value held blobs).
+type Rewrite = (
+    i64,
+    i64,
+    Option<Rest>,
+    rusqlite::types::Value,
+    Vec<i64>,
+    bool,
+);
 
 /// Rows re-encoded in one write transaction, written at its end
 /// ([`Rewrites::write`]).
 #[derive(Default)]
 struct Rewrites {
-    /// (key, session, the other columns if read, new value, its blobs).
+    /// (key, session, the other columns if read, new value, its blobs,
+    /// whether the old value held blobs).
     rows: Vec<Rewrite>,
 }
 
 impl Rewrites {
     /// Queues `row`'s new stored value and the blobs it holds.
     fn push(&mut self, row: &Row, new: rusqlite::types::Value, blobs: Vec<i64>) {
-        self.rows
-            .push((row.key, row.session, row.rest.clone(), new, blobs));
+        // A row of the version-6 migration (read without its other
+        // columns) is unlinked whatever it held, as it always was.
+        let held_blobs = row.spliced || row.rest.is_none();
+        self.rows.push((
+            row.key,
+            row.session,
+            row.rest.clone(),
+            new,
+            blobs,
+            held_blobs,
+        ));
     }
 
     /// Writes the queued rows. A row read whole is deleted, and once all
@@ -589,7 +649,7 @@ impl Rewrites {
             let mut delete = conn
                 .prepare_cached("DELETE FROM entries WHERE entry_key = ?1")
                 .map_err(e())?;
-            for (key, _, rest, _, _) in &self.rows {
+            for (key, _, rest, ..) in &self.rows {
                 if rest.is_some() {
                     delete.execute([key]).map_err(e())?;
                 }
@@ -598,7 +658,7 @@ impl Rewrites {
         let mut unlink = conn
             .prepare_cached("DELETE FROM entry_blobs WHERE session_key = ?1 AND entry_key = ?2")
             .map_err(e())?;
-        for (key, session, rest, new, blobs) in &self.rows {
+        for (key, session, rest, new, blobs, held_blobs) in &self.rows {
             match rest {
                 Some((seq, id, kind, role)) => conn
                     .prepare_cached(
@@ -613,7 +673,11 @@ impl Rewrites {
                 })
                 .map_err(e())?,
             };
-            unlink.execute(params![session, key]).map_err(e())?;
+            // Only a value that held blobs has links to drop: most rows
+            // hold none, and the lookup cost one index search a row.
+            if *held_blobs {
+                unlink.execute(params![session, key]).map_err(e())?;
+            }
             codec::record_blob_refs(conn, *session, *key, blobs)?;
         }
         Ok(())
@@ -843,6 +907,7 @@ impl Archive {
         progress: &mut dyn FnMut(u64),
     ) -> Result<Pass> {
         let mut pass = Pass::default();
+        let mut pace = Pace::default();
         let mut after = i64::MIN;
         EncodePool::run(encoder, |pool| {
             let mut compressing: Option<Pending> = None;
@@ -867,7 +932,11 @@ impl Archive {
                 if let Some(pending) = compressing.take() {
                     let encoded = pending.finish(pool);
                     self.write_in_bounded_transactions(
-                        conn, encoder, encoded, &mut pass, progress,
+                        conn,
+                        encoder,
+                        encoded,
+                        (&mut pass, &mut pace),
+                        progress,
                     )?;
                 }
                 match next {
@@ -887,7 +956,7 @@ impl Archive {
         conn: &mut Connection,
         encoder: &Encoder,
         batch: EncodedBatch,
-        pass: &mut Pass,
+        (pass, pace): (&mut Pass, &mut Pace),
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let EncodedBatch {
@@ -915,15 +984,17 @@ impl Archive {
                     pass,
                     &mut out,
                 )?;
-                // Half the bound: writing the rows out takes about as long
-                // again. Never less than MIN_REWRITE_BYTES, which takes a
-                // few milliseconds on a quiet machine.
-                if started.elapsed() >= BATCHED_WRITE / 2 && old_bytes >= MIN_REWRITE_BYTES {
+                // The whole transaction, writing out and commit included,
+                // within the bound; never less than MIN_REWRITE_BYTES,
+                // which takes a few milliseconds on a quiet machine.
+                if old_bytes >= MIN_REWRITE_BYTES && pace.must_end(started.elapsed(), old_bytes) {
                     break;
                 }
             }
+            let writing = std::time::Instant::now();
             out.write(&tx)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
+            pace.learn(writing.elapsed(), old_bytes);
             progress(pass.entries);
             if work.peek().is_some() {
                 super::checkpointer::keep_log_short(conn, self.0.manager.checkpointer());
@@ -1007,6 +1078,15 @@ impl Archive {
         // One b-tree for the search index instead of its many segments.
         merge_search_index(self, &mut conn)?;
         give_back_space(self, &mut conn)?;
+        // A TRUNCATE checkpoint holds the write lock while it copies the
+        // log: most of it is copied first by a PASSIVE one, which holds
+        // none, so the TRUNCATE has little left to copy. Busy (another
+        // checkpoint runs) leaves it all to the TRUNCATE, as before.
+        {
+            let _turn = self.0.manager.checkpointer().turn();
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                .map_err(sql("vacuuming the archive"))?;
+        }
         super::connection::truncate_log(&mut conn, self.0.manager.checkpointer())
             .map_err(sql("vacuuming the archive"))?;
         report.bytes_after = file_bytes(self.path());
@@ -1077,18 +1157,23 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
             .collect();
         (unused, ids)
     };
-    let tx = archive.begin_write(conn, "removing unused dictionaries")?;
-    let newest = codec.newest(&tx)?.map(|d| d.id);
-    {
+    // A compact after a compact leaves every old block unused (one per
+    // ~40 entries: 25,000 at 1M entries): removed in bounded transactions,
+    // not one.
+    let mut unused_blocks = unused_blocks.into_iter();
+    in_batches(archive, conn, "removing unused blocks", &mut |tx| {
         let mut delete = tx
-            .prepare("DELETE FROM entry_blocks WHERE block_id = ?1")
+            .prepare_cached("DELETE FROM entry_blocks WHERE block_id = ?1")
             .map_err(sql("removing unused blocks"))?;
-        for id in unused_blocks {
+        for id in unused_blocks.by_ref().take(REMOVE_BLOCKS) {
             delete
                 .execute([id])
                 .map_err(sql("removing unused blocks"))?;
         }
-    }
+        Ok(unused_blocks.len() == 0)
+    })?;
+    let tx = archive.begin_write(conn, "removing unused dictionaries")?;
+    let newest = codec.newest(&tx)?.map(|d| d.id);
     let mut dictionaries = 0;
     for id in dictionary_ids {
         if Some(id) != newest && !used.contains(&id) {
@@ -1109,6 +1194,8 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
 
 /// Search-index pages merged per step of [`merge_search_index`].
 const MERGE_PAGES: i64 = 64;
+/// Unused blocks removed per step of [`remove_unused`].
+const REMOVE_BLOCKS: usize = 256;
 /// Free pages given back per step of [`give_back_space`].
 const VACUUM_PAGES: i64 = 256;
 
@@ -1121,6 +1208,9 @@ fn in_batches(
     what: &'static str,
     step: &mut dyn FnMut(&Connection) -> Result<bool>,
 ) -> Result<()> {
+    // The commit writes out the pages the steps changed: the transaction
+    // stops once its steps and the commit before's time reach the bound.
+    let mut last_commit = std::time::Duration::ZERO;
     loop {
         let tx = archive.begin_write(conn, what)?;
         let started = std::time::Instant::now();
@@ -1128,11 +1218,13 @@ fn in_batches(
             if step(&tx)? {
                 break true;
             }
-            if started.elapsed() >= BATCHED_WRITE {
+            if started.elapsed() + last_commit >= BATCHED_WRITE {
                 break false;
             }
         };
+        let committing = std::time::Instant::now();
         tx.commit().map_err(sql(what))?;
+        last_commit = committing.elapsed();
         if done {
             return Ok(());
         }
@@ -1392,6 +1484,39 @@ mod tests {
         );
         let before = busy.to_string();
         assert_eq!(name_what_ran_out(&archive, busy).to_string(), before);
+    }
+
+    /// A re-encode transaction stops once what it ran plus the writing out
+    /// it learnt from the one before reaches the bound: a slow writing out
+    /// shortens the next at once, a fast one lengthens them over a few.
+    #[test]
+    fn a_transaction_ends_before_its_writing_out_would_pass_the_bound() {
+        use std::time::Duration;
+        let bound = REWRITE_BOUND;
+        let mb = 1 << 20;
+        let mut pace = Pace::default();
+        // Nothing learnt: the writing out is taken to be as long as the rest.
+        assert!(!pace.must_end(bound / 2 - Duration::from_millis(1), mb));
+        assert!(pace.must_end(bound / 2, mb));
+        // Writing out 1 MB took 80 % of the bound: 1 MB may run 20 % more.
+        pace.learn(bound * 4 / 5, mb);
+        assert!(!pace.must_end(bound / 10, mb));
+        assert!(pace.must_end(bound / 5 + Duration::from_micros(10), mb));
+        // Half as many bytes, half the writing out.
+        assert!(!pace.must_end(bound / 2, mb / 2));
+        assert!(pace.must_end(bound * 3 / 5 + Duration::from_micros(10), mb / 2));
+        // Slower: believed at once; 1 MB alone now passes the bound.
+        pace.learn(bound * 2, mb);
+        assert!(pace.must_end(Duration::ZERO, mb));
+        // Faster: a third of the way down per transaction.
+        pace.learn(Duration::ZERO, mb);
+        let per_byte = pace.per_byte.unwrap();
+        let expected = bound.as_secs_f64() * 2.0 * 0.7 / mb as f64;
+        assert!(
+            (per_byte - expected).abs() < expected * 1e-9,
+            "{per_byte} {expected}"
+        );
+        assert!(!pace.must_end(Duration::ZERO, mb / 2));
     }
 
     /// Rows of parent chains (three sessions), of uneven lengths, some of
