@@ -123,10 +123,10 @@ fn carry_out(
     }
 }
 
-/// The most bytes of files [`import_jsonl_files`] writes in one transaction:
-/// about as long a hold of the write lock as one batch of a staged import
-/// (100 ms) at the import's speed. Bigger files are each imported in a
-/// staged write of their own.
+/// The most bytes of files [`import_jsonl_files`] writes in one transaction
+/// (the batch clock, [`TailClock`], usually ends a group sooner), and the
+/// largest file written whole in one: bigger files are each imported in a
+/// staged write of their own, in batches.
 const GROUP_BYTES: u64 = 4 << 20;
 
 /// Imports many files, as [`import_jsonl`] each, returning each file's
