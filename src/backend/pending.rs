@@ -53,6 +53,55 @@ pub fn batch_due(elapsed: Duration, rows: u64) -> bool {
     }
 }
 
+/// A batch clock that counts the commit's tail: a batch whose last work
+/// (an import's search rows, the branch cache's tail, the commit with the
+/// search index's flush) runs after the clock says "due" holds the write
+/// lock for the clock plus that tail (an import at 200,000 entries: 50 ms,
+/// then a median 25 ms and a worst 135 ms more). So a batch is due once the
+/// time it has run plus the tail its predecessors took reaches
+/// [`BATCH_TIME`]: the whole transaction, tail included, stays near the
+/// clock. Under a test's `SESSIONTREE_TEST_BATCH`, a batch is due at its
+/// row count alone, so that a test can count what each batch holds
+/// whatever the machine's speed.
+#[derive(Debug, Clone, Copy)]
+pub struct TailClock {
+    /// The tail a batch is expected to take after it is due.
+    tail: Duration,
+}
+
+impl Default for TailClock {
+    fn default() -> Self {
+        // A first guess before any tail is measured: about a quarter of the
+        // clock (the tails measured at 200,000 entries, median 25 ms).
+        TailClock {
+            tail: BATCH_TIME / 4,
+        }
+    }
+}
+
+impl TailClock {
+    /// Whether a batch that began `elapsed` ago and has done `rows` rows is
+    /// due to end, leaving time for its tail.
+    pub fn due(&self, elapsed: Duration, rows: u64) -> bool {
+        match test_batch() {
+            Some((limit, _)) => rows >= limit,
+            None => elapsed + self.tail >= BATCH_TIME,
+        }
+    }
+
+    /// Learns from a batch whose tail took `tail`: a longer tail counts at
+    /// once, a shorter one lowers the estimate by a quarter at a time (one
+    /// short commit does not make the next long one cheap).
+    pub fn record_tail(&mut self, tail: Duration) {
+        self.tail = tail.max(self.tail * 3 / 4);
+    }
+
+    /// The tail expected after the next batch.
+    pub fn tail(&self) -> Duration {
+        self.tail
+    }
+}
+
 /// The pause between two batches: `gap` (what the store needs so that a
 /// waiting writer gets in first), or longer as a test asks.
 pub fn pause(gap: Duration) {
@@ -192,6 +241,29 @@ mod tests {
             all[i].2 -= all[i].2.min(10);
             Ok(false)
         }
+    }
+
+    #[test]
+    fn a_batch_ends_early_enough_for_the_tail_its_predecessors_took() {
+        // Not under a test's row knob: that would end batches by rows.
+        if test_batch().is_some() {
+            return;
+        }
+        let mut clock = TailClock::default();
+        let start = clock.tail();
+        assert!(!start.is_zero() && start < BATCH_TIME);
+        clock.record_tail(Duration::from_millis(30));
+        assert_eq!(clock.tail(), Duration::from_millis(30));
+        // 25 ms of writes plus a 30 ms tail would hold the lock 55 ms.
+        assert!(clock.due(Duration::from_millis(25), 1));
+        assert!(!clock.due(Duration::from_millis(15), 1));
+        // A short tail lowers the estimate a quarter at a time.
+        clock.record_tail(Duration::from_millis(2));
+        assert_eq!(clock.tail(), Duration::from_micros(22_500));
+        clock.record_tail(Duration::from_millis(40));
+        assert_eq!(clock.tail(), Duration::from_millis(40));
+        assert!(clock.due(Duration::from_millis(10), 1));
+        assert!(!clock.due(Duration::from_millis(9), 1));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::plan::{
     file_facts, plan_import, FileImport, ImportOptions, ImportOutcome, ImportReport, NewFile, Plan,
 };
 use super::progress::ByteProgress;
+use crate::backend::pending::TailClock;
 use crate::backend::sqlite::{Archive, ImportRecord, NewSession, SessionWriter};
 use crate::contract::Contract;
 use crate::error::{Error, Result};
@@ -122,10 +123,10 @@ fn carry_out(
     }
 }
 
-/// The most bytes of files [`import_jsonl_files`] writes in one transaction:
-/// about as long a hold of the write lock as one batch of a staged import
-/// (100 ms) at the import's speed. Bigger files are each imported in a
-/// staged write of their own.
+/// The most bytes of files [`import_jsonl_files`] writes in one transaction
+/// (the batch clock, [`TailClock`], usually ends a group sooner), and the
+/// largest file written whole in one: bigger files are each imported in a
+/// staged write of their own, in batches.
 const GROUP_BYTES: u64 = 4 << 20;
 
 /// Imports many files, as [`import_jsonl`] each, returning each file's
@@ -235,10 +236,13 @@ fn import_new(
     imported.or_else(|e| lost_race(archive, file, e))
 }
 
-/// Writes `files` (all new, none bigger than [`GROUP_BYTES`]) in groups of
-/// at most that many bytes, a transaction each, while one reader reads
-/// ahead through all of them; puts each file's result in `results` once its
-/// group has committed. A group
+/// Writes `files` (all new, none bigger than [`GROUP_BYTES`]) in groups,
+/// a transaction each, while one reader reads ahead through all of them;
+/// puts each file's result in `results` once its group has committed. A
+/// group ends at a file's end once it holds [`GROUP_BYTES`], or once its
+/// time plus the tail of search rows and commit the groups before it took
+/// reaches the batch clock ([`TailClock`]): a group of small files holds
+/// the write lock about as long as one batch of a staged import. A group
 /// is written whole or not at all: one failing file (a bad line, a session
 /// already there) rolls it back, and its files get no results here, to be
 /// imported one by one. (A savepoint per file instead would cost every
@@ -253,45 +257,59 @@ fn write_grouped(
     if files.is_empty() {
         return;
     }
-    let mut groups: Vec<&[(usize, NewFile)]> = Vec::new();
-    let (mut from, mut bytes) = (0, 0);
-    for (at, (_, file)) in files.iter().enumerate() {
-        if at > from && bytes + file.size > GROUP_BYTES {
-            groups.push(&files[from..at]);
-            (from, bytes) = (at, 0);
-        }
-        bytes += file.size;
-    }
-    groups.push(&files[from..]);
     let paths: Vec<PathBuf> = files.iter().map(|(_, f)| f.path.clone()).collect();
     let train = || train_dictionary_for(archive, &paths).map(drop);
     let sources = files.iter().map(|(_, f)| Source::new_file(f)).collect();
+    let mut clock = TailClock::default();
     // A failure here leaves the files without results, to be imported alone.
     let _ = pipelined(sources, train, |feed| {
-        for (n, group) in groups.iter().enumerate() {
-            if n > 0 {
+        let mut from = 0;
+        while from < files.len() {
+            if from > 0 {
                 // Writers waiting for the lock get it between two groups.
-                std::thread::sleep(crate::backend::sqlite::STAGED_GAP);
+                crate::backend::pending::pause(crate::backend::sqlite::STAGED_GAP);
             }
-            let first = feed.next_file;
+            // Files this group took on (the one that failed included).
+            let taken = std::cell::Cell::new(0);
+            let filled_at = std::cell::Cell::new(None);
             let written = archive.write_session(|w| {
-                let mut imported = Vec::with_capacity(group.len());
-                for (index, file) in *group {
+                let started = std::time::Instant::now();
+                let (mut imported, mut bytes, mut entries) = (Vec::new(), 0, 0);
+                for (index, file) in &files[from..] {
+                    let due = clock.due(started.elapsed(), entries);
+                    if !imported.is_empty() && (bytes + file.size > GROUP_BYTES || due) {
+                        break;
+                    }
+                    taken.set(taken.get() + 1);
                     let mut report = |at| progress(*index, at);
                     w.begin(&new_session_from_header(&file.header))?;
                     let read = feed.write(w, &mut ByteProgress::new(&mut report))?;
+                    entries += read.summary.entries;
                     imported.push(record_new_file(w, file, read, options)?);
                     w.end_session()?;
+                    bytes += file.size;
                 }
+                filled_at.set(Some(std::time::Instant::now()));
                 Ok(imported)
             });
+            if let Some(at) = filled_at.get() {
+                // The search rows held back and the commit, after the files.
+                clock.record_tail(at.elapsed());
+            }
+            let group = &files[from..from + taken.get()];
             match written {
                 Ok(imported) => {
                     for ((index, _), one) in group.iter().zip(imported) {
                         results[*index] = Some(Ok(one));
                     }
                 }
-                Err(_) => feed.skip_until(first + group.len()),
+                Err(_) => feed.skip_until(from + taken.get()),
+            }
+            from += taken.get().max(1);
+            if feed.next_file < from {
+                // The write failed before its first file (the lock): the
+                // feed passes the file by, which is imported alone later.
+                feed.skip_until(from);
             }
         }
         Ok(())

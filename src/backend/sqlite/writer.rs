@@ -139,35 +139,46 @@ pub(in crate::backend::sqlite) fn insert_usage_fact(
 
 /// Inserts one `usage_facts` row; returns whether it is counted, and its
 /// `at_ms` as stored (the session's creation when the entry has none).
+/// Read first, then a plain one-row insert: an `INSERT … RETURNING` is a
+/// multi-row write to SQLite (its trigger program and a result table), so
+/// every usage row opened a statement journal, made the search index flush
+/// its pending terms, and cost an import ~12 % of its CPU.
 fn insert_usage_fact_returning(
     tx: &Connection,
     key: i64,
     fact: &crate::usage::UsageFact,
 ) -> Result<(bool, Option<i64>)> {
+    let (counted, at_ms) = tx
+        .prepare_cached(
+            "SELECT NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
+                    coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1))",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![key, fact.dedup, fact.at_ms], |r| {
+                Ok((r.get::<_, bool>(0)?, r.get::<_, Option<i64>>(1)?))
+            })
+        })
+        .map_err(sql("recording usage"))?;
     tx.prepare_cached(
         "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
                                   cache_read, cache_write, cost)
-         VALUES (?1, ?2, NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
-                 coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1)),
-                 ?4, ?5, ?6, ?7, ?8, ?9)
-         RETURNING counted, at_ms",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .and_then(|mut st| {
-        st.query_row(
-            params![
-                key,
-                fact.dedup,
-                fact.at_ms,
-                fact.model,
-                fact.input,
-                fact.output,
-                fact.cache_read,
-                fact.cache_write,
-                fact.cost
-            ],
-            |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<i64>>(1)?)),
-        )
+        st.execute(params![
+            key,
+            fact.dedup,
+            counted,
+            at_ms,
+            fact.model,
+            fact.input,
+            fact.output,
+            fact.cache_read,
+            fact.cache_write,
+            fact.cost
+        ])
     })
+    .map(|_| (counted, at_ms))
     .map_err(sql("recording usage"))
 }
 
@@ -547,7 +558,11 @@ pub struct SessionWriter<'c> {
 }
 
 /// A staged session write: invisible to readers until published, committed
-/// in batches of at most [`STAGED_BATCH`] so that other writers get the lock.
+/// in batches of at most [`BATCHED_WRITE`], commit included, so that other
+/// writers get the lock (a writer of another session, arriving at a
+/// batch's start and waiting for its commit too, stays within the 100 ms
+/// bound; at 100 ms, appends waited p50 145 ms during a 200,000-entry
+/// import on a loaded machine).
 #[derive(Debug)]
 pub(super) struct Staged {
     key: i64,
@@ -558,8 +573,12 @@ pub(super) struct Staged {
     /// publishing one commit without waiting for the disk (set back before
     /// the publishing commit, and on any failure).
     relaxed_from: Option<i64>,
-    /// How long one of its transactions may hold the write lock.
-    batch: Duration,
+    /// When a batch is due: [`BATCHED_WRITE`], the tail of search rows and
+    /// commit included.
+    clock: crate::backend::pending::TailClock,
+    /// Entries written in this batch (a test's `SESSIONTREE_TEST_BATCH`
+    /// bounds them).
+    rows: u64,
 }
 
 impl Staged {
@@ -596,13 +615,6 @@ pub(super) fn restore_sync(conn: &Connection, level: i64) -> Result<()> {
         .map_err(sql("restoring the archive's sync"))
 }
 
-/// How long one transaction of a staged import may hold the write lock:
-/// the same as any batched write's ([`BATCHED_WRITE`]), so that a writer of
-/// another session, arriving at a batch's start and waiting for its commit
-/// too, stays within the 100 ms bound (at 100 ms, appends waited p50 145 ms
-/// during a 200,000-entry import on a loaded machine).
-pub const STAGED_BATCH: Duration = BATCHED_WRITE;
-
 /// How long one transaction of a batched write (a fork's copy, a delete)
 /// may run before it commits and lets other writers in: half the bound on
 /// any writer's wait, so that the bound holds with a commit on top on a
@@ -632,7 +644,7 @@ impl SessionWriter<'_> {
     /// holds its writer claim, so that the next import of `source` can tell a
     /// live import from one that died (and discard that one).
     pub fn begin_staged(&mut self, new: &NewSession, source: &str) -> Result<()> {
-        self.begin_staged_in(new, source, STAGED_BATCH)
+        self.begin_staged_in(new, source)
     }
 
     /// Creates a new session (a fork's copy) and writes it as a staged write
@@ -641,10 +653,10 @@ impl SessionWriter<'_> {
     /// and if its writer dies first, the next open of the archive removes it
     /// ([`Archive::recover_half_done`](super::handle::Archive)).
     pub fn begin_batched(&mut self, new: &NewSession) -> Result<()> {
-        self.begin_staged_in(new, FORK_MARKER, BATCHED_WRITE)
+        self.begin_staged_in(new, FORK_MARKER)
     }
 
-    fn begin_staged_in(&mut self, new: &NewSession, source: &str, batch: Duration) -> Result<()> {
+    fn begin_staged_in(&mut self, new: &NewSession, source: &str) -> Result<()> {
         self.refuse_if_writing()?;
         if !self.held_text.is_empty() {
             return Err(Error::Unknown(
@@ -667,7 +679,8 @@ impl SessionWriter<'_> {
             batch_started: Instant::now(),
             published: false,
             relaxed_from: None,
-            batch,
+            clock: Default::default(),
+            rows: 0,
         });
         Ok(())
     }
@@ -702,14 +715,21 @@ impl SessionWriter<'_> {
         Ok(())
     }
 
-    /// Commits a staged write's batch once it has held the lock for
-    /// [`STAGED_BATCH`], pauses so that waiting writers get the lock, and
-    /// goes on in a new transaction (renewing the import's claim).
+    /// Counts an entry of a staged write's batch, and commits the batch once
+    /// it has held the lock for [`BATCHED_WRITE`] less the tail its commit is
+    /// expected to take (see [`TailClock`](crate::backend::pending::TailClock)),
+    /// pauses so that waiting writers get the lock, and goes on in a new
+    /// transaction (renewing the import's claim).
     fn end_batch_if_due(&mut self) -> Result<()> {
-        let Some(staged) = self.staged.as_ref() else {
+        let Some(staged) = self.staged.as_mut() else {
             return Ok(());
         };
-        if staged.published || staged.batch_started.elapsed() < staged.batch {
+        staged.rows += 1;
+        if staged.published
+            || !staged
+                .clock
+                .due(staged.batch_started.elapsed(), staged.rows)
+        {
             return Ok(());
         }
         self.next_batch(true)
@@ -724,6 +744,8 @@ impl SessionWriter<'_> {
             return Ok(());
         };
         let (key, token) = (staged.key, staged.token.clone());
+        // The batch's tail: its search rows, the rest of its rows, the commit.
+        let tail_from = Instant::now();
         if let Some(appender) = self.appender.take() {
             appender.finish(&self.tx)?;
         }
@@ -751,6 +773,9 @@ impl SessionWriter<'_> {
         self.tx
             .execute_batch("COMMIT")
             .map_err(sql("committing an import batch"))?;
+        if let Some(s) = self.staged.as_mut() {
+            s.clock.record_tail(tail_from.elapsed());
+        }
         if relax {
             self.tx
                 .pragma_update(None, "synchronous", RELAXED_SYNC)
@@ -762,7 +787,7 @@ impl SessionWriter<'_> {
             }
         }
         super::checkpointer::keep_log_short(&self.tx, self.manager.checkpointer());
-        std::thread::sleep(STAGED_GAP);
+        crate::backend::pending::pause(STAGED_GAP);
         self.tx
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(sql("starting an import batch"))?;
@@ -770,6 +795,7 @@ impl SessionWriter<'_> {
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         if let Some(staged) = self.staged.as_mut() {
             staged.batch_started = Instant::now();
+            staged.rows = 0;
         }
         Ok(())
     }
