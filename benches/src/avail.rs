@@ -122,15 +122,18 @@ impl Appender {
 
 /// `SESSIONTREE_AVAIL_TRACE=MS`: appends waiting longer are printed.
 fn trace_over() -> Option<Duration> {
-    let ms: u64 = std::env::var("SESSIONTREE_AVAIL_TRACE").ok()?.trim().parse().ok()?;
+    let ms: u64 = std::env::var("SESSIONTREE_AVAIL_TRACE")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     Some(Duration::from_millis(ms))
 }
 
 /// Whether SQLite operation `op` (after the import) is to run:
 /// `SESSIONTREE_AVAIL_OPS` (a comma list) names it, or is not set.
 fn wanted(op: &str) -> bool {
-    std::env::var("SESSIONTREE_AVAIL_OPS")
-        .map_or(true, |v| v.split(',').any(|o| o.trim() == op))
+    std::env::var("SESSIONTREE_AVAIL_OPS").map_or(true, |v| v.split(',').any(|o| o.trim() == op))
 }
 
 /// The `p`-quantile (0–1) of sorted `v`, nearest rank.
