@@ -670,26 +670,43 @@ impl pending::PendingStore for Archive {
     fn remove_batch(&self, key: i64, token: &str) -> Result<bool> {
         let mut conn = self.conn()?;
         let tx = self.begin_write(&mut conn, "deleting a session")?;
+        // The lock is held from here: the batch's clock starts now.
+        let started = Instant::now();
         super::claim::renew_claim(&tx, key, token)?;
         fts::keep_deletes_unmerged(&tx)?;
-        let started = Instant::now();
+        let tail = LAST_REMOVAL_COMMIT
+            .with(std::cell::Cell::get)
+            .min(super::writer::BATCHED_WRITE / 2);
         let mut steps = 0;
         let gone = loop {
             if remove_some(&tx, key)? {
                 break true;
             }
             steps += 1;
-            if pending::batch_due(started.elapsed(), steps) {
+            if pending::batch_due(started.elapsed() + tail, steps) {
                 break false;
             }
         };
+        let committing = Instant::now();
         tx.commit().map_err(sql("deleting a session"))?;
+        LAST_REMOVAL_COMMIT.with(|c| c.set(committing.elapsed()));
         if !gone {
             // Only this operation waits for the log it wrote to be copied.
             super::checkpointer::keep_log_short(&conn, self.0.manager.checkpointer());
         }
         Ok(gone)
     }
+}
+
+std::thread_local! {
+    /// How long this thread's last removal batch took to commit (FTS5
+    /// writes the batch's tombstones then, and the log is synced): the next
+    /// batch stops that much earlier (at most half its time), so that the
+    /// write lock is held for [`BATCHED_WRITE`](super::writer::BATCHED_WRITE)
+    /// with the commit, not before it. Timed at 200,000 entries (load 9), a
+    /// batch's commit took 24 ms p50 and 84 ms at most after its 50 ms.
+    static LAST_REMOVAL_COMMIT: std::cell::Cell<std::time::Duration> =
+        const { std::cell::Cell::new(std::time::Duration::ZERO) };
 }
 
 /// Entries removed per step of [`remove_some`] (a step then checks the
