@@ -5,7 +5,7 @@ use super::handle::Archive;
 use super::rows::{self, ImportRecord, NewSession, METADATA_COLUMNS, STATS_COLUMNS};
 use super::storage::SqliteStorage;
 use super::writer::{
-    insert_session, Appender, SessionWriter, DELETE_MARKER, FORK_MARKER, STAGED_GAP,
+    insert_session, Appender, SessionWriter, BATCHED_GAP, DELETE_MARKER, FORK_MARKER,
 };
 use super::{branch_cache, fts};
 use crate::backend::pending;
@@ -346,7 +346,7 @@ impl Archive {
     /// Removes session `key`, already invisible to readers (staged, or
     /// marked deleted) and claimed by `token`, with everything derived from
     /// it: transactions of at most [`BATCHED_WRITE`](super::writer::BATCHED_WRITE) each, a pause of
-    /// [`STAGED_GAP`] between them so that a waiting writer gets the lock.
+    /// [`BATCHED_GAP`] between them so that a waiting writer gets the lock.
     /// Any process may finish it after a crash (each batch leaves a
     /// consistent, still invisible remainder).
     pub(super) fn remove_in_batches(&self, key: i64, token: &str) -> Result<()> {
@@ -608,7 +608,7 @@ impl Archive {
 /// The SQLite statements of [`pending`]'s half-done forks and deletes: the
 /// mark is `sessions.staged_from`.
 impl pending::PendingStore for Archive {
-    const GAP: std::time::Duration = STAGED_GAP;
+    const GAP: std::time::Duration = BATCHED_GAP;
 
     fn marked_sessions(&self) -> Result<Vec<(i64, String)>> {
         let conn = self.conn()?;
