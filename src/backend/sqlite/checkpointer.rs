@@ -190,6 +190,37 @@ fn passive_checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<bool> {
     })
 }
 
+std::thread_local! {
+    /// A shorter wait for a lock than the busy handler's own, while
+    /// [`waiting_at_most`] runs on this thread.
+    static WAIT_LIMIT: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// Sets this thread's lock wait back when dropped (also if `f` unwinds).
+struct WaitLimitBack(Option<Duration>);
+
+impl Drop for WaitLimitBack {
+    fn drop(&mut self) {
+        WAIT_LIMIT.with(|w| w.set(self.0));
+    }
+}
+
+/// Runs `f` with this thread's waits for a lock cut to `limit` each (on
+/// every connection whose busy handler is
+/// [`wait_for_the_lock`](super::connection::wait_for_the_lock)): for a
+/// checkpoint that holds the write lock while it waits for readers, where
+/// waiting long would make every other writer wait as long. Needs no
+/// `&mut Connection`, unlike swapping the handler.
+fn waiting_at_most<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
+    let _back = WaitLimitBack(WAIT_LIMIT.with(|w| w.replace(Some(limit))));
+    f()
+}
+
+/// This thread's wait for a lock if [`waiting_at_most`] cut it.
+pub(super) fn wait_limit() -> Option<Duration> {
+    WAIT_LIMIT.with(std::cell::Cell::get)
+}
+
 /// How long the checkpoint that starts the log over ([`keep_log_short`])
 /// waits for the write lock, and then, holding it, for readers: other
 /// writers wait behind it as long.
@@ -255,7 +286,7 @@ pub(super) fn keep_log_short(conn: &rusqlite::Connection, checkpointer: &LogChec
     checkpointer.gave_up_at.store(0, Ordering::Relaxed);
     // Busy (the write lock or a reader held past the wait): the next batch
     // tries again.
-    let _ = super::connection::waiting_at_most(RESTART_WAIT, || {
+    let _ = waiting_at_most(RESTART_WAIT, || {
         conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
     });
 }

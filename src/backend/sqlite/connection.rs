@@ -20,28 +20,6 @@ std::thread_local! {
     /// When this thread's current wait for a lock began (its first try).
     static WAITING_SINCE: std::cell::Cell<Option<std::time::Instant>> =
         const { std::cell::Cell::new(None) };
-    /// How long this thread waits for a lock ([`BUSY_TIMEOUT`] unless
-    /// [`waiting_at_most`] says less).
-    static WAIT_LIMIT: std::cell::Cell<Duration> = const { std::cell::Cell::new(BUSY_TIMEOUT) };
-}
-
-/// Sets this thread's lock wait back when dropped (also if `f` unwinds).
-struct WaitLimitBack(Duration);
-
-impl Drop for WaitLimitBack {
-    fn drop(&mut self) {
-        WAIT_LIMIT.with(|w| w.set(self.0));
-    }
-}
-
-/// Runs `f` with this thread's waits for a lock cut to `limit` each (on
-/// every connection whose busy handler is [`wait_for_the_lock`]): for a
-/// checkpoint that holds the write lock while it waits for readers, where
-/// waiting long would make every other writer wait as long. Needs no
-/// `&mut Connection`, unlike swapping the handler.
-pub(super) fn waiting_at_most<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
-    let _back = WaitLimitBack(WAIT_LIMIT.with(|w| w.replace(limit)));
-    f()
 }
 
 /// SQLite's busy handler: try again every millisecond for [`BUSY_TIMEOUT`].
@@ -60,7 +38,8 @@ pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
         w.get().unwrap_or(now)
     });
     std::thread::sleep(Duration::from_millis(1));
-    since.elapsed() < WAIT_LIMIT.with(|w| w.get())
+    let limit = super::checkpointer::wait_limit().map_or(BUSY_TIMEOUT, |l| l.min(BUSY_TIMEOUT));
+    since.elapsed() < limit
 }
 
 /// A busy handler that gives up after a second: for a checkpoint that
