@@ -6,6 +6,13 @@
 //! their p50/p99/max wait, and how many failed (e.g. `database is locked`).
 //! On PostgreSQL (`--pg`) the same with `sync` as the import, and no
 //! compact (the server maintains the archive).
+//!
+//! Two settings for finding where a long wait comes from:
+//! `SESSIONTREE_AVAIL_OPS=fork,delete` runs only the named SQLite
+//! operations after the import (of `fork`, `delete`, `compact`; `delete`
+//! runs the fork too), and `SESSIONTREE_AVAIL_TRACE=MS` prints every append that
+//! waited longer than MS with the wall-clock time it began (Unix ms), to
+//! set beside the operation's own timings.
 
 use crate::gen::{generate, GenOptions, Shape};
 use serde_json::{json, Value};
@@ -27,6 +34,9 @@ const APPEND_EVERY: Duration = Duration::from_millis(3);
 struct Append {
     /// When it began.
     began: Instant,
+    /// When it began, by the wall clock (to set beside another process's
+    /// timings).
+    began_at: std::time::SystemTime,
     /// How long it took (lock wait included).
     waited: Duration,
     /// Whether it failed.
@@ -56,6 +66,7 @@ impl Appender {
         let thread = std::thread::spawn(move || {
             while r.load(Ordering::SeqCst) {
                 let began = Instant::now();
+                let began_at = std::time::SystemTime::now();
                 let result = session.append_message(&message);
                 let waited = began.elapsed();
                 if let Err(err) = &result {
@@ -66,6 +77,7 @@ impl Appender {
                 }
                 l.lock().unwrap_or_else(|p| p.into_inner()).push(Append {
                     began,
+                    began_at,
                     waited,
                     failed: result.is_err(),
                 });
@@ -106,6 +118,22 @@ impl Appender {
             let _ = t.join();
         }
     }
+}
+
+/// `SESSIONTREE_AVAIL_TRACE=MS`: appends waiting longer are printed.
+fn trace_over() -> Option<Duration> {
+    let ms: u64 = std::env::var("SESSIONTREE_AVAIL_TRACE")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+/// Whether SQLite operation `op` (after the import) is to run:
+/// `SESSIONTREE_AVAIL_OPS` (a comma list) names it, or is not set.
+fn wanted(op: &str) -> bool {
+    std::env::var("SESSIONTREE_AVAIL_OPS").map_or(true, |v| v.split(',').any(|o| o.trim() == op))
 }
 
 /// The `p`-quantile (0–1) of sorted `v`, nearest rank.
@@ -202,6 +230,19 @@ fn window_row(
         .map(|a| a.waited.as_secs_f64() * 1e3)
         .collect();
     waits.sort_by(f64::total_cmp);
+    if let Some(over) = trace_over() {
+        for a in appends.iter().filter(|a| a.waited > over) {
+            let at = a
+                .began_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            eprintln!(
+                "bench: avail: {name}: an append began at {} ms (Unix) and waited {:.1} ms",
+                at.as_millis(),
+                a.waited.as_secs_f64() * 1e3
+            );
+        }
+    }
     let failed = appends.iter().filter(|a| a.failed).count();
     json!({
         "op": name,
@@ -400,27 +441,35 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
             log,
         )?;
         rows.push(r);
-        let (r, out) = run_op(
-            bin,
-            "fork",
-            "sqlite",
-            entries,
-            &["--db", &dbs, "--json", "fork", &id],
-            &appender,
-            log,
-        )?;
-        rows.push(r);
-        let fork = forked_id(&out)?;
-        let (r, _) = run_op(
-            bin,
-            "delete",
-            "sqlite",
-            entries,
-            &["--db", &dbs, "delete", &fork],
-            &appender,
-            log,
-        )?;
-        rows.push(r);
+        // `delete` deletes the fork: it needs one.
+        if wanted("fork") || wanted("delete") {
+            let (r, out) = run_op(
+                bin,
+                "fork",
+                "sqlite",
+                entries,
+                &["--db", &dbs, "--json", "fork", &id],
+                &appender,
+                log,
+            )?;
+            rows.push(r);
+            let fork = forked_id(&out)?;
+            if wanted("delete") {
+                let (r, _) = run_op(
+                    bin,
+                    "delete",
+                    "sqlite",
+                    entries,
+                    &["--db", &dbs, "delete", &fork],
+                    &appender,
+                    log,
+                )?;
+                rows.push(r);
+            }
+        }
+        if !wanted("compact") {
+            return Ok(());
+        }
         let (r, _) = run_op(
             bin,
             "compact",

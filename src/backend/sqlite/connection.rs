@@ -38,7 +38,8 @@ pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
         w.get().unwrap_or(now)
     });
     std::thread::sleep(Duration::from_millis(1));
-    since.elapsed() < BUSY_TIMEOUT
+    let limit = super::checkpointer::wait_limit().map_or(BUSY_TIMEOUT, |l| l.min(BUSY_TIMEOUT));
+    since.elapsed() < limit
 }
 
 /// A busy handler that gives up after a second: for a checkpoint that
@@ -54,12 +55,17 @@ pub(super) fn wait_a_second(attempt: i32) -> bool {
 /// busy handler is back afterwards. It takes the handle's checkpoint turn
 /// first: SQLite does not wait for a checkpoint already running, and one of
 /// the handle's background checkpoints running then left the whole log
-/// (a compact's report counted 6 MB of log as archive bytes).
+/// (a compact's report counted 6 MB of log as archive bytes). A `PASSIVE`
+/// checkpoint copies the log first, holding no lock: `TRUNCATE` holds the
+/// write lock while it copies, and copying what a long operation left
+/// made other writers wait for all of it.
 pub(super) fn truncate_log(
     conn: &mut Connection,
     checkpointer: &LogCheckpointer,
 ) -> rusqlite::Result<()> {
     let _turn = checkpointer.turn();
+    // Busy or failed: the truncating checkpoint copies the rest.
+    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
     conn.busy_handler(Some(wait_a_second))?;
     let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
     conn.busy_handler(Some(wait_for_the_lock))?;

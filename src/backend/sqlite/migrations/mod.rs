@@ -129,7 +129,7 @@ pub const MIGRATIONS: &[Migration] = &[
         rewrite: None,
     },
     Migration {
-        sql: include_str!("../../../../schema/0020_search_keeps_deletes_unmerged.sql"),
+        sql: include_str!("../../../../schema/0017_search_keeps_deletes_unmerged.sql"),
         rewrite: None,
     },
 ];

@@ -1,4 +1,4 @@
--- Schema step 0020 (issue 40.1): FTS5's merges for deleted rows off
+-- Schema step 0017 (issue 40.1): FTS5's merges for deleted rows off
 -- (`deletemerge` 0; 10 % by default), a persistent setting of the search
 -- index, set once here (and in `fresh.sql`) instead of read and set by
 -- every batch of a delete. Deleted rows stay in their segments, marked
