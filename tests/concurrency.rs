@@ -1228,8 +1228,9 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
 /// committed meanwhile, so the log was never wholly copied when a write
 /// began, and SQLite starts it over only then: it grew to 383 MB during a
 /// 200,000-entry fork and 486 MB during the delete. Counted, not timed:
-/// every start over changes the log header's first salt, which a sampler
-/// reads, with the frames written since (the log in use). The operations
+/// every start over adds one to the log header's checkpoint sequence
+/// number, which a sampler reads, with the frames written since (the log
+/// in use). The operations
 /// run as processes told to keep the log under 64 pages
 /// (`SESSIONTREE_TEST_LOG_PAGES`), so that a CI-sized session passes that
 /// many times.
@@ -1290,9 +1291,9 @@ fn the_log_starts_over_during_a_fork_and_a_delete_beside_an_appender() {
 }
 
 /// Runs `sessiontree --db DB ARGS` (told to keep the log under 64 pages)
-/// and reads the log every millisecond meanwhile: how many times its salts
-/// changed (it started over), the most frames it held since it last started
-/// over, and what the command printed.
+/// and reads the log every millisecond meanwhile: how many times it started
+/// over (its header's checkpoint sequence number), the most frames it held
+/// since it last started over, and what the command printed.
 fn log_starts_while(wal: &Path, db: &Path, args: &[&str]) -> (usize, u64, String) {
     let mut child = std::process::Command::new(bin())
         .arg("--db")
@@ -1333,16 +1334,31 @@ fn log_starts_while(wal: &Path, db: &Path, args: &[&str]) -> (usize, u64, String
         }
         Some(lo)
     };
-    let (mut starts, mut largest, mut last) = (0, 0, salt());
-    while child.try_wait().unwrap().is_none() {
+    // The log header's checkpoint sequence number, which SQLite adds one to
+    // each time the log starts over: the count is exact however seldom this
+    // sampler runs on a loaded machine (the salts' changes are only seen
+    // when a sample falls between two starts).
+    let sequence = || {
+        let mut n = [0u8; 4];
+        read(12, &mut n).map(|()| u32::from_be_bytes(n))
+    };
+    let (mut largest, mut first, mut latest) = (0, None, None);
+    loop {
+        let running = child.try_wait().unwrap().is_none();
         largest = largest.max(frames().unwrap_or(0));
-        let now = salt();
-        if now.is_some() && last.is_some() && now != last {
-            starts += 1;
+        if let Some(n) = sequence() {
+            first = first.or(Some(n));
+            latest = Some(n);
         }
-        last = now.or(last);
+        if !running {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
+    let starts = match (first, latest) {
+        (Some(a), Some(b)) => b.wrapping_sub(a) as usize,
+        _ => 0,
+    };
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "sessiontree {}", args.join(" "));
     (

@@ -1078,15 +1078,9 @@ impl Archive {
         // One b-tree for the search index instead of its many segments.
         merge_search_index(self, &mut conn)?;
         give_back_space(self, &mut conn)?;
-        // A TRUNCATE checkpoint holds the write lock while it copies the
-        // log: most of it is copied first by a PASSIVE one, which holds
-        // none, so the TRUNCATE has little left to copy. Busy (another
-        // checkpoint runs) leaves it all to the TRUNCATE, as before.
-        {
-            let _turn = self.0.manager.checkpointer().turn();
-            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                .map_err(sql("vacuuming the archive"))?;
-        }
+        // `truncate_log` copies the log with a PASSIVE checkpoint (no lock)
+        // before its TRUNCATE, which then holds the write lock only for
+        // what was appended meanwhile.
         super::connection::truncate_log(&mut conn, self.0.manager.checkpointer())
             .map_err(sql("vacuuming the archive"))?;
         report.bytes_after = file_bytes(self.path());
