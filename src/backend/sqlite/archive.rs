@@ -972,4 +972,64 @@ mod tests {
         assert_eq!(matching(&archive, "keptword7"), 1);
         assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
     }
+
+    /// A delete half done by another process (or killed, until the next
+    /// open finishes it) is a state the archive passes through by design:
+    /// its newest entries are gone before their compaction rows. `check`
+    /// must not call it damage; a compaction row without its entry in a
+    /// session nobody is deleting still is.
+    #[test]
+    fn check_passes_a_half_done_delete_and_names_a_real_orphan() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
+        let mut entries = messages("gone", 200);
+        // A compaction among the newest entries, which the first step removes.
+        entries.push(Entry::from_value(&json!({
+            "type": "compaction", "id": "gone200", "parentId": "gone199",
+            "timestamp": "2025-01-01T00:00:00.000Z", "summary": "so far",
+            "firstKeptEntryId": "gone150", "tokensBefore": 1234
+        })));
+        archive
+            .create_session_with(&new_session("gone"), entries)
+            .unwrap();
+        archive
+            .create_session_with(&new_session("kept"), messages("kept", 10))
+            .unwrap();
+        let token = "test-deleter";
+        let key = pending::PendingStore::mark_deleted(&archive, "gone", token).unwrap();
+        {
+            let mut conn = archive.conn().unwrap();
+            let tx = conn.transaction().unwrap();
+            assert!(!remove_some(&tx, key).unwrap(), "one step removed it all");
+            tx.commit().unwrap();
+        }
+        let compactions_without_entry: i64 = archive
+            .conn()
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM compactions WHERE entry_key NOT IN (SELECT entry_key FROM entries)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            compactions_without_entry, 1,
+            "the step did not reach the compaction"
+        );
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+        // The same row in a session nobody is deleting is damage.
+        archive
+            .conn()
+            .unwrap()
+            .execute(
+                "UPDATE sessions SET staged_from = NULL WHERE session_key = ?1",
+                [key],
+            )
+            .unwrap();
+        let problems = archive.check(None).unwrap();
+        assert!(
+            problems.iter().any(|p| p.starts_with("compactions:")),
+            "{problems:?}"
+        );
+    }
 }
