@@ -74,15 +74,15 @@ pub struct Batched {
 /// loaded machine a batch runs past [`BATCHED_WRITE`] by little.
 const CHUNK: u64 = 64;
 
-/// The pause between two batches. Longer than other batched writes'
-/// [`STAGED_GAP`](crate::backend::sqlite::writer::STAGED_GAP) (3 ms): on a loaded machine a waiting writer, woken late
-/// from its 1 ms busy-wait sleep, missed most 3 ms gaps and waited two or
-/// three batches. Measured at 200,000 entries, a writer polling every
-/// millisecond: at load 11, 3 ms gaps gave wait p50 62 ms, max 186 ms, and
-/// 20 ms gaps p50 11 ms, max 123 ms; at load 8, 20 ms gaps p50 6–16 ms,
-/// max 90–95 ms (docs/durability.md). A migration runs once per archive;
-/// the writers it delays do not.
-const GAP: Duration = Duration::from_millis(20);
+/// The pause between two batches: the fork's and the delete's
+/// [`BATCHED_GAP`](crate::backend::sqlite::writer::BATCHED_GAP), one rule
+/// for every batched write that another session's writer waits beside.
+/// It was measured here first, at 200,000 entries with a writer polling
+/// every millisecond: at load 11, 3 ms gaps gave wait p50 62 ms, max
+/// 186 ms, and 20 ms gaps p50 11 ms, max 123 ms; at load 8, 20 ms gaps
+/// p50 6–16 ms, max 90–95 ms (docs/durability.md). A migration runs once
+/// per archive; the writers it delays do not.
+const GAP: Duration = crate::backend::sqlite::writer::BATCHED_GAP;
 
 /// The cursor and the log of entries appended while the step runs. Every
 /// build's inserts fire the trigger (it is plain SQL in the schema), so an
