@@ -129,7 +129,16 @@ impl Archive {
             a.finish(&tx)?;
         }
         held_text.flush(&tx)?;
+        let committing = Instant::now();
         tx.commit().map_err(sql("committing a session write"))?;
+        if let Some(staged) = &staged {
+            let span = super::lock_trace::started_at("staged-last", staged.batch_started());
+            super::lock_trace::end(
+                span,
+                staged.rows(),
+                &format!("commit_ms={:.2}", committing.elapsed().as_secs_f64() * 1e3),
+            );
+        }
         Ok(out)
     }
 
@@ -686,6 +695,12 @@ impl pending::PendingStore for Archive {
         };
         let committing = Instant::now();
         tx.commit().map_err(sql("deleting a session"))?;
+        let span = super::lock_trace::started_at("delete-batch", started);
+        super::lock_trace::end(
+            span,
+            steps,
+            &format!("commit_ms={:.2}", committing.elapsed().as_secs_f64() * 1e3),
+        );
         REMOVAL_CLOCK.with(|c| {
             let mut learnt = c.get();
             learnt.record_tail(committing.elapsed());

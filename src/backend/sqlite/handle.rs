@@ -106,9 +106,12 @@ impl Archive {
         what: &'static str,
     ) -> Result<rusqlite::Transaction<'c>> {
         refuse_if_damaged(self.path())?;
+        let span = super::lock_trace::start("lock-wait");
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(sql(what))?;
+        super::lock_trace::end_if_over(span, std::time::Duration::from_millis(10), "");
+        super::lock_trace::lock_taken();
         self.refuse_if_log_gone()?;
         Ok(tx)
     }

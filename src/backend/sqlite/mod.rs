@@ -42,6 +42,7 @@ mod connection;
 mod error;
 pub(crate) mod fts;
 mod handle;
+mod lock_trace;
 mod migrations;
 mod open;
 mod query;

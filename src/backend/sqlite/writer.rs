@@ -594,6 +594,16 @@ impl Staged {
         &self.token
     }
 
+    /// When the batch now open took the write lock.
+    pub(super) fn batch_started(&self) -> Instant {
+        self.batch_started
+    }
+
+    /// Entries written in the batch now open.
+    pub(super) fn rows(&self) -> u64 {
+        self.rows
+    }
+
     /// The `synchronous` level to set back on the connection, if relaxed.
     pub(super) fn relaxed_from(&self) -> Option<i64> {
         self.relaxed_from
@@ -782,11 +792,22 @@ impl SessionWriter<'_> {
         // The `Transaction` stays open across the batch: it is the same
         // connection's transaction, begun again, and its final commit (or
         // rollback on drop) ends the last batch.
+        let committing = Instant::now();
         self.tx
             .execute_batch("COMMIT")
             .map_err(sql("committing an import batch"))?;
         if let Some(s) = self.staged.as_mut() {
             s.clock.record_tail(tail_from.elapsed());
+            let span = super::lock_trace::started_at("staged-batch", s.batch_started);
+            super::lock_trace::end(
+                span,
+                s.rows,
+                &format!(
+                    "tail_ms={:.2} commit_ms={:.2}",
+                    tail_from.elapsed().as_secs_f64() * 1e3,
+                    committing.elapsed().as_secs_f64() * 1e3
+                ),
+            );
         }
         if relax {
             self.tx
@@ -803,6 +824,7 @@ impl SessionWriter<'_> {
         self.tx
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(sql("starting an import batch"))?;
+        super::lock_trace::lock_taken();
         super::connection::refuse_if_log_missing(&self.manager.path)?;
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         if let Some(staged) = self.staged.as_mut() {
