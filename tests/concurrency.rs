@@ -1250,24 +1250,28 @@ fn the_log_starts_over_during_a_fork_and_a_delete_beside_an_appender() {
                 r.get::<_, i64>(0)
             })
             .unwrap();
-        let mut seen = (0, 0, String::new());
+        let mut seen = (0, 0, String::new(), String::new());
         let overlap = appending_during(&mut other, || {
             seen = log_starts_while(&wal, &db, args);
         });
-        let (starts, largest, out) = seen;
+        let (starts, largest, out, trace) = seen;
         eprintln!(
             "{op}: the log started over {starts} times, at most {largest} frames in use; {} appends beside it",
             overlap.inside
         );
-        (starts, largest, out, overlap.inside)
+        (starts, largest, out, overlap.inside, trace)
     };
-    let (fork_starts, fork_largest, out, fork_appends) = run("fork", &["--json", "fork", &id]);
+    let (fork_starts, fork_largest, out, fork_appends, trace) =
+        run("fork", &["--json", "fork", &id]);
+    // The fork's batches and its closing (publishing) transaction.
+    check_holds("fork", &trace, "staged-batch", 10);
     let fork: serde_json::Value = serde_json::from_str(&out).unwrap();
     let fork = fork["session"].as_str().unwrap().to_owned();
     // The delete (a few batches here) goes through the same
     // `keep_log_short`; its count is printed, not asserted: run beside the
     // other tests it once started the log over 0 times (1-4 alone).
-    run("delete", &["delete", &fork]);
+    let (.., trace) = run("delete", &["delete", &fork]);
+    check_holds("delete", &trace, "delete-batch", 1);
     // Without the appender beside it every batch could start the log over;
     // the appender must have run through the fork for this to test anything.
     assert!(
@@ -1294,12 +1298,15 @@ fn the_log_starts_over_during_a_fork_and_a_delete_beside_an_appender() {
 /// and reads the log every millisecond meanwhile: how many times it started
 /// over (its header's checkpoint sequence number), the most frames it held
 /// since it last started over, and what the command printed.
-fn log_starts_while(wal: &Path, db: &Path, args: &[&str]) -> (usize, u64, String) {
+fn log_starts_while(wal: &Path, db: &Path, args: &[&str]) -> (usize, u64, String, String) {
+    let trace = db.with_extension("locks");
+    let _ = std::fs::remove_file(&trace);
     let mut child = std::process::Command::new(bin())
         .arg("--db")
         .arg(db)
         .args(args)
         .env("SESSIONTREE_TEST_LOG_PAGES", "64")
+        .env("SESSIONTREE_LOCK_TRACE", &trace)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -1365,7 +1372,79 @@ fn log_starts_while(wal: &Path, db: &Path, args: &[&str]) -> (usize, u64, String
         starts,
         largest,
         String::from_utf8_lossy(&out.stdout).into_owned(),
+        std::fs::read_to_string(&trace).unwrap_or_default(),
     )
+}
+
+/// One event of a lock trace (`SESSIONTREE_LOCK_TRACE`): its `what` and
+/// its `key=value` fields.
+fn trace_events(trace: &str) -> Vec<(String, std::collections::HashMap<String, String>)> {
+    trace
+        .lines()
+        .map(|line| {
+            let fields: std::collections::HashMap<String, String> = line
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            (fields.get("what").cloned().unwrap_or_default(), fields)
+        })
+        .collect()
+}
+
+/// Checks the write-lock holds a fork or delete traced: at least `batches`
+/// of its transactions, none on a CPU for longer than a generous bound (a
+/// one-transaction fork of this session takes seconds; CPU time, unlike the
+/// wall, does not grow when a loaded machine deschedules the holder), and
+/// every `RESTART` checkpoint (which holds the lock) preceded, since the
+/// `PASSIVE` copy before it, by a sync of the database made without the
+/// lock, so that the `RESTART` waits for the disk only for the frames
+/// appended meanwhile.
+fn check_holds(op: &str, trace: &str, batch: &str, batches: usize) {
+    let events = trace_events(trace);
+    let ms = |f: &std::collections::HashMap<String, String>, k: &str| -> f64 {
+        f.get(k).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    let holds: Vec<f64> = events
+        .iter()
+        .filter(|(w, _)| w == batch)
+        .map(|(_, f)| ms(f, "cpu_ms"))
+        .collect();
+    assert!(
+        holds.len() >= batches,
+        "{op}: {} transactions traced, expected at least {batches}:\n{trace}",
+        holds.len()
+    );
+    let longest = holds.iter().copied().fold(0.0, f64::max);
+    assert!(
+        longest < 400.0,
+        "{op}: a transaction held the write lock for {longest:.1} ms on a CPU"
+    );
+    let mut synced = false;
+    let mut restarts = 0;
+    for (what, f) in &events {
+        match what.as_str() {
+            "ckpt-op-passive" => synced = false,
+            "db-sync" => synced = !f.contains_key("failed"),
+            "ckpt-op-restart" => {
+                restarts += 1;
+                assert!(
+                    synced,
+                    "{op}: a RESTART checkpoint without the database synced first:\n{trace}"
+                );
+                assert!(
+                    ms(f, "cpu_ms") < 400.0,
+                    "{op}: a RESTART checkpoint held the write lock for {} ms on a CPU",
+                    ms(f, "cpu_ms")
+                );
+            }
+            _ => {}
+        }
+    }
+    eprintln!(
+        "{op}: {} transactions, the longest {longest:.1} ms on a CPU; {restarts} RESTART checkpoints",
+        holds.len()
+    );
 }
 
 /// Runs passive checkpoints of `db` while `running` and the fork's staged
