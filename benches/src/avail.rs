@@ -172,9 +172,20 @@ fn run_op(
     eprintln!("bench: avail: {backend} {name} ({entries} entries)");
     let running = AtomicBool::new(true);
     let started = Instant::now();
+    // A SQLite operation traces its holds of the write lock into a file
+    // beside its log (read below, then removed).
+    let trace = log.map(|log| log.with_extension(format!("{name}-locks")));
+    if let Some(trace) = &trace {
+        let _ = std::fs::remove_file(trace);
+    }
     let (out, largest_log) = std::thread::scope(|scope| {
         let sampler = log.map(|log| scope.spawn(|| largest_size_while(log, &running)));
-        let out = Command::new(bin).args(args).stdin(Stdio::null()).output();
+        let mut child = Command::new(bin);
+        child.args(args).stdin(Stdio::null());
+        if let Some(trace) = &trace {
+            child.env("SESSIONTREE_LOCK_TRACE", trace);
+        }
+        let out = child.output();
         running.store(false, Ordering::SeqCst);
         let largest = sampler.map(|s| s.join().unwrap_or(0));
         (out, largest)
@@ -192,9 +203,46 @@ fn run_op(
     if let Some(bytes) = largest_log {
         row["log_mb"] = json!(bytes as f64 / 1e6);
     }
+    if let Some(trace) = &trace {
+        if let Some(holds) = longest_holds(trace) {
+            row["holds"] = holds;
+        }
+        let _ = std::fs::remove_file(trace);
+    }
     // Each row as it is measured: a long run interrupted keeps what it had.
     eprintln!("bench: avail: {row}");
     Ok((row, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// What an operation's lock trace (`SESSIONTREE_LOCK_TRACE`) says of its
+/// holds of the write lock (its batches' transactions and the `RESTART`
+/// checkpoints between them): how many, the longest by the wall clock, the
+/// longest on a CPU, and the longest `RESTART`. The wall includes time the
+/// holder waited for a CPU; on a loaded machine the CPU figure is the one
+/// that compares between runs. `None` if nothing was traced.
+fn longest_holds(trace: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(trace).ok()?;
+    let (mut n, mut wall, mut cpu, mut restart) = (0u64, 0f64, 0f64, 0f64);
+    for line in text.lines() {
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        };
+        let ms = |key: &str| field(key).and_then(|v| v.parse::<f64>().ok());
+        match field("what") {
+            Some("staged-batch" | "staged-last" | "delete-batch") => {
+                n += 1;
+                wall = wall.max(ms("ms").unwrap_or(0.0));
+                cpu = cpu.max(ms("cpu_ms").unwrap_or(0.0));
+            }
+            Some("ckpt-op-restart") => {
+                n += 1;
+                restart = restart.max(ms("ms").unwrap_or(0.0));
+            }
+            _ => {}
+        }
+    }
+    (n > 0).then(|| json!({"n": n, "max_ms": wall, "max_cpu_ms": cpu, "restart_max_ms": restart}))
 }
 
 /// The baseline: appends while no operation runs, for two seconds.
@@ -620,6 +668,25 @@ pub fn render(v: &Value) -> String {
                 .as_f64()
                 .map_or_else(String::new, |mb| format!("{mb:.0} MB")),
         );
+    }
+    let traced: Vec<&Value> = rows.iter().filter(|r| r["holds"].is_object()).collect();
+    if !traced.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nThe operation's own holds of the write lock (`SESSIONTREE_LOCK_TRACE`): its transactions and the `RESTART` checkpoints between them. Wall time includes waiting for a CPU; CPU time does not.\n\n| operation | holds | longest (wall) | longest on a CPU | longest RESTART |\n|---|---:|---:|---:|---:|"
+        );
+        for r in traced {
+            let h = &r["holds"];
+            let _ = writeln!(
+                t,
+                "| {} | {} | {:.1} ms | {:.1} ms | {:.1} ms |",
+                r["op"].as_str().unwrap_or(""),
+                h["n"],
+                h["max_ms"].as_f64().unwrap_or(0.0),
+                h["max_cpu_ms"].as_f64().unwrap_or(0.0),
+                h["restart_max_ms"].as_f64().unwrap_or(0.0),
+            );
+        }
     }
     for r in rows.iter().filter(|r| r["lock_samples"].is_u64()) {
         let _ = writeln!(
