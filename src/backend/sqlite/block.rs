@@ -227,6 +227,43 @@ pub fn member_bodies(
     Some(bodies)
 }
 
+/// Whether `bodies` are block `block`'s member bodies, in order, for member
+/// texts of `lengths`, holding `prepared`'s payload: what [`unpack`] reads
+/// of them, checked without decompressing (`compact`'s worker decompressed
+/// the payload to the members' joined text already).
+pub fn assembles(bodies: &[&[u8]], block: i64, lengths: &[usize], prepared: &Prepared) -> bool {
+    let Prepared::Encoded {
+        dictionary,
+        compressed: true,
+        payload,
+        ..
+    } = prepared
+    else {
+        return false;
+    };
+    let Ok(members) = bodies
+        .iter()
+        .map(|b| parse_member(b))
+        .collect::<Result<Vec<_>>>()
+    else {
+        return false;
+    };
+    let header_holds = members.first().and_then(|m| m.header.as_ref()).is_some_and(|h| {
+        h.compressed && h.dictionary == *dictionary && h.lengths == lengths
+    });
+    let mut at = 0;
+    header_holds
+        && members.len() == lengths.len()
+        && members.iter().enumerate().all(|(i, m)| {
+            let fits = m.block == block
+                && m.index == i
+                && payload.get(at..at + m.piece.len()) == Some(m.piece);
+            at += m.piece.len();
+            fits
+        })
+        && at == payload.len()
+}
+
 /// A decoded block: the members' texts end to end.
 #[derive(Debug)]
 pub struct Unpacked {
