@@ -14,7 +14,7 @@ use super::error::sql;
 use super::fts;
 use super::handle::Archive;
 use super::reencode_guard::reencoding;
-use super::writer::{BATCHED_GAP, BATCHED_WRITE};
+use super::writer::{BATCHED_WRITE, STAGED_GAP};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -1281,12 +1281,7 @@ impl Archive {
             progress(pass.entries);
             if work.peek().is_some() {
                 super::checkpointer::keep_log_short(conn, self.0.manager.checkpointer());
-                // Fork's and delete's pause, not an import's 3 ms: beside
-                // an appender at a load of 10, appends waiting on a compact
-                // missed most 3 ms gaps (200,000 entries: waits of 150 to
-                // 290 ms all through the pass, two to five transactions
-                // long). The workers compress meanwhile.
-                std::thread::sleep(BATCHED_GAP);
+                std::thread::sleep(STAGED_GAP);
             }
         }
         Ok(())
@@ -1527,7 +1522,7 @@ fn in_batches(
             return Ok(());
         }
         super::checkpointer::keep_log_short(conn, archive.0.manager.checkpointer());
-        std::thread::sleep(BATCHED_GAP);
+        std::thread::sleep(STAGED_GAP);
     }
 }
 
