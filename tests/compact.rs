@@ -1062,7 +1062,10 @@ fn a_repeat_compact_compresses_only_what_changed() -> R {
     let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
     let sessions = import_all(&archive, &files);
     let first = archive.compact(&mut |_, _| {})?;
-    assert!(!first.dictionary_kept, "the import's dictionary is retrained");
+    assert!(
+        !first.dictionary_kept,
+        "the import's dictionary is retrained"
+    );
     assert_eq!(first.entries_encoded, first.entries);
     let blocks = count(&archive, "SELECT count(*) FROM entry_blocks");
     let newest = count(&archive, "SELECT max(block_id) FROM entry_blocks");
@@ -1070,13 +1073,23 @@ fn a_repeat_compact_compresses_only_what_changed() -> R {
 
     let second = archive.compact(&mut |_, _| {})?;
     assert!(second.dictionary_kept);
-    assert_eq!(second.entries, first.entries, "every entry is accounted for");
     assert_eq!(
-        (second.entries_encoded, second.reencoded, second.dictionaries_removed),
+        second.entries, first.entries,
+        "every entry is accounted for"
+    );
+    assert_eq!(
+        (
+            second.entries_encoded,
+            second.reencoded,
+            second.dictionaries_removed
+        ),
         (0, 0, 0)
     );
     assert_eq!(count(&archive, "SELECT count(*) FROM entry_blocks"), blocks);
-    assert_eq!(count(&archive, "SELECT max(block_id) FROM entry_blocks"), newest);
+    assert_eq!(
+        count(&archive, "SELECT max(block_id) FROM entry_blocks"),
+        newest
+    );
     assert_exports_identical(&archive, &sessions);
 
     let mut session = archive.open_session(&sessions[1].0)?;
@@ -1092,7 +1105,10 @@ fn a_repeat_compact_compresses_only_what_changed() -> R {
         "{} entries compressed again, 60 appended",
         third.entries_encoded
     );
-    assert_eq!(third.reencoded, third.entries_encoded, "each one packed in a block");
+    assert_eq!(
+        third.reencoded, third.entries_encoded,
+        "each one packed in a block"
+    );
     assert_eq!(
         count(
             &archive,
@@ -1124,4 +1140,3 @@ fn a_repeat_compact_compresses_only_what_changed() -> R {
     assert_checks_out(&archive);
     Ok(())
 }
-
