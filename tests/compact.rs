@@ -9,7 +9,7 @@
 mod support;
 
 use rusqlite::types::Value as SqlValue;
-use sessiontree::backend::sqlite::Archive;
+use sessiontree::backend::sqlite::{Archive, CompactOptions};
 use sessiontree::convert::{export_jsonl, import_jsonl, train_dictionary_for};
 use sessiontree::storage::SessionStorage;
 use sessiontree::Durability;
@@ -847,9 +847,11 @@ fn compact_packs_parent_chains_into_blocks_and_every_text_comes_back() -> R {
         let got = archive.open_session(session)?.entry(id)?.expect("entry");
         assert_eq!(got.json(), text, "{session} {id}");
     }
-    // A second compact replaces every block; none is left behind.
+    // A second compact at another level retrains the dictionary and
+    // replaces every block; none is left behind.
     let before = count(&archive, "SELECT max(block_id) FROM entry_blocks");
-    archive.compact(&mut |_, _| {})?;
+    let again = archive.compact_with(CompactOptions::at_level(4)?, &mut |_, _| {})?;
+    assert!(!again.dictionary_kept);
     assert!(count(&archive, "SELECT min(block_id) FROM entry_blocks") > before);
     assert_blocks_hold_parent_chains(&archive);
     assert_exports_identical(&archive, &sessions);
@@ -1002,14 +1004,17 @@ fn readers_during_compact_never_see_a_block_half_replaced() -> R {
                 })
             })
             .collect();
-        // Each compact gives every member a new block; readers race it
-        // for a while (a stale read shows within a few rounds).
+        // Each compact gives every member a new block (each at another
+        // level than the one before, so that none keeps the dictionary and
+        // its blocks); readers race it for a while (a stale read shows
+        // within a few rounds).
         let writer = Archive::open(&db, Durability::Relaxed)?;
         let mut compacts = 0;
         while compacts < 3
             || (rounds.load(std::sync::atomic::Ordering::Relaxed) < 12 && compacts < 30)
         {
-            writer.compact(&mut |_, _| {})?;
+            let level = CompactOptions::at_level(2 + compacts % 2)?;
+            assert!(!writer.compact_with(level, &mut |_, _| {})?.dictionary_kept);
             compacts += 1;
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1023,5 +1028,115 @@ fn readers_during_compact_never_see_a_block_half_replaced() -> R {
         "the readers ran while compact did"
     );
     assert_exports_identical(&archive, &sessions);
+    Ok(())
+}
+
+/// A repeat `compact` at the same level keeps the dictionary and leaves
+/// alone what is encoded with it: the second run compresses nothing and
+/// writes nothing; after appends to one session, a third compresses only
+/// the appended entries (issue 42.2: a repeat compact cost as much as the
+/// first). Another level retrains and compresses everything again.
+#[test]
+fn a_repeat_compact_compresses_only_what_changed() -> R {
+    use sessiontree::SessionStorage;
+    let dir = tempfile::tempdir()?;
+    let mut files = Vec::new();
+    for (seed, shape) in [(41, Shape::Forked), (42, Shape::Linear)] {
+        let out = dir.path().join(format!("g{seed}"));
+        let options = GenOptions {
+            shape,
+            entries: 900,
+            seed,
+            ..GenOptions::default()
+        };
+        files.push(generate(&out, &options)?.sessions.remove(0).path);
+    }
+    // The linear session is imported without its last 60 lines, appended
+    // after the second compact.
+    let text = std::fs::read_to_string(&files[1])?;
+    let lines: Vec<&str> = text.lines().collect();
+    let (kept_lines, later) = lines.split_at(lines.len() - 60);
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, kept_lines.join("\n") + "\n")?;
+    let whole = std::mem::replace(&mut files[1], cut);
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let sessions = import_all(&archive, &files);
+    let first = archive.compact(&mut |_, _| {})?;
+    assert!(
+        !first.dictionary_kept,
+        "the import's dictionary is retrained"
+    );
+    assert_eq!(first.entries_encoded, first.entries);
+    let blocks = count(&archive, "SELECT count(*) FROM entry_blocks");
+    let newest = count(&archive, "SELECT max(block_id) FROM entry_blocks");
+    assert!(blocks > 20, "{blocks} blocks");
+
+    let second = archive.compact(&mut |_, _| {})?;
+    assert!(second.dictionary_kept);
+    assert_eq!(
+        second.entries, first.entries,
+        "every entry is accounted for"
+    );
+    assert_eq!(
+        (
+            second.entries_encoded,
+            second.reencoded,
+            second.dictionaries_removed
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(count(&archive, "SELECT count(*) FROM entry_blocks"), blocks);
+    assert_eq!(
+        count(&archive, "SELECT max(block_id) FROM entry_blocks"),
+        newest
+    );
+    assert_exports_identical(&archive, &sessions);
+
+    let mut session = archive.open_session(&sessions[1].0)?;
+    for line in later {
+        session.append_entry(sessiontree::Entry::from_json(line)?)?;
+    }
+    drop(session);
+    let third = archive.compact(&mut |_, _| {})?;
+    assert!(third.dictionary_kept);
+    assert_eq!(third.entries, first.entries + 60);
+    assert!(
+        (2..=60).contains(&third.entries_encoded),
+        "{} entries compressed again, 60 appended",
+        third.entries_encoded
+    );
+    assert_eq!(
+        third.reencoded, third.entries_encoded,
+        "each one packed in a block"
+    );
+    assert_eq!(
+        count(
+            &archive,
+            &format!("SELECT count(*) FROM entry_blocks WHERE block_id <= {newest}")
+        ),
+        blocks,
+        "the blocks before are left"
+    );
+    assert!(count(&archive, "SELECT max(block_id) FROM entry_blocks") > newest);
+    assert_blocks_hold_parent_chains(&archive);
+    assert_exports_identical(&archive, &sessions[..1]);
+    assert!(
+        export(&archive, &sessions[1].0) == std::fs::read(&whole)?,
+        "the appended session exports as the whole file"
+    );
+    assert_checks_out(&archive);
+
+    let other = archive.compact_with(CompactOptions::at_level(5)?, &mut |_, _| {})?;
+    assert!(!other.dictionary_kept, "another level retrains");
+    assert_eq!(other.entries_encoded, other.entries);
+    assert_eq!(
+        count(
+            &archive,
+            &format!("SELECT count(*) FROM entry_blocks WHERE block_id <= {newest}")
+        ),
+        0,
+        "every block is new"
+    );
+    assert_checks_out(&archive);
     Ok(())
 }

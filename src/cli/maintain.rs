@@ -88,13 +88,15 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> Result<Report> {
         n => format!("warning: {n} blocks did not decode to their entries' texts and were not written (their entries are stored one by one); please report this\n"),
     };
     let text = format!(
-        "{refused}{}: {:.2} MB -> {:.2} MB ({} of {} entries re-encoded; dictionary {} KB; {} unused dictionaries and {} unused blobs removed)\n{split_text}",
+        "{refused}{}: {:.2} MB -> {:.2} MB ({} of {} entries re-encoded, {} compressed again; dictionary {} KB{}; {} unused dictionaries and {} unused blobs removed)\n{split_text}",
         archive.path().display(),
         mb(report.bytes_before),
         mb(report.bytes_after),
         report.reencoded,
         report.entries,
+        report.entries_encoded,
         report.dictionary_bytes / 1024,
+        if report.dictionary_kept { ", kept" } else { ", new" },
         report.dictionaries_removed,
         report.blobs_removed,
     );
@@ -105,6 +107,8 @@ pub fn compact(cli: &Cli, args: &CompactArgs) -> Result<Report> {
             "bytesAfter": report.bytes_after,
             "entries": report.entries,
             "reencoded": report.reencoded,
+            "compressed": report.entries_encoded,
+            "dictionaryKept": report.dictionary_kept,
             "dictionaryBytes": report.dictionary_bytes,
             "dictionariesRemoved": report.dictionaries_removed,
             "blobsRemoved": report.blobs_removed,

@@ -227,6 +227,44 @@ pub fn member_bodies(
     Some(bodies)
 }
 
+/// Whether `bodies` are block `block`'s member bodies, in order, for member
+/// texts of `lengths`, holding `prepared`'s payload: what [`unpack`] reads
+/// of them, checked without decompressing (`compact`'s worker decompressed
+/// the payload to the members' joined text already).
+pub fn assembles(bodies: &[&[u8]], block: i64, lengths: &[usize], prepared: &Prepared) -> bool {
+    let Prepared::Encoded {
+        dictionary,
+        compressed: true,
+        payload,
+        ..
+    } = prepared
+    else {
+        return false;
+    };
+    let Ok(members) = bodies
+        .iter()
+        .map(|b| parse_member(b))
+        .collect::<Result<Vec<_>>>()
+    else {
+        return false;
+    };
+    let header_holds = members
+        .first()
+        .and_then(|m| m.header.as_ref())
+        .is_some_and(|h| h.compressed && h.dictionary == *dictionary && h.lengths == lengths);
+    let mut at = 0;
+    header_holds
+        && members.len() == lengths.len()
+        && members.iter().enumerate().all(|(i, m)| {
+            let fits = m.block == block
+                && m.index == i
+                && payload.get(at..at + m.piece.len()) == Some(m.piece);
+            at += m.piece.len();
+            fits
+        })
+        && at == payload.len()
+}
+
 /// A decoded block: the members' texts end to end.
 #[derive(Debug)]
 pub struct Unpacked {
@@ -552,6 +590,60 @@ mod tests {
         let mut cut = bodies[2].clone();
         cut.pop();
         assert!(unpack(&codec, &conn, &[refs[0], refs[1], &cut]).is_err());
+    }
+
+    /// `compact`'s check of a block its worker decompressed: the bodies must
+    /// be that block's, in order, holding exactly that payload.
+    #[test]
+    fn assembles_holds_only_for_the_block_as_cut() {
+        let payload = zstd::bulk::compress(b"abcdef", 3).unwrap()[4..].to_vec();
+        let prepared = Prepared::Encoded {
+            dictionary: Some(4),
+            compressed: true,
+            blobs: Vec::new(),
+            payload,
+        };
+        let lengths = [1, 2, 3];
+        let bodies = member_bodies(&prepared, 300, &lengths, &[false; 3]).unwrap();
+        let refs: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+        assert!(assembles(&refs, 300, &lengths, &prepared));
+        // Another block id, other lengths, members missing or reordered.
+        assert!(!assembles(&refs, 301, &lengths, &prepared));
+        assert!(!assembles(&refs, 300, &[1, 2, 2], &prepared));
+        assert!(!assembles(&refs[..2], 300, &lengths, &prepared));
+        assert!(!assembles(
+            &[refs[0], refs[2], refs[1]],
+            300,
+            &lengths,
+            &prepared
+        ));
+        // A piece changed or cut short; another dictionary in the header.
+        let mut changed = bodies[2].clone();
+        *changed.last_mut().unwrap() ^= 1;
+        assert!(!assembles(
+            &[refs[0], refs[1], &changed],
+            300,
+            &lengths,
+            &prepared
+        ));
+        let mut cut = bodies[2].clone();
+        cut.pop();
+        assert!(!assembles(
+            &[refs[0], refs[1], &cut],
+            300,
+            &lengths,
+            &prepared
+        ));
+        let Prepared::Encoded { payload, .. } = &prepared else {
+            unreachable!()
+        };
+        let other = Prepared::Encoded {
+            dictionary: Some(5),
+            compressed: true,
+            blobs: Vec::new(),
+            payload: payload.clone(),
+        };
+        assert!(!assembles(&refs, 300, &lengths, &other));
     }
 
     #[test]

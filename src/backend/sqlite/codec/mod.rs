@@ -292,6 +292,24 @@ impl Encoder {
         self.dictionary.as_ref().map(|d| d.id)
     }
 
+    /// Whether `prepared`, compressed by this encoder from `text` with
+    /// nothing cut out, decompresses to `text` (`compact`'s check of a new
+    /// block, run on the thread that compressed it).
+    pub fn decodes_to(&self, prepared: &Prepared, text: &[u8]) -> bool {
+        match prepared {
+            Prepared::Encoded {
+                dictionary,
+                compressed: true,
+                blobs,
+                payload,
+            } if blobs.is_empty() && *dictionary == self.dictionary_id() => {
+                decompress_sized(payload, self.dictionary.as_deref(), Some(text.len()))
+                    .is_ok_and(|t| t == text)
+            }
+            _ => false,
+        }
+    }
+
     /// `template` compressed with this encoder's dictionary and level, if
     /// that pays: a frame must beat the raw bytes by more than its tag and id.
     fn compress_template(&self, template: &[u8]) -> Option<Vec<u8>> {
