@@ -1596,11 +1596,31 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
         Ok(())
     };
     no_usage_problem(&archive)?;
+    // A fork after step 18: its copies are timed (`timed_ms`), the rows they
+    // copy, written before the step, are not, and are still found: nothing
+    // is counted twice.
+    let fork = support::run_cli([
+        "--db",
+        old.to_str().expect("utf-8"),
+        "fork",
+        "ffae836b-9420-4060-ac13-7745215f90ff",
+    ]);
+    assert!(fork.status.success(), "{fork:?}");
+    assert_eq!(archive.usage(&Default::default())?, fresh_usage);
     // Deleting the forked-from session counts the fork's copies instead.
     let counted_before = archive.usage(&Default::default())?;
     archive.delete_session("ffae836b-9420-4060-ac13-7745215f90ff")?;
     no_usage_problem(&archive)?;
     assert_ne!(archive.usage(&Default::default())?, counted_before);
+    // The same delete in the archive written at this version (every fact
+    // timed) counts the same copies: the first fork's, the older ones.
+    let fresh = Archive::open(&db, Durability::Relaxed)?;
+    fresh.delete_session("ffae836b-9420-4060-ac13-7745215f90ff")?;
+    no_usage_problem(&fresh)?;
+    assert_eq!(
+        fresh.usage(&Default::default())?,
+        archive.usage(&Default::default())?
+    );
     Ok(())
 }
 
