@@ -146,7 +146,7 @@ CREATE TABLE usage_facts (
     cache_read  REAL NOT NULL,
     cache_write REAL NOT NULL,
     cost        REAL NOT NULL
-);
+, timed_ms INTEGER);
 
 CREATE TABLE usage_daily (
     session_key INTEGER NOT NULL REFERENCES sessions (session_key) ON DELETE CASCADE,
@@ -219,13 +219,13 @@ CREATE INDEX entry_blocks_by_session ON entry_blocks (session_key);
 
 CREATE INDEX kept_lines_by_session ON kept_lines (session_key, position);
 
-CREATE INDEX usage_facts_by_dedup ON usage_facts (dedup);
-
 CREATE INDEX usage_facts_by_session ON usage_facts (session_key);
 
 CREATE INDEX usage_facts_by_time ON usage_facts (at_ms) WHERE counted = 1;
 
 CREATE INDEX usage_daily_by_day ON usage_daily (day);
+
+CREATE INDEX usage_facts_by_stamp ON usage_facts (timed_ms, dedup);
 
 CREATE TRIGGER leaf_events_are_append_only BEFORE UPDATE ON leaf_events
 BEGIN SELECT RAISE(ABORT, 'leaf_events are append-only'); END;
@@ -239,12 +239,6 @@ BEGIN SELECT RAISE(ABORT, 'entries are append-only'); END;
 
 CREATE TRIGGER entry_blocks_are_immutable BEFORE UPDATE ON entry_blocks
 BEGIN SELECT RAISE(ABORT, 'entry blocks are immutable'); END;
-
-CREATE TRIGGER usage_facts_recount AFTER DELETE ON usage_facts WHEN old.counted = 1
-BEGIN
-    UPDATE usage_facts SET counted = 1
-     WHERE fact_key = (SELECT min(fact_key) FROM usage_facts WHERE dedup = old.dedup);
-END;
 
 CREATE TRIGGER usage_daily_counted AFTER UPDATE OF counted ON usage_facts
     WHEN new.counted = 1 AND old.counted = 0
@@ -307,4 +301,12 @@ END;
 CREATE TRIGGER check_marks_compaction_removed AFTER DELETE ON compactions
 BEGIN
     DELETE FROM check_marks WHERE session_key = old.session_key;
+END;
+
+CREATE TRIGGER usage_facts_recount AFTER DELETE ON usage_facts WHEN old.counted = 1
+BEGIN
+    UPDATE usage_facts SET counted = 1
+     WHERE fact_key = (SELECT min(fact_key) FROM usage_facts
+                        WHERE (timed_ms IS NULL OR timed_ms = old.at_ms)
+                          AND dedup = old.dedup);
 END;

@@ -1596,11 +1596,31 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
         Ok(())
     };
     no_usage_problem(&archive)?;
+    // A fork after step 18: its copies are timed (`timed_ms`), the rows they
+    // copy, written before the step, are not, and are still found: nothing
+    // is counted twice.
+    let fork = support::run_cli([
+        "--db",
+        old.to_str().expect("utf-8"),
+        "fork",
+        "ffae836b-9420-4060-ac13-7745215f90ff",
+    ]);
+    assert!(fork.status.success(), "{fork:?}");
+    assert_eq!(archive.usage(&Default::default())?, fresh_usage);
     // Deleting the forked-from session counts the fork's copies instead.
     let counted_before = archive.usage(&Default::default())?;
     archive.delete_session("ffae836b-9420-4060-ac13-7745215f90ff")?;
     no_usage_problem(&archive)?;
     assert_ne!(archive.usage(&Default::default())?, counted_before);
+    // The same delete in the archive written at this version (every fact
+    // timed) counts the same copies: the first fork's, the older ones.
+    let fresh = Archive::open(&db, Durability::Relaxed)?;
+    fresh.delete_session("ffae836b-9420-4060-ac13-7745215f90ff")?;
+    no_usage_problem(&fresh)?;
+    assert_eq!(
+        fresh.usage(&Default::default())?,
+        archive.usage(&Default::default())?
+    );
     Ok(())
 }
 
@@ -1841,5 +1861,139 @@ fn a_rewrite_forgets_what_check_verified() -> R {
         "{:?}",
         after_delete.findings.problems
     );
+    Ok(())
+}
+
+/// A pi session file of `n` assistant messages, each with usage, one second
+/// apart from `start_s` (Unix seconds), ids drawn from `seed`, each padded
+/// with `pad` bytes of a member nothing indexes.
+fn usage_session_file(
+    path: &std::path::Path,
+    id: &str,
+    start_s: i64,
+    n: usize,
+    seed: u64,
+    pad: usize,
+) {
+    use std::io::Write;
+    let stamp = |s: i64| {
+        chrono::DateTime::from_timestamp(s, 0)
+            .expect("a time")
+            .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+            .to_string()
+    };
+    let mut rng = support::Rng::new(seed);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("a file"));
+    let header =
+        json!({"type":"session","version":3,"id":id,"timestamp":stamp(start_s),"cwd":"/w"});
+    writeln!(out, "{header}").expect("write");
+    let mut parent: Option<String> = None;
+    for i in 0..n {
+        let entry_id = format!("{:016x}", rng.next_u64());
+        let at = start_s + i as i64;
+        let e = json!({"type":"message","id":entry_id,"parentId":parent,"timestamp":stamp(at),
+            "pad":"p".repeat(pad),
+            "message":{"role":"assistant","content":[{"type":"text","text":format!("answer {i}")}],
+                "provider":"p","model":"m","stopReason":"stop","timestamp":at * 1000,
+                "usage":{"input":10,"output":5,"cacheRead":0,"cacheWrite":0,"totalTokens":15,
+                    "cost":{"input":0.001,"output":0.002,"cacheRead":0,"cacheWrite":0,"total":0.003}}}});
+        writeln!(out, "{e}").expect("write");
+        parent = Some(entry_id);
+    }
+}
+
+/// Pages each commit of an import writes to the log for the usage facts'
+/// indexes: with the dedup lookup keyed by the hash alone, every batch put
+/// its facts on as many random pages of a big index (40 % of an import's
+/// log on a 482 MB home, each page written 114 times); keyed in time order
+/// (schema step 0018) a batch's facts share the index's last pages. Counted
+/// from the log's frame headers, with a reader holding the log so that no
+/// frame is checkpointed away; fails with the hash-keyed index (about 20
+/// frames a batch here against 3).
+#[test]
+fn an_import_batch_writes_few_pages_of_the_usage_indexes() -> R {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("a.db");
+    let db_s = db.to_str().expect("utf-8");
+    // 5,000 facts already in the archive: the hash-keyed index has ~25
+    // leaf pages, more than a batch has facts.
+    let old = dir.path().join("old.jsonl");
+    usage_session_file(
+        &old,
+        "00000000-0000-7000-8000-000000000001",
+        1_700_000_000,
+        5_000,
+        1,
+        0,
+    );
+    let out = support::run_cli([
+        "--db",
+        db_s,
+        "import",
+        old.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let new = dir.path().join("new.jsonl");
+    // Past the 4 MB of a file imported in a group: a staged import, in batches.
+    usage_session_file(
+        &new,
+        "00000000-0000-7000-8000-000000000002",
+        1_710_000_000,
+        1_000,
+        2,
+        4_500,
+    );
+    let pin = rusqlite::Connection::open(&db)?;
+    pin.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+    // A reader from before the import: nothing it wrote is copied out of the log.
+    pin.execute_batch("BEGIN")?;
+    pin.query_row("SELECT count(*) FROM usage_facts", [], |r| {
+        r.get::<_, i64>(0)
+    })?;
+    let out = std::process::Command::new(support::bin())
+        .args([
+            "--db",
+            db_s,
+            "import",
+            new.to_str().expect("utf-8"),
+            "--quiet",
+        ])
+        .env("SESSIONTREE_TEST_BATCH", "20:0")
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    let wal = std::fs::read(dir.path().join("a.db-wal"))?;
+    pin.execute_batch("COMMIT")?;
+    let page_size = u32::from_be_bytes(wal[8..12].try_into()?) as usize;
+    let (mut frames, mut commits) = (Vec::new(), 0);
+    let mut at = 32;
+    while at + 24 + page_size <= wal.len() {
+        frames.push(i64::from(u32::from_be_bytes(wal[at..at + 4].try_into()?)));
+        commits += usize::from(wal[at + 4..at + 8] != [0, 0, 0, 0]);
+        at += 24 + page_size;
+    }
+    let index_pages: std::collections::HashSet<i64> = pin
+        .prepare(
+            "SELECT pageno FROM dbstat WHERE name IN
+               (SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'usage_facts')",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let index_frames = frames.iter().filter(|p| index_pages.contains(p)).count();
+    assert!(
+        commits >= 40,
+        "1,000 entries in batches of 20: {commits} commits"
+    );
+    // Three indexes, each appended at its end: a page or two each a commit
+    // (measured: 6 a commit; with the hash-keyed index as well, 20).
+    assert!(
+        index_frames <= commits * 10,
+        "{index_frames} frames of the usage indexes in {commits} commits"
+    );
+    let counted: i64 =
+        pin.query_row("SELECT count(*) FROM usage_facts WHERE counted", [], |r| {
+            r.get(0)
+        })?;
+    assert_eq!(counted, 6_000, "every fact counted once");
     Ok(())
 }

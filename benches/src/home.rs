@@ -677,9 +677,18 @@ pub fn targets(v: &Value) -> Vec<Value> {
             "this code's CPU ceiling on {n:.0} cores: {:.1} {unit}",
             n * rate(cpu)
         );
+        // What an import wrote (system calls: log, checkpoints, archive)
+        // against the archive it made: its write amplification, the disk
+        // time it needs whatever its CPU (issue 42.2).
+        let written = match (op, r["written_mb"].as_f64(), r["archive_mb"].as_f64()) {
+            ("import", Some(w), Some(a)) if a > 0.0 => {
+                format!("; wrote {w:.0} MB, {:.1}× the {a:.0} MB archive", w / a)
+            }
+            _ => String::new(),
+        };
         if let Some(secs) = r["secs"].as_f64() {
             let x = rate(secs);
-            out.push(json!({"target": target, "measured": format!("{x:.1} {unit} wall in {secs:.1} s ({:.1} {unit} per CPU second; {ceiling})", rate(cpu)), "met": x >= min}));
+            out.push(json!({"target": target, "measured": format!("{x:.1} {unit} wall in {secs:.1} s ({:.1} {unit} per CPU second; {ceiling}{written})", rate(cpu)), "met": x >= min}));
         } else {
             let secs = r["stopped_secs"].as_f64().unwrap_or(f64::NAN);
             let bound = rate(secs);
@@ -1035,6 +1044,27 @@ mod tests {
         );
         assert_eq!(points(8_000_000), vec![2_000_000, 8_000_000]);
         assert_eq!(points(4_000_000), vec![1_000_000, 4_000_000]);
+    }
+
+    #[test]
+    fn the_import_target_names_what_it_wrote_against_the_archive() {
+        let rows = vec![
+            json!({"op": "import", "home_mb": 5000.0, "secs": 500.0, "mb_per_s": 10.0,
+            "cpu_secs": 200.0, "peak_rss_mb": 100.0, "archive_mb": 3000.0, "written_mb": 9000.0}),
+        ];
+        let v = json!({"rows": rows, "growth": growth(&rows)});
+        let t = targets(&v);
+        let import = t
+            .iter()
+            .find(|x| x["target"].as_str().unwrap().starts_with("`import`"))
+            .unwrap();
+        assert!(
+            import["measured"]
+                .as_str()
+                .unwrap()
+                .contains("wrote 9000 MB, 3.0× the 3000 MB archive"),
+            "{import}"
+        );
     }
 
     #[test]

@@ -126,28 +126,16 @@ pub(in crate::backend::sqlite) fn write_session_facts(
 /// Records one entry's usage (`usage_facts`), counted unless another
 /// session holds the same entry (a fork's copy) already. For schema
 /// versions up to 14 only, whose trigger `usage_daily_add` adds a counted
-/// row to `usage_daily` (the version 14 step fills the facts this way);
-/// from `0015_usage_daily_by_writer.sql` on, appends go through
+/// row to `usage_daily` (the version 14 step fills the facts this way), and
+/// whose `usage_facts` has no `timed_ms` yet (schema step 0018): the lookup
+/// goes by the dedup hash alone, which `usage_facts_by_dedup` indexes until
+/// that step. From `0015_usage_daily_by_writer.sql` on, appends go through
 /// [`DailyUsage`], which sums the day rows itself.
 pub(in crate::backend::sqlite) fn insert_usage_fact(
     tx: &Connection,
     key: i64,
     fact: &crate::usage::UsageFact,
 ) -> Result<()> {
-    insert_usage_fact_returning(tx, key, fact).map(drop)
-}
-
-/// Inserts one `usage_facts` row; returns whether it is counted, and its
-/// `at_ms` as stored (the session's creation when the entry has none).
-/// Read first, then a plain one-row insert: an `INSERT … RETURNING` is a
-/// multi-row write to SQLite (its trigger program and a result table), so
-/// every usage row opened a statement journal, made the search index flush
-/// its pending terms, and cost an import ~12 % of its CPU.
-fn insert_usage_fact_returning(
-    tx: &Connection,
-    key: i64,
-    fact: &crate::usage::UsageFact,
-) -> Result<(bool, Option<i64>)> {
     let (counted, at_ms) = tx
         .prepare_cached(
             "SELECT NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
@@ -176,6 +164,58 @@ fn insert_usage_fact_returning(
             fact.cache_read,
             fact.cache_write,
             fact.cost
+        ])
+    })
+    .map(drop)
+    .map_err(sql("recording usage"))
+}
+
+/// Inserts one `usage_facts` row; returns whether it is counted, and its
+/// `at_ms` as stored (the session's creation when the entry has none).
+/// Read first, then a plain one-row insert: an `INSERT … RETURNING` is a
+/// multi-row write to SQLite (its trigger program and a result table), so
+/// every usage row opened a statement journal, made the search index flush
+/// its pending terms, and cost an import ~12 % of its CPU.
+///
+/// The copy is looked up by `(timed_ms, dedup)` (schema step 0018): its
+/// own timestamp, or none (rows from before that step, and entries without
+/// one), so that an import's rows go to the index's last pages in time
+/// order instead of one random page each.
+fn insert_usage_fact_returning(
+    tx: &Connection,
+    key: i64,
+    fact: &crate::usage::UsageFact,
+) -> Result<(bool, Option<i64>)> {
+    let (counted, at_ms) = tx
+        .prepare_cached(
+            "SELECT NOT EXISTS (SELECT 1 FROM usage_facts
+                                 WHERE (timed_ms IS NULL OR timed_ms = ?3) AND dedup = ?2),
+                    coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1))",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![key, fact.dedup, fact.at_ms], |r| {
+                Ok((r.get::<_, bool>(0)?, r.get::<_, Option<i64>>(1)?))
+            })
+        })
+        .map_err(sql("recording usage"))?;
+    tx.prepare_cached(
+        "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
+                                  cache_read, cache_write, cost, timed_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            key,
+            fact.dedup,
+            counted,
+            at_ms,
+            fact.model,
+            fact.input,
+            fact.output,
+            fact.cache_read,
+            fact.cache_write,
+            fact.cost,
+            fact.at_ms
         ])
     })
     .map(|_| (counted, at_ms))

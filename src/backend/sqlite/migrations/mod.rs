@@ -132,6 +132,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0017_search_keeps_deletes_unmerged.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../../schema/0018_usage_dedup_in_time_order.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -240,7 +244,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 17;
+pub const FRESH_SCHEMA_VERSION: i64 = 18;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step
