@@ -645,7 +645,7 @@ pub fn append_as_pi(dir: &Path, count: usize, entries: usize, seed: u64) -> Resu
     files.sort();
     let step = (files.len() / count.max(1)).max(1);
     let picked: Vec<PathBuf> = files.into_iter().step_by(step).take(count).collect();
-    let mut rng = SplitMix64::new(seed ^ 0xa99e_7d5);
+    let mut rng = SplitMix64::new(seed ^ 0x0a99_e7d5);
     for path in &picked {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
