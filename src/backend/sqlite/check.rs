@@ -699,10 +699,12 @@ impl Archive {
             }
         });
         // Damage found by the pragma is the report, whatever else failed.
-        let damage = found.pragma.take().unwrap_or_default();
-        let mut problems = match damage_run(self.path(), damage) {
-            Ok(problems) => problems,
-            Err(run) => return Ok(run),
+        // (A pragma that never ran, its thread stopped by an error first,
+        // neither leaves nor removes the damage marker.)
+        let mut problems = match found.pragma.take().map(|d| damage_run(self.path(), d)) {
+            Some(Ok(problems)) => problems,
+            Some(Err(run)) => return Ok(run),
+            None => Vec::new(),
         };
         if let Some(e) = found.error.take() {
             return Err(e);
