@@ -67,10 +67,17 @@ fn fork_and_check_of_a_large_session_take_bounded_memory() {
     let os = |s: &str| std::ffi::OsString::from(s);
     // A fork holds two connections' page caches (16 MB each) and a zstd
     // context, whatever the session's size; check holds each entry's id and
-    // place in the tree (about 100 bytes an entry), not its text.
+    // place in the tree (about 100 bytes an entry), not its text. On two
+    // threads (the fork is a second session as large, so both are checked
+    // at once) each thread holds that for its own session, with its own two
+    // connections' page caches.
     let bounds = [
         (vec![os("fork"), os(&id)], 80),
-        (vec![os("check")], 48 + mb as u64 / 4),
+        (vec![os("check"), os("--jobs"), os("1")], 48 + mb as u64 / 4),
+        (
+            vec![os("check"), os("--full"), os("--jobs"), os("2")],
+            48 + 32 + 2 * (mb as u64 / 4),
+        ),
     ];
     for (command, bound_mb) in bounds {
         let mut args = vec![os("--db"), db.clone().into_os_string()];

@@ -1997,3 +1997,77 @@ fn an_import_batch_writes_few_pages_of_the_usage_indexes() -> R {
     assert_eq!(counted, 6_000, "every fact counted once");
     Ok(())
 }
+
+/// A check on two or three threads (the pragma on one, sessions on the
+/// others, the largest first) finds what the serial check finds, and reports
+/// it in the same order: damage in two sessions (a maintained count in a
+/// small one listed early, a segment's position in the largest, listed
+/// later and so taken first) is named for both, in the sessions' order,
+/// with the same coverage, warnings and progress, whole and incremental.
+#[test]
+fn a_check_on_several_threads_reports_what_one_thread_does() -> R {
+    let dir = tempfile::tempdir()?;
+    let archive = Archive::open(dir.path().join("a.db"), Durability::Relaxed)?;
+    let sizes = [
+        ("s0", 30),
+        ("s1", 20),
+        ("s2", 60),
+        ("s3", 10),
+        ("s4", 200),
+        ("s5", 40),
+    ];
+    for (id, depth) in sizes {
+        deep_session(&archive, id, depth, 3)?;
+    }
+    archive.conn()?.execute_batch(
+        "UPDATE sessions SET message_count = message_count + 1 WHERE id = 's1';
+         UPDATE segments SET position = position + 1 WHERE segment_id = (
+             SELECT max(segment_id) FROM segments
+              WHERE session_key = (SELECT session_key FROM sessions WHERE id = 's4'));",
+    )?;
+    for mode in [CheckMode::Full, CheckMode::Incremental] {
+        let mut runs = Vec::new();
+        for threads in [1, 2, 3] {
+            let mut progress = Vec::new();
+            let run = archive.check_run_on(None, mode, threads, &mut |done, total| {
+                progress.push((done, total))
+            })?;
+            runs.push((threads, run, progress));
+        }
+        let (_, serial, serial_progress) = &runs[0];
+        let problems = &serial.findings.problems;
+        let named = |id: &str| {
+            problems
+                .iter()
+                .position(|p| p.starts_with(&format!("session {id}:")))
+        };
+        let (s1, s4) = (named("s1"), named("s4"));
+        assert!(
+            s1.is_some() && s4.is_some() && s1 < s4,
+            "{mode:?}: {problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .all(|p| p.starts_with("session s1:") || p.starts_with("session s4:")),
+            "{mode:?}: {problems:?}"
+        );
+        let expected: Vec<(u64, u64)> = (0..=sizes.len() as u64)
+            .map(|d| (d, sizes.len() as u64))
+            .collect();
+        assert_eq!(serial_progress, &expected, "{mode:?}");
+        for (threads, run, progress) in &runs[1..] {
+            assert_eq!(
+                (&run.findings.problems, &run.findings.warnings),
+                (problems, &serial.findings.warnings),
+                "{mode:?} on {threads} threads"
+            );
+            assert_eq!(
+                run.coverage, serial.coverage,
+                "{mode:?} on {threads} threads"
+            );
+            assert_eq!(progress, serial_progress, "{mode:?} on {threads} threads");
+        }
+    }
+    Ok(())
+}

@@ -3,7 +3,10 @@
 //! `stats`, `check`, `compact` and `sync` (to PostgreSQL when a server is
 //! given), each a whole `sessiontree` process with its time, MB/s of the
 //! home and peak RSS, at home sizes ten times apart (e.g. 50 MB, 500 MB,
-//! 5 GB), so the report shows how each grows.
+//! 5 GB), so the report shows how each grows. `check` runs three times: the
+//! first (whole) check of the fresh archive, a plain (incremental) check
+//! after pi appended to a few sessions and `import` took the new lines, and
+//! `check --full`.
 //!
 //! A home is thousands of sessions spread over `--<cwd>--` directories with
 //! pi's file names ([`gen::generate`], [`Shape::Archive`]) holding 60 % of
@@ -479,11 +482,18 @@ pub fn measure(st: &Path, work: &Path, opts: &HomeOptions) -> Result<Value> {
                     }
                     r
                 }
-                Ok((m, _)) => {
-                    json!({"op": op, "home_mb": mb, "secs": m.secs, "mb_per_s": mb / m.secs,
+                Ok((m, stdout)) => {
+                    let mut r = json!({"op": op, "home_mb": mb, "secs": m.secs, "mb_per_s": mb / m.secs,
                     "cpu_secs": m.cpu_secs, "mb_per_cpu_s": mb / m.cpu_secs.max(0.01),
                     "peak_rss_mb": m.peak_kb as f64 / 1024.0, "archive_mb": file_bytes(&db) as f64 / 1e6,
-                    "read_mb": m.io.0 as f64 / 1e6, "written_mb": m.io.1 as f64 / 1e6, "extra": extra})
+                    "read_mb": m.io.0 as f64 / 1e6, "written_mb": m.io.1 as f64 / 1e6, "extra": extra});
+                    // `check --json` says what it read (sessions whole, entries).
+                    if let Ok(v) = serde_json::from_str::<Value>(&stdout) {
+                        if v["checked"].is_object() {
+                            r["checked"] = v["checked"].clone();
+                        }
+                    }
+                    r
                 }
                 Err(e) => json!({"op": op, "home_mb": mb, "error": e.to_string()}),
             };
@@ -525,7 +535,26 @@ pub fn measure(st: &Path, work: &Path, opts: &HomeOptions) -> Result<Value> {
             &none,
         )?;
         record("stats", &["stats"], json!({}), &none)?;
-        record("check", &["check"], json!({}), &none)?;
+        // The first check of a fresh archive reads every entry (a whole
+        // check); then pi appends to a few sessions and `import` takes their
+        // new lines, and a plain check reads only those (incremental), and
+        // `check --full` everything again.
+        record("check", &["--json", "check"], json!({}), &none)?;
+        match append_as_pi(&sessions, APPENDED_SESSIONS, APPENDED_ENTRIES, opts.seed) {
+            Ok(files) => {
+                let mut args = vec!["import".to_owned(), "--quiet".to_owned()];
+                args.extend(files.iter().map(|f| f.to_string_lossy().into_owned()));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let appended =
+                    json!({"sessions": files.len(), "entries": files.len() * APPENDED_ENTRIES});
+                record(IMPORT_APPENDED, &args, appended.clone(), &none)?;
+                record(CHECK_INCREMENTAL, &["--json", "check"], appended, &none)?;
+            }
+            Err(e) => {
+                notes.push(json!({"op": CHECK_INCREMENTAL, "home_mb": mb, "error": e.to_string()}))
+            }
+        }
+        record(CHECK_FULL, &["--json", "check", "--full"], json!({}), &none)?;
         if home.bytes <= opts.compact_max {
             record("compact", &["compact", "--quiet"], json!({}), &none)?;
             // A repeat compact keeps the dictionary that still serves and
@@ -579,6 +608,80 @@ pub fn measure(st: &Path, work: &Path, opts: &HomeOptions) -> Result<Value> {
     )
 }
 
+/// The row of `import` of the lines pi appended to a few sessions.
+const IMPORT_APPENDED: &str = "import of lines appended";
+/// The row of the plain (incremental) `check` after those appends.
+const CHECK_INCREMENTAL: &str = "check after appends";
+/// The row of `check --full` (a whole check, after the incremental one).
+const CHECK_FULL: &str = "check --full";
+/// Sessions pi appends to before the incremental check.
+const APPENDED_SESSIONS: usize = 5;
+/// Entries appended to each.
+const APPENDED_ENTRIES: usize = 4;
+/// Files above this size are not picked to append to (their last line is
+/// read whole to find the entry to append after).
+const APPEND_MAX_FILE: u64 = 50_000_000;
+
+/// Appends `entries` message entries to each of `count` session files under
+/// `dir` (spread over the sorted list, none above [`APPEND_MAX_FILE`]), each
+/// the child of the file's last entry, as pi appends to the session it
+/// resumes. The files appended to.
+pub fn append_as_pi(dir: &Path, count: usize, entries: usize, seed: u64) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let read =
+            std::fs::read_dir(&d).map_err(|e| Error::io(format!("reading {}", d.display()), e))?;
+        for e in read {
+            let e = e.map_err(|e| Error::io(format!("reading {}", d.display()), e))?;
+            let p = e.path();
+            let meta = e
+                .metadata()
+                .map_err(|e| Error::io(format!("reading {}", p.display()), e))?;
+            if meta.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") && meta.len() <= APPEND_MAX_FILE {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let step = (files.len() / count.max(1)).max(1);
+    let picked: Vec<PathBuf> = files.into_iter().step_by(step).take(count).collect();
+    let mut rng = SplitMix64::new(seed ^ 0x0a99_e7d5);
+    for path in &picked {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let mut parent: String = serde_json::from_str::<Value>(last)
+            .ok()
+            .and_then(|v| v["id"].as_str().map(str::to_owned))
+            .ok_or_else(|| {
+                Error::Usage(format!("{}: its last line has no entry id", path.display()))
+            })?;
+        let mut out = String::new();
+        for k in 0..entries {
+            let id = format!("{:08x}", rng.next_u64() as u32);
+            // After every generated timestamp (2025): the newest entries.
+            let at = 1_780_000_000_000 + k as i64 * 1_000;
+            out.push_str(&gen::message_entry(rng.next_u64(), &id, Some(&parent), at));
+            out.push('\n');
+            parent = id;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        f.write_all(out.as_bytes())
+            .map_err(|e| Error::io(format!("appending to {}", path.display()), e))?;
+    }
+    Ok(picked)
+}
+
 /// Per command: time per MB and peak RSS at the largest home over the
 /// smallest (≤ 1: linear or better; RSS near 1: bounded memory), over the
 /// homes where it finished; `stopped_*` names a larger home where it was
@@ -587,7 +690,7 @@ fn growth(rows: &[Value]) -> Vec<Value> {
     let mb = |x: &Value| x["home_mb"].as_f64().unwrap_or(0.0);
     let mut out = Vec::new();
     for op in [
-        "import", "ls", "search", "stats", "check", "compact", "sync",
+        "import", "ls", "search", "stats", "check", CHECK_FULL, "compact", "sync",
     ] {
         let mut r: Vec<&Value> = rows
             .iter()
@@ -711,6 +814,16 @@ pub fn targets(v: &Value) -> Vec<Value> {
                 "measured": format!("stopped at the {secs:.0} s budget (--home-budget) before the end, so below {bound:.1} {unit}{done}"),
                 "met": if bound < min { Some(false) } else { None }}));
         }
+        if op == "check" {
+            // The target is met by a whole check (the first, of a fresh
+            // archive); `--full` and the incremental check are said beside.
+            if let Some(last) = out.last_mut() {
+                let beside = check_beside(&rows, home);
+                if let Some(m) = last["measured"].as_str() {
+                    last["measured"] = json!(format!("whole (first) check {m}{beside}"));
+                }
+            }
+        }
     }
     for g in v["growth"].as_array().into_iter().flatten() {
         let x = g["secs_per_mb_growth"].as_f64().unwrap_or(f64::NAN);
@@ -737,6 +850,37 @@ pub fn targets(v: &Value) -> Vec<Value> {
             "measured": measured, "met": met}));
     }
     out
+}
+
+/// The `check --full` and incremental-check figures of the `home` MB home,
+/// as the check target states them beside the whole check's.
+fn check_beside(rows: &[Value], home: f64) -> String {
+    let at = |op: &str| {
+        rows.iter()
+            .find(|r| r["op"] == op && r["home_mb"].as_f64() == Some(home) && r["secs"].is_number())
+    };
+    let mut t = String::new();
+    if let Some(r) = at(CHECK_FULL) {
+        let _ = write!(
+            t,
+            "; `check --full` {:.1} MB/s wall in {:.1} s ({:.1} MB per CPU second)",
+            r["mb_per_s"].as_f64().unwrap_or(f64::NAN),
+            r["secs"].as_f64().unwrap_or(f64::NAN),
+            r["mb_per_cpu_s"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    if let Some(r) = at(CHECK_INCREMENTAL) {
+        let _ = write!(
+            t,
+            "; incremental `check` after {} entries appended to {} sessions: {:.2} s, {:.1} MB/s of the home, {} entries read",
+            r["extra"]["entries"],
+            r["extra"]["sessions"],
+            r["secs"].as_f64().unwrap_or(f64::NAN),
+            r["mb_per_s"].as_f64().unwrap_or(f64::NAN),
+            r["checked"]["entries"]
+        );
+    }
+    t
 }
 
 /// The section as markdown.
@@ -769,6 +913,7 @@ pub fn render(v: &Value) -> String {
         );
     }
     let _ = writeln!(t, "\nEach command a whole `sessiontree` process on the home's archive, in this order (import into a fresh archive, then the rest on it; sync to a fresh PostgreSQL database); MB/s = the home's JSONL bytes ÷ the time; peak RSS = `VmHWM` polled while it runs.");
+    let _ = writeln!(t, "`check` is the first check of the fresh archive, so it reads every entry (a whole check); then pi appends {APPENDED_ENTRIES} entries to each of {APPENDED_SESSIONS} sessions' files, `{IMPORT_APPENDED}` imports their new lines, `{CHECK_INCREMENTAL}` is a plain `check` (it reads only what was appended since the last check, MB/s still of the whole home it covers), and `{CHECK_FULL}` reads everything again.");
     if let Some(b) = v["budget"].as_str() {
         let _ = writeln!(t, "Time budgets (`--home-budget`): {b}. A command still running at its budget is killed (SIGKILL; each writes in transactions, so the archive stays whole) and its row says how far it got: it did not finish in that time, so its MB/s is below the home ÷ the budget (`<` in the MB/s column); read/written = its system-call I/O (`/proc/PID/io`).");
     }
@@ -1206,5 +1351,69 @@ mod tests {
         }
         assert!(dirs >= 3);
         assert!(images > 0, "the big sessions carry inline images");
+    }
+
+    /// pi's appends to a few sessions: each picked file grows by child
+    /// entries of its last one, chained, which an import takes as new lines.
+    #[test]
+    fn appends_as_pi_grow_a_few_files_by_a_chain_from_their_last_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = generate_home(&dir.path().join("h"), 2_000_000, 3).unwrap();
+        let sessions = home.dir.join("sessions");
+        let before = |p: &Path| std::fs::read_to_string(p).unwrap();
+        let files = append_as_pi(&sessions, 3, 2, 9).unwrap();
+        assert_eq!(files.len(), 3, "{files:?}");
+        let mut distinct = files.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3, "{files:?}");
+        for f in &files {
+            let text = before(f);
+            let lines: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let n = lines.len();
+            let (old, a, b) = (&lines[n - 3], &lines[n - 2], &lines[n - 1]);
+            assert_eq!(a["type"], "message", "{a}");
+            assert_eq!(a["parentId"], old["id"], "{f:?}");
+            assert_eq!(b["parentId"], a["id"], "{f:?}");
+            assert_ne!(a["id"], b["id"]);
+        }
+    }
+
+    /// The check target is met by the whole check alone, and states the
+    /// `--full` and incremental figures of the same home beside it.
+    #[test]
+    fn the_check_target_shows_the_full_and_incremental_checks() {
+        let row = |op: &str, secs: f64| {
+            json!({"op": op, "home_mb": 500.0, "secs": secs, "mb_per_s": 500.0 / secs,
+                "cpu_secs": secs, "mb_per_cpu_s": 500.0 / secs, "peak_rss_mb": 50.0,
+                "extra": {"sessions": 5, "entries": 20}, "checked": {"entries": 20}})
+        };
+        for (whole, met) in [(8.0, true), (20.0, false)] {
+            let rows = vec![
+                row("check", whole),
+                row(CHECK_INCREMENTAL, 0.5),
+                row(CHECK_FULL, 12.0),
+            ];
+            let v = json!({"rows": rows, "growth": growth(&rows)});
+            let t = targets(&v);
+            let check = t
+                .iter()
+                .find(|x| x["target"].as_str().unwrap().starts_with("`check` of"))
+                .unwrap();
+            assert_eq!(check["met"], json!(met), "{check}");
+            let m = check["measured"].as_str().unwrap();
+            assert!(m.contains("`check --full` 41.7 MB/s"), "{m}");
+            assert!(
+                m.contains("after 20 entries appended to 5 sessions: 0.50 s, 1000.0 MB/s of the home, 20 entries read"),
+                "{m}"
+            );
+            let text = render(&json!({"rows": rows, "targets": t}));
+            assert!(
+                text.contains(&format!("| {CHECK_INCREMENTAL} | 500 |")),
+                "{text}"
+            );
+        }
     }
 }

@@ -573,6 +573,10 @@ pub struct CheckArgs {
     /// import is read whole). A team archive is always checked whole.
     #[arg(long)]
     pub full: bool,
+    /// Threads that check sessions (and SQLite's pragma) at once; default:
+    /// the cores, at most 3. The report is the same whatever the count.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=3))]
+    pub jobs: Option<u16>,
 }
 
 /// `check`.
@@ -597,7 +601,10 @@ pub fn check(cli: &Cli, args: &CheckArgs) -> Result<Report> {
     } else {
         CheckMode::Incremental
     };
-    let run = match with_check_progress(cli, |p| archive.check_run(id.as_deref(), mode, p)) {
+    let run = match with_check_progress(cli, |p| match args.jobs {
+        Some(jobs) => archive.check_run_on(id.as_deref(), mode, usize::from(jobs), p),
+        None => archive.check_run(id.as_deref(), mode, p),
+    }) {
         Err(e @ Error::Corrupt(_)) => return Ok(damaged_archive_report(cli, &e)),
         other => other?,
     };
