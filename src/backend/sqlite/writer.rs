@@ -136,90 +136,89 @@ pub(in crate::backend::sqlite) fn insert_usage_fact(
     key: i64,
     fact: &crate::usage::UsageFact,
 ) -> Result<()> {
-    let (counted, at_ms) = tx
-        .prepare_cached(
-            "SELECT NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
-                    coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1))",
-        )
-        .and_then(|mut st| {
-            st.query_row(params![key, fact.dedup, fact.at_ms], |r| {
-                Ok((r.get::<_, bool>(0)?, r.get::<_, Option<i64>>(1)?))
-            })
-        })
-        .map_err(sql("recording usage"))?;
-    tx.prepare_cached(
-        "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
-                                  cache_read, cache_write, cost)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            key,
-            fact.dedup,
-            counted,
-            at_ms,
-            fact.model,
-            fact.input,
-            fact.output,
-            fact.cache_read,
-            fact.cache_write,
-            fact.cost
-        ])
-    })
-    .map(drop)
-    .map_err(sql("recording usage"))
+    insert_usage_row(tx, key, fact, UsageLookup::ByHash).map(drop)
 }
 
 /// Inserts one `usage_facts` row; returns whether it is counted, and its
 /// `at_ms` as stored (the session's creation when the entry has none).
-/// Read first, then a plain one-row insert: an `INSERT … RETURNING` is a
-/// multi-row write to SQLite (its trigger program and a result table), so
-/// every usage row opened a statement journal, made the search index flush
-/// its pending terms, and cost an import ~12 % of its CPU.
-///
-/// The copy is looked up by `(timed_ms, dedup)` (schema step 0018): its
-/// own timestamp, or none (rows from before that step, and entries without
-/// one), so that an import's rows go to the index's last pages in time
-/// order instead of one random page each.
 fn insert_usage_fact_returning(
     tx: &Connection,
     key: i64,
     fact: &crate::usage::UsageFact,
 ) -> Result<(bool, Option<i64>)> {
-    let (counted, at_ms) = tx
-        .prepare_cached(
+    insert_usage_row(tx, key, fact, UsageLookup::ByTime)
+}
+
+/// How a usage row's earlier copy (same `dedup`) is looked up.
+#[derive(Clone, Copy)]
+enum UsageLookup {
+    /// By the dedup hash alone (`usage_facts_by_dedup`): schema versions
+    /// before step 0018, which have no `timed_ms` column.
+    ByHash,
+    /// By `(timed_ms, dedup)` (`usage_facts_by_stamp`, schema step 0018):
+    /// its own timestamp, or none (rows from before that step, and entries
+    /// without one), so that an import's rows go to the index's last pages
+    /// in time order instead of one random page each.
+    ByTime,
+}
+
+/// One `usage_facts` row: read first, then a plain one-row insert. An
+/// `INSERT … RETURNING` is a multi-row write to SQLite (its trigger
+/// program and a result table), so every usage row opened a statement
+/// journal, made the search index flush its pending terms, and cost an
+/// import ~12 % of its CPU.
+fn insert_usage_row(
+    tx: &Connection,
+    key: i64,
+    fact: &crate::usage::UsageFact,
+    lookup: UsageLookup,
+) -> Result<(bool, Option<i64>)> {
+    let (find, insert) = match lookup {
+        UsageLookup::ByHash => (
+            "SELECT NOT EXISTS (SELECT 1 FROM usage_facts WHERE dedup = ?2),
+                    coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1))",
+            "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
+                                      cache_read, cache_write, cost)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        ),
+        UsageLookup::ByTime => (
             "SELECT NOT EXISTS (SELECT 1 FROM usage_facts
                                  WHERE (timed_ms IS NULL OR timed_ms = ?3) AND dedup = ?2),
                     coalesce(?3, (SELECT created_ms FROM sessions WHERE session_key = ?1))",
-        )
+            "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
+                                      cache_read, cache_write, cost, timed_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        ),
+    };
+    let (counted, at_ms) = tx
+        .prepare_cached(find)
         .and_then(|mut st| {
             st.query_row(params![key, fact.dedup, fact.at_ms], |r| {
                 Ok((r.get::<_, bool>(0)?, r.get::<_, Option<i64>>(1)?))
             })
         })
         .map_err(sql("recording usage"))?;
-    tx.prepare_cached(
-        "INSERT INTO usage_facts (session_key, dedup, counted, at_ms, model, input, output,
-                                  cache_read, cache_write, cost, timed_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            key,
-            fact.dedup,
-            counted,
-            at_ms,
-            fact.model,
-            fact.input,
-            fact.output,
-            fact.cache_read,
-            fact.cache_write,
-            fact.cost,
-            fact.at_ms
-        ])
-    })
-    .map(|_| (counted, at_ms))
-    .map_err(sql("recording usage"))
+    let values: &[&dyn rusqlite::ToSql] = params![
+        key,
+        fact.dedup,
+        counted,
+        at_ms,
+        fact.model,
+        fact.input,
+        fact.output,
+        fact.cache_read,
+        fact.cache_write,
+        fact.cost,
+        fact.at_ms
+    ];
+    let values = match lookup {
+        UsageLookup::ByHash => &values[..10],
+        UsageLookup::ByTime => values,
+    };
+    tx.prepare_cached(insert)
+        .and_then(|mut st| st.execute(values))
+        .map(|_| (counted, at_ms))
+        .map_err(sql("recording usage"))
 }
 
 /// The counted usage of one append's entries, summed per (UTC day, model)
