@@ -378,6 +378,20 @@ fn integrity_rows(conn: &Connection, pragma: &str) -> rusqlite::Result<Vec<Strin
 /// tables cannot be read (the schema's own pages are damaged), that is said.
 fn integrity_problems(conn: &Connection, pragma: &str) -> Vec<String> {
     const LIMIT: usize = 1000;
+    // FTS5 keeps the search index's structure (its segments) cached on the
+    // connection, and its own check inside the pragma reads through that
+    // cache without asking whether another connection has written since; a
+    // cursor opened on the table does ask. On a pooled connection that read
+    // the index before, the check read a segment merged away since and
+    // reported "fts5: corruption found reading blob …" on a whole archive
+    // (`cache_costs_are_bounded_for_every_shape`, once the pragma ran on a
+    // worker's connection). An archive without the table (before schema
+    // step 2) has nothing to refresh.
+    let _ = conn.query_row(
+        "SELECT count(*) FROM message_text WHERE rowid = 0",
+        [],
+        |r| r.get::<_, i64>(0),
+    );
     let whole = integrity_rows(conn, &format!("PRAGMA {pragma}({LIMIT})"));
     let e = match whole {
         Ok(rows) => {
@@ -578,10 +592,11 @@ impl Archive {
     }
 
     /// [`Archive::run_checks`] on `threads` threads. The SQLite pragma, the
-    /// archive-wide scans and each session are independent reads, each on a
-    /// connection of its own thread: the pragma is the first task taken,
-    /// then the archive-wide scans, then the sessions, largest first (so a
-    /// big one does not start last). What is found is reported in the
+    /// archive-wide scans and each session are independent reads: the
+    /// pragma runs on the calling thread's connection while `threads`
+    /// workers, each on a connection of its own, take the archive-wide scans
+    /// and then the sessions, largest first (so a big one does not start
+    /// last). What is found is reported in the
     /// serial order whatever finished first: the archive-wide problems, then
     /// each session's in the order they were listed; marks are recorded
     /// only once the pragma has passed (on damage nothing else is reported,
@@ -653,26 +668,28 @@ impl Archive {
         if found.error.is_some() {
             tasks.stop.store(true, Ordering::Relaxed);
         }
-        let threads = threads.clamp(1, MAX_THREADS.min(sessions.len() + 2));
+        let threads = threads.clamp(1, MAX_THREADS.min(sessions.len() + 1));
         std::thread::scope(|scope| {
             let (tx, rx) = std::sync::mpsc::channel::<Done>();
             for _ in 0..threads {
                 let tx = tx.clone();
                 let (tasks, sessions) = (&tasks, &sessions);
-                scope.spawn(move || self.check_worker(tasks, sessions, session, pragma, opts, &tx));
+                scope.spawn(move || self.check_worker(tasks, sessions, session, opts, &tx));
             }
             drop(tx);
+            // The pragma runs on this thread's connection, beside the
+            // sessions on the others, whatever else failed: damage it finds
+            // is the report (and the likely cause of the failure).
+            let damage = pragma_in_a_small_cache(&conn, pragma);
+            if !damage.is_empty() {
+                tasks.stop.store(true, Ordering::Relaxed);
+            }
+            found.pragma = Some(damage);
             let mut pending: std::collections::BTreeMap<usize, SessionOutcome> =
                 std::collections::BTreeMap::new();
             let mut emitted = 0usize;
             for done in rx {
                 match done {
-                    Done::Pragma(damage) => {
-                        if !damage.is_empty() {
-                            tasks.stop.store(true, Ordering::Relaxed);
-                        }
-                        found.pragma = Some(damage);
-                    }
                     Done::ArchiveWide(r) => found.archive_wide = Some(r),
                     Done::Failed(e) => {
                         tasks.stop.store(true, Ordering::Relaxed);
@@ -721,15 +738,14 @@ impl Archive {
         })
     }
 
-    /// One thread of a check: its own connection, the pragma if no thread
-    /// has taken it, the archive-wide scans likewise, then sessions until
-    /// none is left or the check stops.
+    /// One thread of a check: its own connection, the archive-wide scans if
+    /// no thread has taken them, then sessions until none is left or the
+    /// check stops.
     fn check_worker(
         &self,
         tasks: &Tasks,
         sessions: &[SessionRow],
         session: Option<&str>,
-        pragma: &str,
         opts: SessionOptions,
         tx: &std::sync::mpsc::Sender<Done>,
     ) {
@@ -742,21 +758,12 @@ impl Archive {
         };
         loop {
             let t = tasks.next.fetch_add(1, Ordering::Relaxed);
-            // The pragma runs whatever else failed: damage it finds is the
-            // report (and the likely cause of the failure).
-            if t > 0 && tasks.stop.load(Ordering::Relaxed) {
+            if tasks.stop.load(Ordering::Relaxed) {
                 return;
             }
             let done = match t {
-                0 => {
-                    let damage = pragma_in_a_small_cache(&conn, pragma);
-                    if !damage.is_empty() {
-                        tasks.stop.store(true, Ordering::Relaxed);
-                    }
-                    Done::Pragma(damage)
-                }
-                1 => Done::ArchiveWide(archive_wide_problems(&conn, session)),
-                _ => match tasks.order.get(t - 2) {
+                0 => Done::ArchiveWide(archive_wide_problems(&conn, session)),
+                _ => match tasks.order.get(t - 1) {
                     None => return,
                     Some(&i) => match self.check_session(&conn, &sessions[i], opts) {
                         Ok(o) => Done::Session(i, o),
@@ -978,7 +985,6 @@ struct SessionOptions {
 
 /// A task's result, sent to the thread that assembles the report.
 enum Done {
-    Pragma(Vec<String>),
     ArchiveWide(Result<Vec<String>>),
     Session(usize, SessionOutcome),
     Failed(Error),
