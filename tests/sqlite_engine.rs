@@ -2071,3 +2071,44 @@ fn a_check_on_several_threads_reports_what_one_thread_does() -> R {
     }
     Ok(())
 }
+
+/// `check` answers for the archive as it is now, not as a connection last
+/// saw its search index: FTS5 caches the index's structure (its segments)
+/// per connection, and its own check inside `PRAGMA integrity_check` reads
+/// through that cache without asking whether another connection wrote
+/// since. A connection that searched before another process merged the
+/// index's segments once reported the merged-away segment as "fts5:
+/// corruption found reading blob …" on a whole archive.
+#[test]
+fn check_after_another_connection_merges_the_search_index_finds_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.db");
+    let archive = Archive::open(&path, Durability::Relaxed)?;
+    let mut w = archive.create_session(&new_session("s"))?;
+    let mut parent: Option<String> = None;
+    // A commit a message: a search-index segment each.
+    for i in 0..24 {
+        let id = format!("e{i}");
+        w.append_entry(user_says(
+            &id,
+            parent.as_deref(),
+            &format!("zebra number {i}"),
+        ))?;
+        parent = Some(id);
+    }
+    drop(w);
+    // This process's connections read the index (and cache its structure).
+    assert_eq!(archive.search("zebra", None, None, None, 100)?.len(), 24);
+    assert_eq!(archive.check(None)?, Vec::<String>::new());
+    // Another process merges every segment into one (the old ones are
+    // deleted), as FTS5's automerge does in a long write.
+    let other = rusqlite::Connection::open(&path)?;
+    other.execute(
+        "INSERT INTO message_text (message_text) VALUES ('optimize')",
+        [],
+    )?;
+    drop(other);
+    assert_eq!(archive.check(None)?, Vec::<String>::new());
+    assert_eq!(archive.search("zebra", None, None, None, 100)?.len(), 24);
+    Ok(())
+}
