@@ -188,6 +188,7 @@ CREATE VIRTUAL TABLE message_text USING fts5 (
     detail = none,
     tokenize = 'unicode61 remove_diacritics 2'
 );
+INSERT INTO message_text (message_text, rank) VALUES ('automerge', 0);
 INSERT INTO message_text (message_text, rank) VALUES ('deletemerge', 0);
 
 CREATE INDEX sessions_newest_first ON sessions (created_ms DESC, session_key DESC);

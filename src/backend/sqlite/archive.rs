@@ -944,6 +944,41 @@ mod tests {
             .unwrap()
     }
 
+    /// Issue 40.1 (schema step 0019): FTS5's automerge is off, and each
+    /// write transaction merges the search index a bounded amount at its
+    /// start instead. 300 sessions, a transaction each, each adding a
+    /// segment: no level holds more than FTS5's threshold (4) and the one
+    /// segment the last write added, where without the writers' merges
+    /// the levels would fill to FTS5's crisis merge (16).
+    #[test]
+    fn writers_keep_the_search_index_merged() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
+        let automerge: i64 = archive
+            .conn()
+            .unwrap()
+            .query_row(
+                "SELECT v FROM message_text_config WHERE k = 'automerge'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(automerge, 0);
+        for i in 0..300 {
+            let id = format!("s{i}n");
+            archive
+                .create_session_with(&new_session(&id), messages(&id, 3))
+                .unwrap();
+        }
+        let shape = fts::index_shape(&archive.conn().unwrap()).unwrap();
+        let fullest = shape.per_level.iter().copied().max().unwrap_or(0);
+        assert!(fullest <= 5, "{shape:?}");
+        assert!(shape.segments <= 3 * shape.levels + 2, "{shape:?}");
+        assert_eq!(matching(&archive, "shared"), 900);
+        assert_eq!(matching(&archive, "s299nword2"), 1);
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    }
+
     /// Issue 40.1: a delete's batches merge no search-index segment for
     /// the rows they delete. With FTS5's `deletemerge` on (its default),
     /// once a tenth of a level's rows were deleted every flush of the

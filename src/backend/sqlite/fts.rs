@@ -257,6 +257,8 @@ pub(super) struct IndexShape {
     /// Each segment's id, lowest level first: a merge replaces its inputs'
     /// ids with its output's.
     pub segment_ids: Vec<u64>,
+    /// Each level's segments, lowest first.
+    pub per_level: Vec<u64>,
     /// Rows deleted from the segments and not yet merged out of them (the
     /// tombstones a contentless-delete index keeps; version 2 records only).
     pub tombstones: u64,
@@ -286,11 +288,13 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
     let segments = next()?;
     next()?; // the write counter
     let (mut merging, mut segment_ids, mut tombstones) = (Vec::new(), Vec::new(), 0);
+    let mut per_level = Vec::new();
     for level in 0..levels {
         if next()? > 0 {
             merging.push(level);
         }
         let in_level = next()?;
+        per_level.push(in_level);
         for _ in 0..in_level {
             // Id, first and last page; version 2 adds two origins, tombstone
             // pages, tombstones and entries.
@@ -311,8 +315,52 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
         segments,
         merging,
         segment_ids,
+        per_level,
         tombstones,
     })
+}
+
+/// The least segments on one level that the writers' merge steps merge
+/// (`usermerge`; FTS5's default, and its automerge threshold before schema
+/// step 0019). A compact's merge sets it to 2 while it runs.
+const WRITERS_USERMERGE: i64 = 4;
+
+/// Leaf pages of the search index one step of a writer's merge work
+/// writes ([`merge_due`]): a few milliseconds, so that the time a
+/// transaction gives its merge work overshoots by little.
+const WRITER_MERGE_PAGES: i64 = 16;
+
+/// How long a write transaction spends, at its start, on the search
+/// index's merge work (at most one step more). FTS5's automerge is off
+/// (schema step 0019): a transaction that crossed a 64-page mark merged
+/// 64 pages per level of the index in its commit (45-60 ms at a few
+/// hundred MB, unforeseeable by a batch clock). Each writer now merges
+/// in steps it times, while some level holds enough segments to merge
+/// (`usermerge`: 4, FTS5's automerge threshold, as it was): the work
+/// comes with the writes that cause it. A fifth of a batch
+/// ([`BATCH_TIME`](crate::backend::pending::BATCH_TIME)) keeps up: a
+/// 200,000-entry import and a 3,000-file home import end with 8 and 13
+/// segments on 4 and 5 levels (automerge left 8 and 10), in the same CPU
+/// time (`writers_keep_the_search_index_merged` counts the segments).
+pub(super) const WRITER_MERGE_TIME: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Does the search index's due merge work inside the write transaction on
+/// `conn`, in steps of [`WRITER_MERGE_PAGES`], until none is due or
+/// `budget` has passed.
+pub(super) fn merge_due(conn: &Connection, budget: std::time::Duration) -> Result<()> {
+    let context = "merging the search index";
+    let started = std::time::Instant::now();
+    let mut step = conn
+        .prepare_cached("INSERT INTO message_text (message_text, rank) VALUES ('merge', ?1)")
+        .map_err(sql(context))?;
+    loop {
+        let before = conn.total_changes();
+        step.execute([WRITER_MERGE_PAGES]).map_err(sql(context))?;
+        // FTS5: fewer than two rows changed means nothing was due.
+        if conn.total_changes() - before < 2 || started.elapsed() >= budget {
+            return Ok(());
+        }
+    }
 }
 
 /// Merges the search index's segments into one b-tree a few pages a step,
@@ -329,7 +377,8 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
 /// (issue 40.1: `compact` of a 1M-entry archive while another session was
 /// appended to). The later steps continue that merge (a positive page
 /// count) until its level is merged; what was appended meanwhile stays in
-/// small segments of the lower levels, for FTS5's automerge.
+/// small segments of the lower levels, for the writers' merge steps
+/// ([`merge_due`], which also continue this merge while it runs).
 pub(super) struct IndexMerge {
     /// The level the merge of everything reads, once asked for.
     level: Option<u64>,
@@ -374,15 +423,25 @@ impl IndexMerge {
             .and_then(|mut st| st.execute([pages]))
             .map_err(sql(context))?;
         // FTS5: fewer than two rows changed means nothing was left to merge.
-        if conn.total_changes() - before < 2 {
-            return Ok(true);
+        let done = conn.total_changes() - before < 2 || {
+            let merging = index_shape(conn)?.merging;
+            // The merge of everything reads the highest level that merges.
+            let level = *self
+                .level
+                .get_or_insert(merging.last().copied().unwrap_or(u64::MAX));
+            !merging.contains(&level)
+        };
+        if done {
+            // The writers' merge steps ([`merge_due`]) merge a level from
+            // FTS5's automerge threshold, as before schema step 0019: at 2
+            // every byte would be written again twice as often.
+            conn.execute(
+                "INSERT INTO message_text (message_text, rank) VALUES ('usermerge', ?1)",
+                [WRITERS_USERMERGE],
+            )
+            .map_err(sql(context))?;
         }
-        let merging = index_shape(conn)?.merging;
-        // The merge of everything reads the highest level that merges.
-        let level = *self
-            .level
-            .get_or_insert(merging.last().copied().unwrap_or(u64::MAX));
-        Ok(!merging.contains(&level))
+        Ok(done)
     }
 }
 

@@ -99,7 +99,8 @@ impl Archive {
 
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the write lock now, so
     /// it never fails half-way on a busy upgrade), refusing while the archive
-    /// is marked damaged ([`damage_marker`]).
+    /// is marked damaged ([`damage_marker`]), and does a bounded share of the
+    /// search index's merge work first ([`fts::merge_due`](super::fts::merge_due)).
     pub(crate) fn begin_write<'c>(
         &self,
         conn: &'c mut Connection,
@@ -113,6 +114,7 @@ impl Archive {
         super::lock_trace::end_if_over(span, std::time::Duration::from_millis(10), "");
         super::lock_trace::lock_taken();
         self.refuse_if_log_gone()?;
+        super::fts::merge_due(&tx, super::fts::WRITER_MERGE_TIME)?;
         Ok(tx)
     }
 

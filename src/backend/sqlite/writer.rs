@@ -864,12 +864,14 @@ impl SessionWriter<'_> {
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(sql("starting an import batch"))?;
         super::lock_trace::lock_taken();
-        super::connection::refuse_if_log_missing(&self.manager.path)?;
-        self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         if let Some(staged) = self.staged.as_mut() {
             staged.batch_started = Instant::now();
             staged.rows = 0;
         }
+        super::connection::refuse_if_log_missing(&self.manager.path)?;
+        // Inside the batch's time: the clock started with the lock.
+        super::fts::merge_due(&self.tx, super::fts::WRITER_MERGE_TIME)?;
+        self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
         Ok(())
     }
 

@@ -136,6 +136,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0018_usage_dedup_in_time_order.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../../schema/0019_search_merged_by_writers.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -244,7 +248,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 18;
+pub const FRESH_SCHEMA_VERSION: i64 = 19;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step

@@ -1,0 +1,15 @@
+-- Schema step 0019 (issue 40.1): FTS5's automerge off (`automerge` 0; 4 by
+-- default), a persistent setting of the search index. Every write
+-- transaction merges instead, a bounded amount at its start
+-- (src/backend/sqlite/fts.rs, `merge_due`).
+--
+-- Why: automerge works inside the commit that crosses each 64th leaf page
+-- written since the last, merging 64 pages for every level of the index
+-- (64 x 8 at a few hundred MB) in that one commit. About one batch in 20
+-- of an import or a fork, and the occasional delete, held the write lock
+-- 45-60 ms longer than its own rows took (measured on a CPU with the lock
+-- trace), and no batch clock can foresee which. The merges now come in
+-- steps of a few pages that each transaction times, so the same work is
+-- spread over the writes that cause it. FTS5's crisis merge (16 segments on
+-- one level) stays as it was, a backstop the writers' steps never reach.
+INSERT INTO message_text (message_text, rank) VALUES ('automerge', 0);
