@@ -1612,3 +1612,150 @@ fn a_killed_fork_or_delete_is_invisible_and_the_next_open_undoes_or_finishes_it(
         );
     }
 }
+
+/// A v3 session file's lines: the header (when `from` is 0), then a chain
+/// of `n` user messages from `from`, ids `e{i}`.
+fn chain_lines(from: usize, n: usize) -> String {
+    let mut out = String::new();
+    if from == 0 {
+        out.push_str(
+            r#"{"type":"session","version":3,"id":"00000000-0000-7000-8000-0000000000a1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/w"}"#,
+        );
+        out.push('\n');
+    }
+    for i in from..from + n {
+        let parent = match i {
+            0 => serde_json::Value::Null,
+            p => serde_json::Value::String(format!("e{}", p - 1)),
+        };
+        let line = serde_json::json!({
+            "type": "message", "id": format!("e{i}"), "parentId": parent,
+            "timestamp": "2025-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": format!("appended word{i} and some text")}
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// What a user reads of a session: its path, context and totals.
+fn session_views(db: &Path) -> Vec<String> {
+    let id = "00000000-0000-7000-8000-0000000000a1";
+    let db = db.to_str().expect("utf-8");
+    [
+        vec!["--db", db, "branch", id],
+        vec!["--db", db, "--json", "context", id],
+        vec!["--db", db, "stats", id],
+        vec!["--db", db, "search", "word1199"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let out = support::run_cli(args);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    })
+    .collect()
+}
+
+/// Issue 40.1: the lines pi appended to an imported file are written in
+/// batches (10,000 appended entries were one transaction of 0.37 s), the
+/// session's writer claim held across them, and the session ends as a
+/// fresh import of the whole file leaves it. A write that fails half-way
+/// (here a line reusing an id) keeps the whole entries it committed, and
+/// once the file is mended the next import completes it.
+#[test]
+fn an_append_import_commits_in_batches_and_ends_as_a_whole_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
+    std::fs::write(&file, chain_lines(0, 300)).unwrap();
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut appended = chain_lines(300, 1_200);
+    // Line 611 of the appended ones reuses an id already in the session.
+    appended = appended.replacen("\"id\":\"e910\"", "\"id\":\"e5\"", 1);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
+    drop(f);
+    let trace = dir.path().join("trace");
+    let import = |trace: &Path| {
+        std::process::Command::new(support::bin())
+            .args(["--db", db_s, "import", file_s])
+            .env("SESSIONTREE_TEST_BATCH", "20:0")
+            .env("SESSIONTREE_LOCK_TRACE", trace)
+            .output()
+            .unwrap()
+    };
+    let failed = import(&trace);
+    assert!(!failed.status.success(), "{failed:?}");
+    let batches = |trace: &Path| {
+        trace_events(&std::fs::read_to_string(trace).unwrap_or_default())
+            .iter()
+            .filter(|(what, _)| what == "staged-batch")
+            .count()
+    };
+    assert!(batches(&trace) >= 20, "{}", batches(&trace));
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    let count = archive
+        .open_session("00000000-0000-7000-8000-0000000000a1")
+        .unwrap()
+        .entry_count()
+        .unwrap();
+    // What committed before the batch that failed, not that batch.
+    assert!(
+        (700..910).contains(&count),
+        "a prefix of whole entries: {count}"
+    );
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    let claims: i64 = archive
+        .conn()
+        .unwrap()
+        .query_row("SELECT count(*) FROM writer_claims", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(claims, 0, "the failed import let go of its claim");
+    drop(archive);
+    // Mended: the next import completes the session.
+    let whole = chain_lines(0, 1_500);
+    std::fs::write(&file, &whole).unwrap();
+    let trace2 = dir.path().join("trace2");
+    let done = import(&trace2);
+    assert!(done.status.success(), "{done:?}");
+    let fresh = dir.path().join("fresh.db");
+    let out = support::run_cli(["--db", fresh.to_str().unwrap(), "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(session_views(&db), session_views(&fresh));
+    // Appended again, without a fault: in batches, and as a whole import.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, chain_lines(1_500, 1_000).as_bytes()).unwrap();
+    drop(f);
+    let trace3 = dir.path().join("trace3");
+    let appended = import(&trace3);
+    assert!(appended.status.success(), "{appended:?}");
+    let said = String::from_utf8_lossy(&appended.stdout);
+    assert!(said.contains("1 appended"), "{said}");
+    assert!(batches(&trace3) >= 40, "{}", batches(&trace3));
+    let fresh2 = dir.path().join("fresh2.db");
+    let out = support::run_cli([
+        "--db",
+        fresh2.to_str().unwrap(),
+        "import",
+        file_s,
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(session_views(&db), session_views(&fresh2));
+    let again = support::run_cli(["--db", db_s, "import", file_s]);
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("1 unchanged"),
+        "{again:?}"
+    );
+    let out = support::run_cli(["--db", db_s, "check"]);
+    assert!(out.status.success(), "{out:?}");
+}

@@ -96,7 +96,8 @@ pub(super) fn append_new_lines(
         || Ok(()),
         |feed| {
             archive.write_session(|w| {
-                w.resume(&r.session_id)?;
+                // In batches: pi may have appended thousands of lines.
+                w.resume_batched(&r.session_id)?;
                 let read = feed.write(w, progress)?;
                 let summary = read.summary;
                 let base = i64::try_from(count).unwrap_or(i64::MAX);
@@ -128,6 +129,8 @@ pub(super) fn append_new_lines(
                     file_mtime: mtime,
                 })?;
                 let report = ImportReport::of(skipped, &summary, contract);
+                // The last batch, at the archive's sync level; the claim goes.
+                w.publish()?;
                 Ok(FileImport {
                     session_id: r.session_id.clone(),
                     outcome: ImportOutcome::Appended,

@@ -108,8 +108,16 @@ impl Archive {
                 // failed import leaves nothing behind, as a one-transaction
                 // import never did (if this fails too, the next import of the
                 // file discards them: they stay staged, invisible).
-                if let Some(staged) = staged {
-                    let _ = self.discard_staged(staged.key(), staged.token());
+                // An append to a visible session keeps what it committed
+                // (a prefix of whole entries) and lets go of its claim.
+                match staged {
+                    Some(staged) if staged.visible() => {
+                        let _ = self.release_claim(staged.key(), staged.token());
+                    }
+                    Some(staged) => {
+                        let _ = self.discard_staged(staged.key(), staged.token());
+                    }
+                    None => {}
                 }
                 return Err(e);
             }
@@ -424,6 +432,20 @@ impl Archive {
     /// in batches; this process holds its claim (`token`). It stays staged
     /// meanwhile: if this fails half-way, the next import of its file (or,
     /// for a fork, the next open) removes the rest.
+    /// Removes writer claim `token` of session `key` (a failed batched
+    /// append's), in a transaction of its own.
+    fn release_claim(&self, key: i64, token: &str) -> Result<()> {
+        let ctx = "releasing a writer claim";
+        let mut conn = self.conn()?;
+        let tx = self.begin_write(&mut conn, ctx)?;
+        tx.execute(
+            "DELETE FROM writer_claims WHERE session_key = ?1 AND token = ?2",
+            params![key, token],
+        )
+        .map_err(sql(ctx))?;
+        tx.commit().map_err(sql(ctx))
+    }
+
     pub(super) fn discard_staged(&self, key: i64, token: &str) -> Result<()> {
         self.remove_in_batches(key, token)
     }

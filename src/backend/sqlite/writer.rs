@@ -620,6 +620,11 @@ pub(super) struct Staged {
     rows: u64,
     /// The pause between two of its transactions.
     gap: Duration,
+    /// An append to a session readers already see
+    /// ([`SessionWriter::resume_batched`]): each batch is visible as it
+    /// commits, and a failure leaves the batches committed (never
+    /// discards the session).
+    visible: bool,
 }
 
 impl Staged {
@@ -646,6 +651,11 @@ impl Staged {
     /// The `synchronous` level to set back on the connection, if relaxed.
     pub(super) fn relaxed_from(&self) -> Option<i64> {
         self.relaxed_from
+    }
+
+    /// Whether it appends to a session readers already see.
+    pub(super) fn visible(&self) -> bool {
+        self.visible
     }
 }
 
@@ -742,6 +752,7 @@ impl SessionWriter<'_> {
             clock: Default::default(),
             rows: 0,
             gap,
+            visible: false,
         });
         Ok(())
     }
@@ -953,6 +964,37 @@ impl SessionWriter<'_> {
             .execute("DELETE FROM writer_claims WHERE session_key = ?1", [key])
             .map_err(sql("taking over a writer claim"))?;
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
+        Ok(())
+    }
+
+    /// Continues an existing session as [`SessionWriter::resume`] does, as a
+    /// batched write: it commits every [`BATCHED_WRITE`] as a staged write
+    /// does, holding the session's writer claim until
+    /// [`SessionWriter::publish`] (which also commits the last batch at the
+    /// archive's own sync level). For the lines pi appended to an imported
+    /// file: thousands of them in one transaction held every other writer
+    /// for as long (10,000 entries, 9.4 MB: 0.37 s). Readers see each batch
+    /// as it commits, a prefix of the appended lines, as pi's own file
+    /// shows them while pi writes. If the write fails, the batches
+    /// committed stay (every entry whole) and the claim is released; the
+    /// import record, written last, still names the old end, so the next
+    /// import merges the file by id.
+    pub fn resume_batched(&mut self, session_id: &str) -> Result<()> {
+        self.resume(session_id)?;
+        let key = self.open_key()?;
+        let token = uuid::Uuid::now_v7().to_string();
+        super::claim::insert_claim(&self.tx, key, &token)?;
+        self.staged = Some(Staged {
+            key,
+            token,
+            batch_started: Instant::now(),
+            published: false,
+            relaxed_from: None,
+            clock: Default::default(),
+            rows: 0,
+            gap: STAGED_GAP,
+            visible: true,
+        });
         Ok(())
     }
 
