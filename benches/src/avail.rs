@@ -217,12 +217,16 @@ fn run_op(
 /// What an operation's lock trace (`SESSIONTREE_LOCK_TRACE`) says of its
 /// holds of the write lock (its batches' transactions and the `RESTART`
 /// checkpoints between them): how many, the longest by the wall clock, the
-/// longest on a CPU, and the longest `RESTART`. The wall includes time the
-/// holder waited for a CPU; on a loaded machine the CPU figure is the one
-/// that compares between runs. `None` if nothing was traced.
+/// longest on a CPU, and the longest `RESTART`; for `compact`, whose holds
+/// are of several kinds (`compact-reencode`, `compact-merge`, ...), also
+/// per kind (`phases`: holds, longest wall, longest CPU). The wall
+/// includes time the holder waited for a CPU; on a loaded machine the CPU
+/// figure is the one that compares between runs. `None` if nothing was
+/// traced.
 fn longest_holds(trace: &Path) -> Option<Value> {
     let text = std::fs::read_to_string(trace).ok()?;
     let (mut n, mut wall, mut cpu, mut restart) = (0u64, 0f64, 0f64, 0f64);
+    let mut phases: Vec<(String, u64, f64, f64)> = Vec::new();
     for line in text.lines() {
         let field = |key: &str| {
             line.split_whitespace()
@@ -230,10 +234,24 @@ fn longest_holds(trace: &Path) -> Option<Value> {
         };
         let ms = |key: &str| field(key).and_then(|v| v.parse::<f64>().ok());
         match field("what") {
-            Some("staged-batch" | "staged-last" | "delete-batch") => {
+            Some(what)
+                if matches!(what, "staged-batch" | "staged-last" | "delete-batch")
+                    || what.starts_with("compact-") =>
+            {
                 n += 1;
-                wall = wall.max(ms("ms").unwrap_or(0.0));
-                cpu = cpu.max(ms("cpu_ms").unwrap_or(0.0));
+                let (w, c) = (ms("ms").unwrap_or(0.0), ms("cpu_ms").unwrap_or(0.0));
+                wall = wall.max(w);
+                cpu = cpu.max(c);
+                if what.starts_with("compact-") {
+                    match phases.iter_mut().find(|p| p.0 == what) {
+                        Some(p) => {
+                            p.1 += 1;
+                            p.2 = p.2.max(w);
+                            p.3 = p.3.max(c);
+                        }
+                        None => phases.push((what.to_string(), 1, w, c)),
+                    }
+                }
             }
             Some("ckpt-op-restart") => {
                 n += 1;
@@ -242,7 +260,13 @@ fn longest_holds(trace: &Path) -> Option<Value> {
             _ => {}
         }
     }
-    (n > 0).then(|| json!({"n": n, "max_ms": wall, "max_cpu_ms": cpu, "restart_max_ms": restart}))
+    let phases: Vec<Value> = phases
+        .into_iter()
+        .map(|(what, n, wall, cpu)| json!({"what": what, "n": n, "max_ms": wall, "max_cpu_ms": cpu}))
+        .collect();
+    (n > 0).then(|| {
+        json!({"n": n, "max_ms": wall, "max_cpu_ms": cpu, "restart_max_ms": restart, "phases": phases})
+    })
 }
 
 /// The baseline: appends while no operation runs, for two seconds.
@@ -675,7 +699,7 @@ pub fn render(v: &Value) -> String {
             t,
             "\nThe operation's own holds of the write lock (`SESSIONTREE_LOCK_TRACE`): its transactions and the `RESTART` checkpoints between them. Wall time includes waiting for a CPU; CPU time does not.\n\n| operation | holds | longest (wall) | longest on a CPU | longest RESTART |\n|---|---:|---:|---:|---:|"
         );
-        for r in traced {
+        for r in &traced {
             let h = &r["holds"];
             let _ = writeln!(
                 t,
@@ -686,6 +710,30 @@ pub fn render(v: &Value) -> String {
                 h["max_cpu_ms"].as_f64().unwrap_or(0.0),
                 h["restart_max_ms"].as_f64().unwrap_or(0.0),
             );
+        }
+    }
+    let phased: Vec<&Value> = traced
+        .iter()
+        .copied()
+        .filter(|r| r["holds"]["phases"].as_array().is_some_and(|p| !p.is_empty()))
+        .collect();
+    if !phased.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nThe operation's holds by kind (`compact`: `reencode` its re-encode transactions, `merge` the search index's merge, `unused-blocks`/`unused-dictionaries` the removal of what nothing uses, `vacuum` the pages given back, `truncate` the log's last checkpoint).\n\n| operation | kind | holds | longest (wall) | longest on a CPU |\n|---|---|---:|---:|---:|"
+        );
+        for r in phased {
+            for p in r["holds"]["phases"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {:.1} ms | {:.1} ms |",
+                    r["op"].as_str().unwrap_or(""),
+                    p["what"].as_str().unwrap_or(""),
+                    p["n"],
+                    p["max_ms"].as_f64().unwrap_or(0.0),
+                    p["max_cpu_ms"].as_f64().unwrap_or(0.0),
+                );
+            }
         }
     }
     for r in rows.iter().filter(|r| r["lock_samples"].is_u64()) {

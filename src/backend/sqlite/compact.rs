@@ -1284,6 +1284,12 @@ impl Archive {
             let writing = std::time::Instant::now();
             out.write(&tx)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
+            let span = super::lock_trace::started_at("compact-reencode", started);
+            super::lock_trace::end(
+                span,
+                old_bytes as u64,
+                &format!("write_ms={:.2}", writing.elapsed().as_secs_f64() * 1e3),
+            );
             pace.learn(writing.elapsed(), old_bytes);
             progress(pass.entries);
             if work.peek().is_some() {
@@ -1356,9 +1362,12 @@ impl Archive {
             let trained = match codec::train(&samples, training) {
                 Some(bytes) => {
                     let tx = self.begin_write(&mut conn, "training a dictionary")?;
+                    let started = std::time::Instant::now();
                     let sample_bytes = samples.iter().map(Vec::len).sum();
                     let d = codec::insert_dictionary(&tx, bytes, samples.len(), sample_bytes)?;
                     tx.commit().map_err(sql("training a dictionary"))?;
+                    let span = super::lock_trace::started_at("compact-dictionary", started);
+                    super::lock_trace::end(span, 1, "");
                     Some(d)
                 }
                 None => None,
@@ -1392,8 +1401,10 @@ impl Archive {
         // `truncate_log` copies the log with a PASSIVE checkpoint (no lock)
         // before its TRUNCATE, which then holds the write lock only for
         // what was appended meanwhile.
+        let span = super::lock_trace::start("compact-truncate");
         super::connection::truncate_log(&mut conn, self.0.manager.checkpointer())
             .map_err(sql("vacuuming the archive"))?;
+        super::lock_trace::end(span, 0, "");
         report.bytes_after = file_bytes(self.path());
         Ok(report)
     }
@@ -1466,7 +1477,7 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
     // ~40 entries: 25,000 at 1M entries): removed in bounded transactions,
     // not one.
     let mut unused_blocks = unused_blocks.into_iter();
-    in_batches(archive, conn, "removing unused blocks", &mut |tx| {
+    in_batches(archive, conn, ("removing unused blocks", "compact-unused-blocks"), &mut |tx| {
         let mut delete = tx
             .prepare_cached("DELETE FROM entry_blocks WHERE block_id = ?1")
             .map_err(sql("removing unused blocks"))?;
@@ -1478,6 +1489,7 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
         Ok(unused_blocks.len() == 0)
     })?;
     let tx = archive.begin_write(conn, "removing unused dictionaries")?;
+    let started = std::time::Instant::now();
     let newest = codec.newest(&tx)?.map(|d| d.id);
     let mut dictionaries = 0;
     for id in dictionary_ids {
@@ -1494,6 +1506,8 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
         )
         .map_err(sql("removing unused blobs"))?;
     tx.commit().map_err(sql("removing unused dictionaries"))?;
+    let span = super::lock_trace::started_at("compact-unused-dictionaries", started);
+    super::lock_trace::end(span, dictionaries + blobs as u64, "");
     Ok((dictionaries, blobs as u64))
 }
 
@@ -1506,11 +1520,12 @@ const VACUUM_PAGES: i64 = 256;
 
 /// Runs `step` in write transactions of at most [`BATCHED_WRITE`] each
 /// (several steps to one), a pause between them so that a waiting writer
-/// gets the lock, until `step` says it is done.
+/// gets the lock, until `step` says it is done. Each transaction is one
+/// line `phase` of the lock trace (its steps, longest step and commit).
 fn in_batches(
     archive: &Archive,
     conn: &mut Connection,
-    what: &'static str,
+    (what, phase): (&'static str, &'static str),
     step: &mut dyn FnMut(&Connection) -> Result<bool>,
 ) -> Result<()> {
     // The commit writes out the pages the steps changed: the transaction
@@ -1519,8 +1534,13 @@ fn in_batches(
     loop {
         let tx = archive.begin_write(conn, what)?;
         let started = std::time::Instant::now();
+        let (mut steps, mut longest) = (0u64, std::time::Duration::ZERO);
         let done = loop {
-            if step(&tx)? {
+            let stepping = std::time::Instant::now();
+            let done = step(&tx)?;
+            steps += 1;
+            longest = longest.max(stepping.elapsed());
+            if done {
                 break true;
             }
             if started.elapsed() + last_commit >= BATCHED_WRITE {
@@ -1530,6 +1550,16 @@ fn in_batches(
         let committing = std::time::Instant::now();
         tx.commit().map_err(sql(what))?;
         last_commit = committing.elapsed();
+        let span = super::lock_trace::started_at(phase, started);
+        super::lock_trace::end(
+            span,
+            steps,
+            &format!(
+                "step_max_ms={:.2} commit_ms={:.2}",
+                longest.as_secs_f64() * 1e3,
+                last_commit.as_secs_f64() * 1e3
+            ),
+        );
         if done {
             return Ok(());
         }
@@ -1542,7 +1572,7 @@ fn in_batches(
 /// `optimize` does in one go), a few pages a step ([`fts::IndexMerge`]).
 fn merge_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
     let mut merge = fts::IndexMerge::new();
-    in_batches(archive, conn, "merging the search index", &mut |tx| {
+    in_batches(archive, conn, ("merging the search index", "compact-merge"), &mut |tx| {
         merge.step(tx, MERGE_PAGES)
     })
 }
@@ -1557,11 +1587,13 @@ fn give_back_space(archive: &Archive, conn: &mut Connection) -> Result<()> {
         .pragma_query_value(None, "auto_vacuum", |r| r.get(0))
         .map_err(sql("vacuuming the archive"))?;
     if mode != INCREMENTAL_VACUUM {
-        return conn
-            .execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
-            .map_err(sql("vacuuming the archive"));
+        let span = super::lock_trace::start("compact-vacuum-full");
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
+            .map_err(sql("vacuuming the archive"))?;
+        super::lock_trace::end(span, 0, "");
+        return Ok(());
     }
-    in_batches(archive, conn, "vacuuming the archive", &mut |tx| {
+    in_batches(archive, conn, ("vacuuming the archive", "compact-vacuum"), &mut |tx| {
         tx.query_row(
             &format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"),
             [],
