@@ -12,7 +12,8 @@
 //! operations after the import (of `fork`, `delete`, `compact`; `delete`
 //! runs the fork too), and `SESSIONTREE_AVAIL_TRACE=MS` prints every append that
 //! waited longer than MS with the wall-clock time it began (Unix ms), to
-//! set beside the operation's own timings.
+//! set beside the operation's own timings. `SESSIONTREE_AVAIL_KEEP_TRACE=DIR`
+//! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`.
 
 use crate::gen::{generate, GenOptions, Shape};
 use serde_json::{json, Value};
@@ -206,6 +207,9 @@ fn run_op(
     if let Some(trace) = &trace {
         if let Some(holds) = longest_holds(trace) {
             row["holds"] = holds;
+        }
+        if let Some(keep) = std::env::var_os("SESSIONTREE_AVAIL_KEEP_TRACE") {
+            let _ = std::fs::copy(trace, Path::new(&keep).join(format!("{name}-locks.txt")));
         }
         let _ = std::fs::remove_file(trace);
     }
