@@ -40,6 +40,10 @@ struct Append {
     began_at: std::time::SystemTime,
     /// How long it took (lock wait included).
     waited: Duration,
+    /// How long the appending thread ran on a CPU meanwhile: waiting for
+    /// the lock costs next to none, so a long one did work of its own
+    /// (e.g. FTS5's automerge, on its commit, continuing a merge).
+    cpu: Duration,
     /// Whether it failed.
     failed: bool,
 }
@@ -68,8 +72,10 @@ impl Appender {
             while r.load(Ordering::SeqCst) {
                 let began = Instant::now();
                 let began_at = std::time::SystemTime::now();
+                let cpu0 = thread_cpu();
                 let result = session.append_message(&message);
                 let waited = began.elapsed();
+                let cpu = thread_cpu().saturating_sub(cpu0);
                 if let Err(err) = &result {
                     let mut e = e.lock().unwrap_or_else(|p| p.into_inner());
                     if e.len() < 5 {
@@ -80,6 +86,7 @@ impl Appender {
                     began,
                     began_at,
                     waited,
+                    cpu,
                     failed: result.is_err(),
                 });
                 std::thread::sleep(APPEND_EVERY);
@@ -119,6 +126,15 @@ impl Appender {
             let _ = t.join();
         }
     }
+}
+
+/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`;
+/// zero where there is none).
+fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 /// `SESSIONTREE_AVAIL_TRACE=MS`: appends waiting longer are printed.
@@ -266,7 +282,9 @@ fn longest_holds(trace: &Path) -> Option<Value> {
     }
     let phases: Vec<Value> = phases
         .into_iter()
-        .map(|(what, n, wall, cpu)| json!({"what": what, "n": n, "max_ms": wall, "max_cpu_ms": cpu}))
+        .map(
+            |(what, n, wall, cpu)| json!({"what": what, "n": n, "max_ms": wall, "max_cpu_ms": cpu}),
+        )
         .collect();
     (n > 0).then(|| {
         json!({"n": n, "max_ms": wall, "max_cpu_ms": cpu, "restart_max_ms": restart, "phases": phases})
@@ -313,9 +331,10 @@ fn window_row(
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
             eprintln!(
-                "bench: avail: {name}: an append began at {} ms (Unix) and waited {:.1} ms",
+                "bench: avail: {name}: an append began at {} ms (Unix) and waited {:.1} ms ({:.1} ms on a CPU)",
                 at.as_millis(),
-                a.waited.as_secs_f64() * 1e3
+                a.waited.as_secs_f64() * 1e3,
+                a.cpu.as_secs_f64() * 1e3
             );
         }
     }
@@ -330,6 +349,10 @@ fn window_row(
         "p50_ms": quantile(&waits, 0.5),
         "p99_ms": quantile(&waits, 0.99),
         "max_ms": waits.last().copied().unwrap_or(0.0),
+        "append_cpu_max_ms": appends
+            .iter()
+            .map(|a| a.cpu.as_secs_f64() * 1e3)
+            .fold(0.0, f64::max),
     })
 }
 
@@ -546,6 +569,22 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
         if !wanted("compact") {
             return Ok(());
         }
+        // An experiment: FTS5's `automerge` of the archive's search index
+        // set before the compact (0: other writers' commits do no merge
+        // work, so none continues the compact's merge of the whole index).
+        if let Some(n) = std::env::var("SESSIONTREE_AVAIL_FTS_AUTOMERGE")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        {
+            rusqlite::Connection::open(&db)
+                .and_then(|c| {
+                    c.execute(
+                        "INSERT INTO message_text (message_text, rank) VALUES ('automerge', ?1)",
+                        [n],
+                    )
+                })
+                .map_err(|e| Error::Unknown(format!("setting automerge: {e}")))?;
+        }
         let (r, _) = run_op(
             bin,
             "compact",
@@ -673,16 +712,16 @@ pub fn render(v: &Value) -> String {
     );
     let _ = writeln!(
         t,
-        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | largest log |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | largest log | longest append on a CPU |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in rows {
         if let Some(e) = r["error"].as_str() {
-            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | |", r["backend"]);
+            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | | |", r["backend"]);
             continue;
         }
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} |",
+            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} |",
             r["backend"].as_str().unwrap_or(""),
             r["op"].as_str().unwrap_or(""),
             r["entries"],
@@ -695,6 +734,9 @@ pub fn render(v: &Value) -> String {
             r["log_mb"]
                 .as_f64()
                 .map_or_else(String::new, |mb| format!("{mb:.0} MB")),
+            r["append_cpu_max_ms"]
+                .as_f64()
+                .map_or_else(String::new, |ms| format!("{ms:.1} ms")),
         );
     }
     let traced: Vec<&Value> = rows.iter().filter(|r| r["holds"].is_object()).collect();
@@ -719,7 +761,11 @@ pub fn render(v: &Value) -> String {
     let phased: Vec<&Value> = traced
         .iter()
         .copied()
-        .filter(|r| r["holds"]["phases"].as_array().is_some_and(|p| !p.is_empty()))
+        .filter(|r| {
+            r["holds"]["phases"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        })
         .collect();
     if !phased.is_empty() {
         let _ = writeln!(

@@ -1477,17 +1477,22 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
     // ~40 entries: 25,000 at 1M entries): removed in bounded transactions,
     // not one.
     let mut unused_blocks = unused_blocks.into_iter();
-    in_batches(archive, conn, ("removing unused blocks", "compact-unused-blocks"), &mut |tx| {
-        let mut delete = tx
-            .prepare_cached("DELETE FROM entry_blocks WHERE block_id = ?1")
-            .map_err(sql("removing unused blocks"))?;
-        for id in unused_blocks.by_ref().take(REMOVE_BLOCKS) {
-            delete
-                .execute([id])
+    in_batches(
+        archive,
+        conn,
+        ("removing unused blocks", "compact-unused-blocks"),
+        &mut |tx| {
+            let mut delete = tx
+                .prepare_cached("DELETE FROM entry_blocks WHERE block_id = ?1")
                 .map_err(sql("removing unused blocks"))?;
-        }
-        Ok(unused_blocks.len() == 0)
-    })?;
+            for id in unused_blocks.by_ref().take(REMOVE_BLOCKS) {
+                delete
+                    .execute([id])
+                    .map_err(sql("removing unused blocks"))?;
+            }
+            Ok(unused_blocks.len() == 0)
+        },
+    )?;
     let tx = archive.begin_write(conn, "removing unused dictionaries")?;
     let started = std::time::Instant::now();
     let newest = codec.newest(&tx)?.map(|d| d.id);
@@ -1511,8 +1516,19 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
     Ok((dictionaries, blobs as u64))
 }
 
-/// Search-index pages merged per step of [`merge_search_index`].
+/// Search-index leaf pages the first step of [`merge_search_index`]
+/// writes; later steps write more or fewer to take about [`MERGE_STEP`].
 const MERGE_PAGES: i64 = 64;
+/// The fewest and most leaf pages a step of [`merge_search_index`] writes.
+const MERGE_PAGES_RANGE: (i64, i64) = (4, 256);
+/// How long a step of [`merge_search_index`] should take. FTS5 bounds a
+/// merge step by the leaf pages it writes, not by what it reads: rows
+/// deleted (a deleted fork's, each a tombstone since schema step 0017)
+/// are read and dropped, so a step's time per page written varies with
+/// how much of its input was deleted (19-53 ms for 64 pages at 200,000
+/// entries after a fork was deleted, load 4-5). The pages per step follow
+/// the time the step before took.
+const MERGE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
 /// Unused blocks removed per step of [`remove_unused`].
 const REMOVE_BLOCKS: usize = 256;
 /// Free pages given back per step of [`give_back_space`].
@@ -1529,8 +1545,16 @@ fn in_batches(
     step: &mut dyn FnMut(&Connection) -> Result<bool>,
 ) -> Result<()> {
     // The commit writes out the pages the steps changed: the transaction
-    // stops once its steps and the commit before's time reach the bound.
-    let mut last_commit = std::time::Duration::ZERO;
+    // stops once its steps and the longest commit so far reach the bound
+    // (with the commit before's alone, a vacuum transaction whose commit
+    // took 15 ms after one of 3 ran 63 ms, 56 ms on a CPU). A step is not
+    // cut short: a transaction also stops before a step that, taking as
+    // long as the longest of this transaction's and the one before's,
+    // would carry it past the bound (only checking after each step, a
+    // merge transaction that ended with one long step ran 55-89 ms, 57 ms
+    // on a CPU, against the 50 ms bound).
+    let mut longest_commit = std::time::Duration::ZERO;
+    let mut longest_before = std::time::Duration::ZERO;
     loop {
         let tx = archive.begin_write(conn, what)?;
         let started = std::time::Instant::now();
@@ -1543,13 +1567,16 @@ fn in_batches(
             if done {
                 break true;
             }
-            if started.elapsed() + last_commit >= BATCHED_WRITE {
+            let next = longest.max(longest_before);
+            if started.elapsed() + next + longest_commit >= BATCHED_WRITE {
                 break false;
             }
         };
+        longest_before = longest;
         let committing = std::time::Instant::now();
         tx.commit().map_err(sql(what))?;
-        last_commit = committing.elapsed();
+        let last_commit = committing.elapsed();
+        longest_commit = longest_commit.max(last_commit);
         let span = super::lock_trace::started_at(phase, started);
         super::lock_trace::end(
             span,
@@ -1569,12 +1596,28 @@ fn in_batches(
 }
 
 /// Merges the search index's segments into one b-tree (what FTS5's
-/// `optimize` does in one go), a few pages a step ([`fts::IndexMerge`]).
+/// `optimize` does in one go), a step of about [`MERGE_STEP`] at a time
+/// ([`fts::IndexMerge`]).
 fn merge_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
     let mut merge = fts::IndexMerge::new();
-    in_batches(archive, conn, ("merging the search index", "compact-merge"), &mut |tx| {
-        merge.step(tx, MERGE_PAGES)
-    })
+    let mut pages = MERGE_PAGES;
+    let (fewest, most) = MERGE_PAGES_RANGE;
+    in_batches(
+        archive,
+        conn,
+        ("merging the search index", "compact-merge"),
+        &mut |tx| {
+            let stepping = std::time::Instant::now();
+            let done = merge.step(tx, pages)?;
+            let took = stepping.elapsed();
+            if took > MERGE_STEP * 2 {
+                pages = (pages / 2).max(fewest);
+            } else if took < MERGE_STEP / 2 {
+                pages = (pages * 2).min(most);
+            }
+            Ok(done)
+        },
+    )
 }
 
 /// Gives the free pages back to the file system. An archive in incremental
@@ -1593,19 +1636,24 @@ fn give_back_space(archive: &Archive, conn: &mut Connection) -> Result<()> {
         super::lock_trace::end(span, 0, "");
         return Ok(());
     }
-    in_batches(archive, conn, ("vacuuming the archive", "compact-vacuum"), &mut |tx| {
-        tx.query_row(
-            &format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"),
-            [],
-            |_| Ok(()),
-        )
-        .optional()
-        .map_err(sql("vacuuming the archive"))?;
-        let free: i64 = tx
-            .pragma_query_value(None, "freelist_count", |r| r.get(0))
+    in_batches(
+        archive,
+        conn,
+        ("vacuuming the archive", "compact-vacuum"),
+        &mut |tx| {
+            tx.query_row(
+                &format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"),
+                [],
+                |_| Ok(()),
+            )
+            .optional()
             .map_err(sql("vacuuming the archive"))?;
-        Ok(free == 0)
-    })
+            let free: i64 = tx
+                .pragma_query_value(None, "freelist_count", |r| r.get(0))
+                .map_err(sql("vacuuming the archive"))?;
+            Ok(free == 0)
+        },
+    )
 }
 
 /// SQLite's "database or disk is full" (SQLITE_FULL) says neither what
