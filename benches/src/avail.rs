@@ -13,7 +13,10 @@
 //! runs the fork too), and `SESSIONTREE_AVAIL_TRACE=MS` prints every append that
 //! waited longer than MS with the wall-clock time it began (Unix ms), to
 //! set beside the operation's own timings. `SESSIONTREE_AVAIL_KEEP_TRACE=DIR`
-//! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`.
+//! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`;
+//! `SESSIONTREE_AVAIL_FTS_AUTOMERGE=N` sets FTS5's `automerge` of the
+//! archive's search index to N before the compact (an experiment: 0 keeps
+//! other writers' commits from continuing the compact's merge).
 
 use crate::gen::{generate, GenOptions, Shape};
 use serde_json::{json, Value};
