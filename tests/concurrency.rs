@@ -1233,7 +1233,8 @@ fn writers_get_between_the_batches_of_fork_delete_and_compact() {
 /// in use). The operations
 /// run as processes told to keep the log under 64 pages
 /// (`SESSIONTREE_TEST_LOG_PAGES`), so that a CI-sized session passes that
-/// many times.
+/// many times. A `compact` follows, its lock holds checked by phase
+/// ([`check_compact_holds`]).
 #[test]
 fn the_log_starts_over_during_a_fork_and_a_delete_beside_an_appender() {
     let dir = tempfile::tempdir().unwrap();
@@ -1272,6 +1273,13 @@ fn the_log_starts_over_during_a_fork_and_a_delete_beside_an_appender() {
     // other tests it once started the log over 0 times (1-4 alone).
     let (.., trace) = run("delete", &["delete", &fork]);
     check_holds("delete", &trace, "delete-batch", 1);
+    // Then `compact`, the search index holding the deleted fork's rows as
+    // tombstones, which its merge reads and does not write (FTS5 bounds a
+    // merge step by pages written): each of its transactions is traced,
+    // by phase, and none holds the lock long on a CPU.
+    let (.., trace) = run("compact", &["compact"]);
+    check_holds("compact", &trace, "compact-reencode", 1);
+    check_compact_holds(&trace);
     // Without the appender beside it every batch could start the log over;
     // the appender must have run through the fork for this to test anything.
     assert!(
@@ -1445,6 +1453,42 @@ fn check_holds(op: &str, trace: &str, batch: &str, batches: usize) {
         "{op}: {} transactions, the longest {longest:.1} ms on a CPU; {restarts} RESTART checkpoints",
         holds.len()
     );
+}
+
+/// Checks the write-lock holds a `compact` traced: one line at least for
+/// each of its phases that takes the lock (the dictionary stored, the
+/// entries re-encoded, unused blocks and dictionaries removed, the search
+/// index merged, free pages given back, the log truncated), and none on a
+/// CPU for longer than 150 ms: each is bounded to 50 ms of wall time (its
+/// last step or commit on top), and CPU time does not grow when a loaded
+/// machine deschedules the holder.
+fn check_compact_holds(trace: &str) {
+    let events = trace_events(trace);
+    for phase in [
+        "compact-dictionary",
+        "compact-reencode",
+        "compact-unused-blocks",
+        "compact-unused-dictionaries",
+        "compact-merge",
+        "compact-vacuum",
+        "compact-truncate",
+    ] {
+        let holds: Vec<f64> = events
+            .iter()
+            .filter(|(w, _)| w == phase)
+            .map(|(_, f)| f.get("cpu_ms").and_then(|v| v.parse().ok()).unwrap_or(0.0))
+            .collect();
+        assert!(!holds.is_empty(), "compact: no {phase} traced:\n{trace}");
+        let longest = holds.iter().copied().fold(0.0, f64::max);
+        eprintln!(
+            "compact: {} {phase} holds, the longest {longest:.1} ms on a CPU",
+            holds.len()
+        );
+        assert!(
+            longest < 150.0,
+            "compact: a {phase} hold of the write lock took {longest:.1} ms on a CPU:\n{trace}"
+        );
+    }
 }
 
 /// Runs passive checkpoints of `db` while `running` and the fork's staged

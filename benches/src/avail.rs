@@ -12,7 +12,11 @@
 //! operations after the import (of `fork`, `delete`, `compact`; `delete`
 //! runs the fork too), and `SESSIONTREE_AVAIL_TRACE=MS` prints every append that
 //! waited longer than MS with the wall-clock time it began (Unix ms), to
-//! set beside the operation's own timings.
+//! set beside the operation's own timings. `SESSIONTREE_AVAIL_KEEP_TRACE=DIR`
+//! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`;
+//! `SESSIONTREE_AVAIL_FTS_AUTOMERGE=N` sets FTS5's `automerge` of the
+//! archive's search index to N before the compact (an experiment: 0 keeps
+//! other writers' commits from continuing the compact's merge).
 
 use crate::gen::{generate, GenOptions, Shape};
 use serde_json::{json, Value};
@@ -39,6 +43,10 @@ struct Append {
     began_at: std::time::SystemTime,
     /// How long it took (lock wait included).
     waited: Duration,
+    /// How long the appending thread ran on a CPU meanwhile: waiting for
+    /// the lock costs next to none, so a long one did work of its own
+    /// (e.g. FTS5's automerge, on its commit, continuing a merge).
+    cpu: Duration,
     /// Whether it failed.
     failed: bool,
 }
@@ -67,8 +75,10 @@ impl Appender {
             while r.load(Ordering::SeqCst) {
                 let began = Instant::now();
                 let began_at = std::time::SystemTime::now();
+                let cpu0 = thread_cpu();
                 let result = session.append_message(&message);
                 let waited = began.elapsed();
+                let cpu = thread_cpu().saturating_sub(cpu0);
                 if let Err(err) = &result {
                     let mut e = e.lock().unwrap_or_else(|p| p.into_inner());
                     if e.len() < 5 {
@@ -79,6 +89,7 @@ impl Appender {
                     began,
                     began_at,
                     waited,
+                    cpu,
                     failed: result.is_err(),
                 });
                 std::thread::sleep(APPEND_EVERY);
@@ -118,6 +129,15 @@ impl Appender {
             let _ = t.join();
         }
     }
+}
+
+/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`;
+/// zero where there is none).
+fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 /// `SESSIONTREE_AVAIL_TRACE=MS`: appends waiting longer are printed.
@@ -207,6 +227,9 @@ fn run_op(
         if let Some(holds) = longest_holds(trace) {
             row["holds"] = holds;
         }
+        if let Some(keep) = std::env::var_os("SESSIONTREE_AVAIL_KEEP_TRACE") {
+            let _ = std::fs::copy(trace, Path::new(&keep).join(format!("{name}-locks.txt")));
+        }
         let _ = std::fs::remove_file(trace);
     }
     // Each row as it is measured: a long run interrupted keeps what it had.
@@ -217,12 +240,16 @@ fn run_op(
 /// What an operation's lock trace (`SESSIONTREE_LOCK_TRACE`) says of its
 /// holds of the write lock (its batches' transactions and the `RESTART`
 /// checkpoints between them): how many, the longest by the wall clock, the
-/// longest on a CPU, and the longest `RESTART`. The wall includes time the
-/// holder waited for a CPU; on a loaded machine the CPU figure is the one
-/// that compares between runs. `None` if nothing was traced.
+/// longest on a CPU, and the longest `RESTART`; for `compact`, whose holds
+/// are of several kinds (`compact-reencode`, `compact-merge`, ...), also
+/// per kind (`phases`: holds, longest wall, longest CPU). The wall
+/// includes time the holder waited for a CPU; on a loaded machine the CPU
+/// figure is the one that compares between runs. `None` if nothing was
+/// traced.
 fn longest_holds(trace: &Path) -> Option<Value> {
     let text = std::fs::read_to_string(trace).ok()?;
     let (mut n, mut wall, mut cpu, mut restart) = (0u64, 0f64, 0f64, 0f64);
+    let mut phases: Vec<(String, u64, f64, f64)> = Vec::new();
     for line in text.lines() {
         let field = |key: &str| {
             line.split_whitespace()
@@ -230,10 +257,24 @@ fn longest_holds(trace: &Path) -> Option<Value> {
         };
         let ms = |key: &str| field(key).and_then(|v| v.parse::<f64>().ok());
         match field("what") {
-            Some("staged-batch" | "staged-last" | "delete-batch") => {
+            Some(what)
+                if matches!(what, "staged-batch" | "staged-last" | "delete-batch")
+                    || what.starts_with("compact-") =>
+            {
                 n += 1;
-                wall = wall.max(ms("ms").unwrap_or(0.0));
-                cpu = cpu.max(ms("cpu_ms").unwrap_or(0.0));
+                let (w, c) = (ms("ms").unwrap_or(0.0), ms("cpu_ms").unwrap_or(0.0));
+                wall = wall.max(w);
+                cpu = cpu.max(c);
+                if what.starts_with("compact-") {
+                    match phases.iter_mut().find(|p| p.0 == what) {
+                        Some(p) => {
+                            p.1 += 1;
+                            p.2 = p.2.max(w);
+                            p.3 = p.3.max(c);
+                        }
+                        None => phases.push((what.to_string(), 1, w, c)),
+                    }
+                }
             }
             Some("ckpt-op-restart") => {
                 n += 1;
@@ -242,7 +283,15 @@ fn longest_holds(trace: &Path) -> Option<Value> {
             _ => {}
         }
     }
-    (n > 0).then(|| json!({"n": n, "max_ms": wall, "max_cpu_ms": cpu, "restart_max_ms": restart}))
+    let phases: Vec<Value> = phases
+        .into_iter()
+        .map(
+            |(what, n, wall, cpu)| json!({"what": what, "n": n, "max_ms": wall, "max_cpu_ms": cpu}),
+        )
+        .collect();
+    (n > 0).then(|| {
+        json!({"n": n, "max_ms": wall, "max_cpu_ms": cpu, "restart_max_ms": restart, "phases": phases})
+    })
 }
 
 /// The baseline: appends while no operation runs, for two seconds.
@@ -285,9 +334,10 @@ fn window_row(
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
             eprintln!(
-                "bench: avail: {name}: an append began at {} ms (Unix) and waited {:.1} ms",
+                "bench: avail: {name}: an append began at {} ms (Unix) and waited {:.1} ms ({:.1} ms on a CPU)",
                 at.as_millis(),
-                a.waited.as_secs_f64() * 1e3
+                a.waited.as_secs_f64() * 1e3,
+                a.cpu.as_secs_f64() * 1e3
             );
         }
     }
@@ -302,6 +352,10 @@ fn window_row(
         "p50_ms": quantile(&waits, 0.5),
         "p99_ms": quantile(&waits, 0.99),
         "max_ms": waits.last().copied().unwrap_or(0.0),
+        "append_cpu_max_ms": appends
+            .iter()
+            .map(|a| a.cpu.as_secs_f64() * 1e3)
+            .fold(0.0, f64::max),
     })
 }
 
@@ -518,6 +572,22 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
         if !wanted("compact") {
             return Ok(());
         }
+        // An experiment: FTS5's `automerge` of the archive's search index
+        // set before the compact (0: other writers' commits do no merge
+        // work, so none continues the compact's merge of the whole index).
+        if let Some(n) = std::env::var("SESSIONTREE_AVAIL_FTS_AUTOMERGE")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+        {
+            rusqlite::Connection::open(&db)
+                .and_then(|c| {
+                    c.execute(
+                        "INSERT INTO message_text (message_text, rank) VALUES ('automerge', ?1)",
+                        [n],
+                    )
+                })
+                .map_err(|e| Error::Unknown(format!("setting automerge: {e}")))?;
+        }
         let (r, _) = run_op(
             bin,
             "compact",
@@ -645,16 +715,16 @@ pub fn render(v: &Value) -> String {
     );
     let _ = writeln!(
         t,
-        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | largest log |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | largest log | longest append on a CPU |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in rows {
         if let Some(e) = r["error"].as_str() {
-            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | |", r["backend"]);
+            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | | |", r["backend"]);
             continue;
         }
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} |",
+            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} |",
             r["backend"].as_str().unwrap_or(""),
             r["op"].as_str().unwrap_or(""),
             r["entries"],
@@ -667,6 +737,9 @@ pub fn render(v: &Value) -> String {
             r["log_mb"]
                 .as_f64()
                 .map_or_else(String::new, |mb| format!("{mb:.0} MB")),
+            r["append_cpu_max_ms"]
+                .as_f64()
+                .map_or_else(String::new, |ms| format!("{ms:.1} ms")),
         );
     }
     let traced: Vec<&Value> = rows.iter().filter(|r| r["holds"].is_object()).collect();
@@ -675,7 +748,7 @@ pub fn render(v: &Value) -> String {
             t,
             "\nThe operation's own holds of the write lock (`SESSIONTREE_LOCK_TRACE`): its transactions and the `RESTART` checkpoints between them. Wall time includes waiting for a CPU; CPU time does not.\n\n| operation | holds | longest (wall) | longest on a CPU | longest RESTART |\n|---|---:|---:|---:|---:|"
         );
-        for r in traced {
+        for r in &traced {
             let h = &r["holds"];
             let _ = writeln!(
                 t,
@@ -686,6 +759,34 @@ pub fn render(v: &Value) -> String {
                 h["max_cpu_ms"].as_f64().unwrap_or(0.0),
                 h["restart_max_ms"].as_f64().unwrap_or(0.0),
             );
+        }
+    }
+    let phased: Vec<&Value> = traced
+        .iter()
+        .copied()
+        .filter(|r| {
+            r["holds"]["phases"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        })
+        .collect();
+    if !phased.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nThe operation's holds by kind (`compact`: `reencode` its re-encode transactions, `merge` the search index's merge, `unused-blocks`/`unused-dictionaries` the removal of what nothing uses, `vacuum` the pages given back, `truncate` the log's last checkpoint).\n\n| operation | kind | holds | longest (wall) | longest on a CPU |\n|---|---|---:|---:|---:|"
+        );
+        for r in phased {
+            for p in r["holds"]["phases"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {} | {:.1} ms | {:.1} ms |",
+                    r["op"].as_str().unwrap_or(""),
+                    p["what"].as_str().unwrap_or(""),
+                    p["n"],
+                    p["max_ms"].as_f64().unwrap_or(0.0),
+                    p["max_cpu_ms"].as_f64().unwrap_or(0.0),
+                );
+            }
         }
     }
     for r in rows.iter().filter(|r| r["lock_samples"].is_u64()) {

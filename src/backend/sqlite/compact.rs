@@ -1284,6 +1284,12 @@ impl Archive {
             let writing = std::time::Instant::now();
             out.write(&tx)?;
             tx.commit().map_err(sql("re-encoding entries"))?;
+            let span = super::lock_trace::started_at("compact-reencode", started);
+            super::lock_trace::end(
+                span,
+                old_bytes as u64,
+                &format!("write_ms={:.2}", writing.elapsed().as_secs_f64() * 1e3),
+            );
             pace.learn(writing.elapsed(), old_bytes);
             progress(pass.entries);
             if work.peek().is_some() {
@@ -1356,9 +1362,12 @@ impl Archive {
             let trained = match codec::train(&samples, training) {
                 Some(bytes) => {
                     let tx = self.begin_write(&mut conn, "training a dictionary")?;
+                    let started = std::time::Instant::now();
                     let sample_bytes = samples.iter().map(Vec::len).sum();
                     let d = codec::insert_dictionary(&tx, bytes, samples.len(), sample_bytes)?;
                     tx.commit().map_err(sql("training a dictionary"))?;
+                    let span = super::lock_trace::started_at("compact-dictionary", started);
+                    super::lock_trace::end(span, 1, "");
                     Some(d)
                 }
                 None => None,
@@ -1392,8 +1401,10 @@ impl Archive {
         // `truncate_log` copies the log with a PASSIVE checkpoint (no lock)
         // before its TRUNCATE, which then holds the write lock only for
         // what was appended meanwhile.
+        let span = super::lock_trace::start("compact-truncate");
         super::connection::truncate_log(&mut conn, self.0.manager.checkpointer())
             .map_err(sql("vacuuming the archive"))?;
+        super::lock_trace::end(span, 0, "");
         report.bytes_after = file_bytes(self.path());
         Ok(report)
     }
@@ -1466,18 +1477,24 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
     // ~40 entries: 25,000 at 1M entries): removed in bounded transactions,
     // not one.
     let mut unused_blocks = unused_blocks.into_iter();
-    in_batches(archive, conn, "removing unused blocks", &mut |tx| {
-        let mut delete = tx
-            .prepare_cached("DELETE FROM entry_blocks WHERE block_id = ?1")
-            .map_err(sql("removing unused blocks"))?;
-        for id in unused_blocks.by_ref().take(REMOVE_BLOCKS) {
-            delete
-                .execute([id])
+    in_batches(
+        archive,
+        conn,
+        ("removing unused blocks", "compact-unused-blocks"),
+        &mut |tx| {
+            let mut delete = tx
+                .prepare_cached("DELETE FROM entry_blocks WHERE block_id = ?1")
                 .map_err(sql("removing unused blocks"))?;
-        }
-        Ok(unused_blocks.len() == 0)
-    })?;
+            for id in unused_blocks.by_ref().take(REMOVE_BLOCKS) {
+                delete
+                    .execute([id])
+                    .map_err(sql("removing unused blocks"))?;
+            }
+            Ok(unused_blocks.len() == 0)
+        },
+    )?;
     let tx = archive.begin_write(conn, "removing unused dictionaries")?;
+    let started = std::time::Instant::now();
     let newest = codec.newest(&tx)?.map(|d| d.id);
     let mut dictionaries = 0;
     for id in dictionary_ids {
@@ -1494,11 +1511,24 @@ fn remove_unused(archive: &Archive, conn: &mut Connection) -> Result<(u64, u64)>
         )
         .map_err(sql("removing unused blobs"))?;
     tx.commit().map_err(sql("removing unused dictionaries"))?;
+    let span = super::lock_trace::started_at("compact-unused-dictionaries", started);
+    super::lock_trace::end(span, dictionaries + blobs as u64, "");
     Ok((dictionaries, blobs as u64))
 }
 
-/// Search-index pages merged per step of [`merge_search_index`].
+/// Search-index leaf pages the first step of [`merge_search_index`]
+/// writes; later steps write more or fewer to take about [`MERGE_STEP`].
 const MERGE_PAGES: i64 = 64;
+/// The fewest and most leaf pages a step of [`merge_search_index`] writes.
+const MERGE_PAGES_RANGE: (i64, i64) = (4, 256);
+/// How long a step of [`merge_search_index`] should take. FTS5 bounds a
+/// merge step by the leaf pages it writes, not by what it reads: rows
+/// deleted (a deleted fork's, each a tombstone since schema step 0017)
+/// are read and dropped, so a step's time per page written varies with
+/// how much of its input was deleted (19-53 ms for 64 pages at 200,000
+/// entries after a fork was deleted, load 4-5). The pages per step follow
+/// the time the step before took.
+const MERGE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
 /// Unused blocks removed per step of [`remove_unused`].
 const REMOVE_BLOCKS: usize = 256;
 /// Free pages given back per step of [`give_back_space`].
@@ -1506,30 +1536,57 @@ const VACUUM_PAGES: i64 = 256;
 
 /// Runs `step` in write transactions of at most [`BATCHED_WRITE`] each
 /// (several steps to one), a pause between them so that a waiting writer
-/// gets the lock, until `step` says it is done.
+/// gets the lock, until `step` says it is done. Each transaction is one
+/// line `phase` of the lock trace (its steps, longest step and commit).
 fn in_batches(
     archive: &Archive,
     conn: &mut Connection,
-    what: &'static str,
+    (what, phase): (&'static str, &'static str),
     step: &mut dyn FnMut(&Connection) -> Result<bool>,
 ) -> Result<()> {
     // The commit writes out the pages the steps changed: the transaction
-    // stops once its steps and the commit before's time reach the bound.
-    let mut last_commit = std::time::Duration::ZERO;
+    // stops once its steps and the longest commit so far reach the bound
+    // (with the commit before's alone, a vacuum transaction whose commit
+    // took 15 ms after one of 3 ran 63 ms, 56 ms on a CPU). A step is not
+    // cut short: a transaction also stops before a step that, taking as
+    // long as the longest of this transaction's and the one before's,
+    // would carry it past the bound (only checking after each step, a
+    // merge transaction that ended with one long step ran 55-89 ms, 57 ms
+    // on a CPU, against the 50 ms bound).
+    let mut longest_commit = std::time::Duration::ZERO;
+    let mut longest_before = std::time::Duration::ZERO;
     loop {
         let tx = archive.begin_write(conn, what)?;
         let started = std::time::Instant::now();
+        let (mut steps, mut longest) = (0u64, std::time::Duration::ZERO);
         let done = loop {
-            if step(&tx)? {
+            let stepping = std::time::Instant::now();
+            let done = step(&tx)?;
+            steps += 1;
+            longest = longest.max(stepping.elapsed());
+            if done {
                 break true;
             }
-            if started.elapsed() + last_commit >= BATCHED_WRITE {
+            let next = longest.max(longest_before);
+            if started.elapsed() + next + longest_commit >= BATCHED_WRITE {
                 break false;
             }
         };
+        longest_before = longest;
         let committing = std::time::Instant::now();
         tx.commit().map_err(sql(what))?;
-        last_commit = committing.elapsed();
+        let last_commit = committing.elapsed();
+        longest_commit = longest_commit.max(last_commit);
+        let span = super::lock_trace::started_at(phase, started);
+        super::lock_trace::end(
+            span,
+            steps,
+            &format!(
+                "step_max_ms={:.2} commit_ms={:.2}",
+                longest.as_secs_f64() * 1e3,
+                last_commit.as_secs_f64() * 1e3
+            ),
+        );
         if done {
             return Ok(());
         }
@@ -1539,12 +1596,28 @@ fn in_batches(
 }
 
 /// Merges the search index's segments into one b-tree (what FTS5's
-/// `optimize` does in one go), a few pages a step ([`fts::IndexMerge`]).
+/// `optimize` does in one go), a step of about [`MERGE_STEP`] at a time
+/// ([`fts::IndexMerge`]).
 fn merge_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
     let mut merge = fts::IndexMerge::new();
-    in_batches(archive, conn, "merging the search index", &mut |tx| {
-        merge.step(tx, MERGE_PAGES)
-    })
+    let mut pages = MERGE_PAGES;
+    let (fewest, most) = MERGE_PAGES_RANGE;
+    in_batches(
+        archive,
+        conn,
+        ("merging the search index", "compact-merge"),
+        &mut |tx| {
+            let stepping = std::time::Instant::now();
+            let done = merge.step(tx, pages)?;
+            let took = stepping.elapsed();
+            if took > MERGE_STEP * 2 {
+                pages = (pages / 2).max(fewest);
+            } else if took < MERGE_STEP / 2 {
+                pages = (pages * 2).min(most);
+            }
+            Ok(done)
+        },
+    )
 }
 
 /// Gives the free pages back to the file system. An archive in incremental
@@ -1557,23 +1630,30 @@ fn give_back_space(archive: &Archive, conn: &mut Connection) -> Result<()> {
         .pragma_query_value(None, "auto_vacuum", |r| r.get(0))
         .map_err(sql("vacuuming the archive"))?;
     if mode != INCREMENTAL_VACUUM {
-        return conn
-            .execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
-            .map_err(sql("vacuuming the archive"));
-    }
-    in_batches(archive, conn, "vacuuming the archive", &mut |tx| {
-        tx.query_row(
-            &format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"),
-            [],
-            |_| Ok(()),
-        )
-        .optional()
-        .map_err(sql("vacuuming the archive"))?;
-        let free: i64 = tx
-            .pragma_query_value(None, "freelist_count", |r| r.get(0))
+        let span = super::lock_trace::start("compact-vacuum-full");
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
             .map_err(sql("vacuuming the archive"))?;
-        Ok(free == 0)
-    })
+        super::lock_trace::end(span, 0, "");
+        return Ok(());
+    }
+    in_batches(
+        archive,
+        conn,
+        ("vacuuming the archive", "compact-vacuum"),
+        &mut |tx| {
+            tx.query_row(
+                &format!("PRAGMA incremental_vacuum({VACUUM_PAGES})"),
+                [],
+                |_| Ok(()),
+            )
+            .optional()
+            .map_err(sql("vacuuming the archive"))?;
+            let free: i64 = tx
+                .pragma_query_value(None, "freelist_count", |r| r.get(0))
+                .map_err(sql("vacuuming the archive"))?;
+            Ok(free == 0)
+        },
+    )
 }
 
 /// SQLite's "database or disk is full" (SQLITE_FULL) says neither what
