@@ -13,10 +13,7 @@
 //! runs the fork too), and `SESSIONTREE_AVAIL_TRACE=MS` prints every append that
 //! waited longer than MS with the wall-clock time it began (Unix ms), to
 //! set beside the operation's own timings. `SESSIONTREE_AVAIL_KEEP_TRACE=DIR`
-//! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`;
-//! `SESSIONTREE_AVAIL_FTS_AUTOMERGE=N` sets FTS5's `automerge` of the
-//! archive's search index to N before the compact (an experiment: 0 keeps
-//! other writers' commits from continuing the compact's merge).
+//! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`.
 
 use crate::gen::{generate, GenOptions, Shape};
 use serde_json::{json, Value};
@@ -571,22 +568,6 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
         }
         if !wanted("compact") {
             return Ok(());
-        }
-        // An experiment: FTS5's `automerge` of the archive's search index
-        // set before the compact (0: other writers' commits do no merge
-        // work, so none continues the compact's merge of the whole index).
-        if let Some(n) = std::env::var("SESSIONTREE_AVAIL_FTS_AUTOMERGE")
-            .ok()
-            .and_then(|v| v.parse::<i64>().ok())
-        {
-            rusqlite::Connection::open(&db)
-                .and_then(|c| {
-                    c.execute(
-                        "INSERT INTO message_text (message_text, rank) VALUES ('automerge', ?1)",
-                        [n],
-                    )
-                })
-                .map_err(|e| Error::Unknown(format!("setting automerge: {e}")))?;
         }
         let (r, _) = run_op(
             bin,
