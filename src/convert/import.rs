@@ -273,7 +273,7 @@ fn write_grouped(
             let taken = std::cell::Cell::new(0);
             let filled_at = std::cell::Cell::new(None);
             let written = archive.write_session(|w| {
-                let started = std::time::Instant::now();
+                let started = w.lock_taken();
                 let (mut imported, mut bytes, mut entries) = (Vec::new(), 0, 0);
                 for (index, file) in &files[from..] {
                     let due = clock.due(started.elapsed(), entries);

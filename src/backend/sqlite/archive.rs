@@ -66,9 +66,10 @@ impl Archive {
         fill: impl FnOnce(&mut SessionWriter<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.conn()?;
-        let tx = self.begin_write(&mut conn, "starting a session write")?;
+        let (tx, lock_taken) = self.begin_write_clocked(&mut conn, "starting a session write")?;
         let mut writer = SessionWriter {
             tx,
+            lock_taken,
             appender: None,
             codec: self.codec(),
             staged: None,
@@ -700,9 +701,8 @@ impl pending::PendingStore for Archive {
 
     fn remove_batch(&self, key: i64, token: &str) -> Result<bool> {
         let mut conn = self.conn()?;
-        let tx = self.begin_write(&mut conn, "deleting a session")?;
-        // The lock is held from here: the batch's clock starts now.
-        let started = Instant::now();
+        // The batch's clock starts with the lock (its merge share counts).
+        let (tx, started) = self.begin_write_clocked(&mut conn, "deleting a session")?;
         super::claim::renew_claim(&tx, key, token)?;
         let clock = REMOVAL_CLOCK.with(std::cell::Cell::get);
         let mut steps = 0;

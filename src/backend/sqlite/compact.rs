@@ -1256,8 +1256,7 @@ impl Archive {
         } = batch;
         let mut work = runs.iter().zip(prepared).peekable();
         while work.peek().is_some() {
-            let tx = self.begin_write(conn, "re-encoding entries")?;
-            let started = std::time::Instant::now();
+            let (tx, started) = self.begin_write_clocked(conn, "re-encoding entries")?;
             let mut out = Rewrites::default();
             let mut old_bytes = 0;
             for (run, prepared) in work.by_ref() {
@@ -1556,8 +1555,7 @@ fn in_batches(
     let mut longest_commit = std::time::Duration::ZERO;
     let mut longest_before = std::time::Duration::ZERO;
     loop {
-        let tx = archive.begin_write(conn, what)?;
-        let started = std::time::Instant::now();
+        let (tx, started) = archive.begin_write_clocked(conn, what)?;
         let (mut steps, mut longest) = (0u64, std::time::Duration::ZERO);
         let done = loop {
             let stepping = std::time::Instant::now();

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Entry text appended without a dictionary after which a writer trains
 /// the archive's first one from its entries (what `import` trains on).
@@ -106,16 +106,28 @@ impl Archive {
         conn: &'c mut Connection,
         what: &'static str,
     ) -> Result<rusqlite::Transaction<'c>> {
+        self.begin_write_clocked(conn, what).map(|(tx, _)| tx)
+    }
+
+    /// [`Archive::begin_write`], and when it took the lock: a batched
+    /// writer's clock starts there, so that the merge share counts in its
+    /// batch's time.
+    pub(crate) fn begin_write_clocked<'c>(
+        &self,
+        conn: &'c mut Connection,
+        what: &'static str,
+    ) -> Result<(rusqlite::Transaction<'c>, Instant)> {
         refuse_if_damaged(self.path())?;
         let span = super::lock_trace::start("lock-wait");
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(sql(what))?;
+        let taken = Instant::now();
         super::lock_trace::end_if_over(span, std::time::Duration::from_millis(10), "");
         super::lock_trace::lock_taken();
         self.refuse_if_log_gone()?;
         super::fts::merge_due(&tx, super::fts::WRITER_MERGE_TIME)?;
-        Ok(tx)
+        Ok((tx, taken))
     }
 
     /// Inside a write transaction: refuses when the archive's write-ahead

@@ -585,6 +585,8 @@ impl Appender {
 /// ([`SessionWriter::end_session`]).
 pub struct SessionWriter<'c> {
     pub(super) tx: Transaction<'c>,
+    /// When the transaction took the write lock.
+    pub(super) lock_taken: Instant,
     pub(super) appender: Option<Appender>,
     pub(super) codec: &'c Codec,
     /// Set by [`SessionWriter::begin_staged`]: the write commits in batches.
@@ -746,7 +748,7 @@ impl SessionWriter<'_> {
         self.staged = Some(Staged {
             key,
             token,
-            batch_started: Instant::now(),
+            batch_started: self.lock_taken,
             published: false,
             relaxed_from: None,
             clock: Default::default(),
@@ -875,8 +877,9 @@ impl SessionWriter<'_> {
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(sql("starting an import batch"))?;
         super::lock_trace::lock_taken();
+        self.lock_taken = Instant::now();
         if let Some(staged) = self.staged.as_mut() {
-            staged.batch_started = Instant::now();
+            staged.batch_started = self.lock_taken;
             staged.rows = 0;
         }
         super::connection::refuse_if_log_missing(&self.manager.path)?;
@@ -987,7 +990,7 @@ impl SessionWriter<'_> {
         self.staged = Some(Staged {
             key,
             token,
-            batch_started: Instant::now(),
+            batch_started: self.lock_taken,
             published: false,
             relaxed_from: None,
             clock: Default::default(),
@@ -996,6 +999,12 @@ impl SessionWriter<'_> {
             visible: true,
         });
         Ok(())
+    }
+
+    /// When this write's transaction took the write lock (a group of
+    /// writes times its batch from it).
+    pub fn lock_taken(&self) -> Instant {
+        self.lock_taken
     }
 
     /// The encoder entries of this write are prepared with (see
