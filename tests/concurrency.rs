@@ -2,7 +2,9 @@
 //! refused with `storage` naming the holder, in this process or another),
 //! nothing interleaved; readers during a write burst see whole commits only;
 //! the claim of a writer killed with SIGKILL is taken over at once by a new
-//! writer on the same host.
+//! writer on the same host; a writer of another session gets in between the
+//! batches of long operations, before their next batch even when it wakes
+//! late (the turnstile).
 
 mod support;
 
