@@ -2,7 +2,9 @@
 //! refused with `storage` naming the holder, in this process or another),
 //! nothing interleaved; readers during a write burst see whole commits only;
 //! the claim of a writer killed with SIGKILL is taken over at once by a new
-//! writer on the same host.
+//! writer on the same host; a writer of another session gets in between the
+//! batches of long operations, before their next batch even when it wakes
+//! late (the turnstile).
 
 mod support;
 
@@ -656,6 +658,124 @@ fn writers_stay_available_while_a_big_file_imports() {
         "an append waited {worst:?}"
     );
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}
+
+/// Issue 40, the turnstile: a writer whose busy-handler sleep ends late
+/// (a loaded machine, simulated: `SESSIONTREE_TEST_LATE_WAKE_MS=25` makes
+/// each 1 ms sleep 26 ms) still gets the lock before the import's next
+/// batch. Without the turnstile it tried again only every 26 ms, caught the
+/// import's 3 ms gap about one time in nine, and waited through several
+/// batches (8 of 12 waits saw the import begin 1 to 9 batches). Counted, not
+/// timed: see [`late_waiter_beside`].
+#[test]
+fn a_late_waking_writer_gets_in_before_the_next_import_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), env_usize("TURNSTILE_MB", 12));
+    let (db, archive) = archive_with_session(dir.path(), "other");
+    drop(archive);
+    let mut import = std::process::Command::new(bin());
+    import.args(["import", "--quiet"]).arg(&file);
+    late_waiter_beside(&db, 25, &mut import, true);
+}
+
+/// The turnstile beside a fork, whose gap is 20 ms (`BATCHED_GAP`): a
+/// writer whose busy-handler sleep takes 61 ms caught the gap about one time
+/// in three without it.
+#[test]
+fn a_late_waking_writer_gets_in_before_the_next_fork_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, archive, id) = archive_with_long_session(dir.path(), long_op_entries());
+    drop(archive);
+    let mut fork = std::process::Command::new(bin());
+    fork.args(["fork", &id]).stdout(std::process::Stdio::null());
+    late_waiter_beside(&db, 60, &mut fork, false);
+}
+
+/// Runs `op` (a `sessiontree` command, given `--db DB` here) while an
+/// `rpc` process appends to session "other" of `db` every 3 ms, its
+/// busy-handler sleep made `late_ms` longer (`SESSIONTREE_TEST_LATE_WAKE_MS`).
+/// Both trace their holds and waits into one file (`SESSIONTREE_LOCK_TRACE`);
+/// for every append that waited inside the operation, the operation began at
+/// most one batch during the wait (the one it began just as the append
+/// came, if it did): the turnstile let the waiter in before the next one.
+/// With `staged`, appending begins once the operation's session is staged
+/// (an import's first batch).
+fn late_waiter_beside(db: &Path, late_ms: u64, op: &mut std::process::Command, staged: bool) {
+    let trace = db.with_extension("trace");
+    let mut appender = RpcChild::spawn_command(
+        std::process::Command::new(bin())
+            .env("SESSIONTREE_TEST_LATE_WAKE_MS", late_ms.to_string())
+            .env("SESSIONTREE_LOCK_TRACE", &trace)
+            .arg("--db")
+            .arg(db)
+            .args(["rpc", "other"]),
+    );
+    // The first append takes the session's writer claim, before the operation.
+    let r = appender.call("appendMessage", json!({"message": user("first")}));
+    assert_eq!(response_code(&r), None, "{r}");
+    let mut child = op
+        .env("SESSIONTREE_LOCK_TRACE", &trace)
+        .arg("--db")
+        .arg(db)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while staged && staged_sessions(db) == 0 {
+        assert!(Instant::now() < deadline, "the operation never started");
+        assert!(child.try_wait().unwrap().is_none(), "it ended unseen");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut appends = 0;
+    while child.try_wait().unwrap().is_none() {
+        let r = appender.call("appendMessage", json!({"message": user("still here")}));
+        assert_eq!(response_code(&r), None, "{r}");
+        appends += 1;
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    assert!(child.wait().unwrap().success());
+    let appender_pid = appender.pid().to_string();
+    drop(appender.finish());
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    let events = trace_events(&text);
+    let num = |f: &std::collections::HashMap<String, String>, k: &str| -> f64 {
+        f.get(k).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    let op_pid = child.id().to_string();
+    let batches: Vec<f64> = events
+        .iter()
+        .filter(|(w, f)| w == "staged-batch" && f.get("pid") == Some(&op_pid))
+        .map(|(_, f)| num(f, "at"))
+        .collect();
+    let waits: Vec<(f64, f64)> = events
+        .iter()
+        .filter(|(w, f)| w == "lock-wait" && f.get("pid") == Some(&appender_pid))
+        .map(|(_, f)| (num(f, "at"), num(f, "at") + num(f, "ms")))
+        .filter(|&(from, to)| batches.iter().any(|&b| b < from) && batches.iter().any(|&b| b > to))
+        .collect();
+    let begun_inside: Vec<usize> = waits
+        .iter()
+        .map(|&(from, to)| batches.iter().filter(|&&b| b > from && b < to).count())
+        .collect();
+    eprintln!(
+        "{appends} appends, {} batches; {} waits inside the operation, batches begun during each: {begun_inside:?}",
+        batches.len(),
+        waits.len()
+    );
+    assert!(
+        batches.len() >= 10,
+        "too short an operation: {} batches",
+        batches.len()
+    );
+    assert!(
+        waits.len() >= 5,
+        "too few appends waited inside the operation: {}",
+        waits.len()
+    );
+    let worst = begun_inside.iter().copied().max().unwrap_or(0);
+    assert!(
+        worst <= 1,
+        "an append waited while the operation began {worst} batches: {begun_inside:?}"
+    );
 }
 
 /// A file whose import was killed half-way is invisible: not listed, not

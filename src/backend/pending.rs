@@ -108,10 +108,15 @@ impl TailClock {
 /// The pause between two batches: `gap` (what the store needs so that a
 /// waiting writer gets in first), or longer as a test asks.
 pub fn pause(gap: Duration) {
-    let pause = test_batch().map_or(gap, |(_, p)| p.max(gap));
+    let pause = pause_length(gap);
     if !pause.is_zero() {
         std::thread::sleep(pause);
     }
+}
+
+/// How long [`pause`] sleeps for `gap`: `gap`, or the test's pause if longer.
+pub fn pause_length(gap: Duration) -> Duration {
+    test_batch().map_or(gap, |(_, p)| p.max(gap))
 }
 
 /// A store's statements for half-done forks and deletes. Each method is one
@@ -119,6 +124,12 @@ pub fn pause(gap: Duration) {
 pub trait PendingStore {
     /// The pause between two removal batches.
     const GAP: Duration;
+
+    /// Between two removal batches: [`pause`] for [`Self::GAP`] (SQLite
+    /// then also lets announced waiters in first: its turnstile).
+    fn between_batches(&self) {
+        pause(Self::GAP);
+    }
 
     /// The marked sessions (half-done forks and deletes): key and id.
     fn marked_sessions(&self) -> Result<Vec<(i64, String)>>;
@@ -155,7 +166,7 @@ pub fn delete_session<S: PendingStore + ?Sized>(store: &S, id: &str) -> Result<(
 /// Removes marked session `key`, claimed as `token`, a batch at a time.
 pub fn remove_in_batches<S: PendingStore + ?Sized>(store: &S, key: i64, token: &str) -> Result<()> {
     while !store.remove_batch(key, token)? {
-        pause(S::GAP);
+        store.between_batches();
     }
     Ok(())
 }

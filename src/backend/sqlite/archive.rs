@@ -642,6 +642,10 @@ impl Archive {
 impl pending::PendingStore for Archive {
     const GAP: std::time::Duration = BATCHED_GAP;
 
+    fn between_batches(&self) {
+        Archive::between_batches(self, pending::pause_length(Self::GAP));
+    }
+
     fn marked_sessions(&self) -> Result<Vec<(i64, String)>> {
         let conn = self.conn()?;
         let mut st = conn

@@ -1297,7 +1297,7 @@ impl Archive {
                 // appender (200,000 entries, load 5-6, alternated), 20 ms
                 // gave longest waits of 113-180 ms against 93-101 ms and
                 // took the compact 11.6-19.1 s against 10.8-11.9 s.
-                std::thread::sleep(STAGED_GAP);
+                self.between_batches(STAGED_GAP);
             }
         }
         Ok(())
@@ -1589,7 +1589,7 @@ fn in_batches(
             return Ok(());
         }
         super::checkpointer::keep_log_short(conn, archive.0.manager.checkpointer());
-        std::thread::sleep(STAGED_GAP);
+        archive.between_batches(STAGED_GAP);
     }
 }
 

@@ -28,7 +28,10 @@ std::thread_local! {
 /// Timed by the clock, not by counting tries: on a loaded machine a 1 ms
 /// sleep takes several, and 10,000 tries ran past 25 s — past a writer
 /// claim's 30 s lease once two such waits followed one another. SQLite
-/// calls the handler on the waiting thread, attempt 0 first.
+/// calls the handler on the waiting thread, attempt 0 first. A write
+/// beginning ([`super::turnstile::announcing`]) announces itself on the
+/// archive's turn file, so that a long operation lets it in before its
+/// next batch however late this sleep ends ([`super::turnstile`]).
 pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
     let now = std::time::Instant::now();
     let since = WAITING_SINCE.with(|w| {
@@ -37,7 +40,8 @@ pub(super) fn wait_for_the_lock(attempt: i32) -> bool {
         }
         w.get().unwrap_or(now)
     });
-    std::thread::sleep(Duration::from_millis(1));
+    super::turnstile::announce();
+    std::thread::sleep(Duration::from_millis(1) + super::turnstile::test_late_wake());
     let limit = super::checkpointer::wait_limit().map_or(BUSY_TIMEOUT, |l| l.min(BUSY_TIMEOUT));
     since.elapsed() < limit
 }

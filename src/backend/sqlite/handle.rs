@@ -101,6 +101,8 @@ impl Archive {
     /// it never fails half-way on a busy upgrade), refusing while the archive
     /// is marked damaged ([`damage_marker`]), and does a bounded share of the
     /// search index's merge work first ([`fts::merge_due`](super::fts::merge_due)).
+    /// While it waits for the lock it announces itself to long operations
+    /// ([`super::turnstile`]).
     pub(crate) fn begin_write<'c>(
         &self,
         conn: &'c mut Connection,
@@ -119,9 +121,10 @@ impl Archive {
     ) -> Result<(rusqlite::Transaction<'c>, Instant)> {
         refuse_if_damaged(self.path())?;
         let span = super::lock_trace::start("lock-wait");
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sql(what))?;
+        let announcing = super::turnstile::announcing(self.path());
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate);
+        drop(announcing);
+        let tx = tx.map_err(sql(what))?;
         let taken = Instant::now();
         super::lock_trace::end_if_over(span, std::time::Duration::from_millis(10), "");
         super::lock_trace::lock_taken();
@@ -193,6 +196,12 @@ impl Archive {
         what: &'static str,
     ) -> Result<rusqlite::Transaction<'c>> {
         conn.unchecked_transaction().map_err(sql(what))
+    }
+
+    /// Between two batches of a long operation: pauses `gap`, then lets the
+    /// writers waiting for the lock have it first ([`super::turnstile`]).
+    pub(crate) fn between_batches(&self, gap: Duration) {
+        super::turnstile::between_batches(self.path(), gap);
     }
 
     /// The connection pool, built on first need (connections made as needed).

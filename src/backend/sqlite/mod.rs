@@ -51,6 +51,7 @@ mod rows;
 mod skeleton;
 mod storage;
 mod stored;
+mod turnstile;
 mod writer;
 
 pub use crate::listing::{ArchiveTotals, ListQuery, SearchFilter, SearchHit, SessionSummary};
@@ -63,6 +64,7 @@ pub use migrations::{current_version, latest_version, MigrationProgress};
 pub use query::{QueryEnd, QueryLimits, QueryResult};
 pub use rows::{ImportRecord, NewSession};
 pub use storage::SqliteStorage;
+pub use turnstile::turn_path;
 pub use writer::{SessionWriter, STAGED_GAP};
 
 /// What the counting tests and the benchmarks measure of the engine's

@@ -872,10 +872,15 @@ impl SessionWriter<'_> {
             }
         }
         super::checkpointer::keep_log_short(&self.tx, self.manager.checkpointer());
-        crate::backend::pending::pause(self.staged.as_ref().map_or(STAGED_GAP, |s| s.gap));
-        self.tx
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(sql("starting an import batch"))?;
+        let gap = self.staged.as_ref().map_or(STAGED_GAP, |s| s.gap);
+        super::turnstile::between_batches(
+            &self.manager.path,
+            crate::backend::pending::pause_length(gap),
+        );
+        let announcing = super::turnstile::announcing(&self.manager.path);
+        let begun = self.tx.execute_batch("BEGIN IMMEDIATE");
+        drop(announcing);
+        begun.map_err(sql("starting an import batch"))?;
         super::lock_trace::lock_taken();
         self.lock_taken = Instant::now();
         if let Some(staged) = self.staged.as_mut() {

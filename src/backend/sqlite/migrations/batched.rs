@@ -142,9 +142,12 @@ pub(super) fn run(
     let ctx = || format!("applying schema migration {version} to {}", path.display());
     loop {
         crate::backend::sqlite::connection::refuse_if_damaged(path)?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| Error::sqlite(ctx(), e))?;
+        // Waiting behind another long operation (another process's run of
+        // this step, an import), it announces itself like any writer.
+        let announcing = crate::backend::sqlite::turnstile::announcing(path);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate);
+        drop(announcing);
+        let tx = tx.map_err(|e| Error::sqlite(ctx(), e))?;
         // Another process may have finished the step while we waited.
         if current_version(&tx)? >= version {
             return Ok(());
@@ -174,7 +177,7 @@ pub(super) fn run(
         if cursor.finished {
             return Ok(());
         }
-        pending::pause(GAP);
+        crate::backend::sqlite::turnstile::between_batches(path, pending::pause_length(GAP));
     }
 }
 
