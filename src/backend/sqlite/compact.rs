@@ -1291,8 +1291,13 @@ impl Archive {
             );
             pace.learn(writing.elapsed(), old_bytes);
             progress(pass.entries);
+            // After every transaction, not only between two of one batch:
+            // a batch's rows most often fit in one, and the log then went
+            // unchecked through the whole re-encode (523 MB at 200,000
+            // entries beside an appender, its frames all copied but never
+            // started over).
+            super::checkpointer::keep_log_short(conn, self.0.manager.checkpointer());
             if work.peek().is_some() {
-                super::checkpointer::keep_log_short(conn, self.0.manager.checkpointer());
                 // Not fork's 20 ms (`BATCHED_GAP`): measured beside an
                 // appender (200,000 entries, load 5-6, alternated), 20 ms
                 // gave longest waits of 113-180 ms against 93-101 ms and
