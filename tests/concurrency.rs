@@ -1761,7 +1761,8 @@ fn an_append_import_commits_in_batches_and_ends_as_a_whole_import() {
 }
 
 /// What a user reads of session `id` in the archive at `db`: its path,
-/// context, totals, a search, its `ls` row and its export, byte for byte.
+/// context, totals, a search, its `ls` row, where its leaf moved, and its
+/// export, byte for byte.
 fn append_views(db: &Path, id: &str, word: &str) -> Vec<String> {
     let d = db.to_str().expect("utf-8");
     let mut views: Vec<String> = [
@@ -1771,6 +1772,7 @@ fn append_views(db: &Path, id: &str, word: &str) -> Vec<String> {
         vec!["--db", d, "--json", "stats"],
         vec!["--db", d, "--json", "search", word],
         vec!["--db", d, "--json", "ls"],
+        vec!["--db", d, "--json", "history", id, "--limit", "1000"],
     ]
     .into_iter()
     .map(|args| {
@@ -1962,6 +1964,7 @@ fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
             "archive stats",
             "search",
             "ls",
+            "history",
             "export",
         ];
         for ((name, got), want) in names
@@ -1978,7 +1981,7 @@ fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
             );
         }
         assert!(
-            views[6].as_bytes() == std::fs::read(&file).unwrap(),
+            views[7].as_bytes() == std::fs::read(&file).unwrap(),
             "trial {trial}: the export is not the file"
         );
         let again = support::run_cli([
