@@ -1999,3 +1999,64 @@ fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
     }
     assert!(saw_partial, "every kill came after the last entry");
 }
+
+/// A batched append import whose claim is taken from it between two
+/// batches (`unclaim --force`, or a takeover once its lease ran out while
+/// the process was stopped) stops at its next batch instead of writing on
+/// after a new writer's entries; it keeps the whole entries it committed,
+/// and the next import completes the session as a fresh import leaves it.
+#[test]
+fn a_batched_append_whose_claim_is_taken_stops_at_its_next_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
+    let id = "00000000-0000-7000-8000-0000000000a1";
+    std::fs::write(&file, chain_lines(0, 300)).unwrap();
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, chain_lines(300, 1_200).as_bytes()).unwrap();
+    drop(f);
+    let count = || -> i64 {
+        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| c.query_row("SELECT count(*) FROM entries", [], |r| r.get(0)))
+            .unwrap_or(0)
+    };
+    let import = std::process::Command::new(support::bin())
+        .args(["--db", db_s, "import", file_s])
+        .env("SESSIONTREE_TEST_BATCH", "20:30")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count() < 340 {
+        assert!(Instant::now() < deadline, "no batch committed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let out = support::run_cli(["--db", db_s, "unclaim", id, "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let stopped = import.wait_with_output().unwrap();
+    assert!(!stopped.status.success(), "it wrote on: {stopped:?}");
+    assert!(
+        String::from_utf8_lossy(&stopped.stdout).contains("that write stopped"),
+        "{stopped:?}"
+    );
+    let held = count();
+    assert!(
+        (340..1_500).contains(&held),
+        "whole entries, a prefix: {held}"
+    );
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    drop(archive);
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let fresh = dir.path().join("fresh.db");
+    let out = support::run_cli(["--db", fresh.to_str().unwrap(), "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(session_views(&db), session_views(&fresh));
+}
