@@ -2000,9 +2000,10 @@ fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
     assert!(saw_partial, "every kill came after the last entry");
 }
 
-/// A batched append import whose claim is taken from it between two
-/// batches (`unclaim --force`, or a takeover once its lease ran out while
-/// the process was stopped) stops at its next batch instead of writing on
+/// A batched append import holds the session's claim between its batches
+/// (another writer is refused); one whose claim is taken from it
+/// (`unclaim --force`, or a takeover once its lease ran out while the
+/// process was stopped) stops at its next batch instead of writing on
 /// after a new writer's entries; it keeps the whole entries it committed,
 /// and the next import completes the session as a fresh import leaves it.
 #[test]
@@ -2037,6 +2038,13 @@ fn a_batched_append_whose_claim_is_taken_stops_at_its_next_batch() {
         assert!(Instant::now() < deadline, "no batch committed");
         std::thread::sleep(Duration::from_millis(2));
     }
+    // Between its batches another writer of the session is refused.
+    let refused = support::run_cli(["--db", db_s, "label", id, "e5", "mine"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("already open for writing"),
+        "{refused:?}"
+    );
     let out = support::run_cli(["--db", db_s, "unclaim", id, "--force"]);
     assert!(out.status.success(), "{out:?}");
     let stopped = import.wait_with_output().unwrap();
