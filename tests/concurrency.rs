@@ -2068,3 +2068,53 @@ fn a_batched_append_whose_claim_is_taken_stops_at_its_next_batch() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(session_views(&db), session_views(&fresh));
 }
+
+/// An append import killed after its last entry's batch but before the one
+/// with the import record leaves every appended entry and the old record;
+/// the next import then writes what that batch held: here the SDK's
+/// contract an appended `leaf` line implies, as a fresh import sets it (the
+/// import once took such a file for one `export` had caught up and
+/// recorded it as it was).
+#[test]
+fn an_append_killed_before_its_record_gets_its_contract_at_the_next_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
+    let id = "00000000-0000-7000-8000-0000000000a1";
+    std::fs::write(&file, chain_lines(0, 10)).unwrap();
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut appended = chain_lines(10, 5);
+    appended.push_str(
+        r#"{"type":"leaf","id":"l1","parentId":"e14","timestamp":"2025-01-01T00:00:00.000Z","targetId":"e12"}"#,
+    );
+    appended.push('\n');
+    // What the killed append committed: its entries, not its last batch.
+    let entries: Vec<Entry> = appended.lines().map(|l| Entry::parse(l).unwrap()).collect();
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    archive
+        .write_session(|w| {
+            w.resume(id)?;
+            entries.iter().try_for_each(|e| w.push(e))
+        })
+        .unwrap();
+    drop(archive);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
+    drop(f);
+    let out = support::run_cli(["--db", db_s, "import", file_s]);
+    assert!(out.status.success(), "{out:?}");
+    let fresh = dir.path().join("fresh.db");
+    let out = support::run_cli(["--db", fresh.to_str().unwrap(), "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let contract = |db: &Path| {
+        let archive = Archive::open(db, Durability::Relaxed).unwrap();
+        let storage = archive.open_session(id).unwrap();
+        (storage.contract().unwrap(), storage.entry_count().unwrap())
+    };
+    assert_eq!(contract(&fresh), (sessiontree::Contract::Sdk, 16));
+    assert_eq!(contract(&db), contract(&fresh));
+}
