@@ -1927,3 +1927,362 @@ fn an_append_import_commits_in_batches_and_ends_as_a_whole_import() {
     let out = support::run_cli(["--db", db_s, "check"]);
     assert!(out.status.success(), "{out:?}");
 }
+
+/// What a user reads of session `id` in the archive at `db`: its path,
+/// context, totals, a search, its `ls` row, where its leaf moved, and its
+/// export, byte for byte.
+fn append_views(db: &Path, id: &str, word: &str) -> Vec<String> {
+    let d = db.to_str().expect("utf-8");
+    let mut views: Vec<String> = [
+        vec!["--db", d, "branch", id],
+        vec!["--db", d, "--json", "context", id],
+        vec!["--db", d, "--json", "stats", id],
+        vec!["--db", d, "--json", "stats"],
+        vec!["--db", d, "--json", "search", word],
+        vec!["--db", d, "--json", "ls"],
+        vec!["--db", d, "--json", "history", id, "--limit", "1000"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let out = support::run_cli(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    })
+    .collect();
+    let archive = Archive::open(db, Durability::Relaxed).unwrap();
+    let mut exported = Vec::new();
+    sessiontree::convert::export_jsonl(&archive.open_session(id).unwrap(), &mut exported).unwrap();
+    views.push(String::from_utf8(exported).expect("utf-8"));
+    views
+}
+
+/// kill -9 at any instant of a batched append import (issue 40.1) leaves
+/// whole entries, a prefix of the file's, and an archive `check` passes;
+/// the next import of the file ends the session exactly as a fresh import
+/// of the whole file leaves it: the same path, context, usage totals,
+/// search hits, `ls` row, and export (the kept lines at their places).
+#[test]
+fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let generated = sessiontree_bench::gen::generate(
+        &dir.path().join("gen"),
+        &sessiontree_bench::gen::GenOptions {
+            shape: sessiontree_bench::gen::Shape::Forked,
+            entries: 3_000,
+            seed: 7,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let id = generated.sessions[0].id.clone();
+    let text = std::fs::read_to_string(&generated.sessions[0].path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Imported first: the header and 400 entries; pi then appends the
+    // rest, with two lines pi skips among them (kept, in their places).
+    let prefix: String = lines[..401].iter().map(|l| format!("{l}\n")).collect();
+    let mut appended = String::new();
+    for (i, l) in lines[401..].iter().enumerate() {
+        if i == 700 || i == 2_100 {
+            appended.push_str("{\"type\":\"message\",\"id\":\n");
+        }
+        appended.push_str(l);
+        appended.push('\n');
+    }
+    let entry_ids: Vec<String> = lines[1..]
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let word = "the";
+    let file_count = |db: &Path| -> i64 {
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM entries e JOIN sessions s USING (session_key) WHERE s.id = ?1",
+                    [&id],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap_or(0)
+    };
+    let appended_entries = (entry_ids.len() - 400) as i64;
+    // Kill once this many appended entries are visible: the first batch,
+    // part-way, and all of them (the batch with the import record, or the
+    // last one releasing the claim, may or may not have committed).
+    let mut saw_partial = false;
+    for (trial, target) in [
+        1,
+        appended_entries / 3,
+        appended_entries * 4 / 5,
+        appended_entries,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let t = dir.path().join(format!("t{trial}"));
+        std::fs::create_dir(&t).unwrap();
+        let (db, file) = (t.join("a.db"), t.join("s.jsonl"));
+        std::fs::write(&file, &prefix).unwrap();
+        let out = support::run_cli([
+            "--db",
+            db.to_str().unwrap(),
+            "import",
+            "--quiet",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(file_count(&db), 400);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
+        drop(f);
+        let mut import = std::process::Command::new(support::bin())
+            .arg("--db")
+            .arg(&db)
+            .args(["import", "--quiet"])
+            .arg(&file)
+            .env("SESSIONTREE_TEST_BATCH", "20:0")
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "trial {trial}: no batch committed"
+            );
+            if file_count(&db) >= 400 + target {
+                break;
+            }
+            assert!(
+                import.try_wait().unwrap().is_none(),
+                "trial {trial}: the import ended before it was killed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        import.kill().unwrap();
+        import.wait().unwrap();
+        let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+        assert_eq!(
+            archive.check(None).unwrap(),
+            Vec::<String>::new(),
+            "trial {trial}"
+        );
+        let held: Vec<String> = archive
+            .open_session(&id)
+            .unwrap()
+            .entries(0, None)
+            .unwrap()
+            .iter()
+            .map(|e| e.id().to_owned())
+            .collect();
+        assert!(held.len() >= 400 + target as usize, "trial {trial}");
+        assert_eq!(
+            held,
+            entry_ids[..held.len()],
+            "trial {trial}: a prefix of the file's entries"
+        );
+        saw_partial |= held.len() < entry_ids.len();
+        let (recorded, claims): (i64, i64) = archive
+            .conn()
+            .unwrap()
+            .query_row(
+                "SELECT (SELECT bytes FROM imports), (SELECT count(*) FROM writer_claims)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        eprintln!(
+            "trial {trial}: killed with {} of {} entries, import record {}, {claims} claim(s) left",
+            held.len(),
+            entry_ids.len(),
+            if recorded as usize == prefix.len() {
+                "old"
+            } else {
+                "new"
+            },
+        );
+        drop(archive);
+        let out = support::run_cli([
+            "--db",
+            db.to_str().unwrap(),
+            "import",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "trial {trial}: {out:?}");
+        let fresh = t.join("fresh.db");
+        let out = support::run_cli([
+            "--db",
+            fresh.to_str().unwrap(),
+            "import",
+            "--quiet",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let views = append_views(&db, &id, word);
+        let names = [
+            "branch",
+            "context",
+            "stats",
+            "archive stats",
+            "search",
+            "ls",
+            "history",
+            "export",
+        ];
+        for ((name, got), want) in names
+            .iter()
+            .zip(&views)
+            .zip(append_views(&fresh, &id, word))
+        {
+            let differ = got.lines().zip(want.lines()).position(|(a, b)| a != b);
+            assert!(
+                *got == want,
+                "trial {trial}: {name} differs from a fresh import's (line {differ:?} of {} and {})",
+                got.lines().count(),
+                want.lines().count()
+            );
+        }
+        assert!(
+            views[7].as_bytes() == std::fs::read(&file).unwrap(),
+            "trial {trial}: the export is not the file"
+        );
+        let again = support::run_cli([
+            "--db",
+            db.to_str().unwrap(),
+            "import",
+            file.to_str().unwrap(),
+        ]);
+        assert!(
+            String::from_utf8_lossy(&again.stdout).contains("1 unchanged"),
+            "trial {trial}: {again:?}"
+        );
+        let out = support::run_cli(["--db", db.to_str().unwrap(), "check"]);
+        assert!(out.status.success(), "trial {trial}: {out:?}");
+    }
+    assert!(saw_partial, "every kill came after the last entry");
+}
+
+/// A batched append import holds the session's claim between its batches
+/// (another writer is refused); one whose claim is taken from it
+/// (`unclaim --force`, or a takeover once its lease ran out while the
+/// process was stopped) stops at its next batch instead of writing on
+/// after a new writer's entries; it keeps the whole entries it committed,
+/// and the next import completes the session as a fresh import leaves it.
+#[test]
+fn a_batched_append_whose_claim_is_taken_stops_at_its_next_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
+    let id = "00000000-0000-7000-8000-0000000000a1";
+    std::fs::write(&file, chain_lines(0, 300)).unwrap();
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, chain_lines(300, 1_200).as_bytes()).unwrap();
+    drop(f);
+    let count = || -> i64 {
+        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| c.query_row("SELECT count(*) FROM entries", [], |r| r.get(0)))
+            .unwrap_or(0)
+    };
+    let import = std::process::Command::new(support::bin())
+        .args(["--db", db_s, "import", file_s])
+        .env("SESSIONTREE_TEST_BATCH", "20:30")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count() < 340 {
+        assert!(Instant::now() < deadline, "no batch committed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Between its batches another writer of the session is refused.
+    let refused = support::run_cli(["--db", db_s, "label", id, "e5", "mine"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("already open for writing"),
+        "{refused:?}"
+    );
+    let out = support::run_cli(["--db", db_s, "unclaim", id, "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let stopped = import.wait_with_output().unwrap();
+    assert!(!stopped.status.success(), "it wrote on: {stopped:?}");
+    assert!(
+        String::from_utf8_lossy(&stopped.stdout).contains("that write stopped"),
+        "{stopped:?}"
+    );
+    let held = count();
+    assert!(
+        (340..1_500).contains(&held),
+        "whole entries, a prefix: {held}"
+    );
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    drop(archive);
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let fresh = dir.path().join("fresh.db");
+    let out = support::run_cli(["--db", fresh.to_str().unwrap(), "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(session_views(&db), session_views(&fresh));
+}
+
+/// An append import killed after its last entry's batch but before the one
+/// with the import record leaves every appended entry and the old record;
+/// the next import then writes what that batch held: here the SDK's
+/// contract an appended `leaf` line implies, as a fresh import sets it (the
+/// import once took such a file for one `export` had caught up and
+/// recorded it as it was).
+#[test]
+fn an_append_killed_before_its_record_gets_its_contract_at_the_next_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
+    let id = "00000000-0000-7000-8000-0000000000a1";
+    std::fs::write(&file, chain_lines(0, 10)).unwrap();
+    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let mut appended = chain_lines(10, 5);
+    appended.push_str(
+        r#"{"type":"leaf","id":"l1","parentId":"e14","timestamp":"2025-01-01T00:00:00.000Z","targetId":"e12"}"#,
+    );
+    appended.push('\n');
+    // What the killed append committed: its entries, not its last batch.
+    let entries: Vec<Entry> = appended.lines().map(|l| Entry::parse(l).unwrap()).collect();
+    let archive = Archive::open(&db, Durability::Relaxed).unwrap();
+    archive
+        .write_session(|w| {
+            w.resume(id)?;
+            entries.iter().try_for_each(|e| w.push(e))
+        })
+        .unwrap();
+    drop(archive);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
+    drop(f);
+    let out = support::run_cli(["--db", db_s, "import", file_s]);
+    assert!(out.status.success(), "{out:?}");
+    let fresh = dir.path().join("fresh.db");
+    let out = support::run_cli(["--db", fresh.to_str().unwrap(), "import", file_s, "--quiet"]);
+    assert!(out.status.success(), "{out:?}");
+    let contract = |db: &Path| {
+        let archive = Archive::open(db, Durability::Relaxed).unwrap();
+        let storage = archive.open_session(id).unwrap();
+        (storage.contract().unwrap(), storage.entry_count().unwrap())
+    };
+    assert_eq!(contract(&fresh), (sessiontree::Contract::Sdk, 16));
+    assert_eq!(contract(&db), contract(&fresh));
+}

@@ -473,7 +473,9 @@ impl Watch {
 }
 
 /// Ctrl-C and SIGTERM stop the loop between two imports; a second one
-/// exits at once (an import cut short leaves the archive as before it).
+/// exits at once (a new file's import cut short leaves nothing visible; an
+/// append cut short leaves whole entries, which the next import goes on
+/// after).
 fn start_signal_thread(tx: SyncSender<Msg>) -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])

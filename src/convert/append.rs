@@ -8,6 +8,7 @@ use super::progress::ByteProgress;
 use crate::backend::jsonl::{read_open_header, ReadStart};
 use crate::backend::sqlite::{Archive, ImportRecord, SqliteStorage};
 use crate::contract::Contract;
+use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::storage::SessionStorage;
 use std::fs::File;
@@ -46,42 +47,33 @@ pub(super) fn append_new_lines(
             .first()
             .map(|e| e.id().to_owned()),
     };
+    // Entries after the imported prefix's last one that the file holds
+    // next: what an append killed half-way committed (its import record,
+    // written last, still names the old end), or what `export` appended to
+    // the file from the archive. The append goes on after them.
+    let mut held = Vec::new();
     if last_archived != last_imported {
-        // Unless the file caught up with the archive: `export` appended the
-        // archive's new entries to it. Then it is recorded as imported whole.
-        if caught_up(
+        match held_since_import(
             &mut file,
             r,
-            size,
             &storage,
             count,
             last_imported.as_deref(),
+            last_archived.as_deref(),
         )? {
-            let record = ImportRecord {
-                bytes: size,
-                prefix_hash: hash_prefix(path, size)?,
-                lines: r.lines + count_nonblank_lines(&mut file, r.bytes).map_err(io)?,
-                file_size: size,
-                file_mtime: mtime,
-                ..r.clone()
-            };
-            archive.write_session(|w| {
-                w.resume(&r.session_id)?;
-                w.record_import(&record)
-            })?;
-            return Ok(FileImport {
-                session_id: r.session_id.clone(),
-                outcome: ImportOutcome::Unchanged,
-                entries: 0,
-                bytes_read: 0,
-                torn_tail: None,
-                report: ImportReport::default(),
-            });
+            Some(entries) => held = entries,
+            None => {
+                // Both sides wrote since the import: merged by id.
+                drop(file);
+                return merge_instead(archive, path, r, options);
+            }
         }
-        // Both sides wrote since the import: merged by id.
-        drop(file);
-        return merge_instead(archive, path, r, options);
     }
+    drop(file);
+    let held_count = held.len();
+    // The session's length when the file was last imported: where the
+    // appended lines' entries (and the lines kept among them) begin.
+    let count = count - held_count;
     let source = Source {
         path: path.to_owned(),
         start: ReadStart::After {
@@ -95,6 +87,7 @@ pub(super) fn append_new_lines(
         vec![source],
         || Ok(()),
         |feed| {
+            feed.already_held(held);
             archive.write_session(|w| {
                 // In batches: pi may have appended thousands of lines.
                 w.resume_batched(&r.session_id)?;
@@ -128,13 +121,21 @@ pub(super) fn append_new_lines(
                     file_size: size,
                     file_mtime: mtime,
                 })?;
+                let written = summary.entries.saturating_sub(held_count as u64);
+                // Only lines the archive already held (`export` wrote them):
+                // nothing new.
+                let outcome = if written == 0 && held_count > 0 && skipped.is_empty() {
+                    ImportOutcome::Unchanged
+                } else {
+                    ImportOutcome::Appended
+                };
                 let report = ImportReport::of(skipped, &summary, contract);
                 // The last batch, at the archive's sync level; the claim goes.
                 w.publish()?;
                 Ok(FileImport {
                     session_id: r.session_id.clone(),
-                    outcome: ImportOutcome::Appended,
-                    entries: summary.entries,
+                    outcome,
+                    entries: written,
                     bytes_read: summary.bytes - r.bytes,
                     torn_tail: summary.torn_tail,
                     report,
@@ -194,56 +195,51 @@ fn last_line_before(file: &mut File, end: u64) -> std::io::Result<Vec<u8>> {
     }
 }
 
-/// The ids of the entries on the lines of `file` from `from` to its end.
-fn ids_from(file: &mut File, from: u64) -> std::io::Result<(Vec<Option<String>>, bool)> {
-    let mut rest = Vec::new();
-    file.seek(SeekFrom::Start(from))?;
-    file.read_to_end(&mut rest)?;
-    let complete = rest.last().is_none_or(|&b| b == b'\n');
-    let ids = rest
-        .split(|&b| b == b'\n')
-        .filter(|l| l.iter().any(|b| !b" \t\r".contains(b)))
-        .map(last_entry_id)
-        .collect();
-    Ok((ids, complete))
-}
-
-/// Non-blank lines of `file` from `from` to its end.
-fn count_nonblank_lines(file: &mut File, from: u64) -> std::io::Result<u64> {
-    Ok(ids_from(file, from)?.0.len() as u64)
-}
-
-/// Whether the lines of `file` after the imported prefix are exactly the
-/// entries the archive's session holds after the prefix's last entry (what
-/// `export` appends to a file that is a prefix of the session).
-fn caught_up(
+/// The archive's entries after the imported prefix's last entry
+/// (`last_imported`), if they are the entries on the file's first lines
+/// after the prefix (from byte `r.bytes`), in order and the same (id and
+/// value), the archive's last, `last_archived`, among them; `None` if the
+/// archive holds anything else after it.
+fn held_since_import(
     file: &mut File,
     r: &ImportRecord,
-    size: u64,
     storage: &SqliteStorage,
     count: usize,
     last_imported: Option<&str>,
-) -> Result<bool> {
+    last_archived: Option<&str>,
+) -> Result<Option<Vec<Entry>>> {
     let io = |e| Error::io("reading an imported file's new lines", e);
-    if size <= r.bytes {
-        return Ok(false);
-    }
-    let (ids, complete) = ids_from(file, r.bytes).map_err(io)?;
-    if !complete || ids.is_empty() || ids.len() > count {
-        return Ok(false);
-    }
-    let start = count - ids.len();
-    let archived: Vec<Option<String>> = storage
-        .entries(start.saturating_sub(1), None)?
-        .iter()
-        .map(|e| Some(e.id().to_owned()))
-        .collect();
-    let (before, after) = if start == 0 {
-        (None, archived.as_slice())
-    } else {
-        (archived[0].clone(), &archived[1..])
+    let Some(last_archived) = last_archived else {
+        return Ok(None);
     };
-    Ok(before.as_deref() == last_imported && after == ids.as_slice())
+    let mut rest = Vec::new();
+    file.seek(SeekFrom::Start(r.bytes)).map_err(io)?;
+    file.read_to_end(&mut rest).map_err(io)?;
+    // The lines holding an entry id, with it.
+    let lines: Vec<(String, &[u8])> = rest
+        .split(|&b| b == b'\n')
+        .filter(|l| l.iter().any(|b| !b" \t\r".contains(b)))
+        .filter_map(|l| last_entry_id(l).map(|id| (id, l)))
+        .collect();
+    let Some(at) = lines.iter().position(|(id, _)| id == last_archived) else {
+        return Ok(None);
+    };
+    let held = at + 1;
+    if held > count {
+        return Ok(None);
+    }
+    let start = count - held;
+    let mut archived = storage.entries(start.saturating_sub(1), None)?;
+    let before = match start {
+        0 => None,
+        _ => Some(archived.remove(0).id().to_owned()),
+    };
+    let same = before.as_deref() == last_imported
+        && archived.len() == held
+        && archived.iter().zip(&lines).all(|(e, (id, line))| {
+            e.id() == id && super::merge::same_entry(e.json(), &String::from_utf8_lossy(line))
+        });
+    Ok(same.then_some(archived))
 }
 
 /// The entry id a file line holds, `None` for the header (or no entry).

@@ -90,7 +90,7 @@ fn read_archive_side(storage: &SqliteStorage) -> Result<ArchiveSide> {
 
 /// Whether two texts of one entry id are the same entry: the same bytes, or
 /// the same JSON value (an entry written again with other spacing).
-fn same_entry(a: &str, b: &str) -> bool {
+pub(super) fn same_entry(a: &str, b: &str) -> bool {
     a == b
         || matches!(
             (

@@ -140,6 +140,7 @@ pub(super) fn pipelined<T>(
             writer_waiting: &writer_waiting,
             abandoned_below: &abandoned_below,
             next_file: 0,
+            held: std::collections::VecDeque::new(),
             reading,
         };
         let written = before().and_then(|()| write(&mut feed));
@@ -395,6 +396,9 @@ pub(super) struct Feed<'s> {
     abandoned_below: &'s AtomicUsize,
     /// The index of the file the next write takes.
     pub(super) next_file: usize,
+    /// Entries the archive already holds (see [`Feed::already_held`]): the
+    /// next ones read are checked against them and not written again.
+    held: std::collections::VecDeque<crate::entry::Entry>,
     reading: std::thread::ScopedJoinHandle<'s, Result<()>>,
 }
 
@@ -415,6 +419,15 @@ impl Feed<'_> {
                 Err(e)
             }
         }
+    }
+
+    /// The next entries read are `held` (the batches an append killed
+    /// half-way committed, found the same on the file's lines): each is
+    /// checked again (the file may have changed since) and passed by
+    /// instead of written, so the write goes on after them as if it had
+    /// never stopped. One that differs fails the write before it commits.
+    pub(super) fn already_held(&mut self, held: Vec<crate::entry::Entry>) {
+        self.held = held.into();
     }
 
     /// Passes the reader's next file by, unwritten.
@@ -492,7 +505,7 @@ impl Feed<'_> {
                     if let (Some(w), Ok(()), Some(mine)) =
                         (w.as_deref_mut(), &written, self.mine.as_ref())
                     {
-                        written = push_batch(w, mine, &mut batch);
+                        written = push_batch(w, mine, &mut batch, &mut self.held);
                         if written.is_ok() {
                             progress.step(reached);
                         } else {
@@ -505,6 +518,12 @@ impl Feed<'_> {
                 Handed::End(read) => {
                     written?;
                     let read = (*read)?;
+                    if w.is_some() && !self.held.is_empty() {
+                        return Err(Error::Unknown(format!(
+                            "the file changed while it was imported: {} entries the archive holds from it are gone",
+                            self.held.len()
+                        )));
+                    }
                     progress.reached(read.summary.bytes);
                     return Ok(read);
                 }
@@ -529,8 +548,14 @@ impl Feed<'_> {
     }
 }
 
-/// Writes one batch of parsed entries, encoding those the reader left.
-fn push_batch(w: &mut SessionWriter<'_>, mine: &Encoder, batch: &mut [Parsed]) -> Result<()> {
+/// Writes one batch of parsed entries, encoding those the reader left;
+/// those `held` names (the first ones) are checked and passed by.
+fn push_batch(
+    w: &mut SessionWriter<'_>,
+    mine: &Encoder,
+    batch: &mut [Parsed],
+    held: &mut std::collections::VecDeque<crate::entry::Entry>,
+) -> Result<()> {
     for Parsed {
         entry,
         text,
@@ -538,6 +563,16 @@ fn push_batch(w: &mut SessionWriter<'_>, mine: &Encoder, batch: &mut [Parsed]) -
         prepared,
     } in batch
     {
+        if let Some(had) = held.pop_front() {
+            if had.id() != entry.id() || !super::merge::same_entry(had.json(), entry.json()) {
+                return Err(Error::Unknown(format!(
+                    "the file changed while it was imported: entry {} where the archive holds {}",
+                    entry.id(),
+                    had.id()
+                )));
+            }
+            continue;
+        }
         let prepared = prepared.get_or_insert_with(|| mine.prepare(entry.json()));
         let text = text
             .as_ref()

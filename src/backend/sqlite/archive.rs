@@ -429,10 +429,6 @@ impl Archive {
         Ok(None)
     }
 
-    /// Removes a staged session whose write failed (its committed batches),
-    /// in batches; this process holds its claim (`token`). It stays staged
-    /// meanwhile: if this fails half-way, the next import of its file (or,
-    /// for a fork, the next open) removes the rest.
     /// Removes writer claim `token` of session `key` (a failed batched
     /// append's), in a transaction of its own.
     fn release_claim(&self, key: i64, token: &str) -> Result<()> {
@@ -447,6 +443,10 @@ impl Archive {
         tx.commit().map_err(sql(ctx))
     }
 
+    /// Removes a staged session whose write failed (its committed batches),
+    /// in batches; this process holds its claim (`token`). It stays staged
+    /// meanwhile: if this fails half-way, the next import of its file (or,
+    /// for a fork, the next open) removes the rest.
     pub(super) fn discard_staged(&self, key: i64, token: &str) -> Result<()> {
         self.remove_in_batches(key, token)
     }
