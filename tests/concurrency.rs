@@ -1807,6 +1807,28 @@ fn chain_lines(from: usize, n: usize) -> String {
     out
 }
 
+/// Appends `text` to `file`, as pi appends lines.
+fn append_to(file: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new().append(true).open(file).unwrap();
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+}
+
+/// Imports a v3 file of `n` chained entries ([`chain_lines`]) into a new
+/// archive in `dir`: the archive's and the file's paths.
+fn imported_chain(dir: &Path, n: usize) -> (PathBuf, PathBuf) {
+    let (db, file) = (dir.join("a.db"), dir.join("s.jsonl"));
+    std::fs::write(&file, chain_lines(0, n)).unwrap();
+    let out = support::run_cli([
+        "--db",
+        db.to_str().unwrap(),
+        "import",
+        file.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    (db, file)
+}
+
 /// What a user reads of a session: its path, context and totals.
 fn session_views(db: &Path) -> Vec<String> {
     let id = "00000000-0000-7000-8000-0000000000a1";
@@ -1835,20 +1857,12 @@ fn session_views(db: &Path) -> Vec<String> {
 #[test]
 fn an_append_import_commits_in_batches_and_ends_as_a_whole_import() {
     let dir = tempfile::tempdir().unwrap();
-    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db, file) = imported_chain(dir.path(), 300);
     let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
-    std::fs::write(&file, chain_lines(0, 300)).unwrap();
-    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
-    assert!(out.status.success(), "{out:?}");
     let mut appended = chain_lines(300, 1_200);
     // Line 611 of the appended ones reuses an id already in the session.
     appended = appended.replacen("\"id\":\"e910\"", "\"id\":\"e5\"", 1);
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&file)
-        .unwrap();
-    std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
-    drop(f);
+    append_to(&file, &appended);
     let trace = dir.path().join("trace");
     let import = |trace: &Path| {
         std::process::Command::new(support::bin())
@@ -1897,12 +1911,7 @@ fn an_append_import_commits_in_batches_and_ends_as_a_whole_import() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(session_views(&db), session_views(&fresh));
     // Appended again, without a fault: in batches, and as a whole import.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&file)
-        .unwrap();
-    std::io::Write::write_all(&mut f, chain_lines(1_500, 1_000).as_bytes()).unwrap();
-    drop(f);
+    append_to(&file, &chain_lines(1_500, 1_000));
     let trace3 = dir.path().join("trace3");
     let appended = import(&trace3);
     assert!(appended.status.success(), "{appended:?}");
@@ -2036,12 +2045,7 @@ fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
         ]);
         assert!(out.status.success(), "{out:?}");
         assert_eq!(file_count(&db), 400);
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&file)
-            .unwrap();
-        std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
-        drop(f);
+        append_to(&file, &appended);
         let mut import = std::process::Command::new(support::bin())
             .arg("--db")
             .arg(&db)
@@ -2177,18 +2181,10 @@ fn a_killed_append_import_leaves_a_prefix_and_the_next_import_completes_it() {
 #[test]
 fn a_batched_append_whose_claim_is_taken_stops_at_its_next_batch() {
     let dir = tempfile::tempdir().unwrap();
-    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db, file) = imported_chain(dir.path(), 300);
     let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
     let id = "00000000-0000-7000-8000-0000000000a1";
-    std::fs::write(&file, chain_lines(0, 300)).unwrap();
-    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
-    assert!(out.status.success(), "{out:?}");
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&file)
-        .unwrap();
-    std::io::Write::write_all(&mut f, chain_lines(300, 1_200).as_bytes()).unwrap();
-    drop(f);
+    append_to(&file, &chain_lines(300, 1_200));
     let count = || -> i64 {
         rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .and_then(|c| c.query_row("SELECT count(*) FROM entries", [], |r| r.get(0)))
@@ -2246,12 +2242,9 @@ fn a_batched_append_whose_claim_is_taken_stops_at_its_next_batch() {
 #[test]
 fn an_append_killed_before_its_record_gets_its_contract_at_the_next_import() {
     let dir = tempfile::tempdir().unwrap();
-    let (db, file) = (dir.path().join("a.db"), dir.path().join("s.jsonl"));
+    let (db, file) = imported_chain(dir.path(), 10);
     let (db_s, file_s) = (db.to_str().unwrap(), file.to_str().unwrap());
     let id = "00000000-0000-7000-8000-0000000000a1";
-    std::fs::write(&file, chain_lines(0, 10)).unwrap();
-    let out = support::run_cli(["--db", db_s, "import", file_s, "--quiet"]);
-    assert!(out.status.success(), "{out:?}");
     let mut appended = chain_lines(10, 5);
     appended.push_str(
         r#"{"type":"leaf","id":"l1","parentId":"e14","timestamp":"2025-01-01T00:00:00.000Z","targetId":"e12"}"#,
@@ -2267,12 +2260,7 @@ fn an_append_killed_before_its_record_gets_its_contract_at_the_next_import() {
         })
         .unwrap();
     drop(archive);
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&file)
-        .unwrap();
-    std::io::Write::write_all(&mut f, appended.as_bytes()).unwrap();
-    drop(f);
+    append_to(&file, &appended);
     let out = support::run_cli(["--db", db_s, "import", file_s]);
     assert!(out.status.success(), "{out:?}");
     let fresh = dir.path().join("fresh.db");

@@ -630,6 +630,23 @@ pub(super) struct Staged {
 }
 
 impl Staged {
+    /// A batched write of session `key` under claim `token`, its first batch
+    /// begun at `started`, `gap` between batches; `visible` for an append to
+    /// a session readers see.
+    fn new(key: i64, token: String, started: Instant, gap: Duration, visible: bool) -> Staged {
+        Staged {
+            key,
+            token,
+            batch_started: started,
+            published: false,
+            relaxed_from: None,
+            clock: Default::default(),
+            rows: 0,
+            gap,
+            visible,
+        }
+    }
+
     /// The staged session's key.
     pub(super) fn key(&self) -> i64 {
         self.key
@@ -745,17 +762,7 @@ impl SessionWriter<'_> {
             .map_err(sql("staging an import"))?;
         super::claim::insert_claim(&self.tx, key, &token)?;
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
-        self.staged = Some(Staged {
-            key,
-            token,
-            batch_started: self.lock_taken,
-            published: false,
-            relaxed_from: None,
-            clock: Default::default(),
-            rows: 0,
-            gap,
-            visible: false,
-        });
+        self.staged = Some(Staged::new(key, token, self.lock_taken, gap, false));
         Ok(())
     }
 
@@ -985,24 +992,15 @@ impl SessionWriter<'_> {
     /// as it commits, a prefix of the appended lines, as pi's own file
     /// shows them while pi writes. If the write fails, the batches
     /// committed stay (every entry whole) and the claim is released; the
-    /// import record, written last, still names the old end, so the next
-    /// import merges the file by id.
+    /// import record, written last, still names the old end, and the next
+    /// import checks the entries already there against the file and goes
+    /// on after them.
     pub fn resume_batched(&mut self, session_id: &str) -> Result<()> {
         self.resume(session_id)?;
         let key = self.open_key()?;
         let token = uuid::Uuid::now_v7().to_string();
         super::claim::insert_claim(&self.tx, key, &token)?;
-        self.staged = Some(Staged {
-            key,
-            token,
-            batch_started: self.lock_taken,
-            published: false,
-            relaxed_from: None,
-            clock: Default::default(),
-            rows: 0,
-            gap: STAGED_GAP,
-            visible: true,
-        });
+        self.staged = Some(Staged::new(key, token, self.lock_taken, STAGED_GAP, true));
         Ok(())
     }
 
