@@ -260,6 +260,24 @@ pub fn renew<R: ClaimRows + ?Sized>(rows: &mut R, session_key: i64, token: &str)
     rows.renew(session_key, token, lease_ms())
 }
 
+/// Inside a batch of a batched write (an import or append, a fork, a
+/// delete) holding claim `token`: renews its lease, and fails if it is no
+/// longer the session's claim (cleared by `unclaim`, or taken over once its
+/// lease ran out, say while the process was stopped), so that the write
+/// stops instead of going on after another writer's. What it committed
+/// stays, for the next open or import to finish or undo.
+pub fn hold<R: ClaimRows + ?Sized>(rows: &mut R, session_key: i64, token: &str) -> Result<()> {
+    renew(rows, session_key, token)?;
+    match rows.holder(session_key, "checking the writer claim")? {
+        Some(seen) if seen.holder.token == token => Ok(()),
+        seen => Err(Error::WriterClaimed {
+            session: format!("(session key {session_key})"),
+            holder: seen.map_or_else(|| "nobody".to_owned(), |s| s.describe()),
+            hint: ": the claim of a batched write of it was cleared or taken over; that write stopped, and the next open or import finishes or undoes it".to_owned(),
+        }),
+    }
+}
+
 /// A held writer claim on store `S`; released when dropped.
 #[derive(Debug)]
 pub struct WriterClaim<S: ClaimStore> {

@@ -6,7 +6,7 @@ use super::storage::PgStorage;
 use super::writer::{
     metadata_at, stats_at, Appender, INDEXED_WORD_BYTES, METADATA_COLUMNS, STATS_COLUMNS,
 };
-use crate::backend::claim::{self, ClaimRows};
+use crate::backend::claim;
 use crate::backend::pending::{self, DELETE_MARK, FORK_MARK};
 use crate::backend::session_rows::stored_js_string;
 use crate::entry::{Entry, EntryType};
@@ -170,21 +170,11 @@ impl SessionWriter<'_> {
     }
 }
 
-/// Inside a batch of a fork or a delete: renews the lease of claim `token`
-/// on session `key`, and fails if it is no longer this process's (cleared
-/// by `unclaim`, or taken over after its lease ran out), so that two
-/// processes never both write or remove a marked session.
+/// Inside a batch of a fork or a delete: [`claim::hold`] (renewed, or
+/// refused if no longer this process's), so that two processes never both
+/// write or remove a marked session.
 fn hold_claim<C: GenericClient>(c: &mut C, key: i64, token: &str) -> Result<()> {
-    let mut rows = PgClaims(c);
-    claim::renew(&mut rows, key, token)?;
-    match rows.holder(key, "checking the writer claim")? {
-        Some(seen) if seen.holder.token == token => Ok(()),
-        seen => Err(Error::WriterClaimed {
-            session: format!("(session key {key})"),
-            holder: seen.map_or_else(|| "nobody".to_owned(), |s| s.describe()),
-            hint: ": the claim of this fork or delete was cleared or taken over; the next open finishes it".to_owned(),
-        }),
-    }
+    claim::hold(&mut PgClaims(c), key, token)
 }
 
 /// Session `id`'s key, its row locked until `tx` ends (so no other

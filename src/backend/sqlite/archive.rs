@@ -79,6 +79,7 @@ impl Archive {
         let filled = fill(&mut writer);
         let SessionWriter {
             tx,
+            lock_taken,
             appender,
             staged,
             mut held_text,
@@ -141,7 +142,7 @@ impl Archive {
         let committing = Instant::now();
         tx.commit().map_err(sql("committing a session write"))?;
         if let Some(staged) = &staged {
-            let span = super::lock_trace::started_at("staged-last", staged.batch_started());
+            let span = super::lock_trace::started_at("staged-last", lock_taken);
             super::lock_trace::end(
                 span,
                 staged.rows(),
@@ -435,11 +436,7 @@ impl Archive {
         let ctx = "releasing a writer claim";
         let mut conn = self.conn()?;
         let tx = self.begin_write(&mut conn, ctx)?;
-        tx.execute(
-            "DELETE FROM writer_claims WHERE session_key = ?1 AND token = ?2",
-            params![key, token],
-        )
-        .map_err(sql(ctx))?;
+        super::claim::release_claim(&tx, key, token)?;
         tx.commit().map_err(sql(ctx))
     }
 

@@ -125,40 +125,14 @@ pub fn insert_claim(conn: &Connection, session_key: i64, token: &str) -> Result<
     claim::record(&mut ClaimConn(conn), session_key, token)
 }
 
-/// Inside a write transaction: extends the lease of claim `token`, the
-/// claim a batched write (an import, an append, a fork, a delete) took at
-/// its start; fails if it is no longer the session's claim (taken over once
-/// its lease ran out, say while the process was stopped, or cleared with
-/// `unclaim --force`), so that the write stops instead of going on after
-/// another writer's (the claim protocol's promise; what it committed stays).
+/// Inside a write transaction: [`claim::hold`] on claim `token` of a
+/// batched write (renewed, or refused if no longer the session's).
 pub fn renew_claim(conn: &Connection, session_key: i64, token: &str) -> Result<()> {
-    let mut rows = ClaimConn(conn);
-    claim::renew(&mut rows, session_key, token)?;
-    let held = rows.holder(session_key, "renewing the writer claim")?;
-    if held.as_ref().is_some_and(|h| h.holder.token == token) {
-        return Ok(());
-    }
-    let session: Option<String> = conn
-        .query_row(
-            "SELECT id FROM sessions WHERE session_key = ?1",
-            [session_key],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(|e| Error::sqlite("renewing the writer claim", e))?;
-    let (holder, hint) = match held {
-        Some(h) => (
-            h.describe(),
-            ", which took over the claim of a batched write of it; that write stopped",
-        ),
-        None => (
-            "nobody".to_owned(),
-            ": the claim of a batched write of it was cleared; that write stopped",
-        ),
-    };
-    Err(Error::WriterClaimed {
-        session: session.unwrap_or_else(|| session_key.to_string()),
-        holder,
-        hint: hint.to_owned(),
-    })
+    claim::hold(&mut ClaimConn(conn), session_key, token)
+}
+
+/// Inside a write transaction: deletes claim `token`, if it is still the
+/// session's.
+pub fn release_claim(conn: &Connection, session_key: i64, token: &str) -> Result<()> {
+    claim::ClaimRows::release(&mut ClaimConn(conn), session_key, token)
 }

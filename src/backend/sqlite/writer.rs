@@ -608,7 +608,6 @@ pub struct SessionWriter<'c> {
 pub(super) struct Staged {
     key: i64,
     token: String,
-    batch_started: Instant,
     published: bool,
     /// The connection's `synchronous` level while the batches before the
     /// publishing one commit without waiting for the disk (set back before
@@ -630,14 +629,13 @@ pub(super) struct Staged {
 }
 
 impl Staged {
-    /// A batched write of session `key` under claim `token`, its first batch
-    /// begun at `started`, `gap` between batches; `visible` for an append to
-    /// a session readers see.
-    fn new(key: i64, token: String, started: Instant, gap: Duration, visible: bool) -> Staged {
+    /// A batched write of session `key` under claim `token`, `gap` between
+    /// batches; `visible` for an append to a session readers see. (Each
+    /// batch is timed from [`SessionWriter::lock_taken`].)
+    fn new(key: i64, token: String, gap: Duration, visible: bool) -> Staged {
         Staged {
             key,
             token,
-            batch_started: started,
             published: false,
             relaxed_from: None,
             clock: Default::default(),
@@ -655,11 +653,6 @@ impl Staged {
     /// The token of the claim the staged write holds.
     pub(super) fn token(&self) -> &str {
         &self.token
-    }
-
-    /// When the batch now open took the write lock.
-    pub(super) fn batch_started(&self) -> Instant {
-        self.batch_started
     }
 
     /// Entries written in the batch now open.
@@ -762,7 +755,7 @@ impl SessionWriter<'_> {
             .map_err(sql("staging an import"))?;
         super::claim::insert_claim(&self.tx, key, &token)?;
         self.appender = Some(Appender::start(&self.tx, self.codec, key)?);
-        self.staged = Some(Staged::new(key, token, self.lock_taken, gap, false));
+        self.staged = Some(Staged::new(key, token, gap, false));
         Ok(())
     }
 
@@ -786,12 +779,7 @@ impl SessionWriter<'_> {
                 [staged.key],
             )
             .map_err(sql("publishing an import"))?;
-        self.tx
-            .execute(
-                "DELETE FROM writer_claims WHERE session_key = ?1 AND token = ?2",
-                params![staged.key, staged.token],
-            )
-            .map_err(sql("publishing an import"))?;
+        super::claim::release_claim(&self.tx, staged.key, &staged.token)?;
         staged.published = true;
         Ok(())
     }
@@ -806,11 +794,7 @@ impl SessionWriter<'_> {
             return Ok(());
         };
         staged.rows += 1;
-        if staged.published
-            || !staged
-                .clock
-                .due(staged.batch_started.elapsed(), staged.rows)
-        {
+        if staged.published || !staged.clock.due(self.lock_taken.elapsed(), staged.rows) {
             return Ok(());
         }
         self.next_batch(true)
@@ -857,7 +841,7 @@ impl SessionWriter<'_> {
             .map_err(sql("committing an import batch"))?;
         if let Some(s) = self.staged.as_mut() {
             s.clock.record_tail(tail_from.elapsed());
-            let span = super::lock_trace::started_at("staged-batch", s.batch_started);
+            let span = super::lock_trace::started_at("staged-batch", self.lock_taken);
             super::lock_trace::end(
                 span,
                 s.rows,
@@ -891,7 +875,6 @@ impl SessionWriter<'_> {
         super::lock_trace::lock_taken();
         self.lock_taken = Instant::now();
         if let Some(staged) = self.staged.as_mut() {
-            staged.batch_started = self.lock_taken;
             staged.rows = 0;
         }
         super::connection::refuse_if_log_missing(&self.manager.path)?;
@@ -1000,7 +983,7 @@ impl SessionWriter<'_> {
         let key = self.open_key()?;
         let token = uuid::Uuid::now_v7().to_string();
         super::claim::insert_claim(&self.tx, key, &token)?;
-        self.staged = Some(Staged::new(key, token, self.lock_taken, STAGED_GAP, true));
+        self.staged = Some(Staged::new(key, token, STAGED_GAP, true));
         Ok(())
     }
 
