@@ -660,6 +660,63 @@ fn writers_stay_available_while_a_big_file_imports() {
     assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
 }
 
+/// Issue 40: an import whose reader stalls (off its CPU on a busy machine;
+/// here `SESSIONTREE_TEST_READER_STALL` makes it sleep 600 ms every 1,000
+/// entries) does not hold the write lock while it waits for its input: it
+/// commits its batch and lets other writers in. Holding it, appends to
+/// another session waited through the stalls (an import batch held the
+/// lock 92 ms, 20 ms on a CPU, and an append waited 199 ms at 1,000,000
+/// entries on a quiet machine).
+#[test]
+fn an_import_waiting_for_its_reader_lets_other_writers_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), 6);
+    let (db, archive) = archive_with_session(dir.path(), "other");
+    let mut import = std::process::Command::new(bin())
+        .env("SESSIONTREE_TEST_READER_STALL", "1000:600")
+        .arg("--db")
+        .arg(&db)
+        .args(["import", "--quiet"])
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while staged_sessions(&db) == 0 {
+        assert!(Instant::now() < deadline, "the import never started");
+        assert!(import.try_wait().unwrap().is_none(), "it ended unseen");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut session = Session::new(archive.open_session("other").unwrap());
+    let mut waits = Vec::new();
+    while import.try_wait().unwrap().is_none() {
+        let started = Instant::now();
+        session
+            .append_message(
+                &sessiontree::JsonText::parse(r#"{"role":"user","content":"still here"}"#).unwrap(),
+            )
+            .expect("an append during the import");
+        if import.try_wait().unwrap().is_none() {
+            waits.push(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(import.wait().unwrap().success());
+    let worst = waits.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "{} appends beside a stalling import: worst wait {worst:?}",
+        waits.len()
+    );
+    // Six stalls of 600 ms, appends every 5 ms: most land in one.
+    assert!(waits.len() >= 100, "too few appends: {}", waits.len());
+    assert!(
+        worst < Duration::from_millis(400),
+        "an append waited {worst:?}: the import held the lock through its reader's stall"
+    );
+    let imported = visible_sessions(&db);
+    assert_eq!(imported, 2, "the import and the other session");
+    assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+}
+
 /// Issue 40, the turnstile: a writer whose busy-handler sleep ends late
 /// (a loaded machine, simulated: `SESSIONTREE_TEST_LATE_WAKE_MS=25` makes
 /// each 1 ms sleep 26 ms) still gets the lock before the import's next

@@ -37,6 +37,12 @@ const PIPELINE_DEPTH: usize = 64;
 /// 1,000 files 1.50 → 1.30 s, one 93 MB file 1.47 → 1.35 s, pi's 2.4 MB
 /// real file into an archive 41.9 → 35.4 ms.
 const IDLE_INDEX_BYTES: usize = 256 << 10;
+/// How long a batched write (a large file's import) keeps the write lock
+/// while it waits for the reader's next entries, before it commits its
+/// batch and waits without it ([`SessionWriter::pause_batch`]). A reader
+/// behind by more is a reader off its CPU (the machine is busy): other
+/// writers should not wait for it too.
+const IDLE_HOLD: Duration = Duration::from_millis(5);
 /// Bytes of entry text the reading thread parses ahead while the archive's
 /// first dictionary is being trained (entries cannot be encoded before it
 /// exists): enough to keep it busy through most of a training, a bound on
@@ -130,6 +136,7 @@ pub(super) fn pipelined<T>(
             batch_bytes: 0,
             stopped: false,
             file: 0,
+            read: 0,
         };
         let reading = scope.spawn(move || reader.read_all(sources));
         let mut feed = Feed {
@@ -172,6 +179,23 @@ struct PipelineReader<'s> {
     stopped: bool,
     /// The index of the file being read.
     file: usize,
+    /// Entries read, for a test's stalls ([`test_reader_stall`]).
+    read: u64,
+}
+
+/// A reader that stalls, as a test makes it (`SESSIONTREE_TEST_READER_STALL=EVERY:MS`):
+/// a pause of MS after every EVERY entries, as a reader off its CPU on a
+/// busy machine. `None` unless set.
+fn test_reader_stall() -> Option<(u64, Duration)> {
+    static SET: std::sync::OnceLock<Option<(u64, Duration)>> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| {
+        let v = std::env::var("SESSIONTREE_TEST_READER_STALL").ok()?;
+        let (every, ms) = v.split_once(':')?;
+        Some((
+            every.trim().parse().ok().filter(|&n| n > 0)?,
+            Duration::from_millis(ms.trim().parse().ok()?),
+        ))
+    })
 }
 
 fn writer_stopped() -> Error {
@@ -262,6 +286,12 @@ impl PipelineReader<'_> {
     /// Takes one parsed entry, whose line ended at `at`: held back while
     /// there is no encoder yet (up to the read-ahead), else batched.
     fn take(&mut self, entry: crate::entry::Entry, at: u64) -> Result<()> {
+        self.read += 1;
+        if let Some((every, stall)) = test_reader_stall() {
+            if self.read.is_multiple_of(every) {
+                std::thread::sleep(stall);
+            }
+        }
         let parsed = Parsed {
             text: searchable_text(&entry),
             usage: usage_fact(&entry),
@@ -430,6 +460,30 @@ impl Feed<'_> {
         self.held = held.into();
     }
 
+    /// Waits for the reader's next batch (`None`: the reader stopped). A
+    /// batched write `w` that waits longer than [`IDLE_HOLD`] commits its
+    /// batch and waits without the write lock, and begins its next batch
+    /// when the input comes; a failure to do either is `written`'s.
+    fn wait_for_batch(
+        &mut self,
+        w: Option<&mut SessionWriter<'_>>,
+        written: &mut Result<()>,
+    ) -> Option<Handed> {
+        use std::sync::mpsc::RecvTimeoutError;
+        let Some(w) = w.filter(|_| written.is_ok()) else {
+            return self.batches.recv().ok();
+        };
+        match self.batches.recv_timeout(IDLE_HOLD) {
+            Ok(handed) => return Some(handed),
+            Err(RecvTimeoutError::Disconnected) => return None,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let paused = w.pause_batch();
+        let handed = self.batches.recv().ok();
+        *written = paused.and_then(|_| w.resume_batch());
+        handed
+    }
+
     /// Passes the reader's next file by, unwritten.
     fn skip(&mut self) {
         let _ = self.take_file(None, &mut ByteProgress::new(&mut |_| {}));
@@ -492,11 +546,14 @@ impl Feed<'_> {
                         }
                     }
                     self.writer_waiting.store(true, Ordering::Release);
-                    let handed = self.batches.recv();
+                    let handed = self.wait_for_batch(w.as_deref_mut(), &mut written);
                     self.writer_waiting.store(false, Ordering::Release);
+                    if written.is_err() {
+                        self.abandoned_below.fetch_max(file + 1, Ordering::AcqRel);
+                    }
                     match handed {
-                        Ok(handed) => handed,
-                        Err(_) => return written.and(Err(reader_stopped())),
+                        Some(handed) => handed,
+                        None => return written.and(Err(reader_stopped())),
                     }
                 }
             };

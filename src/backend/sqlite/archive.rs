@@ -76,7 +76,9 @@ impl Archive {
             manager: &self.0.manager,
             held_text: Default::default(),
         };
-        let filled = fill(&mut writer);
+        // A batch paused while its writer waited for input is begun again:
+        // what follows commits it.
+        let filled = fill(&mut writer).and_then(|out| writer.resume_batch().map(|()| out));
         let SessionWriter {
             tx,
             lock_taken,

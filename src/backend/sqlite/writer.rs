@@ -626,6 +626,10 @@ pub(super) struct Staged {
     /// commits, and a failure leaves the batches committed (never
     /// discards the session).
     visible: bool,
+    /// Committed early while its writer waits for input
+    /// ([`SessionWriter::pause_batch`]): no transaction is open until
+    /// [`SessionWriter::resume_batch`].
+    paused: bool,
 }
 
 impl Staged {
@@ -642,6 +646,7 @@ impl Staged {
             rows: 0,
             gap,
             visible,
+            paused: false,
         }
     }
 
@@ -805,8 +810,56 @@ impl SessionWriter<'_> {
     /// publishing one commit `relaxed` ([`RELAXED_SYNC`]); `relaxed` false
     /// sets the connection's own level back for the commits that follow.
     fn next_batch(&mut self, relaxed: bool) -> Result<()> {
-        let Some(staged) = self.staged.as_ref() else {
+        if !self.commit_batch(relaxed)? {
             return Ok(());
+        }
+        let gap = self.staged.as_ref().map_or(STAGED_GAP, |s| s.gap);
+        super::turnstile::between_batches(
+            &self.manager.path,
+            crate::backend::pending::pause_length(gap),
+        );
+        self.begin_batch()
+    }
+
+    /// Commits a staged write's batch early when its writer has nothing to
+    /// write for a while (an import's reader is behind): holding the lock
+    /// while it waits would keep every other writer out for nothing (an
+    /// import batch held it 92 ms, 20 ms on a CPU, waiting for the reader at
+    /// 1,000,000 entries, and an append waited 199 ms). The next
+    /// [`SessionWriter::resume_batch`] begins the next batch. True if a
+    /// batch was committed; false if this is no staged write, or a
+    /// published or already paused one.
+    pub fn pause_batch(&mut self) -> Result<bool> {
+        match &self.staged {
+            Some(s) if !s.published && !s.paused => {}
+            _ => return Ok(false),
+        }
+        if !self.commit_batch(true)? {
+            return Ok(false);
+        }
+        if let Some(s) = self.staged.as_mut() {
+            s.paused = true;
+        }
+        Ok(true)
+    }
+
+    /// Begins the next batch of a write [`SessionWriter::pause_batch`]
+    /// paused (nothing otherwise): every other method of the writer needs
+    /// its transaction open.
+    pub fn resume_batch(&mut self) -> Result<()> {
+        match self.staged.as_mut() {
+            Some(s) if s.paused => s.paused = false,
+            _ => return Ok(()),
+        }
+        self.begin_batch()
+    }
+
+    /// Commits a staged write's batch: its search rows, its claim renewed;
+    /// false (nothing done) if this is no staged write. The connection is
+    /// then outside a transaction until [`SessionWriter::begin_batch`].
+    fn commit_batch(&mut self, relaxed: bool) -> Result<bool> {
+        let Some(staged) = self.staged.as_ref() else {
+            return Ok(false);
         };
         let (key, token) = (staged.key, staged.token.clone());
         // The batch's tail: its search rows, the rest of its rows, the commit.
@@ -863,11 +916,16 @@ impl SessionWriter<'_> {
             }
         }
         super::checkpointer::keep_log_short(&self.tx, self.manager.checkpointer());
-        let gap = self.staged.as_ref().map_or(STAGED_GAP, |s| s.gap);
-        super::turnstile::between_batches(
-            &self.manager.path,
-            crate::backend::pending::pause_length(gap),
-        );
+        Ok(true)
+    }
+
+    /// Begins a staged write's next batch (after [`SessionWriter::commit_batch`]):
+    /// takes the lock through the turnstile, does the search index's due
+    /// merge work on the batch's clock, and goes on appending.
+    fn begin_batch(&mut self) -> Result<()> {
+        let Some(key) = self.staged.as_ref().map(|s| s.key) else {
+            return Ok(());
+        };
         let announcing = super::turnstile::announcing(&self.manager.path);
         let begun = self.tx.execute_batch("BEGIN IMMEDIATE");
         drop(announcing);
