@@ -51,6 +51,10 @@ struct Append {
 /// Appends to one session every [`APPEND_EVERY`] on its own thread until
 /// stopped, recording each append.
 struct Appender {
+    /// The lock trace this process's own events go to, if any
+    /// ([`appender_trace`]): how long the appends waited for the lock, and
+    /// for their commits.
+    trace: Option<std::path::PathBuf>,
     running: Arc<AtomicBool>,
     log: Arc<Mutex<Vec<Append>>>,
     errors: Arc<Mutex<Vec<String>>>,
@@ -59,7 +63,11 @@ struct Appender {
 
 impl Appender {
     /// Starts appending to session `id` of `archive`.
-    fn start(archive: Arc<dyn SessionArchive>, id: &str) -> Result<Self> {
+    fn start(
+        archive: Arc<dyn SessionArchive>,
+        id: &str,
+        trace: Option<std::path::PathBuf>,
+    ) -> Result<Self> {
         let storage = archive.open_storage(id)?;
         let mut session = Session::new(storage);
         let message = JsonText::parse(r#"{"role":"user","content":"still here"}"#)
@@ -93,6 +101,7 @@ impl Appender {
             }
         });
         Ok(Appender {
+            trace,
             running,
             log,
             errors,
@@ -109,6 +118,40 @@ impl Appender {
             .filter(|a| a.began >= from && a.began <= to)
             .copied()
             .collect()
+    }
+
+    /// The longest lock wait and the longest commit of the appends that
+    /// began in `[from, to]`, from the trace (each traced from 10 ms:
+    /// zero when none took that long); `None` untraced.
+    fn traced_between(&self, from: Instant, to: Instant) -> Option<(f64, f64)> {
+        let text = std::fs::read_to_string(self.trace.as_ref()?).ok()?;
+        let unix_ms = |t: Instant| {
+            let ago = Instant::now().saturating_duration_since(t);
+            (std::time::SystemTime::now() - ago)
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        };
+        let (from, to) = (unix_ms(from), unix_ms(to));
+        let pid = std::process::id().to_string();
+        let (mut lock, mut commit) = (0f64, 0f64);
+        for line in text.lines() {
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            };
+            let num = |key: &str| field(key).and_then(|v| v.parse::<f64>().ok());
+            let at = num("at").unwrap_or(0.0);
+            if field("pid") != Some(pid.as_str()) || at < from || at > to {
+                continue;
+            }
+            let ms = num("ms").unwrap_or(0.0);
+            match field("what") {
+                Some("lock-wait") => lock = lock.max(ms),
+                Some("append-commit") => commit = commit.max(ms),
+                _ => {}
+            }
+        }
+        Some((lock, commit))
     }
 
     /// The first errors seen (at most five).
@@ -339,7 +382,10 @@ fn window_row(
         }
     }
     let failed = appends.iter().filter(|a| a.failed).count();
+    let traced = appender.traced_between(started, ended);
     json!({
+        "lock_wait_max_ms": traced.map(|t| t.0),
+        "commit_max_ms": traced.map(|t| t.1),
         "op": name,
         "backend": backend,
         "entries": entries,
@@ -512,6 +558,17 @@ fn forked_id(stdout: &str) -> Result<String> {
         .ok_or_else(|| Error::Unknown(format!("fork printed no session id: {stdout:?}")))
 }
 
+/// Where this process's own lock events go (`SESSIONTREE_LOCK_TRACE`, or a
+/// file under `dir` named from now on): the SQLite appender's waits for the
+/// lock and for its commits, told apart from the append's whole time.
+fn appender_trace(dir: &Path) -> Option<std::path::PathBuf> {
+    if let Some(set) = std::env::var_os("SESSIONTREE_LOCK_TRACE") {
+        return Some(set.into());
+    }
+    let named = dir.join("appender-locks");
+    sessiontree::backend::sqlite::internals::trace_locks_to(&named).then_some(named)
+}
+
 /// The SQLite rows: import, fork, delete, compact of an `entries`-entry
 /// session while another session is appended to.
 fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<Value>> {
@@ -523,7 +580,7 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
         Durability::Full,
     )?);
     other_session(&*archive)?;
-    let appender = Appender::start(archive.clone(), "other")?;
+    let appender = Appender::start(archive.clone(), "other", appender_trace(dir))?;
     let mut rows = Vec::new();
     let file_s = file.to_string_lossy().into_owned();
     let log = dir.join("avail.db-wal");
@@ -604,7 +661,7 @@ fn pg_rows(bin: &Path, dir: &Path, entries: usize, seed: u64, url: &str) -> Resu
         sessiontree::backend::postgres::PgArchive::open(&url, Durability::Full)?,
     );
     other_session(&*archive)?;
-    let appender = Appender::start(archive.clone(), "other")?;
+    let appender = Appender::start(archive.clone(), "other", None)?;
     let mut rows = Vec::new();
     let file_s = file.to_string_lossy().into_owned();
     let mut ops = || -> Result<()> {
@@ -696,16 +753,23 @@ pub fn render(v: &Value) -> String {
     );
     let _ = writeln!(
         t,
-        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | largest log | longest append on a CPU |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| backend | operation | entries | took | appends in it | failed | p50 wait | p99 wait | max wait | longest wait for the lock | longest commit | largest log | longest append on a CPU |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
+    // Traced from 10 ms.
+    let traced = |v: &Value| {
+        v.as_f64().map_or_else(String::new, |ms| match ms {
+            ms if ms > 0.0 => format!("{ms:.1} ms"),
+            _ => "< 10 ms".into(),
+        })
+    };
     for r in rows {
         if let Some(e) = r["error"].as_str() {
-            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | | |", r["backend"]);
+            let _ = writeln!(t, "| {} | error: {e} | | | | | | | | | | | |", r["backend"]);
             continue;
         }
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} |",
+            "| {} | {} | {} | {:.2} s | {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {} | {} | {} | {} |",
             r["backend"].as_str().unwrap_or(""),
             r["op"].as_str().unwrap_or(""),
             r["entries"],
@@ -715,6 +779,8 @@ pub fn render(v: &Value) -> String {
             r["p50_ms"].as_f64().unwrap_or(0.0),
             r["p99_ms"].as_f64().unwrap_or(0.0),
             r["max_ms"].as_f64().unwrap_or(0.0),
+            traced(&r["lock_wait_max_ms"]),
+            traced(&r["commit_max_ms"]),
             r["log_mb"]
                 .as_f64()
                 .map_or_else(String::new, |mb| format!("{mb:.0} MB")),

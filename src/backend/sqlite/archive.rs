@@ -804,6 +804,16 @@ fn remove_some(tx: &rusqlite::Transaction, key: i64) -> Result<bool> {
         )
         .and_then(|mut st| st.execute(params![key, lowest]))
         .map_err(sql(ctx))?;
+        // And from the index a compact is building beside it, if one is.
+        if super::fts_rebuild::rebuilding(tx)? {
+            tx.prepare_cached(&format!(
+                "DELETE FROM {} WHERE rowid IN
+                   (SELECT entry_key FROM entries WHERE session_key = ?1 AND seq >= ?2)",
+                super::fts_rebuild::NEXT
+            ))
+            .and_then(|mut st| st.execute(params![key, lowest]))
+            .map_err(sql(ctx))?;
+        }
         // The blobs these entries held, before their rows forget which.
         let blobs: Vec<i64> = tx
             .prepare_cached(
@@ -1106,5 +1116,150 @@ mod tests {
             problems.iter().any(|p| p.starts_with("compactions:")),
             "{problems:?}"
         );
+    }
+
+    fn tables_named(archive: &Archive, name: &str) -> i64 {
+        archive
+            .conn()
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+
+    /// Issue 40.1: the search index rebuilt beside itself while other
+    /// writers add and delete sessions between its transactions ends with
+    /// exactly the rows of the entries there, as if indexed afresh: a
+    /// session created during the rebuild is found, one deleted during it
+    /// (after its rows were copied) is not, and one whose entries took
+    /// keys a deleted session freed (below where the rebuild began) is
+    /// found once. The old index and its tombstones are gone.
+    #[test]
+    fn a_rebuilt_search_index_keeps_what_writers_did_meanwhile() {
+        use super::super::fts_rebuild::{self, IndexRebuild};
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
+        for (id, n) in [
+            ("early", 20),
+            ("kept", 1500),
+            ("gone", 3000),
+            ("newest", 10),
+        ] {
+            archive
+                .create_session_with(&new_session(id), messages(id, n))
+                .unwrap();
+        }
+        archive.delete_session("gone").unwrap();
+        assert_eq!(
+            fts::index_shape(&archive.conn().unwrap())
+                .unwrap()
+                .tombstones,
+            3000
+        );
+        let conn = archive.conn().unwrap();
+        let in_tx = |step: &mut dyn FnMut(&rusqlite::Connection) -> Result<bool>| {
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let done = step(&conn).unwrap();
+            conn.execute_batch("COMMIT").unwrap();
+            done
+        };
+        while !in_tx(&mut |c| fts_rebuild::remove_step(c)) {}
+        let mut rebuild = None;
+        in_tx(&mut |c| {
+            rebuild = Some(IndexRebuild::start(c)?);
+            Ok(false)
+        });
+        let mut steps = 0;
+        loop {
+            let done = in_tx(&mut |c| {
+                let under_way = rebuild.as_mut().unwrap();
+                under_way.fill_step(c, archive.codec(), std::time::Duration::from_millis(5))
+            });
+            if done {
+                break;
+            }
+            steps += 1;
+            match steps {
+                2 => {
+                    // The newest keys freed: the next session takes them
+                    // again, below where the rebuild began.
+                    archive.delete_session("newest").unwrap();
+                    archive
+                        .create_session_with(&new_session("reuse"), messages("reuse", 5))
+                        .unwrap();
+                }
+                3 => {
+                    archive.delete_session("early").unwrap();
+                    archive
+                        .create_session_with(&new_session("late"), messages("late", 30))
+                        .unwrap();
+                }
+                _ => {}
+            }
+        }
+        assert!(steps > 3, "{steps} steps");
+        assert!(fts_rebuild::next_rows(&conn).unwrap().is_some());
+        in_tx(&mut |c| {
+            rebuild.take().unwrap().swap(c)?;
+            Ok(true)
+        });
+        while !in_tx(&mut |c| fts_rebuild::remove_step(c)) {}
+        drop(conn);
+        assert_eq!(tables_named(&archive, fts_rebuild::NEXT), 0);
+        assert_eq!(tables_named(&archive, fts_rebuild::GONE), 0);
+        assert_eq!(matching(&archive, "shared"), 1500 + 30 + 5);
+        for (word, found) in [
+            ("keptword1499", 1),
+            ("lateword29", 1),
+            ("reuseword4", 1),
+            ("earlyword3", 0),
+            ("newestword1", 0),
+            ("goneword5", 0),
+        ] {
+            assert_eq!(matching(&archive, word), found, "{word}");
+        }
+        let shape = fts::index_shape(&archive.conn().unwrap()).unwrap();
+        assert!(shape.tombstones <= 20, "{shape:?}");
+        assert_eq!(shape.rows - shape.tombstones, 1535, "{shape:?}");
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
+    }
+
+    /// A rebuild a killed compact left (its new index half-filled) costs
+    /// nothing but the writers' indexing into it until the next compact,
+    /// which removes it in batches; searches read the old index throughout.
+    #[test]
+    fn the_next_compact_removes_a_rebuild_a_killed_one_left() {
+        use super::super::fts_rebuild::{self, IndexRebuild};
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
+        archive
+            .create_session_with(&new_session("kept"), messages("kept", 600))
+            .unwrap();
+        {
+            let conn = archive.conn().unwrap();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let mut rebuild = IndexRebuild::start(&conn).unwrap();
+            rebuild
+                .fill_step(&conn, archive.codec(), std::time::Duration::ZERO)
+                .unwrap();
+            conn.execute_batch("COMMIT").unwrap();
+            assert_eq!(fts_rebuild::next_rows(&conn).unwrap(), Some(256));
+        }
+        archive
+            .create_session_with(&new_session("late"), messages("late", 7))
+            .unwrap();
+        let conn = archive.conn().unwrap();
+        assert_eq!(fts_rebuild::next_rows(&conn).unwrap(), Some(256 + 7));
+        drop(conn);
+        assert_eq!(matching(&archive, "shared"), 607);
+        archive.compact(&mut |_, _| {}).unwrap();
+        assert_eq!(tables_named(&archive, fts_rebuild::NEXT), 0);
+        assert_eq!(tables_named(&archive, fts_rebuild::GONE), 0);
+        assert_eq!(matching(&archive, "shared"), 607);
+        assert_eq!(matching(&archive, "lateword6"), 1);
+        assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
     }
 }

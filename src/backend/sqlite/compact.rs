@@ -11,10 +11,10 @@
 use super::block;
 use super::codec::{self, Codec, Encoder, Training};
 use super::error::sql;
-use super::fts;
 use super::handle::Archive;
 use super::reencode_guard::reencoding;
 use super::writer::{BATCHED_WRITE, STAGED_GAP};
+use super::{fts, fts_rebuild};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -1399,7 +1399,9 @@ impl Archive {
         let (dictionaries, blobs) = remove_unused(self, &mut conn)?;
         report.dictionaries_removed = dictionaries;
         report.blobs_removed = blobs;
-        // One b-tree for the search index instead of its many segments.
+        // The search index without its deleted rows, if they crowd it; then
+        // one b-tree instead of its many segments.
+        rebuild_search_index(self, &mut conn)?;
         merge_search_index(self, &mut conn)?;
         give_back_space(self, &mut conn)?;
         // `truncate_log` copies the log with a PASSIVE checkpoint (no lock)
@@ -1596,6 +1598,46 @@ fn in_batches(
         super::checkpointer::keep_log_short(conn, archive.0.manager.checkpointer());
         archive.between_batches(STAGED_GAP);
     }
+}
+
+/// Builds the search index again beside itself if deleted rows crowd it
+/// ([`fts_rebuild`]), a transaction of a few hundred entries at a time, puts
+/// it in place and removes the old one; first removes what a killed
+/// compact's rebuild left.
+fn rebuild_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
+    let removing = ("removing an unused search index", "compact-index-remove");
+    in_batches(archive, conn, removing, &mut |tx| {
+        fts_rebuild::remove_step(tx)
+    })?;
+    let shape = {
+        let tx = Archive::begin_read(conn, "reading the search index's structure")?;
+        fts::index_shape(&tx)?
+    };
+    if !fts_rebuild::worth_rebuilding(&shape) {
+        return Ok(());
+    }
+    let codec = archive.codec();
+    let mut rebuild: Option<fts_rebuild::IndexRebuild> = None;
+    in_batches(
+        archive,
+        conn,
+        ("rebuilding the search index", "compact-rebuild"),
+        &mut |tx| {
+            let Some(under_way) = rebuild.as_mut() else {
+                rebuild = Some(fts_rebuild::IndexRebuild::start(tx)?);
+                return Ok(false);
+            };
+            if !under_way.fill_step(tx, codec, fts::WRITER_MERGE_TIME)? {
+                return Ok(false);
+            }
+            // Every entry is there: in its place, in this transaction.
+            rebuild.take().map_or(Ok(()), |done| done.swap(tx))?;
+            Ok(true)
+        },
+    )?;
+    in_batches(archive, conn, removing, &mut |tx| {
+        fts_rebuild::remove_step(tx)
+    })
 }
 
 /// Merges the search index's segments into one b-tree (what FTS5's

@@ -262,6 +262,8 @@ pub(super) struct IndexShape {
     /// Rows deleted from the segments and not yet merged out of them (the
     /// tombstones a contentless-delete index keeps; version 2 records only).
     pub tombstones: u64,
+    /// Rows in the segments, deleted ones included (version 2 records only).
+    pub rows: u64,
 }
 
 /// Reads the index's structure record (`message_text_data` row 10):
@@ -287,7 +289,7 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
     let levels = next()?;
     let segments = next()?;
     next()?; // the write counter
-    let (mut merging, mut segment_ids, mut tombstones) = (Vec::new(), Vec::new(), 0);
+    let (mut merging, mut segment_ids, mut tombstones, mut rows) = (Vec::new(), Vec::new(), 0, 0);
     let mut per_level = Vec::new();
     for level in 0..levels {
         if next()? > 0 {
@@ -306,7 +308,7 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
                     next()?;
                 }
                 tombstones += next()?;
-                next()?;
+                rows += next()?;
             }
         }
     }
@@ -317,6 +319,7 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
         segment_ids,
         per_level,
         tombstones,
+        rows,
     })
 }
 
@@ -368,9 +371,23 @@ pub(super) fn merge_due(conn: &Connection, budget: std::time::Duration) -> Resul
     if usermerge == Some(COMPACT_USERMERGE) {
         return Ok(());
     }
+    merge_steps(conn, "message_text", budget)
+}
+
+/// Merges FTS5 table `table`'s segments where a level holds enough of
+/// them, in steps of [`WRITER_MERGE_PAGES`], until none is due or `budget`
+/// has passed (at most one step more).
+pub(super) fn merge_steps(
+    conn: &Connection,
+    table: &str,
+    budget: std::time::Duration,
+) -> Result<()> {
+    let context = "merging the search index";
     let started = std::time::Instant::now();
     let mut step = conn
-        .prepare_cached("INSERT INTO message_text (message_text, rank) VALUES ('merge', ?1)")
+        .prepare_cached(&format!(
+            "INSERT INTO {table} ({table}, rank) VALUES ('merge', ?1)"
+        ))
         .map_err(sql(context))?;
     loop {
         let before = conn.total_changes();

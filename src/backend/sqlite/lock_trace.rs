@@ -14,19 +14,38 @@ use std::io::Write as _;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// The trace file, if `SESSIONTREE_LOCK_TRACE` names one that opens.
+/// The trace file, if `SESSIONTREE_LOCK_TRACE` names one that opens, or
+/// else one the program named ([`trace_to`]).
 fn file() -> Option<&'static Mutex<std::fs::File>> {
     static FILE: OnceLock<Option<Mutex<std::fs::File>>> = OnceLock::new();
-    FILE.get_or_init(|| {
-        let path = std::env::var_os("SESSIONTREE_LOCK_TRACE")?;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .ok()
-            .map(Mutex::new)
-    })
-    .as_ref()
+    FILE.get_or_init(|| open(std::env::var_os("SESSIONTREE_LOCK_TRACE")?))
+        .as_ref()
+        .or_else(|| NAMED.get())
+}
+
+/// The trace file named by [`trace_to`].
+static NAMED: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+
+fn open(path: impl AsRef<std::path::Path>) -> Option<Mutex<std::fs::File>> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .ok()
+        .map(Mutex::new)
+}
+
+/// Traces this process's events into `path` from now on, as
+/// `SESSIONTREE_LOCK_TRACE` would have from the start (which wins if set):
+/// for a program whose own writes beside a traced operation are measured
+/// (the avail bench's appender: how long its appends waited for the lock,
+/// and for their commits). Once per process; false if the file does not
+/// open or another was named first.
+pub fn trace_to(path: &std::path::Path) -> bool {
+    match open(path) {
+        Some(file) => NAMED.set(file).is_ok(),
+        None => false,
+    }
 }
 
 /// This thread's `(on a CPU, waiting for a CPU)` so far, if the kernel says.

@@ -41,6 +41,7 @@ mod compact;
 mod connection;
 mod error;
 pub(crate) mod fts;
+mod fts_rebuild;
 mod handle;
 mod lock_trace;
 mod migrations;
@@ -77,5 +78,6 @@ pub mod internals {
         path_rows_sql_only, PATH_QUERY, PATH_RANGES_QUERY, SEGMENT_HOLDING_QUERY,
     };
     pub use super::claim::host_name;
+    pub use super::lock_trace::trace_to as trace_locks_to;
     pub use crate::backend::branch_rules::ANCESTRY_BLOCK;
 }

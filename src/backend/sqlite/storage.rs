@@ -142,7 +142,11 @@ impl SqliteStorage {
                 .and_then(|mut st| st.execute([self.session_key]))
                 .map_err(sql("recording the session's contract"))?;
             }
+            // Traced when slow (`SESSIONTREE_LOCK_TRACE`): a commit waits
+            // for the disk, which another process's writes can hold up.
+            let span = super::lock_trace::start("append-commit");
             tx.commit().map_err(sql("committing an append"))?;
+            super::lock_trace::end_if_over(span, std::time::Duration::from_millis(10), "");
             untrained
         };
         if untrained

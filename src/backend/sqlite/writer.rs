@@ -422,9 +422,26 @@ impl PendingText {
         let mut st = tx
             .prepare_cached("INSERT INTO message_text (rowid, text) VALUES (?1, ?2)")
             .map_err(sql("indexing message text"))?;
+        // While a compact rebuilds the index beside it, the new one gets
+        // the rows too (its invariant 1).
+        let mut next = match super::fts_rebuild::rebuilding(tx)? {
+            true => Some(
+                tx.prepare_cached(&format!(
+                    "INSERT INTO {} (rowid, text) VALUES (?1, ?2)",
+                    super::fts_rebuild::NEXT
+                ))
+                .map_err(sql("indexing message text"))?,
+            ),
+            false => None,
+        };
         for (key, span) in self.rows.drain(..) {
-            st.execute(params![key, &self.text[span]])
+            let text = &self.text[span];
+            st.execute(params![key, text])
                 .map_err(sql("indexing message text"))?;
+            if let Some(next) = next.as_mut() {
+                next.execute(params![key, text])
+                    .map_err(sql("indexing message text"))?;
+            }
         }
         self.text.clear();
         Ok(())
@@ -851,6 +868,9 @@ impl SessionWriter<'_> {
             Some(s) if s.paused => s.paused = false,
             _ => return Ok(()),
         }
+        // The wait was the pause; writers that announced themselves
+        // meanwhile still go first.
+        super::turnstile::between_batches(&self.manager.path, Duration::ZERO);
         self.begin_batch()
     }
 
