@@ -820,7 +820,7 @@ pub fn render(v: &Value) -> String {
     if !phased.is_empty() {
         let _ = writeln!(
             t,
-            "\nThe operation's holds by kind (`compact`: `reencode` its re-encode transactions, `merge` the search index's merge, `unused-blocks`/`unused-dictionaries` the removal of what nothing uses, `vacuum` the pages given back, `truncate` the log's last checkpoint).\n\n| operation | kind | holds | longest (wall) | longest on a CPU |\n|---|---|---:|---:|---:|"
+            "\nThe operation's holds by kind (`compact`: `reencode` its re-encode transactions, `index-remove`/`rebuild` a search index crowded by deleted rows built again and the old one removed, `merge` the search index's merge, `unused-blocks`/`unused-dictionaries` the removal of what nothing uses, `vacuum` the pages given back, `truncate` the log's last checkpoint).\n\n| operation | kind | holds | longest (wall) | longest on a CPU |\n|---|---|---:|---:|---:|"
         );
         for r in phased {
             for p in r["holds"]["phases"].as_array().into_iter().flatten() {
