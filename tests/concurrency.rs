@@ -607,18 +607,16 @@ fn import_report(db: &Path, path: &Path) -> serde_json::Value {
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
 }
 
-/// The availability promise: while a big file imports (in another process),
-/// an append to another session of the archive waits at most one import
-/// batch (50 ms) plus its commit — asserted with room for a loaded CI
-/// machine — instead of the whole import.
-#[test]
-fn writers_stay_available_while_a_big_file_imports() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = big_session_file(dir.path(), availability_mb());
-    let (db, archive) = archive_with_session(dir.path(), "other");
-    let mut import = spawn_import(&db, &file);
+/// Appends to session "other" of `db` every 5 ms from the first batch of
+/// `import` (another process) until it ends successfully: how long each
+/// append that ended inside the import took.
+fn appends_beside_import(
+    db: &Path,
+    archive: &Archive,
+    import: &mut std::process::Child,
+) -> Vec<Duration> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while staged_sessions(&db) == 0 {
+    while staged_sessions(db) == 0 {
         assert!(Instant::now() < deadline, "the import never started");
         assert!(
             import.try_wait().unwrap().is_none(),
@@ -641,6 +639,20 @@ fn writers_stay_available_while_a_big_file_imports() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(import.wait().unwrap().success());
+    waits
+}
+
+/// The availability promise: while a big file imports (in another process),
+/// an append to another session of the archive waits at most one import
+/// batch (50 ms) plus its commit — asserted with room for a loaded CI
+/// machine — instead of the whole import.
+#[test]
+fn writers_stay_available_while_a_big_file_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = big_session_file(dir.path(), availability_mb());
+    let (db, archive) = archive_with_session(dir.path(), "other");
+    let mut import = spawn_import(&db, &file);
+    let waits = appends_beside_import(&db, &archive, &mut import);
     let worst = waits.iter().max().copied().unwrap_or_default();
     let mean = waits.iter().sum::<Duration>() / u32::try_from(waits.len().max(1)).unwrap();
     eprintln!(
@@ -680,27 +692,7 @@ fn an_import_waiting_for_its_reader_lets_other_writers_in() {
         .arg(&file)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while staged_sessions(&db) == 0 {
-        assert!(Instant::now() < deadline, "the import never started");
-        assert!(import.try_wait().unwrap().is_none(), "it ended unseen");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let mut session = Session::new(archive.open_session("other").unwrap());
-    let mut waits = Vec::new();
-    while import.try_wait().unwrap().is_none() {
-        let started = Instant::now();
-        session
-            .append_message(
-                &sessiontree::JsonText::parse(r#"{"role":"user","content":"still here"}"#).unwrap(),
-            )
-            .expect("an append during the import");
-        if import.try_wait().unwrap().is_none() {
-            waits.push(started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(import.wait().unwrap().success());
+    let waits = appends_beside_import(&db, &archive, &mut import);
     let worst = waits.iter().max().copied().unwrap_or_default();
     eprintln!(
         "{} appends beside a stalling import: worst wait {worst:?}",
