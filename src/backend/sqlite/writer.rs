@@ -700,6 +700,22 @@ impl Staged {
 /// syncing the log, makes every earlier batch durable with it.
 const RELAXED_SYNC: i64 = 1;
 
+/// Relaxes `conn` (outside a transaction) to [`RELAXED_SYNC`] for a batch
+/// that leaves nothing a reader sees: the level to set back with
+/// [`restore_sync`] on every path, or `None` if it was no stricter.
+pub(super) fn relax_sync(conn: &Connection) -> Result<Option<i64>> {
+    let context = "relaxing a batch's sync";
+    let level: i64 = conn
+        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .map_err(sql(context))?;
+    if level <= RELAXED_SYNC {
+        return Ok(None);
+    }
+    conn.pragma_update(None, "synchronous", RELAXED_SYNC)
+        .map_err(sql(context))?;
+    Ok(Some(level))
+}
+
 /// Sets a connection relaxed by a staged write back to the archive's
 /// `synchronous` level (outside a transaction). (Checkpoints are the
 /// handle's [`LogCheckpointer`](super::checkpointer::LogCheckpointer)'s, on
