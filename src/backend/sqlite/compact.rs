@@ -1340,7 +1340,7 @@ impl Archive {
     ) -> Result<CompactReport> {
         let mut conn = self.conn()?;
         let relaxed_from = super::writer::relax_sync(&conn)?;
-        let compacted = self.compact_on(&mut *conn, options, progress);
+        let compacted = self.compact_on(&mut conn, options, progress);
         if let Some(level) = relaxed_from {
             // A failure may have left a transaction open (its rollback on
             // drop came first otherwise): the level changes only outside one.
