@@ -267,9 +267,7 @@ fn write_grouped(
         while from < files.len() {
             if from > 0 {
                 // Writers waiting for the lock get it between two groups.
-                archive.between_batches(crate::backend::pending::pause_length(
-                    crate::backend::sqlite::STAGED_GAP,
-                ));
+                archive.between_batches(crate::backend::sqlite::STAGED_GAP);
             }
             // Files this group took on (the one that failed included).
             let taken = std::cell::Cell::new(0);

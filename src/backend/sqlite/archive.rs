@@ -642,7 +642,7 @@ impl pending::PendingStore for Archive {
     const GAP: std::time::Duration = BATCHED_GAP;
 
     fn between_batches(&self) {
-        Archive::between_batches(self, pending::pause_length(Self::GAP));
+        Archive::between_batches(self, Self::GAP);
     }
 
     fn marked_sessions(&self) -> Result<Vec<(i64, String)>> {

@@ -100,10 +100,10 @@ impl ClaimStore for Archive {
     fn in_claim_transaction(&self, _session_key: i64, _session_id: &str, take: Use) -> Result<()> {
         let fail = |e| Error::sqlite("taking the writer claim", e);
         let mut conn = self.conn()?;
-        let announcing = super::turnstile::announcing(self.path());
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate);
-        drop(announcing);
-        let tx = tx.map_err(fail)?;
+        let tx = super::turnstile::begin_announced(self.path(), || {
+            conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        })
+        .map_err(fail)?;
         take(&mut ClaimConn(&tx))?;
         tx.commit().map_err(fail)
     }

@@ -121,10 +121,10 @@ impl Archive {
     ) -> Result<(rusqlite::Transaction<'c>, Instant)> {
         refuse_if_damaged(self.path())?;
         let span = super::lock_trace::start("lock-wait");
-        let announcing = super::turnstile::announcing(self.path());
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate);
-        drop(announcing);
-        let tx = tx.map_err(sql(what))?;
+        let tx = super::turnstile::begin_announced(self.path(), || {
+            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        })
+        .map_err(sql(what))?;
         let taken = Instant::now();
         super::lock_trace::end_if_over(span, std::time::Duration::from_millis(10), "");
         super::lock_trace::lock_taken();
@@ -198,8 +198,9 @@ impl Archive {
         conn.unchecked_transaction().map_err(sql(what))
     }
 
-    /// Between two batches of a long operation: pauses `gap`, then lets the
-    /// writers waiting for the lock have it first ([`super::turnstile`]).
+    /// Between two batches of a long operation: pauses `gap` (or a test's
+    /// longer pause), then lets the writers waiting for the lock have it
+    /// first ([`super::turnstile`]).
     pub(crate) fn between_batches(&self, gap: Duration) {
         super::turnstile::between_batches(self.path(), gap);
     }

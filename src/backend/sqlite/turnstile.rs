@@ -83,11 +83,18 @@ pub(super) struct Announcing {
     previous: Option<Waiter>,
 }
 
+/// Runs `begin` (a `BEGIN IMMEDIATE` on the archive at `archive`)
+/// announced ([`announcing`]): every write of the archive begins so.
+pub(super) fn begin_announced<T>(archive: &Path, begin: impl FnOnce() -> T) -> T {
+    let _announcing = announcing(archive);
+    begin()
+}
+
 /// Lets this thread's next `BEGIN IMMEDIATE` announce itself on the turn
 /// file of `archive` if it finds the write lock taken, until the guard is
 /// dropped (right after the `BEGIN` returns). Costs a path copy; the file
 /// is touched only if the write waits.
-pub(super) fn announcing(archive: &Path) -> Announcing {
+fn announcing(archive: &Path) -> Announcing {
     let waiter = Waiter {
         archive: archive.to_owned(),
         file: None,
@@ -221,10 +228,14 @@ pub(super) fn wait_for_waiters(archive: &Path, cap: Duration) -> Turn {
 }
 
 /// Between two batches of a long operation on the archive at `archive`:
-/// sleeps `gap`, then lets every writer that announced itself meanwhile
-/// take the lock first, waiting at most [`YIELD_CAP`]. Traced
-/// (`SESSIONTREE_LOCK_TRACE`, `turn-yield`) when it waited for someone.
+/// sleeps `gap` (or a test's longer pause, [`pause_length`]), then lets
+/// every writer that announced itself meanwhile take the lock first,
+/// waiting at most [`YIELD_CAP`]. Traced (`SESSIONTREE_LOCK_TRACE`,
+/// `turn-yield`) when it waited for someone.
+///
+/// [`pause_length`]: crate::backend::pending::pause_length
 pub(super) fn between_batches(archive: &Path, gap: Duration) {
+    let gap = crate::backend::pending::pause_length(gap);
     if !gap.is_zero() {
         std::thread::sleep(gap);
     }

@@ -847,10 +847,7 @@ impl SessionWriter<'_> {
             return Ok(());
         }
         let gap = self.staged.as_ref().map_or(STAGED_GAP, |s| s.gap);
-        super::turnstile::between_batches(
-            &self.manager.path,
-            crate::backend::pending::pause_length(gap),
-        );
+        super::turnstile::between_batches(&self.manager.path, gap);
         self.begin_batch()
     }
 
@@ -908,23 +905,7 @@ impl SessionWriter<'_> {
             appender.finish(&self.tx)?;
         }
         super::claim::renew_claim(&self.tx, key, &token)?;
-        // `synchronous` can change only outside a transaction: relaxing
-        // takes effect from the next batch's commit.
         let relaxed_from = self.staged.as_ref().and_then(|s| s.relaxed_from);
-        let mut relax = false;
-        if relaxed && relaxed_from.is_none() {
-            let level: i64 = self
-                .tx
-                .pragma_query_value(None, "synchronous", |r| r.get(0))
-                .map_err(sql("relaxing an import batch's sync"))?;
-            if level > RELAXED_SYNC {
-                // Set back on every path from here.
-                if let Some(s) = self.staged.as_mut() {
-                    s.relaxed_from = Some(level);
-                }
-                relax = true;
-            }
-        }
         // The `Transaction` stays open across the batch: it is the same
         // connection's transaction, begun again, and its final commit (or
         // rollback on drop) ends the last batch.
@@ -945,10 +926,14 @@ impl SessionWriter<'_> {
                 ),
             );
         }
-        if relax {
-            self.tx
-                .pragma_update(None, "synchronous", RELAXED_SYNC)
-                .map_err(sql("relaxing an import batch's sync"))?;
+        // `synchronous` can change only outside a transaction: relaxing
+        // takes effect from the next batch's commit.
+        if relaxed && relaxed_from.is_none() {
+            // Set back on every path from here.
+            let level = relax_sync(&self.tx)?;
+            if let Some(s) = self.staged.as_mut() {
+                s.relaxed_from = level;
+            }
         } else if let (false, Some(level)) = (relaxed, relaxed_from) {
             restore_sync(&self.tx, level)?;
             if let Some(s) = self.staged.as_mut() {
@@ -966,10 +951,10 @@ impl SessionWriter<'_> {
         let Some(key) = self.staged.as_ref().map(|s| s.key) else {
             return Ok(());
         };
-        let announcing = super::turnstile::announcing(&self.manager.path);
-        let begun = self.tx.execute_batch("BEGIN IMMEDIATE");
-        drop(announcing);
-        begun.map_err(sql("starting an import batch"))?;
+        super::turnstile::begin_announced(&self.manager.path, || {
+            self.tx.execute_batch("BEGIN IMMEDIATE")
+        })
+        .map_err(sql("starting an import batch"))?;
         super::lock_trace::lock_taken();
         self.lock_taken = Instant::now();
         if let Some(staged) = self.staged.as_mut() {

@@ -144,10 +144,10 @@ pub(super) fn run(
         crate::backend::sqlite::connection::refuse_if_damaged(path)?;
         // Waiting behind another long operation (another process's run of
         // this step, an import), it announces itself like any writer.
-        let announcing = crate::backend::sqlite::turnstile::announcing(path);
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate);
-        drop(announcing);
-        let tx = tx.map_err(|e| Error::sqlite(ctx(), e))?;
+        let tx = crate::backend::sqlite::turnstile::begin_announced(path, || {
+            conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        })
+        .map_err(|e| Error::sqlite(ctx(), e))?;
         // Another process may have finished the step while we waited.
         if current_version(&tx)? >= version {
             return Ok(());
@@ -177,7 +177,7 @@ pub(super) fn run(
         if cursor.finished {
             return Ok(());
         }
-        crate::backend::sqlite::turnstile::between_batches(path, pending::pause_length(GAP));
+        crate::backend::sqlite::turnstile::between_batches(path, GAP);
     }
 }
 
