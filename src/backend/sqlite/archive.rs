@@ -752,7 +752,7 @@ impl Archive {
         let (tx, started) = self.begin_write_clocked(conn, "deleting a session")?;
         super::claim::renew_claim(&tx, key, token)?;
         let clock = REMOVAL_CLOCK.with(std::cell::Cell::get);
-        let mut steps = 0;
+        let (mut steps, mut before_rebuild) = (0, false);
         let removal = loop {
             let removal = remove_some(&tx, key, remove_row)?;
             if removal != Removal::More {
@@ -762,6 +762,13 @@ impl Archive {
             if clock.due(started.elapsed(), steps) {
                 break removal;
             }
+            // A step that rebuilds a large tombstone hash begins the next
+            // batch, so that the lock is held for it and not for it and a
+            // batch's worth of steps before it.
+            before_rebuild = next_removal_rebuilds_a_hash(&tx, key)?;
+            if before_rebuild {
+                break removal;
+            }
         };
         let committing = Instant::now();
         tx.commit().map_err(sql("deleting a session"))?;
@@ -769,7 +776,10 @@ impl Archive {
         super::lock_trace::end(
             span,
             steps,
-            &format!("commit_ms={:.2}", committing.elapsed().as_secs_f64() * 1e3),
+            &format!(
+                "commit_ms={:.2} before_rebuild={before_rebuild}",
+                committing.elapsed().as_secs_f64() * 1e3
+            ),
         );
         REMOVAL_CLOCK.with(|c| {
             let mut learnt = c.get();
@@ -827,6 +837,24 @@ const REMOVE_OTHER: [&str; 9] = [
        (SELECT block_id FROM entry_blocks WHERE session_key = ?1 LIMIT ?2)",
     "DELETE FROM imports WHERE session_key = ?1",
 ];
+
+/// Whether the next step of [`remove_some`] would make FTS5 rebuild a
+/// large tombstone hash ([`fts::LARGE_TOMBSTONE_HASH`]): the step that
+/// deletes the search rows of the session's newest [`REMOVE_ENTRIES`]
+/// entries. (A rebuild compact runs beside the index is not foreseen: its
+/// segments hold only what was written or deleted while it ran.)
+fn next_removal_rebuilds_a_hash(tx: &rusqlite::Transaction, key: i64) -> Result<bool> {
+    let rowids: Vec<i64> = tx
+        .prepare_cached(
+            "SELECT entry_key FROM entries WHERE session_key = ?1 ORDER BY seq DESC LIMIT ?2",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![key, REMOVE_ENTRIES], |r| r.get(0))
+                .and_then(Iterator::collect)
+        })
+        .map_err(sql("deleting a session"))?;
+    fts::deleting_rebuilds_a_hash(tx, &rowids, fts::LARGE_TOMBSTONE_HASH)
+}
 
 /// One step of removing session `key` inside `tx`: its newest
 /// [`REMOVE_ENTRIES`] entries (with their search rows and the blobs only
