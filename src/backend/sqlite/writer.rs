@@ -370,13 +370,6 @@ const PENDING_TEXT_LIMIT: usize = 8 << 20;
 /// transaction indexes in memory until its commit (or a megabyte of it):
 /// indexing it in steps makes no more segments than at once.
 const STAGED_TEXT_STEP: usize = 64 << 10;
-/// A staged batch's search text that FTS5 may hold in memory: past it, a
-/// savepoint makes FTS5 write it out as a segment, inside the batch's clock.
-/// Its commit writes out the rest, a tail no clock foresees: up to 45 ms
-/// for a megabyte at 1,000,000 entries; a 1M import alone, its longest
-/// commit 29.6 → 16.7 ms, its longest batch 71.9 → 60.7 ms, in the same
-/// time (30.7 / 29.3 s) and with as many segments left (15 / 13).
-const STAGED_SEGMENT_TEXT: usize = 256 << 10;
 
 /// Search-index rows not yet written. FTS5 flushes its pending terms at
 /// every statement journal (each later write in the transaction opens one),
@@ -658,8 +651,6 @@ pub(super) struct Staged {
     /// ([`SessionWriter::pause_batch`]): no transaction is open until
     /// [`SessionWriter::resume_batch`].
     paused: bool,
-    /// Search text indexed in this batch that FTS5 still holds in memory.
-    text_in_memory: usize,
 }
 
 impl Staged {
@@ -677,7 +668,6 @@ impl Staged {
             gap,
             visible,
             paused: false,
-            text_in_memory: 0,
         }
     }
 
@@ -853,17 +843,8 @@ impl SessionWriter<'_> {
         // the clock: left to the commit it was most of a tail that no clock
         // foresees (25–55 ms after a batch was due at 1,000,000 entries).
         if let Some(appender) = self.appender.as_mut() {
-            let bytes = appender.pending.bytes();
-            if bytes >= STAGED_TEXT_STEP {
+            if appender.pending.bytes() >= STAGED_TEXT_STEP {
                 appender.pending.flush(&self.tx)?;
-                staged.text_in_memory += bytes;
-                if staged.text_in_memory >= STAGED_SEGMENT_TEXT {
-                    // FTS5 writes out what it holds at every savepoint.
-                    self.tx
-                        .execute_batch("SAVEPOINT index_flush; RELEASE index_flush")
-                        .map_err(sql("indexing message text"))?;
-                    staged.text_in_memory = 0;
-                }
             }
         }
         if !staged.clock.due(self.lock_taken.elapsed(), staged.rows) {
@@ -993,7 +974,6 @@ impl SessionWriter<'_> {
         self.lock_taken = Instant::now();
         if let Some(staged) = self.staged.as_mut() {
             staged.rows = 0;
-            staged.text_in_memory = 0;
         }
         super::connection::refuse_if_log_missing(&self.manager.path)?;
         // Inside the batch's time: the clock started with the lock.
