@@ -726,6 +726,21 @@ mod tests {
         conn
     }
 
+    /// Indexes `rows` more rows after row `last` in one transaction (one
+    /// segment), `last` then the newest.
+    fn append_rows(conn: &mut Connection, last: &mut i64, rows: usize) {
+        let tx = conn.transaction().unwrap();
+        for _ in 0..rows {
+            *last += 1;
+            tx.execute(
+                "INSERT INTO message_text (rowid, text) VALUES (?1, ?2)",
+                params![*last, row_text(*last)],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+
     /// Row `n`'s text: one rare, one common and one middling token.
     fn row_text(n: i64) -> String {
         format!("w{} x{} y{}", n * 7919 % 10007, n % 13, n * 31 % 997)
@@ -741,18 +756,7 @@ mod tests {
     fn a_merge_with_appends_between_its_steps_finishes_and_keeps_the_answers() {
         let mut conn = small_page_index();
         let mut last = 0i64;
-        let mut append = |conn: &mut Connection, rows: usize| {
-            let tx = conn.transaction().unwrap();
-            for _ in 0..rows {
-                last += 1;
-                tx.execute(
-                    "INSERT INTO message_text (rowid, text) VALUES (?1, ?2)",
-                    params![last, row_text(last)],
-                )
-                .unwrap();
-            }
-            tx.commit().unwrap();
-        };
+        let mut append = |conn: &mut Connection, rows: usize| append_rows(conn, &mut last, rows);
         // An imported session, a commit per batch: segments on several levels.
         for _ in 0..300 {
             append(&mut conn, 20);
@@ -828,16 +832,7 @@ mod tests {
         let mut conn = small_page_index();
         let mut last = 0i64;
         for _ in 0..150 {
-            let tx = conn.transaction().unwrap();
-            for _ in 0..20 {
-                last += 1;
-                tx.execute(
-                    "INSERT INTO message_text (rowid, text) VALUES (?1, ?2)",
-                    params![last, row_text(last)],
-                )
-                .unwrap();
-            }
-            tx.commit().unwrap();
+            append_rows(&mut conn, &mut last, 20);
         }
         // Segments stay put while rows are deleted, as in the archive.
         conn.execute_batch(
