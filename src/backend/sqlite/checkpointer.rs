@@ -184,7 +184,10 @@ const CATCH_UP: Duration = Duration::from_secs(2);
 /// One `PASSIVE` checkpoint: whether it ran (copying every frame no
 /// reader's snapshot still needs), rather than finding another process's
 /// checkpoint running.
-fn passive_checkpoint(conn: &rusqlite::Connection, what: &'static str) -> rusqlite::Result<bool> {
+pub(super) fn passive_checkpoint(
+    conn: &rusqlite::Connection,
+    what: &'static str,
+) -> rusqlite::Result<bool> {
     checkpoint(conn, "PASSIVE", what)
 }
 

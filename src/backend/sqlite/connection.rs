@@ -60,18 +60,22 @@ pub(super) fn wait_a_second(attempt: i32) -> bool {
 /// first: SQLite does not wait for a checkpoint already running, and one of
 /// the handle's background checkpoints running then left the whole log
 /// (a compact's report counted 6 MB of log as archive bytes). A `PASSIVE`
-/// checkpoint copies the log first, holding no lock: `TRUNCATE` holds the
-/// write lock while it copies, and copying what a long operation left
-/// made other writers wait for all of it.
+/// checkpoint copies the log first, holding no lock (traced as
+/// `ckpt-op-passive`): `TRUNCATE` holds the write lock while it copies, and
+/// copying what a long operation left made other writers wait for all of
+/// it. The `TRUNCATE`, the part that holds the lock, is traced as `what`.
 pub(super) fn truncate_log(
     conn: &mut Connection,
     checkpointer: &LogCheckpointer,
+    what: &'static str,
 ) -> rusqlite::Result<()> {
     let _turn = checkpointer.turn();
     // Busy or failed: the truncating checkpoint copies the rest.
-    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    let _ = super::checkpointer::passive_checkpoint(conn, "ckpt-op-passive");
     conn.busy_handler(Some(wait_a_second))?;
+    let span = super::lock_trace::start(what);
     let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    super::lock_trace::end(span, 0, "");
     conn.busy_handler(Some(wait_for_the_lock))?;
     match done {
         Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => Ok(()),
