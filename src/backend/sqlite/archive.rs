@@ -844,16 +844,17 @@ const REMOVE_OTHER: [&str; 9] = [
 /// entries. (A rebuild compact runs beside the index is not foreseen: its
 /// segments hold only what was written or deleted while it ran.)
 fn next_removal_rebuilds_a_hash(tx: &rusqlite::Transaction, key: i64) -> Result<bool> {
-    let rowids: Vec<i64> = tx
-        .prepare_cached(
+    // The step's rows are read only once a large hash exists.
+    fts::deleting_rebuilds_a_hash(tx, fts::LARGE_TOMBSTONE_HASH, || {
+        tx.prepare_cached(
             "SELECT entry_key FROM entries WHERE session_key = ?1 ORDER BY seq DESC LIMIT ?2",
         )
         .and_then(|mut st| {
             st.query_map(params![key, REMOVE_ENTRIES], |r| r.get(0))
                 .and_then(Iterator::collect)
         })
-        .map_err(sql("deleting a session"))?;
-    fts::deleting_rebuilds_a_hash(tx, &rowids, fts::LARGE_TOMBSTONE_HASH)
+        .map_err(sql("deleting a session"))
+    })
 }
 
 /// One step of removing session `key` inside `tx`: its newest

@@ -357,8 +357,9 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
 /// step. A 63-page one writes 16 times less.
 pub(super) const LARGE_TOMBSTONE_HASH: u64 = 64;
 
-/// Whether deleting the search rows `rowids` would make FTS5 rebuild a
-/// tombstone hash of at least `large` pages. Each row's tombstone goes to
+/// Whether deleting the search rows `rowids` (asked for only if the index
+/// has a hash of at least `large` pages) would make FTS5 rebuild such a
+/// tombstone hash. Each row's tombstone goes to
 /// every segment whose write range holds the row's origin (kept in
 /// `message_text_docsize`), on page `rowid % pages` of its hash; FTS5
 /// rebuilds the hash when a tombstone finds its page half full (or a
@@ -366,8 +367,8 @@ pub(super) const LARGE_TOMBSTONE_HASH: u64 = 64;
 /// which delete will.
 pub(super) fn deleting_rebuilds_a_hash(
     conn: &Connection,
-    rowids: &[i64],
     large: u64,
+    rowids: impl FnOnce() -> Result<Vec<i64>>,
 ) -> Result<bool> {
     let shape = index_shape(conn)?;
     let large_hashes: Vec<&TombstoneHash> = shape
@@ -375,15 +376,16 @@ pub(super) fn deleting_rebuilds_a_hash(
         .iter()
         .filter(|hash| hash.pages >= large)
         .collect();
-    if large_hashes.is_empty() || rowids.is_empty() {
+    if large_hashes.is_empty() {
         return Ok(false);
     }
+    let rowids = rowids()?;
     let ctx = "foreseeing a deletion from the search index";
     let mut origin_of = conn
         .prepare_cached("SELECT origin FROM message_text_docsize WHERE id = ?1")
         .map_err(sql(ctx))?;
     let mut rows = Vec::with_capacity(rowids.len());
-    for &rowid in rowids {
+    for rowid in rowids {
         let origin: Option<Option<i64>> = origin_of
             .query_row([rowid], |r| r.get(0))
             .optional()
@@ -860,7 +862,7 @@ mod tests {
                 .filter(|rowid| deleted.insert(*rowid))
                 .collect();
             let before = hashes(&conn);
-            let foresees = deleting_rebuilds_a_hash(&conn, &rowids, 2).unwrap();
+            let foresees = deleting_rebuilds_a_hash(&conn, 2, || Ok(rowids.clone())).unwrap();
             let tx = conn.transaction().unwrap();
             for rowid in &rowids {
                 tx.execute("DELETE FROM message_text WHERE rowid = ?1", [rowid])

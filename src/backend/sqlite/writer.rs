@@ -381,6 +381,12 @@ const STAGED_TEXT_STEP: usize = 64 << 10;
 pub(super) struct PendingText {
     rows: Vec<(i64, std::ops::Range<usize>)>,
     text: String,
+    /// Whether a compact rebuilds the index beside it, looked up at the
+    /// first flush: the rows are pending inside one write transaction (an
+    /// appender's batch, or a writer's only one), and a rebuild begins and
+    /// ends in transactions of its own, so the answer holds until the
+    /// commit. A staged batch flushes every [`STAGED_TEXT_STEP`].
+    rebuilding: Option<bool>,
 }
 
 impl PendingText {
@@ -428,7 +434,11 @@ impl PendingText {
             .map_err(sql("indexing message text"))?;
         // While a compact rebuilds the index beside it, the new one gets
         // the rows too (its invariant 1).
-        let mut next = match super::fts_rebuild::rebuilding(tx)? {
+        let rebuilding = match self.rebuilding {
+            Some(known) => known,
+            None => *self.rebuilding.insert(super::fts_rebuild::rebuilding(tx)?),
+        };
+        let mut next = match rebuilding {
             true => Some(
                 tx.prepare_cached(&format!(
                     "INSERT INTO {} (rowid, text) VALUES (?1, ?2)",
