@@ -21,7 +21,8 @@
 //!
 //! The PostgreSQL trials run the same against a team archive on the test
 //! server (`SESSIONTREE_TEST_PG`; skipped without one): a client killed
-//! mid-transaction leaves the server to roll it back.
+//! mid-transaction leaves the server to roll it back, or to commit it if the
+//! `COMMIT` was sent, so the reopen first waits on the session row's lock.
 //!
 //! `CRASH_TRIALS=N` sets the trials per backend (default 100), `CRASH_SEED`
 //! replays a run.
@@ -260,6 +261,7 @@ impl Store {
                 }
             }
             Store::Postgres { url, id } => {
+                wait_for_a_killed_clients_commit(url, id);
                 let archive = PgArchive::open(url, Durability::Full)
                     .unwrap_or_else(|e| panic!("the team archive does not open after a kill: {e}"));
                 let s = archive.open_session(id).expect("session opens");
@@ -271,6 +273,21 @@ impl Store {
             }
         }
     }
+}
+
+/// Waits until no transaction of the killed child can still commit. The
+/// server runs a statement the client sent before it died, so a `COMMIT`
+/// sent just before the kill may land after it: a read at once saw the log
+/// without an unacknowledged entry that appeared a moment later (a CI run
+/// failed so). Every append locks its session row from its first statement
+/// to its commit, so taking that lock waits for it, as the next writer's
+/// claim does.
+fn wait_for_a_killed_clients_commit(url: &str, id: &str) {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    let mut tx = client.transaction().expect("begin");
+    tx.query("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", &[&id])
+        .expect("lock the session row");
+    tx.rollback().expect("rollback");
 }
 
 /// What the trials know about a store between kills.
