@@ -517,6 +517,96 @@ fn one_writer_per_session_across_processes() {
     assert_eq!(team_count(&team.archive, "claimed"), 22);
 }
 
+/// Server backends of this archive's clients asleep in a `COMMIT` (the
+/// test's slow-commit trigger).
+fn commits_asleep(conn: &mut postgres::Client) -> i64 {
+    conn.query_one(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE wait_event = 'PgSleep' AND query = 'COMMIT' AND pid <> pg_backend_pid()
+           AND application_name = 'sessiontree'",
+        &[],
+    )
+    .expect("pg_stat_activity")
+    .get(0)
+}
+
+/// A client killed after it sent `COMMIT` does not stop the server: its
+/// append lands after the kill (a CI run of the kill -9 trials once read
+/// the log before it did). A reader at that instant reads the log without
+/// it; the next writer's first append takes the dead writer's claim over
+/// under the session row's lock, so it waits for that commit and is stored
+/// after it, both whole.
+#[test]
+fn a_killed_writers_sent_commit_lands_before_the_next_writers_append() {
+    let Some(team) = pg::TempArchive::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = generated_file(dir.path(), "late", 20);
+    let url = team.schema_url();
+    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
+    let mut conn = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    // Every commit that inserted an entry sleeps for as long as
+    // `slow_commits` says, at the commit (a deferred trigger).
+    conn.batch_execute(
+        "CREATE TABLE slow_commits (seconds float8 NOT NULL);
+         CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             PERFORM pg_sleep(coalesce((SELECT max(seconds) FROM slow_commits), 0));
+             RETURN NULL;
+         END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON entries
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();
+         INSERT INTO slow_commits VALUES (3);",
+    )
+    .expect("a slow commit");
+    let message = |text: &str| json!({"message": {"role": "user", "content": text}});
+
+    let mut a = RpcChild::spawn(["--db", url.as_str(), "rpc", "late"]);
+    let (_, line) = a.request("appendMessage", message("sent before the kill"));
+    a.send_raw(format!("{line}\n").as_bytes());
+    let asleep = std::time::Instant::now();
+    while commits_asleep(&mut conn) == 0 {
+        assert!(
+            asleep.elapsed() < Duration::from_secs(30),
+            "the append's COMMIT never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(a.kill9().is_empty(), "the append was acknowledged");
+    conn.batch_execute("DELETE FROM slow_commits")
+        .expect("later commits are quick");
+
+    let seen = team_count(&team.archive, "late");
+    assert_eq!(
+        commits_asleep(&mut conn),
+        1,
+        "the killed client's COMMIT ended before the read: the test proves nothing"
+    );
+    assert_eq!(
+        seen, 20,
+        "a reader saw an append whose commit had not ended"
+    );
+
+    let mut b = RpcChild::spawn(["--db", url.as_str(), "rpc", "late"]);
+    let r = b.call("appendMessage", message("after the kill"));
+    assert_eq!(response_code(&r), None, "{r}");
+    b.finish();
+    assert_eq!(commits_asleep(&mut conn), 0);
+    let stored = team.reopen().open_session("late").expect("session");
+    let contents: Vec<Value> = stored
+        .entries(20, None)
+        .expect("entries")
+        .iter()
+        .map(|e| e.value()["message"]["content"].clone())
+        .collect();
+    assert_eq!(
+        contents,
+        vec![json!("sent before the kill"), json!("after the kill")],
+        "the late commit, then the next writer's append"
+    );
+}
+
 #[test]
 fn search_finds_what_the_sqlite_index_finds() {
     let Some(team) = pg::TempArchive::new() else {
