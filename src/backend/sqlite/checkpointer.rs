@@ -184,11 +184,17 @@ const CATCH_UP: Duration = Duration::from_secs(2);
 /// One `PASSIVE` checkpoint: whether it ran (copying every frame no
 /// reader's snapshot still needs), rather than finding another process's
 /// checkpoint running.
-pub(super) fn passive_checkpoint(
+fn passive_checkpoint(conn: &rusqlite::Connection, what: &'static str) -> rusqlite::Result<bool> {
+    checkpoint(conn, "PASSIVE", what)
+}
+
+/// One `PASSIVE` checkpoint: whether it copied the whole log (it ran, and
+/// no reader's snapshot held a frame back).
+pub(super) fn passive_checkpoint_of_all(
     conn: &rusqlite::Connection,
     what: &'static str,
 ) -> rusqlite::Result<bool> {
-    checkpoint(conn, "PASSIVE", what)
+    checkpoint_counts(conn, "PASSIVE", what).map(|(busy, log, copied)| busy == 0 && log == copied)
 }
 
 /// One checkpoint of `mode` (traced as `what`): whether it ran rather than
@@ -198,6 +204,16 @@ fn checkpoint(
     mode: &str,
     what: &'static str,
 ) -> rusqlite::Result<bool> {
+    checkpoint_counts(conn, mode, what).map(|(busy, _, _)| busy == 0)
+}
+
+/// One checkpoint of `mode` (traced as `what`): SQLite's answer, whether
+/// the log was busy, its frames and the frames copied.
+fn checkpoint_counts(
+    conn: &rusqlite::Connection,
+    mode: &str,
+    what: &'static str,
+) -> rusqlite::Result<(i64, i64, i64)> {
     let span = super::lock_trace::start(what);
     let done = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
         Ok((
@@ -211,7 +227,7 @@ fn checkpoint(
         Err(e) => format!("error={:?}", e.to_string()),
     };
     super::lock_trace::end(span, 0, &extra);
-    done.map(|(busy, _, _)| busy == 0)
+    done
 }
 
 std::thread_local! {

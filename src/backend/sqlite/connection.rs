@@ -71,7 +71,9 @@ pub(super) fn truncate_log(
 ) -> rusqlite::Result<()> {
     let _turn = checkpointer.turn();
     // Busy or failed: the truncating checkpoint copies the rest.
-    let _ = super::checkpointer::passive_checkpoint(conn, "ckpt-op-passive");
+    if let Ok(true) = super::checkpointer::passive_checkpoint_of_all(conn, "ckpt-op-passive") {
+        drop_cached_log(conn);
+    }
     conn.busy_handler(Some(wait_a_second))?;
     let span = super::lock_trace::start(what);
     let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
@@ -81,6 +83,27 @@ pub(super) fn truncate_log(
         Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => Ok(()),
         other => other,
     }
+}
+
+/// Drops the log's pages from the OS page cache, once a checkpoint has
+/// copied every frame (they are clean then), so that the truncation after
+/// it, which holds the write lock, does not evict them: it spent 10 ms of
+/// CPU on a 70 MB log (0.3 ms once they were dropped beforehand; the drop
+/// itself, without the lock, 10–13 ms). Frames appended meanwhile are
+/// dropped too, and are read back from the disk if they must be copied. A
+/// descriptor of our own is safe to close here: SQLite locks the database
+/// and `-shm` files, never the log (closing a descriptor drops the
+/// process's POSIX locks on that file only). Best effort: any failure
+/// leaves the pages to the truncation.
+fn drop_cached_log(conn: &Connection) {
+    #[cfg(target_os = "linux")]
+    if let Some(db) = conn.path().filter(|p| !p.is_empty()) {
+        if let Ok(log) = std::fs::File::open(format!("{db}-wal")) {
+            let _ = rustix::fs::fadvise(&log, 0, None, rustix::fs::Advice::DontNeed);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = conn;
 }
 
 /// The reader pool.
