@@ -98,7 +98,7 @@ pub(super) fn truncate_log(
 fn drop_cached_log(conn: &Connection) {
     #[cfg(target_os = "linux")]
     if let Some(db) = conn.path().filter(|p| !p.is_empty()) {
-        if let Ok(log) = std::fs::File::open(format!("{db}-wal")) {
+        if let Ok(log) = std::fs::File::open(wal_path(Path::new(db))) {
             let _ = rustix::fs::fadvise(&log, 0, None, rustix::fs::Advice::DontNeed);
         }
     }
