@@ -203,6 +203,21 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// A fresh team archive holding generated session `id` of `entries`
+/// entries, synced there by the binary: the archive, the URL that opens it
+/// and the session's file; `None` (skipped) without a server.
+fn team_with_session(
+    dir: &Path,
+    id: &str,
+    entries: usize,
+) -> Option<(pg::TempArchive, String, PathBuf)> {
+    let team = pg::TempArchive::new()?;
+    let file = generated_file(dir, id, entries);
+    let url = team.schema_url();
+    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
+    Some((team, url, file))
+}
+
 /// Entries the team archive holds of session `id` (0 before the session row exists).
 fn team_count(archive: &PgArchive, id: &str) -> usize {
     archive
@@ -459,13 +474,10 @@ fn two_concurrent_syncs_copy_every_entry_once() {
 
 #[test]
 fn a_team_copy_written_elsewhere_is_refused_not_overwritten() {
-    let Some(team) = pg::TempArchive::new() else {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, url, file)) = team_with_session(dir.path(), "diverged", 50) else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = generated_file(dir.path(), "diverged", 50);
-    let url = team.schema_url();
-    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
     // Someone appends on the team side.
     let mut team_side =
         sessiontree::Session::new(team.archive.open_session("diverged").expect("open"));
@@ -485,13 +497,10 @@ fn a_team_copy_written_elsewhere_is_refused_not_overwritten() {
 
 #[test]
 fn one_writer_per_session_across_processes() {
-    let Some(team) = pg::TempArchive::new() else {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, url, _)) = team_with_session(dir.path(), "claimed", 20) else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = generated_file(dir.path(), "claimed", 20);
-    let url = team.schema_url();
-    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
     let message = json!({"message": {"role": "user", "content": "hello"}});
     // Machine A writes and stays open: it holds the claim.
     let mut a = RpcChild::spawn(["--db", url.as_str(), "rpc", "claimed"]);
@@ -538,13 +547,10 @@ fn commits_asleep(conn: &mut postgres::Client) -> i64 {
 /// after it, both whole.
 #[test]
 fn a_killed_writers_sent_commit_lands_before_the_next_writers_append() {
-    let Some(team) = pg::TempArchive::new() else {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((team, url, _)) = team_with_session(dir.path(), "late", 20) else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = generated_file(dir.path(), "late", 20);
-    let url = team.schema_url();
-    assert_eq!(cli_json(&["sync", "--to", &url, s(&file)]).1, 0);
     let mut conn = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     // Every commit that inserted an entry sleeps for as long as
     // `slow_commits` says, at the commit (a deferred trigger).
