@@ -174,10 +174,13 @@ pub(super) fn run(
         }
         tx.commit().map_err(|e| Error::sqlite(ctx(), e))?;
         progress(cursor.done, cursor.total.max(cursor.done));
+        // After the last batch too, as compact's phases do: the next step's
+        // transaction would follow at once, and a writer waiting during this
+        // batch would wait for both.
+        crate::backend::sqlite::turnstile::between_batches(path, GAP);
         if cursor.finished {
             return Ok(());
         }
-        crate::backend::sqlite::turnstile::between_batches(path, GAP);
     }
 }
 
