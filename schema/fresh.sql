@@ -181,6 +181,12 @@ CREATE TABLE check_marks (
     broken_message_id TEXT
 );
 
+CREATE TABLE dead_message_text (
+    segment_id INTEGER PRIMARY KEY,
+    rows       INTEGER NOT NULL,  -- search rows left behind
+    tokens     INTEGER NOT NULL   -- their indexed tokens (message_text_docsize.sz)
+);
+
 CREATE VIRTUAL TABLE message_text USING fts5 (
     text,
     content = '',

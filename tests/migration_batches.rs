@@ -58,7 +58,7 @@ fn archive_at_13(dir: &Path, entries: usize) -> Result<PathBuf, Box<dyn std::err
          DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten;
          DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten;
          DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten;
-         DROP TRIGGER check_marks_compaction_removed;
+         DROP TRIGGER check_marks_compaction_removed; DROP TABLE dead_message_text;
          PRAGMA user_version = 13;",
     )?;
     Ok(db)

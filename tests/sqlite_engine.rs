@@ -1373,6 +1373,7 @@ fn migration_13_sets_each_sessions_contract_from_its_entries() -> R {
              ALTER TABLE sessions DROP COLUMN contract;
              ALTER TABLE sessions DROP COLUMN open_end;
              DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
+             DROP TABLE dead_message_text;
              PRAGMA user_version = 12;",
         )?;
     }
@@ -1582,6 +1583,7 @@ fn migration_14_fills_usage_facts_as_an_import_writes_them() -> R {
              DROP TABLE usage_daily; DROP TRIGGER usage_facts_recount; DROP TABLE usage_facts;
              ALTER TABLE sessions DROP COLUMN last_active_ms;
              DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
+             DROP TABLE dead_message_text;
              PRAGMA user_version = 13;",
         )?;
     }

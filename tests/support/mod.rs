@@ -512,6 +512,7 @@ pub fn downgrade_to_version_7(db: &Path) -> Result<(), Box<dyn std::error::Error
     drop_role_ids(&conn)?;
     conn.execute_batch(
         "DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
+         DROP TABLE dead_message_text;
          DROP TABLE usage_daily; DROP TABLE usage_facts;
          ALTER TABLE sessions DROP COLUMN last_active_ms;
          DROP TABLE kept_lines;
@@ -567,6 +568,7 @@ pub fn downgrade_to_version_5(db: &Path) -> Result<(), Box<dyn std::error::Error
     drop_role_ids(&conn)?;
     conn.execute_batch(
         "DROP TABLE check_marks; DROP TRIGGER check_marks_entry_rewritten; DROP TRIGGER check_marks_entry_removed; DROP TRIGGER check_marks_segment_rewritten; DROP TRIGGER check_marks_segment_removed; DROP TRIGGER check_marks_leaf_event_rewritten; DROP TRIGGER check_marks_leaf_event_removed; DROP TRIGGER check_marks_compaction_rewritten; DROP TRIGGER check_marks_compaction_removed;
+         DROP TABLE dead_message_text;
          DROP TABLE usage_daily; DROP TABLE usage_facts;
          ALTER TABLE sessions DROP COLUMN last_active_ms;
          DROP TABLE kept_lines;

@@ -161,14 +161,27 @@ impl CacheStore for SqliteCache<'_> {
         Ok(orphaned.is_some())
     }
 
-    /// The rowid: segment ids grow across the archive.
+    /// The rowid: segment ids grow across the archive, and pass the
+    /// segments whose search rows a delete left behind (`fts_dead`: a new
+    /// entry's key must not meet one of those rows).
     fn insert_segment(&mut self, new: &NewSegment<'_>) -> Result<i64> {
+        let id = match super::fts_dead::highest_dead_segment(self.conn)? {
+            None => None,
+            Some(dead) => {
+                let highest: Option<i64> = self
+                    .conn
+                    .prepare_cached("SELECT max(segment_id) FROM segments")
+                    .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                    .map_err(sql("creating a segment"))?;
+                Some(highest.map_or(dead, |h| h.max(dead)) + 1)
+            }
+        };
         self.conn
             .prepare_cached(
-                "INSERT INTO segments (session_key, parent_segment, first_depth, tail_depth,
-                                       position, jump_segment, inherited_compaction,
+                "INSERT INTO segments (segment_id, session_key, parent_segment, first_depth,
+                                       tail_depth, position, jump_segment, inherited_compaction,
                                        missing_root_parent)
-                 VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7)",
+                 VALUES (?8, ?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -178,7 +191,8 @@ impl CacheStore for SqliteCache<'_> {
                     new.position,
                     new.jump,
                     new.inherited_compaction,
-                    new.missing_root_parent
+                    new.missing_root_parent,
+                    id
                 ])
             })
             .map_err(sql("creating a segment"))?;

@@ -936,6 +936,7 @@ fn archive_wide_problems(conn: &Connection, session: Option<&str>) -> Result<Vec
     let mut problems = Vec::new();
     if session.is_none() {
         problems.extend(orphan_rows(conn)?);
+        problems.extend(super::fts_dead::problems(conn)?);
     }
     problems.extend(usage_day_sums(conn, session)?);
     Ok(problems)
@@ -1083,7 +1084,7 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
         ("labels", "SELECT count(*) FROM labels WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("writer_claims", "SELECT count(*) FROM writer_claims WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("imports", "SELECT count(*) FROM imports WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("message_text (search)", "SELECT count(*) FROM message_text_docsize d WHERE NOT EXISTS (SELECT 1 FROM entries e JOIN sessions s ON s.session_key = e.session_key WHERE e.entry_key = d.id)"),
+        ("message_text (search)", "SELECT count(*) FROM message_text_docsize d WHERE NOT EXISTS (SELECT 1 FROM entries e JOIN sessions s ON s.session_key = e.session_key WHERE e.entry_key = d.id) AND (d.id >> 32) NOT IN (SELECT segment_id FROM dead_message_text)"),
         ("entries (role)", "SELECT count(*) FROM entries e WHERE e.role_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM roles r WHERE r.role_id = e.role_id)"),
         ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
         ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),

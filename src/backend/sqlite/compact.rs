@@ -14,7 +14,7 @@ use super::error::sql;
 use super::handle::Archive;
 use super::reencode_guard::reencoding;
 use super::writer::{BATCHED_WRITE, STAGED_GAP};
-use super::{fts, fts_rebuild};
+use super::{fts, fts_dead, fts_rebuild};
 use crate::error::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -1634,18 +1634,29 @@ fn in_batches(
 /// Builds the search index again beside itself if deleted rows crowd it
 /// ([`fts_rebuild`]), a transaction of a few hundred entries at a time, puts
 /// it in place and removes the old one; first removes what a killed
-/// compact's rebuild left.
+/// compact's rebuild left. Otherwise removes the few rows it holds for
+/// deleted entries ([`fts_dead`]).
 fn rebuild_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> {
     let removing = ("removing an unused search index", "compact-index-remove");
     in_batches(archive, conn, removing, &mut |tx| {
         fts_rebuild::remove_step(tx)
     })?;
-    let shape = {
+    let (shape, (dead_rows, _)) = {
         let tx = Archive::begin_read(conn, "reading the search index's structure")?;
-        fts::index_shape(&tx)?
+        (fts::index_shape(&tx)?, fts_dead::dead_totals(&tx)?)
     };
-    if !fts_rebuild::worth_rebuilding(&shape) {
-        return Ok(());
+    if !fts_rebuild::worth_rebuilding(&shape, dead_rows) {
+        // A few rows left behind for deleted entries go the way FTS5
+        // deletes; the merge that follows drops them.
+        return in_batches(
+            archive,
+            conn,
+            (
+                "removing the search rows of deleted entries",
+                "compact-dead-remove",
+            ),
+            &mut |tx| fts_dead::remove_step(tx),
+        );
     }
     let codec = archive.codec();
     let mut rebuild: Option<fts_rebuild::IndexRebuild> = None;

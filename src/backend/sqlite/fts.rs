@@ -125,10 +125,22 @@ impl Ranking {
                 Some((fts5_varint(&block, &mut at)?, fts5_varint(&block, &mut at)?))
             })
             .unwrap_or((0, 0));
+        // Rows left behind for deleted entries are not counted (fts_dead).
+        let (dead_rows, dead_tokens) = super::fts_dead::dead_totals(conn)?;
+        let (rows, tokens) = (
+            rows.saturating_sub(dead_rows),
+            tokens.saturating_sub(dead_tokens),
+        );
         let rows = rows.max(1) as f64;
         let mut idf_sum = 0.0;
         let mut count = conn
-            .prepare_cached("SELECT count(*) FROM message_text WHERE message_text MATCH ?1")
+            .prepare_cached(if dead_rows == 0 {
+                "SELECT count(*) FROM message_text WHERE message_text MATCH ?1"
+            } else {
+                "SELECT count(*) FROM message_text WHERE message_text MATCH ?1
+                   AND ((rowid >> 32) NOT IN (SELECT segment_id FROM dead_message_text)
+                        OR EXISTS (SELECT 1 FROM entries WHERE entry_key = message_text.rowid))"
+            })
             .map_err(sql(context))?;
         for token in &query.tokens {
             let holding: i64 = count
@@ -264,22 +276,6 @@ pub(super) struct IndexShape {
     pub tombstones: u64,
     /// Rows in the segments, deleted ones included (version 2 records only).
     pub rows: u64,
-    /// The segments that keep a tombstone hash (version 2 records only).
-    pub tombstone_hashes: Vec<TombstoneHash>,
-}
-
-/// One segment's tombstone hash: the rowids deleted from it, in pages of
-/// FTS5's `pgsz`, each page holding the rowids `rowid % pages` sends it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct TombstoneHash {
-    /// The segment's id.
-    pub segment: u64,
-    /// The first and last write (origin) whose rows the segment holds: a
-    /// deleted row's tombstone goes to every segment whose range holds the
-    /// origin `message_text_docsize` keeps for it.
-    pub origins: (u64, u64),
-    /// Pages in the hash.
-    pub pages: u64,
 }
 
 /// Reads the index's structure record (`message_text_data` row 10):
@@ -306,7 +302,7 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
     let segments = next()?;
     next()?; // the write counter
     let (mut merging, mut segment_ids, mut tombstones, mut rows) = (Vec::new(), Vec::new(), 0, 0);
-    let (mut per_level, mut tombstone_hashes) = (Vec::new(), Vec::new());
+    let mut per_level = Vec::new();
     for level in 0..levels {
         if next()? > 0 {
             merging.push(level);
@@ -321,15 +317,9 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
             next()?;
             next()?;
             if version2 {
-                let origins = (next()?, next()?);
-                let pages = next()?;
-                if pages > 0 {
-                    tombstone_hashes.push(TombstoneHash {
-                        segment,
-                        origins,
-                        pages,
-                    });
-                }
+                next()?;
+                next()?;
+                next()?;
                 tombstones += next()?;
                 rows += next()?;
             }
@@ -343,99 +333,7 @@ pub(super) fn index_shape(conn: &Connection) -> Result<IndexShape> {
         per_level,
         tombstones,
         rows,
-        tombstone_hashes,
     })
-}
-
-/// A tombstone hash of at least this many pages is large. FTS5 rebuilds a
-/// hash whole (every page read, twice as many plus one written) inside the
-/// one delete that finds a page of it half full. Rebuilding a 1,023-page
-/// hash into 2,047 (up to half a million deleted rows of one segment) took
-/// 26 ms in the delete and 31 ms more in its commit on a bare index; in a
-/// 1,000,000-entry session's delete, the batch that did it after 21 other
-/// steps held the lock 111 ms (103 on a CPU), and 86 ms as a batch's only
-/// step. A 63-page one writes 16 times less.
-pub(super) const LARGE_TOMBSTONE_HASH: u64 = 64;
-
-/// Whether deleting the search rows `rowids` (asked for only if the index
-/// has a hash of at least `large` pages) would make FTS5 rebuild such a
-/// tombstone hash. Each row's tombstone goes to
-/// every segment whose write range holds the row's origin (kept in
-/// `message_text_docsize`), on page `rowid % pages` of its hash; FTS5
-/// rebuilds the hash when a tombstone finds its page half full (or a
-/// 4-byte page meets a rowid over 2³² − 1), so the page headers say ahead
-/// which delete will.
-pub(super) fn deleting_rebuilds_a_hash(
-    conn: &Connection,
-    large: u64,
-    rowids: impl FnOnce() -> Result<Vec<i64>>,
-) -> Result<bool> {
-    let shape = index_shape(conn)?;
-    let large_hashes: Vec<&TombstoneHash> = shape
-        .tombstone_hashes
-        .iter()
-        .filter(|hash| hash.pages >= large)
-        .collect();
-    if large_hashes.is_empty() {
-        return Ok(false);
-    }
-    let rowids = rowids()?;
-    let ctx = "foreseeing a deletion from the search index";
-    let mut origin_of = conn
-        .prepare_cached("SELECT origin FROM message_text_docsize WHERE id = ?1")
-        .map_err(sql(ctx))?;
-    let mut rows = Vec::with_capacity(rowids.len());
-    for rowid in rowids {
-        let origin: Option<Option<i64>> = origin_of
-            .query_row([rowid], |r| r.get(0))
-            .optional()
-            .map_err(sql(ctx))?;
-        if let Some(Some(origin)) = origin {
-            rows.push((rowid as u64, origin as u64));
-        }
-    }
-    let mut page_head = conn
-        .prepare_cached(
-            "SELECT substr(block, 1, 8), length(block) FROM message_text_data WHERE id = ?1",
-        )
-        .map_err(sql(ctx))?;
-    for hash in large_hashes {
-        // The tombstones this deletion adds to each page of the hash.
-        let mut added: std::collections::BTreeMap<u64, u64> = Default::default();
-        let mut widest = 0;
-        for &(rowid, origin) in &rows {
-            if (hash.origins.0..=hash.origins.1).contains(&origin) {
-                *added.entry(rowid % hash.pages).or_default() += 1;
-                widest = widest.max(rowid);
-            }
-        }
-        for (page, adding) in added {
-            // FTS5_TOMBSTONE_ROWID: the segment id past 2¹⁶, then the page.
-            let id = ((hash.segment as i64 + (1 << 16)) << 37) + page as i64;
-            let head: Option<(Vec<u8>, i64)> = page_head
-                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-                .map_err(sql(ctx))?;
-            // A missing page is FTS5's to report; its delete fails there.
-            let Some((head, length)) = head.filter(|(head, _)| head.len() == 8) else {
-                continue;
-            };
-            let key_size = if head[0] == 4 { 4 } else { 8 };
-            if key_size == 4 && widest > u64::from(u32::MAX) {
-                return Ok(true);
-            }
-            let slots = if length > 16 {
-                (length as u64 - 8) / key_size
-            } else {
-                1
-            };
-            let held = u64::from(u32::from_be_bytes([head[4], head[5], head[6], head[7]]));
-            if held + adding > slots / 2 {
-                return Ok(true);
-            }
-        }
-    }
-    Ok(false)
 }
 
 /// The least segments on one level that the writers' merge steps merge
@@ -663,7 +561,8 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE message_text USING fts5 (text, content = '', detail = none, tokenize = '{TOKENIZER}');
-             CREATE VIRTUAL TABLE positional USING fts5 (text, tokenize = '{TOKENIZER}');"
+             CREATE VIRTUAL TABLE positional USING fts5 (text, tokenize = '{TOKENIZER}');
+             CREATE TABLE dead_message_text (segment_id INTEGER PRIMARY KEY, rows INTEGER, tokens INTEGER);"
         ))
         .unwrap();
         let texts = [
@@ -822,76 +721,6 @@ mod tests {
                 .unwrap();
             assert_eq!(got, want, "{token}");
         }
-    }
-
-    /// Issue 40.1: a delete batch must end before the step that makes FTS5
-    /// rebuild a large tombstone hash, so it has to know which step that
-    /// is. Deletes of scattered and striding rowids, over segments written
-    /// by many transactions: every one that rebuilt a hash of 2 pages or
-    /// more was foreseen, and none foreseen left the hashes as they were.
-    #[test]
-    fn a_deletion_that_rebuilds_a_tombstone_hash_is_foreseen() {
-        let mut conn = small_page_index();
-        let mut last = 0i64;
-        for _ in 0..150 {
-            append_rows(&mut conn, &mut last, 20);
-        }
-        // Segments stay put while rows are deleted, as in the archive.
-        conn.execute_batch(
-            "INSERT INTO message_text (message_text, rank) VALUES ('automerge', 0);
-             INSERT INTO message_text (message_text, rank) VALUES ('deletemerge', 0);",
-        )
-        .unwrap();
-        let hashes = |conn: &Connection| -> Vec<(u64, u64)> {
-            let shape = index_shape(conn).unwrap();
-            shape
-                .tombstone_hashes
-                .iter()
-                .map(|hash| (hash.segment, hash.pages))
-                .collect()
-        };
-        let mut deleted = std::collections::BTreeSet::new();
-        let (mut foreseen, mut quiet, mut seed) = (0, 0, 7u64);
-        while deleted.len() < 2_400 {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let start = (seed >> 33) as i64 % last + 1;
-            let stride = [1, 2, 3, 7, 31][(seed >> 20) as usize % 5];
-            let count = (seed >> 40) as i64 % 24 + 1;
-            let rowids: Vec<i64> = (0..count)
-                .map(|n| (start + n * stride - 1) % last + 1)
-                .filter(|rowid| deleted.insert(*rowid))
-                .collect();
-            let before = hashes(&conn);
-            let foresees = deleting_rebuilds_a_hash(&conn, 2, || Ok(rowids.clone())).unwrap();
-            let tx = conn.transaction().unwrap();
-            for rowid in &rowids {
-                tx.execute("DELETE FROM message_text WHERE rowid = ?1", [rowid])
-                    .unwrap();
-            }
-            tx.commit().unwrap();
-            let after = hashes(&conn);
-            let rebuilt = before
-                .iter()
-                .filter(|(_, pages)| *pages >= 2)
-                .any(|hash| !after.contains(hash));
-            assert_eq!(
-                foresees, rebuilt,
-                "deleting {rowids:?}: hashes {before:?} became {after:?}"
-            );
-            if rebuilt {
-                foreseen += 1;
-            } else {
-                quiet += 1;
-            }
-        }
-        assert!(
-            foreseen >= 5 && quiet > 10 * foreseen,
-            "{foreseen} rebuilds, {quiet} not"
-        );
-        assert!(
-            index_shape(&conn).unwrap().tombstone_hashes.len() > 3,
-            "deletes across several segments"
-        );
     }
 
     #[test]

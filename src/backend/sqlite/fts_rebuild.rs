@@ -14,10 +14,12 @@
 //! # Invariants
 //! 1. **The new index holds every row the old one does** when it takes its
 //!    place: the rebuild indexes the entries that were there when it began
-//!    ([`IndexRebuild::high`]), and from then on every writer that indexes or
-//!    removes a row in `message_text` does the same in [`NEXT`]
+//!    ([`IndexRebuild::high`]), and from then on every writer that indexes a
+//!    row in `message_text`, or leaves one behind for a deleted entry
+//!    (`fts_dead`), does the same in [`NEXT`] and its record
 //!    ([`rebuilding`]); an entry the rebuild reaches that a writer already
-//!    indexed there is passed by.
+//!    indexed there is passed by. The two records of rows left behind trade
+//!    places with the indexes.
 //! 2. **Nothing reads [`NEXT`] or [`GONE`]**: searches read `message_text`
 //!    until one transaction renames the tables. A rebuild a killed
 //!    `compact` left behind is renamed [`GONE`] by the next one (writers
@@ -26,6 +28,7 @@
 
 use super::error::sql;
 use super::fts::IndexShape;
+use super::fts_dead::dead_table;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::search::searchable_text;
@@ -43,9 +46,13 @@ pub(super) const GONE: &str = "message_text_gone";
 const REBUILD_MIN_TOMBSTONES: u64 = 20_000;
 
 /// Whether `shape`'s index is rebuilt rather than merged: at least
-/// [`REBUILD_MIN_TOMBSTONES`] deleted rows, a tenth of its rows or more.
-pub(super) fn worth_rebuilding(shape: &IndexShape) -> bool {
-    shape.tombstones >= REBUILD_MIN_TOMBSTONES && shape.tombstones * 10 >= shape.rows
+/// [`REBUILD_MIN_TOMBSTONES`] deleted rows, a tenth of its rows or more, or
+/// as many rows left behind for deleted entries (`dead_rows`, fts_dead):
+/// removed one by one, those would become as many tombstones, and FTS5
+/// rebuilds a segment's tombstone hash whole in one statement.
+pub(super) fn worth_rebuilding(shape: &IndexShape, dead_rows: u64) -> bool {
+    dead_rows >= REBUILD_MIN_TOMBSTONES
+        || (shape.tombstones >= REBUILD_MIN_TOMBSTONES && shape.tombstones * 10 >= shape.rows)
 }
 
 /// Whether a rebuild is under way ([`NEXT`] exists): a writer that indexes
@@ -74,6 +81,14 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
         }
         conn.execute_batch(&format!("ALTER TABLE {NEXT} RENAME TO {GONE}"))
             .map_err(sql(context))?;
+        if table_exists(conn, &dead_table(NEXT))? {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {} RENAME TO {}",
+                dead_table(NEXT),
+                dead_table(GONE)
+            ))
+            .map_err(sql(context))?;
+        }
         return Ok(false);
     }
     // FTS5's own tables, emptied a few rows at a time (its `_config` stays
@@ -98,9 +113,51 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
             return Ok(false);
         }
     }
+    let dead = dead_table(GONE);
+    if table_exists(conn, &dead)? {
+        let removed = conn
+            .execute(
+                &format!(
+                    "DELETE FROM {dead} WHERE segment_id IN
+                       (SELECT segment_id FROM {dead} LIMIT {})",
+                    REMOVE_ROWS * 8
+                ),
+                [],
+            )
+            .map_err(sql(context))?;
+        if removed > 0 {
+            return Ok(false);
+        }
+        conn.execute_batch(&format!("DROP TABLE {dead}"))
+            .map_err(sql(context))?;
+    }
     conn.execute_batch(&format!("DROP TABLE {GONE}"))
         .map_err(sql(context))?;
     Ok(false)
+}
+
+/// Creates `index`'s record of the rows it holds for deleted entries
+/// (fts_dead), defined as `message_text`'s is.
+fn create_dead_table(conn: &Connection, index: &str) -> Result<()> {
+    let context = "starting to rebuild the search index";
+    let definition: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'dead_message_text'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql(context))?;
+    let columns = definition.find('(').ok_or_else(|| {
+        Error::Corrupt(format!(
+            "the definition of dead_message_text has no columns: {definition}"
+        ))
+    })?;
+    conn.execute_batch(&format!(
+        "CREATE TABLE {} {}",
+        dead_table(index),
+        &definition[columns..]
+    ))
+    .map_err(sql(context))
 }
 
 /// Entries read per step of [`IndexRebuild::fill_step`], and the most text
@@ -161,6 +218,7 @@ impl IndexRebuild {
             )
             .map_err(sql(context))?;
         }
+        create_dead_table(conn, NEXT)?;
         let high: Option<i64> = conn
             .query_row("SELECT max(entry_key) FROM entries", [], |r| r.get(0))
             .map_err(sql(context))?;
@@ -218,11 +276,16 @@ impl IndexRebuild {
     }
 
     /// Puts [`NEXT`] in `message_text`'s place, and the old index aside as
-    /// [`GONE`] (removed by [`remove_step`]).
+    /// [`GONE`] (removed by [`remove_step`]), each with the record of the
+    /// rows it holds for deleted entries (fts_dead).
     pub(super) fn swap(self, conn: &Connection) -> Result<()> {
         conn.execute_batch(&format!(
             "ALTER TABLE message_text RENAME TO {GONE};
-             ALTER TABLE {NEXT} RENAME TO message_text;"
+             ALTER TABLE {NEXT} RENAME TO message_text;
+             ALTER TABLE dead_message_text RENAME TO {gone_dead};
+             ALTER TABLE {next_dead} RENAME TO dead_message_text;",
+            gone_dead = dead_table(GONE),
+            next_dead = dead_table(NEXT),
         ))
         .map_err(sql("putting the rebuilt search index in place"))
     }

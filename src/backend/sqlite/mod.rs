@@ -41,6 +41,7 @@ mod compact;
 mod connection;
 mod error;
 pub(crate) mod fts;
+mod fts_dead;
 mod fts_rebuild;
 mod handle;
 mod lock_trace;

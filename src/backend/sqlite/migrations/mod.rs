@@ -140,6 +140,10 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../../schema/0019_search_merged_by_writers.sql"),
         rewrite: None,
     },
+    Migration {
+        sql: include_str!("../../../../schema/0020_search_leaves_deleted_rows.sql"),
+        rewrite: None,
+    },
 ];
 
 /// The schema version this build writes.
@@ -248,7 +252,7 @@ fn apply(
 /// of replaying them (a test holds the two ways to the same schema and rows).
 pub const FRESH_SCHEMA: &str = include_str!("../../../../schema/fresh.sql");
 /// The version [`FRESH_SCHEMA`] is at; later steps are applied on top of it.
-pub const FRESH_SCHEMA_VERSION: i64 = 19;
+pub const FRESH_SCHEMA_VERSION: i64 = 20;
 
 /// A new database gets its schema in one transaction: there are no rows to
 /// keep progress on, and one commit costs one fsync where a commit per step
