@@ -182,9 +182,10 @@ CREATE TABLE check_marks (
 );
 
 CREATE TABLE dead_message_text (
-    segment_id INTEGER PRIMARY KEY,
-    rows       INTEGER NOT NULL,  -- search rows left behind
-    tokens     INTEGER NOT NULL   -- their indexed tokens (message_text_docsize.sz)
+    first_segment INTEGER PRIMARY KEY,
+    last_segment  INTEGER NOT NULL,
+    rows          INTEGER NOT NULL,  -- search rows left behind in the run
+    tokens        INTEGER NOT NULL   -- their indexed tokens (message_text_docsize.sz)
 );
 
 CREATE VIRTUAL TABLE message_text USING fts5 (

@@ -165,7 +165,7 @@ impl CacheStore for SqliteCache<'_> {
     /// segments whose search rows a delete left behind (`fts_dead`: a new
     /// entry's key must not meet one of those rows).
     fn insert_segment(&mut self, new: &NewSegment<'_>) -> Result<i64> {
-        let id = match super::fts_dead::highest_dead_segment(self.conn)? {
+        let id = match super::fts_rebuild::highest_dead_segment(self.conn)? {
             None => None,
             Some(dead) => {
                 let highest: Option<i64> = self

@@ -1084,7 +1084,7 @@ fn orphan_rows(conn: &rusqlite::Connection) -> Result<Vec<String>> {
         ("labels", "SELECT count(*) FROM labels WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("writer_claims", "SELECT count(*) FROM writer_claims WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
         ("imports", "SELECT count(*) FROM imports WHERE session_key NOT IN (SELECT session_key FROM sessions)"),
-        ("message_text (search)", "SELECT count(*) FROM message_text_docsize d WHERE NOT EXISTS (SELECT 1 FROM entries e JOIN sessions s ON s.session_key = e.session_key WHERE e.entry_key = d.id) AND (d.id >> 32) NOT IN (SELECT segment_id FROM dead_message_text)"),
+        ("message_text (search)", "SELECT count(*) FROM message_text_docsize d WHERE NOT EXISTS (SELECT 1 FROM entries e JOIN sessions s ON s.session_key = e.session_key WHERE e.entry_key = d.id) AND NOT coalesce((SELECT g.last_segment >= (d.id >> 32) FROM dead_message_text g WHERE g.first_segment <= (d.id >> 32) ORDER BY g.first_segment DESC LIMIT 1), 0)"),
         ("entries (role)", "SELECT count(*) FROM entries e WHERE e.role_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM roles r WHERE r.role_id = e.role_id)"),
         ("entry_blobs", "SELECT count(*) FROM entry_blobs r WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = r.entry_key AND e.session_key = r.session_key) OR NOT EXISTS (SELECT 1 FROM blobs b WHERE b.blob_id = r.blob_id)"),
         ("blobs", "SELECT count(*) FROM blobs b WHERE NOT EXISTS (SELECT 1 FROM entry_blobs r WHERE r.blob_id = b.blob_id)"),

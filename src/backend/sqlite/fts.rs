@@ -110,8 +110,14 @@ pub struct Ranking {
 }
 
 impl Ranking {
-    /// Reads the index's totals and how many texts hold each token.
-    pub(super) fn new(conn: &Connection, query: &IndexQuery) -> Result<Ranking> {
+    /// Reads the index's totals and how many texts hold each token, leaving
+    /// out the `left_behind` rows and tokens a delete left in the index for
+    /// deleted entries (`fts_dead`; none: `(0, 0)`).
+    pub(super) fn new(
+        conn: &Connection,
+        query: &IndexQuery,
+        left_behind: (u64, u64),
+    ) -> Result<Ranking> {
         let context = "ranking search hits";
         let totals: Option<Vec<u8>> = conn
             .prepare_cached("SELECT block FROM message_text_data WHERE id = 1")
@@ -125,8 +131,7 @@ impl Ranking {
                 Some((fts5_varint(&block, &mut at)?, fts5_varint(&block, &mut at)?))
             })
             .unwrap_or((0, 0));
-        // Rows left behind for deleted entries are not counted (fts_dead).
-        let (dead_rows, dead_tokens) = super::fts_dead::dead_totals(conn)?;
+        let (dead_rows, dead_tokens) = left_behind;
         let (rows, tokens) = (
             rows.saturating_sub(dead_rows),
             tokens.saturating_sub(dead_tokens),
@@ -138,7 +143,10 @@ impl Ranking {
                 "SELECT count(*) FROM message_text WHERE message_text MATCH ?1"
             } else {
                 "SELECT count(*) FROM message_text WHERE message_text MATCH ?1
-                   AND ((rowid >> 32) NOT IN (SELECT segment_id FROM dead_message_text)
+                   AND (NOT coalesce((SELECT g.last_segment >= (message_text.rowid >> 32)
+                                      FROM dead_message_text g
+                                      WHERE g.first_segment <= (message_text.rowid >> 32)
+                                      ORDER BY g.first_segment DESC LIMIT 1), 0)
                         OR EXISTS (SELECT 1 FROM entries WHERE entry_key = message_text.rowid))"
             })
             .map_err(sql(context))?;
@@ -561,8 +569,7 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE message_text USING fts5 (text, content = '', detail = none, tokenize = '{TOKENIZER}');
-             CREATE VIRTUAL TABLE positional USING fts5 (text, tokenize = '{TOKENIZER}');
-             CREATE TABLE dead_message_text (segment_id INTEGER PRIMARY KEY, rows INTEGER, tokens INTEGER);"
+             CREATE VIRTUAL TABLE positional USING fts5 (text, tokenize = '{TOKENIZER}');"
         ))
         .unwrap();
         let texts = [
@@ -591,7 +598,7 @@ mod tests {
                 .collect::<rusqlite::Result<_>>()
                 .unwrap();
             let plan = IndexQuery::new(query).unwrap();
-            let ranking = Ranking::new(&conn, &plan).unwrap();
+            let ranking = Ranking::new(&conn, &plan, (0, 0)).unwrap();
             let mut ours: Vec<(u64, i64)> = conn
                 .prepare("SELECT m.rowid, d.sz FROM message_text m JOIN message_text_docsize d ON d.id = m.rowid WHERE message_text MATCH ?1")
                 .unwrap()

@@ -6,43 +6,48 @@
 //! 1,000,000-entry session ended with a rebuild of up to half a million
 //! rowids, one statement no batch can split (71–153 ms under the write lock
 //! at 1,000,000 entries). So a delete leaves its entries' rows in the index
-//! ([`leave_behind`]) and records, per branch-cache segment (an entry key's
-//! upper 32 bits), how many rows and indexed tokens it left in the index's
-//! `dead_` table ([`dead_table`]). Search passes over them and takes them
+//! ([`leave_behind`]) and records, per run of consecutive branch-cache
+//! segments (an entry key's upper 32 bits), how many rows and indexed tokens
+//! it left in the index's `dead_` table ([`dead_table`]). Runs, not single
+//! segments: a session of a million forks has a million segments, numbered
+//! one after another as it was written, and each search reads the record
+//! whole. Search passes over them and takes them
 //! out of its ranking's totals; `compact` removes them ([`remove_step`] for
 //! a few, the rebuild of [`super::fts_rebuild`] for many).
 //!
 //! # Invariants
-//! 1. **Every search row without an entry lies in a segment the index's
-//!    `dead_` table names**, with how many such rows of that segment the
+//! 1. **Every search row without an entry lies in a run of segments the
+//!    index's `dead_` table names**, with how many such rows of that segment the
 //!    index holds and their tokens (`check` holds an archive to it). (While
-//!    a delete is under way, the same segment's other rows are those of
+//!    a delete is under way, the run's other rows are those of
 //!    entries it has yet to delete, in a session no search reads.)
-//! 2. **A segment named there has no entry of a published session**: it is
+//! 2. **A segment in a run named there has no entry of a published
+//!    session**: it is
 //!    recorded in the transaction that deletes its entries, and a session's
 //!    entries go only when the session is deleted (or a half-done fork
 //!    undone), its row marked unpublished first.
-//! 3. **No new segment takes an id named there** ([`highest_dead_segment`]),
+//! 3. **No new segment takes an id in a run named there** ([`highest_dead_segment`]),
 //!    so no new entry's key meets a row left behind.
 
 use super::error::sql;
 use crate::error::Result;
 use rusqlite::{params, Connection, OptionalExtension};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 /// The search index `message_text`.
 pub(super) const INDEX: &str = "message_text";
 
-/// The table that names the segments whose rows were left in `index`
-/// (`dead_message_text`: not `message_text_…`, which reads as one of FTS5's
-/// own tables).
+/// The table that names the runs of segments whose rows were left in
+/// `index` (`dead_message_text`: not `message_text_…`, which reads as one of
+/// FTS5's own tables).
 pub(super) fn dead_table(index: &str) -> String {
     format!("dead_{index}")
 }
 
-/// The entry keys of segment `segment`: its id in the upper 32 bits.
-fn key_range(segment: i64) -> (i64, i64) {
-    (segment << 32, (segment << 32) | 0xFFFF_FFFF)
+/// The entry keys of segments `first` to `last`: a segment's id is a key's
+/// upper 32 bits.
+fn key_range(first: i64, last: i64) -> (i64, i64) {
+    (first << 32, (last << 32) | 0xFFFF_FFFF)
 }
 
 /// The indexed tokens of a row's `_docsize.sz` value, column `column` of
@@ -57,7 +62,7 @@ fn tokens_of(row: &rusqlite::Row<'_>, column: usize) -> rusqlite::Result<u64> {
 /// Leaves the search rows of session `session_key`'s entries from `seq`
 /// `lowest` on, which the caller deletes in the same transaction, in `index`
 /// (`message_text`, or the index a compact builds beside it) and records
-/// them in its `dead_` table.
+/// them in its `dead_` table, joined to the runs next to them.
 pub(super) fn leave_behind(
     conn: &Connection,
     index: &str,
@@ -81,28 +86,87 @@ pub(super) fn leave_behind(
         segment.1 += i64::try_from(tokens).unwrap_or(i64::MAX);
     }
     drop(found);
-    let mut record = conn
-        .prepare_cached(&format!(
-            "INSERT INTO {} (segment_id, rows, tokens) VALUES (?1, ?2, ?3)
-             ON CONFLICT (segment_id) DO UPDATE
-             SET rows = rows + excluded.rows, tokens = tokens + excluded.tokens",
-            dead_table(index)
-        ))
-        .map_err(sql(ctx))?;
+    // Consecutive segments as runs (first, last, rows, tokens).
+    let mut runs: Vec<(i64, i64, i64, i64)> = Vec::new();
     for (segment, (rows, tokens)) in left {
-        record
-            .execute(params![segment, rows, tokens])
-            .map_err(sql(ctx))?;
+        match runs.last_mut() {
+            Some(run) if run.1 + 1 == segment => {
+                run.1 = segment;
+                run.2 += rows;
+                run.3 += tokens;
+            }
+            _ => runs.push((segment, segment, rows, tokens)),
+        }
+    }
+    for run in runs {
+        record_run(conn, &dead_table(index), run)?;
     }
     Ok(())
 }
 
-/// The segments whose rows `message_text` holds for deleted entries (empty
-/// for an archive with none: then nothing need be passed over).
-pub(super) fn dead_segments(conn: &Connection) -> Result<HashSet<i64>> {
-    conn.prepare_cached("SELECT segment_id FROM dead_message_text")
-        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
-        .map_err(sql("reading the search rows of deleted entries"))
+/// Adds run `(first, last, rows, tokens)` to `table`, as one run with the
+/// runs it overlaps or touches.
+fn record_run(conn: &Connection, table: &str, run: (i64, i64, i64, i64)) -> Result<()> {
+    let ctx = "deleting a session";
+    let (mut first, mut last, mut rows, mut tokens) = run;
+    // The run that begins at or before this one, if it reaches it.
+    let before: Option<(i64, i64)> = conn
+        .prepare_cached(&format!(
+            "SELECT first_segment, last_segment FROM {table}
+             WHERE first_segment <= ?1 ORDER BY first_segment DESC LIMIT 1"
+        ))
+        .and_then(|mut st| {
+            st.query_row([first], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(sql(ctx))?;
+    if let Some((from, to)) = before.filter(|&(_, to)| to + 1 >= first) {
+        first = from;
+        last = last.max(to);
+    }
+    // Every run that begins inside the joined one or right after it.
+    let joined: Vec<(i64, i64, i64, i64)> = conn
+        .prepare_cached(&format!(
+            "DELETE FROM {table} WHERE first_segment BETWEEN ?1 AND ?2
+             RETURNING first_segment, last_segment, rows, tokens"
+        ))
+        .and_then(|mut st| {
+            st.query_map(params![first, last + 1], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect()
+        })
+        .map_err(sql(ctx))?;
+    for (_, to, r, t) in joined {
+        last = last.max(to);
+        rows += r;
+        tokens += t;
+    }
+    conn.prepare_cached(&format!(
+        "INSERT INTO {table} (first_segment, last_segment, rows, tokens) VALUES (?1, ?2, ?3, ?4)"
+    ))
+    .and_then(|mut st| st.execute(params![first, last, rows, tokens]))
+    .map_err(sql(ctx))?;
+    Ok(())
+}
+
+/// The runs of segments (first, last; in order) whose rows `message_text`
+/// holds for deleted entries: empty for an archive with none, and then
+/// nothing need be passed over.
+pub(super) fn dead_runs(conn: &Connection) -> Result<Vec<(i64, i64)>> {
+    conn.prepare_cached(
+        "SELECT first_segment, last_segment FROM dead_message_text ORDER BY first_segment",
+    )
+    .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+    .map_err(sql("reading the search rows of deleted entries"))
+}
+
+/// Whether entry key `key` lies in one of `runs` (as [`dead_runs`] gives
+/// them).
+pub(super) fn in_runs(runs: &[(i64, i64)], key: i64) -> bool {
+    let segment = key >> 32;
+    let after = runs.partition_point(|&(first, _)| first <= segment);
+    after > 0 && runs[after - 1].1 >= segment
 }
 
 /// The rows and tokens `message_text` holds for deleted entries.
@@ -115,50 +179,42 @@ pub(super) fn dead_totals(conn: &Connection) -> Result<(u64, u64)> {
     .map_err(sql("reading the search rows of deleted entries"))
 }
 
-/// The highest segment id a `dead_` table that writers keep names (the
-/// index's, and the one of the index a compact builds beside it): a new
-/// segment's id must be above it.
-pub(super) fn highest_dead_segment(conn: &Connection) -> Result<Option<i64>> {
-    let ctx = "choosing a new segment's id";
-    let mut highest: Option<i64> = conn
-        .prepare_cached("SELECT max(segment_id) FROM dead_message_text")
-        .and_then(|mut st| st.query_row([], |r| r.get(0)))
-        .map_err(sql(ctx))?;
-    if super::fts_rebuild::rebuilding(conn)? {
-        let next: Option<i64> = conn
-            .prepare_cached(&format!(
-                "SELECT max(segment_id) FROM {}",
-                dead_table(super::fts_rebuild::NEXT)
-            ))
-            .and_then(|mut st| st.query_row([], |r| r.get(0)))
-            .optional()
-            .map_err(sql(ctx))?
-            .flatten();
-        highest = highest.max(next);
-    }
-    Ok(highest)
+/// The highest segment id in a run `index`'s `dead_` table names, if it
+/// has that table and any run.
+pub(super) fn highest_dead_segment(conn: &Connection, index: &str) -> Result<Option<i64>> {
+    conn.prepare_cached(&format!(
+        "SELECT max(last_segment) FROM {}",
+        dead_table(index)
+    ))
+    .and_then(|mut st| st.query_row([], |r| r.get(0)))
+    .optional()
+    .map(Option::flatten)
+    .map_err(sql("choosing a new segment's id"))
 }
 
-/// Rows of one segment removed per step of [`remove_step`].
+/// Rows removed per step of [`remove_step`].
 const REMOVE_ROWS: i64 = 64;
 
 /// One step of removing the rows `message_text` holds for deleted entries
 /// the way FTS5 deletes (a tombstone each, merged out by the merge that
-/// follows): up to [`REMOVE_ROWS`] of the lowest segment's, or its record
-/// once it has none (the rows of entries a delete under way has yet to
-/// delete are left to it). True when none is left. For a few rows: FTS5
-/// rebuilds a tombstone hash in one statement, so many are better dropped
-/// by building the index again.
+/// follows): up to [`REMOVE_ROWS`] of the lowest run's, or its record once
+/// it has none (the rows of entries a delete under way has yet to delete
+/// are left to it). True when none is left. For a few rows: FTS5 rebuilds
+/// a tombstone hash in one statement, so many are better dropped by
+/// building the index again.
 pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
     let ctx = "removing the search rows of deleted entries";
-    let segment: Option<i64> = conn
-        .prepare_cached("SELECT min(segment_id) FROM dead_message_text")
-        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+    let run: Option<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT first_segment, last_segment FROM dead_message_text
+             ORDER BY first_segment LIMIT 1",
+        )
+        .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(sql(ctx))?;
-    let Some(segment) = segment else {
+    let Some((first, last)) = run else {
         return Ok(true);
     };
-    let (from, to) = key_range(segment);
+    let (from, to) = key_range(first, last);
     let found: Vec<(i64, u64)> = conn
         .prepare_cached(
             "SELECT d.id, d.sz FROM message_text_docsize d WHERE d.id BETWEEN ?1 AND ?2
@@ -172,8 +228,8 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
         })
         .map_err(sql(ctx))?;
     if found.is_empty() {
-        conn.prepare_cached("DELETE FROM dead_message_text WHERE segment_id = ?1")
-            .and_then(|mut st| st.execute([segment]))
+        conn.prepare_cached("DELETE FROM dead_message_text WHERE first_segment = ?1")
+            .and_then(|mut st| st.execute([first]))
             .map_err(sql(ctx))?;
         return Ok(false);
     }
@@ -186,11 +242,12 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
         tokens += length;
     }
     conn.prepare_cached(
-        "UPDATE dead_message_text SET rows = rows - ?2, tokens = tokens - ?3 WHERE segment_id = ?1",
+        "UPDATE dead_message_text SET rows = rows - ?2, tokens = tokens - ?3
+         WHERE first_segment = ?1",
     )
     .and_then(|mut st| {
         st.execute(params![
-            segment,
+            first,
             found.len() as i64,
             i64::try_from(tokens).unwrap_or(i64::MAX)
         ])
@@ -199,17 +256,18 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
     Ok(false)
 }
 
-/// What `check` finds wrong with the rows `message_text` holds for deleted
-/// entries: a recorded segment of a published session (its entries would
-/// be passed over by search), or counts that are not the rows and tokens
-/// the index holds in the segment.
+/// What `check` finds wrong with the record of the rows `message_text`
+/// holds for deleted entries: a run that holds a segment of a published
+/// session (search would pass over its entries), runs that overlap, or
+/// counts that are not the rows and tokens the index holds there without
+/// an entry.
 pub(super) fn problems(conn: &Connection) -> Result<Vec<String>> {
     let ctx = "checking the search rows of deleted entries";
     let mut problems = Vec::new();
     let published: i64 = conn
         .query_row(
             "SELECT count(*) FROM dead_message_text g
-             JOIN segments s ON s.segment_id = g.segment_id
+             JOIN segments s ON s.segment_id BETWEEN g.first_segment AND g.last_segment
              JOIN sessions ss ON ss.session_key = s.session_key
              WHERE ss.staged_from IS NULL",
             [],
@@ -222,10 +280,13 @@ pub(super) fn problems(conn: &Connection) -> Result<Vec<String>> {
              (search passes over their entries)"
         ));
     }
-    let recorded: Vec<(i64, i64, i64)> = conn
-        .prepare("SELECT segment_id, rows, tokens FROM dead_message_text ORDER BY segment_id")
+    let recorded: Vec<(i64, i64, i64, i64)> = conn
+        .prepare(
+            "SELECT first_segment, last_segment, rows, tokens FROM dead_message_text
+             ORDER BY first_segment",
+        )
         .and_then(|mut st| {
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
                 .collect()
         })
         .map_err(sql(ctx))?;
@@ -235,9 +296,13 @@ pub(super) fn problems(conn: &Connection) -> Result<Vec<String>> {
                AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = d.id)",
         )
         .map_err(sql(ctx))?;
-    let mut wrong = 0;
-    for (segment, rows, tokens) in recorded {
-        let (from, to) = key_range(segment);
+    let (mut wrong, mut overlapping, mut reached) = (0, 0, i64::MIN);
+    for (first, last, rows, tokens) in recorded {
+        if first <= reached || last < first {
+            overlapping += 1;
+        }
+        reached = reached.max(last);
+        let (from, to) = key_range(first, last);
         let (mut n, mut t) = (0i64, 0u64);
         let mut found = held.query(params![from, to]).map_err(sql(ctx))?;
         while let Some(row) = found.next().map_err(sql(ctx))? {
@@ -248,10 +313,15 @@ pub(super) fn problems(conn: &Connection) -> Result<Vec<String>> {
             wrong += 1;
         }
     }
+    if overlapping > 0 {
+        problems.push(format!(
+            "dead_message_text: {overlapping} runs of segments overlap the run before them or end before they begin"
+        ));
+    }
     if wrong > 0 {
         problems.push(format!(
-            "dead_message_text: {wrong} segments record other row or token counts than the \
-             search index holds for them"
+            "dead_message_text: {wrong} runs of segments record other row or token counts than \
+             the search index holds for them"
         ));
     }
     Ok(problems)

@@ -55,16 +55,30 @@ pub(super) fn worth_rebuilding(shape: &IndexShape, dead_rows: u64) -> bool {
         || (shape.tombstones >= REBUILD_MIN_TOMBSTONES && shape.tombstones * 10 >= shape.rows)
 }
 
-/// Whether a rebuild is under way ([`NEXT`] exists): a writer that indexes
-/// or removes rows in `message_text` does the same there.
+/// Whether a rebuild is under way ([`NEXT`] and its record of rows left
+/// behind exist): a writer that indexes rows in `message_text`, or leaves
+/// them behind, does the same there. (A [`NEXT`] without the record is one
+/// a build before schema step 20 left, killed: never put in place, it is
+/// removed by the next compact.)
 pub(super) fn rebuilding(conn: &Connection) -> Result<bool> {
-    table_exists(conn, NEXT)
+    Ok(table_exists(conn, NEXT)? && table_exists(conn, &dead_table(NEXT))?)
 }
 
 fn table_exists(conn: &Connection, name: &str) -> Result<bool> {
     conn.prepare_cached("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1")
         .and_then(|mut st| st.exists([name]))
         .map_err(sql("reading the archive's schema"))
+}
+
+/// The highest segment id in a run of segments whose search rows a delete
+/// left behind (`fts_dead`), in `message_text`'s record or, during a
+/// rebuild, [`NEXT`]'s: a new segment's id must be above it.
+pub(super) fn highest_dead_segment(conn: &Connection) -> Result<Option<i64>> {
+    let mut highest = super::fts_dead::highest_dead_segment(conn, super::fts_dead::INDEX)?;
+    if rebuilding(conn)? {
+        highest = highest.max(super::fts_dead::highest_dead_segment(conn, NEXT)?);
+    }
+    Ok(highest)
 }
 
 /// Shadow-table rows of [`GONE`] removed per step.
@@ -118,8 +132,8 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
         let removed = conn
             .execute(
                 &format!(
-                    "DELETE FROM {dead} WHERE segment_id IN
-                       (SELECT segment_id FROM {dead} LIMIT {})",
+                    "DELETE FROM {dead} WHERE first_segment IN
+                       (SELECT first_segment FROM {dead} LIMIT {})",
                     REMOVE_ROWS * 8
                 ),
                 [],
