@@ -312,6 +312,7 @@ pub fn archive_dump(path: &Path) -> Vec<String> {
         ("compactions", "entry_key"),
         ("imports", "source_path"),
         ("roles", "role_id"),
+        ("dead_message_text", "first_segment"),
     ] {
         let mut st = conn
             .prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))

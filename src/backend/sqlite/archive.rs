@@ -507,8 +507,9 @@ impl Archive {
         }
         let conn = self.conn()?;
         let _snapshot = Archive::begin_read(&conn, "searching")?;
-        // Rows a delete left in the index are not counted (fts_dead).
-        let ranking = fts::Ranking::new(&conn, &plan, fts_dead::dead_totals(&conn)?)?;
+        // Rows a delete left in the index are passed over (fts_dead).
+        let left_behind = fts_dead::left_behind(&conn)?;
+        let ranking = fts::Ranking::new(&conn, &plan, &left_behind)?;
         // Candidates as (length, key): sorted, the best first. The index
         // ranks nothing itself (it keeps no counts): see fts::Ranking.
         // A role filter is checked on each candidate as the page is read,
@@ -538,8 +539,6 @@ impl Archive {
             Ok((fts::indexed_length(sz), r.get(0)?))
         };
         let mut candidates: Vec<(u64, i64)> = if whole_archive {
-            // Rows left behind for deleted entries are passed over (fts_dead).
-            let dead = fts_dead::dead_runs(&conn)?;
             conn.prepare_cached(
                 "SELECT m.rowid, d.sz
                  FROM message_text m
@@ -548,7 +547,7 @@ impl Archive {
             )
             .and_then(|mut st| {
                 st.query_map(params![plan.terms], candidate)?
-                    .filter(|c| !matches!(c, Ok((_, key)) if fts_dead::in_runs(&dead, *key)))
+                    .filter(|c| !matches!(c, Ok((_, key)) if left_behind.holds(*key)))
                     .collect()
             })
         } else {
@@ -1151,7 +1150,7 @@ mod tests {
         assert_eq!(matching(&archive, "shared"), n as i64);
         let conn = archive.conn().unwrap();
         assert_eq!(fts_dead::dead_totals(&conn).unwrap(), (0, 0));
-        assert!(fts_dead::dead_runs(&conn).unwrap().is_empty());
+        assert!(fts_dead::left_behind(&conn).unwrap().key_ranges.is_empty());
         drop(conn);
         assert_eq!(hits(&archive, "shared"), hits(&never, "shared"));
         assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());

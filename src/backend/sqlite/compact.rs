@@ -1641,45 +1641,57 @@ fn rebuild_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> 
     in_batches(archive, conn, removing, &mut |tx| {
         fts_rebuild::remove_step(tx)
     })?;
-    let (shape, (dead_rows, _)) = {
-        let tx = Archive::begin_read(conn, "reading the search index's structure")?;
-        (fts::index_shape(&tx)?, fts_dead::dead_totals(&tx)?)
-    };
-    if !fts_rebuild::worth_rebuilding(&shape, dead_rows) {
-        // A few rows left behind for deleted entries go the way FTS5
-        // deletes; the merge that follows drops them.
-        return in_batches(
+    if worth_rebuilding(conn)? {
+        let codec = archive.codec();
+        let mut rebuild: Option<fts_rebuild::IndexRebuild> = None;
+        in_batches(
             archive,
             conn,
-            (
-                "removing the search rows of deleted entries",
-                "compact-dead-remove",
-            ),
-            &mut |tx| fts_dead::remove_step(tx),
-        );
+            ("rebuilding the search index", "compact-rebuild"),
+            &mut |tx| {
+                let Some(under_way) = rebuild.as_mut() else {
+                    rebuild = Some(fts_rebuild::IndexRebuild::start(tx)?);
+                    return Ok(false);
+                };
+                if !under_way.fill_step(tx, codec, fts::WRITER_MERGE_TIME)? {
+                    return Ok(false);
+                }
+                // Every entry is there: in its place, in this transaction.
+                rebuild.take().map_or(Ok(()), |done| done.swap(tx))?;
+                Ok(true)
+            },
+        )?;
+        in_batches(archive, conn, removing, &mut |tx| {
+            fts_rebuild::remove_step(tx)
+        })?;
     }
-    let codec = archive.codec();
-    let mut rebuild: Option<fts_rebuild::IndexRebuild> = None;
+    // A few rows left behind for deleted entries (or those of deletes
+    // during the rebuild) go the way FTS5 deletes; the merge that follows
+    // drops them. Many are left to the next compact's rebuild.
+    if worth_rebuilding(conn)? {
+        return Ok(());
+    }
     in_batches(
         archive,
         conn,
-        ("rebuilding the search index", "compact-rebuild"),
-        &mut |tx| {
-            let Some(under_way) = rebuild.as_mut() else {
-                rebuild = Some(fts_rebuild::IndexRebuild::start(tx)?);
-                return Ok(false);
-            };
-            if !under_way.fill_step(tx, codec, fts::WRITER_MERGE_TIME)? {
-                return Ok(false);
-            }
-            // Every entry is there: in its place, in this transaction.
-            rebuild.take().map_or(Ok(()), |done| done.swap(tx))?;
-            Ok(true)
-        },
-    )?;
-    in_batches(archive, conn, removing, &mut |tx| {
-        fts_rebuild::remove_step(tx)
-    })
+        (
+            "removing the search rows of deleted entries",
+            "compact-dead-remove",
+        ),
+        &mut |tx| fts_dead::remove_step(tx),
+    )
+}
+
+/// Whether the search index is crowded enough by deleted rows, or rows
+/// left behind for deleted entries, to be built again
+/// ([`fts_rebuild::worth_rebuilding`]).
+fn worth_rebuilding(conn: &Connection) -> Result<bool> {
+    let tx = Archive::begin_read(conn, "reading the search index's structure")?;
+    let (rows_left, _) = fts_dead::dead_totals(&tx)?;
+    Ok(fts_rebuild::worth_rebuilding(
+        &fts::index_shape(&tx)?,
+        rows_left,
+    ))
 }
 
 /// Merges the search index's segments into one b-tree (what FTS5's

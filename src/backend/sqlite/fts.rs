@@ -109,14 +109,35 @@ pub struct Ranking {
     average_length: f64,
 }
 
+/// The rows a delete left in the index for deleted entries (`fts_dead`):
+/// search passes over them and ranks as if they were gone.
+#[derive(Debug, Default)]
+pub(super) struct LeftBehind {
+    /// How many rows.
+    pub rows: u64,
+    /// Their indexed tokens.
+    pub tokens: u64,
+    /// The entry keys they lie among, as sorted ranges that do not overlap
+    /// (a range may also hold rows of a delete under way, whose entries
+    /// are still there).
+    pub key_ranges: Vec<(i64, i64)>,
+}
+
+impl LeftBehind {
+    /// Whether the row of entry key `key` lies in one of the ranges.
+    pub fn holds(&self, key: i64) -> bool {
+        let after = self.key_ranges.partition_point(|&(from, _)| from <= key);
+        after > 0 && self.key_ranges[after - 1].1 >= key
+    }
+}
+
 impl Ranking {
     /// Reads the index's totals and how many texts hold each token, leaving
-    /// out the `left_behind` rows and tokens a delete left in the index for
-    /// deleted entries (`fts_dead`; none: `(0, 0)`).
+    /// out the rows a delete left in the index for deleted entries.
     pub(super) fn new(
         conn: &Connection,
         query: &IndexQuery,
-        left_behind: (u64, u64),
+        left_behind: &LeftBehind,
     ) -> Result<Ranking> {
         let context = "ranking search hits";
         let totals: Option<Vec<u8>> = conn
@@ -131,29 +152,38 @@ impl Ranking {
                 Some((fts5_varint(&block, &mut at)?, fts5_varint(&block, &mut at)?))
             })
             .unwrap_or((0, 0));
-        let (dead_rows, dead_tokens) = left_behind;
         let (rows, tokens) = (
-            rows.saturating_sub(dead_rows),
-            tokens.saturating_sub(dead_tokens),
+            rows.saturating_sub(left_behind.rows),
+            tokens.saturating_sub(left_behind.tokens),
         );
         let rows = rows.max(1) as f64;
         let mut idf_sum = 0.0;
         let mut count = conn
-            .prepare_cached(if dead_rows == 0 {
-                "SELECT count(*) FROM message_text WHERE message_text MATCH ?1"
-            } else {
-                "SELECT count(*) FROM message_text WHERE message_text MATCH ?1
-                   AND (NOT coalesce((SELECT g.last_segment >= (message_text.rowid >> 32)
-                                      FROM dead_message_text g
-                                      WHERE g.first_segment <= (message_text.rowid >> 32)
-                                      ORDER BY g.first_segment DESC LIMIT 1), 0)
-                        OR EXISTS (SELECT 1 FROM entries WHERE entry_key = message_text.rowid))"
-            })
+            .prepare_cached("SELECT count(*) FROM message_text WHERE message_text MATCH ?1")
             .map_err(sql(context))?;
+        // A range's rows left behind, counted with FTS5's rowid bounds.
+        let mut left_in = match left_behind.key_ranges.is_empty() {
+            true => None,
+            false => Some(
+                conn.prepare_cached(
+                    "SELECT count(*) FROM message_text WHERE message_text MATCH ?1
+                       AND rowid BETWEEN ?2 AND ?3
+                       AND NOT EXISTS (SELECT 1 FROM entries WHERE entry_key = message_text.rowid)",
+                )
+                .map_err(sql(context))?,
+            ),
+        };
         for token in &query.tokens {
-            let holding: i64 = count
+            let mut holding: i64 = count
                 .query_row([token], |r| r.get(0))
                 .map_err(sql(context))?;
+            if let Some(left_in) = left_in.as_mut() {
+                for (from, to) in &left_behind.key_ranges {
+                    holding -= left_in
+                        .query_row(rusqlite::params![token, from, to], |r| r.get::<_, i64>(0))
+                        .map_err(sql(context))?;
+                }
+            }
             let holding = holding as f64;
             let idf = ((rows - holding + 0.5) / (holding + 0.5)).ln();
             idf_sum += if idf <= 0.0 { 1e-6 } else { idf };
@@ -598,7 +628,7 @@ mod tests {
                 .collect::<rusqlite::Result<_>>()
                 .unwrap();
             let plan = IndexQuery::new(query).unwrap();
-            let ranking = Ranking::new(&conn, &plan, (0, 0)).unwrap();
+            let ranking = Ranking::new(&conn, &plan, &LeftBehind::default()).unwrap();
             let mut ours: Vec<(u64, i64)> = conn
                 .prepare("SELECT m.rowid, d.sz FROM message_text m JOIN message_text_docsize d ON d.id = m.rowid WHERE message_text MATCH ?1")
                 .unwrap()

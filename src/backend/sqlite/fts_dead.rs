@@ -150,23 +150,29 @@ fn record_run(conn: &Connection, table: &str, run: (i64, i64, i64, i64)) -> Resu
     Ok(())
 }
 
-/// The runs of segments (first, last; in order) whose rows `message_text`
-/// holds for deleted entries: empty for an archive with none, and then
-/// nothing need be passed over.
-pub(super) fn dead_runs(conn: &Connection) -> Result<Vec<(i64, i64)>> {
-    conn.prepare_cached(
-        "SELECT first_segment, last_segment FROM dead_message_text ORDER BY first_segment",
-    )
-    .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-    .map_err(sql("reading the search rows of deleted entries"))
-}
-
-/// Whether entry key `key` lies in one of `runs` (as [`dead_runs`] gives
-/// them).
-pub(super) fn in_runs(runs: &[(i64, i64)], key: i64) -> bool {
-    let segment = key >> 32;
-    let after = runs.partition_point(|&(first, _)| first <= segment);
-    after > 0 && runs[after - 1].1 >= segment
+/// The rows `message_text` holds for deleted entries, with the key ranges
+/// of their runs (none in an archive without any: then nothing need be
+/// passed over).
+pub(super) fn left_behind(conn: &Connection) -> Result<super::fts::LeftBehind> {
+    let ctx = "reading the search rows of deleted entries";
+    let key_ranges: Vec<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT first_segment, last_segment FROM dead_message_text ORDER BY first_segment",
+        )
+        .and_then(|mut st| {
+            st.query_map([], |r| Ok(key_range(r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(sql(ctx))?;
+    if key_ranges.is_empty() {
+        return Ok(super::fts::LeftBehind::default());
+    }
+    let (rows, tokens) = dead_totals(conn)?;
+    Ok(super::fts::LeftBehind {
+        rows,
+        tokens,
+        key_ranges,
+    })
 }
 
 /// The rows and tokens `message_text` holds for deleted entries.
@@ -179,16 +185,16 @@ pub(super) fn dead_totals(conn: &Connection) -> Result<(u64, u64)> {
     .map_err(sql("reading the search rows of deleted entries"))
 }
 
-/// The highest segment id in a run `index`'s `dead_` table names, if it
-/// has that table and any run.
+/// The highest segment id in a run `index`'s `dead_` table names, if any:
+/// the last of the run that begins last (runs never overlap), one lookup
+/// by the table's key.
 pub(super) fn highest_dead_segment(conn: &Connection, index: &str) -> Result<Option<i64>> {
     conn.prepare_cached(&format!(
-        "SELECT max(last_segment) FROM {}",
+        "SELECT last_segment FROM {} ORDER BY first_segment DESC LIMIT 1",
         dead_table(index)
     ))
     .and_then(|mut st| st.query_row([], |r| r.get(0)))
     .optional()
-    .map(Option::flatten)
     .map_err(sql("choosing a new segment's id"))
 }
 
