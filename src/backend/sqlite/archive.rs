@@ -1068,6 +1068,18 @@ mod tests {
         assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
     }
 
+    /// A new archive in `dir` holding a chain of [`messages`] per
+    /// `(session, entries)`.
+    fn archive_holding(dir: &tempfile::TempDir, sessions: &[(&str, usize)]) -> Archive {
+        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
+        for &(id, n) in sessions {
+            archive
+                .create_session_with(&new_session(id), messages(id, n))
+                .unwrap();
+        }
+        archive
+    }
+
     /// Every hit of `query` through the archive's search, as (session,
     /// entry, rank bits), best first.
     fn hits(archive: &Archive, query: &str) -> Vec<(String, String, u64)> {
@@ -1165,13 +1177,7 @@ mod tests {
     #[test]
     fn new_entries_never_take_the_keys_of_rows_left_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
-        archive
-            .create_session_with(&new_session("kept"), messages("kept", 10))
-            .unwrap();
-        archive
-            .create_session_with(&new_session("newest"), messages("newest", 40))
-            .unwrap();
+        let archive = archive_holding(&dir, &[("kept", 10), ("newest", 40)]);
         let highest = |archive: &Archive| -> i64 {
             archive
                 .conn()
@@ -1203,10 +1209,7 @@ mod tests {
     #[test]
     fn a_deleted_broom_is_recorded_as_one_run_of_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
-        archive
-            .create_session_with(&new_session("kept"), messages("kept", 10))
-            .unwrap();
+        let archive = archive_holding(&dir, &[("kept", 10)]);
         let broom: Vec<Result<Entry>> = (0..500)
             .map(|i| {
                 let parent = (i > 0).then_some("broom0");
@@ -1276,13 +1279,7 @@ mod tests {
     #[test]
     fn check_names_rows_left_behind_that_the_record_does_not_hold() {
         let dir = tempfile::tempdir().unwrap();
-        let archive = Archive::open(dir.path().join("a.db"), crate::Durability::Relaxed).unwrap();
-        archive
-            .create_session_with(&new_session("kept"), messages("kept", 10))
-            .unwrap();
-        archive
-            .create_session_with(&new_session("gone"), messages("gone", 10))
-            .unwrap();
+        let archive = archive_holding(&dir, &[("kept", 10), ("gone", 10)]);
         archive.delete_session("gone").unwrap();
         assert_eq!(archive.check(None).unwrap(), Vec::<String>::new());
         let conn = archive.conn().unwrap();

@@ -150,28 +150,26 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
     Ok(false)
 }
 
-/// Creates `index`'s record of the rows it holds for deleted entries
-/// (fts_dead), defined as `message_text`'s is.
-fn create_dead_table(conn: &Connection, index: &str) -> Result<()> {
+/// Creates `name` as `table` is defined: `create`, then `name`, then what
+/// follows `from` in `table`'s definition (a renamed table's definition
+/// names it quoted: what follows the name is the same either way).
+fn create_like(conn: &Connection, table: &str, create: &str, name: &str, from: &str) -> Result<()> {
     let context = "starting to rebuild the search index";
     let definition: String = conn
         .query_row(
-            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'dead_message_text'",
-            [],
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            [table],
             |r| r.get(0),
         )
         .map_err(sql(context))?;
-    let columns = definition.find('(').ok_or_else(|| {
+    let at = definition.find(from).ok_or_else(|| {
         Error::Corrupt(format!(
-            "the definition of dead_message_text has no columns: {definition}"
+            "the definition of {table} has no `{}`: {definition}",
+            from.trim()
         ))
     })?;
-    conn.execute_batch(&format!(
-        "CREATE TABLE {} {}",
-        dead_table(index),
-        &definition[columns..]
-    ))
-    .map_err(sql(context))
+    conn.execute_batch(&format!("{create} {name}{}", &definition[at..]))
+        .map_err(sql(context))
 }
 
 /// Entries read per step of [`IndexRebuild::fill_step`], and the most text
@@ -194,25 +192,13 @@ impl IndexRebuild {
     /// rebuild under way ([`remove_step`] first).
     pub(super) fn start(conn: &Connection) -> Result<IndexRebuild> {
         let context = "starting to rebuild the search index";
-        let definition: String = conn
-            .query_row(
-                "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'message_text'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(sql(context))?;
-        // A renamed table's definition names it quoted: what follows the
-        // name is the same either way.
-        let using = definition.find(" USING ").ok_or_else(|| {
-            Error::Corrupt(format!(
-                "the search index's definition is not a virtual table's: {definition}"
-            ))
-        })?;
-        conn.execute_batch(&format!(
-            "CREATE VIRTUAL TABLE {NEXT}{}",
-            &definition[using..]
-        ))
-        .map_err(sql(context))?;
+        create_like(
+            conn,
+            "message_text",
+            "CREATE VIRTUAL TABLE",
+            NEXT,
+            " USING ",
+        )?;
         // Its settings but FTS5's own version (and the merge threshold a
         // compact's merge sets while it runs).
         let settings: Vec<(String, rusqlite::types::Value)> = conn
@@ -232,7 +218,14 @@ impl IndexRebuild {
             )
             .map_err(sql(context))?;
         }
-        create_dead_table(conn, NEXT)?;
+        // Its record of rows left behind (fts_dead).
+        create_like(
+            conn,
+            "dead_message_text",
+            "CREATE TABLE",
+            &dead_table(NEXT),
+            " (",
+        )?;
         let high: Option<i64> = conn
             .query_row("SELECT max(entry_key) FROM entries", [], |r| r.get(0))
             .map_err(sql(context))?;
