@@ -7,27 +7,28 @@
 //! rowids, one statement no batch can split (71–153 ms under the write lock
 //! at 1,000,000 entries). So a delete leaves its entries' rows in the index
 //! ([`leave_behind`]) and records, per run of consecutive branch-cache
-//! segments (an entry key's upper 32 bits), how many rows and indexed tokens
-//! it left in the index's `dead_` table ([`dead_table`]). Runs, not single
-//! segments: a session of a million forks has a million segments, numbered
-//! one after another as it was written, and each search reads the record
-//! whole. Search passes over them and takes them
-//! out of its ranking's totals; `compact` removes them ([`remove_step`] for
-//! a few, the rebuild of [`super::fts_rebuild`] for many).
+//! segments (an entry key's upper 32 bits), how many rows and indexed
+//! tokens it left, in the index's `dead_` table ([`dead_table`]). Runs, not
+//! single segments: a session of a million forks has a million segments,
+//! numbered one after another as it was written, and each search reads the
+//! record whole ([`left_behind`]). Search passes over the rows and takes
+//! them out of its ranking's totals; `compact` removes them
+//! ([`remove_step`] for a few, the rebuild of [`super::fts_rebuild`] for
+//! many).
 //!
 //! # Invariants
-//! 1. **Every search row without an entry lies in a run of segments the
-//!    index's `dead_` table names**, with how many such rows of that segment the
-//!    index holds and their tokens (`check` holds an archive to it). (While
-//!    a delete is under way, the run's other rows are those of
-//!    entries it has yet to delete, in a session no search reads.)
-//! 2. **A segment in a run named there has no entry of a published
-//!    session**: it is
+//! 1. **Every search row without an entry lies in a run the index's `dead_`
+//!    table names**, which counts those rows of the run and their tokens
+//!    (`check` holds an archive to it). While a delete is under way, the
+//!    run's other rows are those of the entries it has yet to delete, in a
+//!    session no search reads.
+//! 2. **No segment in a run has an entry of a published session**: a run is
 //!    recorded in the transaction that deletes its entries, and a session's
 //!    entries go only when the session is deleted (or a half-done fork
 //!    undone), its row marked unpublished first.
-//! 3. **No new segment takes an id in a run named there** ([`highest_dead_segment`]),
-//!    so no new entry's key meets a row left behind.
+//! 3. **No new segment takes an id in a run** (`fts_rebuild`'s
+//!    `highest_dead_segment`), so no new entry's key meets a row left
+//!    behind.
 
 use super::error::sql;
 use crate::error::Result;
