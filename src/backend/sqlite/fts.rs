@@ -161,28 +161,23 @@ impl Ranking {
         let mut count = conn
             .prepare_cached("SELECT count(*) FROM message_text WHERE message_text MATCH ?1")
             .map_err(sql(context))?;
-        // A range's rows left behind, counted with FTS5's rowid bounds.
-        let mut left_in = match left_behind.key_ranges.is_empty() {
-            true => None,
-            false => Some(
-                conn.prepare_cached(
-                    "SELECT count(*) FROM message_text WHERE message_text MATCH ?1
-                       AND rowid BETWEEN ?2 AND ?3
-                       AND NOT EXISTS (SELECT 1 FROM entries WHERE entry_key = message_text.rowid)",
-                )
-                .map_err(sql(context))?,
-            ),
-        };
         for token in &query.tokens {
             let mut holding: i64 = count
                 .query_row([token], |r| r.get(0))
                 .map_err(sql(context))?;
-            if let Some(left_in) = left_in.as_mut() {
-                for (from, to) in &left_behind.key_ranges {
-                    holding -= left_in
-                        .query_row(rusqlite::params![token, from, to], |r| r.get::<_, i64>(0))
-                        .map_err(sql(context))?;
-                }
+            // Each range's rows left behind, counted with FTS5's rowid bounds.
+            for (from, to) in &left_behind.key_ranges {
+                holding -= conn
+                    .prepare_cached(
+                        "SELECT count(*) FROM message_text WHERE message_text MATCH ?1
+                           AND rowid BETWEEN ?2 AND ?3
+                           AND NOT EXISTS
+                               (SELECT 1 FROM entries WHERE entry_key = message_text.rowid)",
+                    )
+                    .and_then(|mut st| {
+                        st.query_row(rusqlite::params![token, from, to], |r| r.get::<_, i64>(0))
+                    })
+                    .map_err(sql(context))?;
             }
             let holding = holding as f64;
             let idf = ((rows - holding + 0.5) / (holding + 0.5)).ln();

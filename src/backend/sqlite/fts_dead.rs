@@ -199,6 +199,11 @@ pub(super) fn highest_dead_segment(conn: &Connection, index: &str) -> Result<Opt
     .map_err(sql("choosing a new segment's id"))
 }
 
+/// The `message_text_docsize` rows (`d`) of entry keys `?1` to `?2` whose
+/// entries are gone: the rows left behind there.
+const LEFT_IN_RANGE: &str = "FROM message_text_docsize d WHERE d.id BETWEEN ?1 AND ?2
+     AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = d.id)";
+
 /// Rows removed per step of [`remove_step`].
 const REMOVE_ROWS: i64 = 64;
 
@@ -223,10 +228,7 @@ pub(super) fn remove_step(conn: &Connection) -> Result<bool> {
     };
     let (from, to) = key_range(first, last);
     let found: Vec<(i64, u64)> = conn
-        .prepare_cached(
-            "SELECT d.id, d.sz FROM message_text_docsize d WHERE d.id BETWEEN ?1 AND ?2
-               AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = d.id) LIMIT ?3",
-        )
+        .prepare_cached(&format!("SELECT d.id, d.sz {LEFT_IN_RANGE} LIMIT ?3"))
         .and_then(|mut st| {
             st.query_map(params![from, to, REMOVE_ROWS], |r| {
                 Ok((r.get(0)?, tokens_of(r, 1)?))
@@ -298,10 +300,7 @@ pub(super) fn problems(conn: &Connection) -> Result<Vec<String>> {
         })
         .map_err(sql(ctx))?;
     let mut held = conn
-        .prepare(
-            "SELECT d.sz FROM message_text_docsize d WHERE d.id BETWEEN ?1 AND ?2
-               AND NOT EXISTS (SELECT 1 FROM entries e WHERE e.entry_key = d.id)",
-        )
+        .prepare(&format!("SELECT d.sz {LEFT_IN_RANGE}"))
         .map_err(sql(ctx))?;
     let (mut wrong, mut overlapping, mut reached) = (0, 0, i64::MIN);
     for (first, last, rows, tokens) in recorded {
