@@ -64,6 +64,12 @@ pub trait SessionWrite {
     /// Makes a session begun with [`SessionWrite::begin_batched`] visible
     /// with its last transaction; called after its last entry.
     fn publish(&mut self) -> Result<()>;
+
+    /// Runs `read` (a batched write's next input, such as a fork's next
+    /// chunk of its source) with no batch holding the write lock: an open
+    /// batch commits first and the next begins once `read` is done, so
+    /// that writers of other sessions do not wait for the read as well.
+    fn read_between_batches(&mut self, read: &mut dyn FnMut() -> Result<()>) -> Result<()>;
 }
 
 /// An archive of many sessions (see the module docs).
@@ -221,6 +227,10 @@ macro_rules! session_archive {
 
             fn publish(&mut self) -> Result<()> {
                 <$writer>::publish(self)
+            }
+
+            fn read_between_batches(&mut self, read: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+                <$writer>::read_between_batches(self, read)
             }
         }
 

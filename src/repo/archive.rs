@@ -26,7 +26,7 @@ impl<A> ArchiveRepo<A> {
     }
 }
 
-/// The most entries a whole-log fork reads per statement ([`visit_log_in_chunks`]).
+/// The most entries a whole-log fork reads per statement ([`LogChunks`]).
 const FORK_READ_CHUNK: usize = 4096;
 
 /// The most bytes of entry text a whole-log fork holds at once: a chunk
@@ -35,49 +35,65 @@ const FORK_READ_CHUNK: usize = 4096;
 /// inline images mixes 1 KB messages with multi-MB ones).
 const FORK_READ_BYTES: usize = 8 << 20;
 
-/// Hands `sink` the log as it stood when called, a chunk of at most
-/// [`FORK_READ_CHUNK`] entries (and about [`FORK_READ_BYTES`]) per
-/// statement, each chunk read whole before `sink` sees any of it. One
-/// statement over the whole log held one read snapshot for the whole fork:
-/// on SQLite no checkpoint could copy the log past it, so the write-ahead
-/// log grew by every batch of the fork and of every other writer meanwhile
-/// (8.6 GB for a 1,000,000-entry fork with a writer appending every 3 ms),
-/// and on PostgreSQL it held `xmin` back. Handing each entry on while its
-/// chunk was still being read kept a snapshot open across the fork's own
-/// batch commits, so the log could be copied but never start over (1.43 GB
-/// at 200,000 entries); with the chunk read first, no snapshot is open
-/// while the fork writes. The log is append-only, so the first `count`
-/// entries are the same in every snapshot; fewer than asked means the
-/// source was deleted meanwhile.
-fn visit_log_in_chunks<S: SessionStorage + ?Sized>(
-    storage: &S,
-    id: &str,
-    sink: &mut dyn FnMut(crate::entry::Entry) -> Result<()>,
-) -> Result<()> {
-    let count = storage.entry_count()?;
-    let mut done = 0usize;
-    let mut chunk: Vec<String> = Vec::new();
-    while done < count {
-        let want = FORK_READ_CHUNK.min(count - done);
-        let mut bytes = 0usize;
-        let read = storage.visit_entries_until(done, Some(want), &mut |text| {
-            bytes += text.len();
-            chunk.push(text);
-            Ok(if bytes >= FORK_READ_BYTES {
-                std::ops::ControlFlow::Break(())
-            } else {
-                std::ops::ControlFlow::Continue(())
-            })
-        })?;
-        if read.is_continue() && chunk.len() < want {
-            return Err(crate::error::Error::SessionNotFound(id.to_owned()));
-        }
-        done += chunk.len();
-        for text in chunk.drain(..) {
-            sink(crate::entry::Entry::from_checked_text(text))?;
-        }
+/// A session's log as it stood when [`LogChunks::new`] counted it, read a
+/// chunk of at most [`FORK_READ_CHUNK`] entries (and about
+/// [`FORK_READ_BYTES`]) per statement, each chunk read whole before any of
+/// it is written. One statement over the whole log held one read snapshot
+/// for the whole fork: on SQLite no checkpoint could copy the log past it,
+/// so the write-ahead log grew by every batch of the fork and of every
+/// other writer meanwhile (8.6 GB for a 1,000,000-entry fork with a writer
+/// appending every 3 ms), and on PostgreSQL it held `xmin` back. Handing
+/// each entry on while its chunk was still being read kept a snapshot open
+/// across the fork's own batch commits, so the log could be copied but
+/// never start over (1.43 GB at 200,000 entries); with the chunk read
+/// first, no snapshot is open while the fork writes. The log is
+/// append-only, so the first `count` entries are the same in every
+/// snapshot; fewer than asked means the source was deleted meanwhile.
+struct LogChunks<'s, S: ?Sized> {
+    storage: &'s S,
+    id: &'s str,
+    /// Entries in the log when it was counted: the fork's copy.
+    count: usize,
+    /// Entries read so far.
+    done: usize,
+}
+
+impl<'s, S: SessionStorage + ?Sized> LogChunks<'s, S> {
+    /// The log of session `id` (open as `storage`) as it stands now.
+    fn new(storage: &'s S, id: &'s str) -> Result<Self> {
+        Ok(LogChunks {
+            storage,
+            id,
+            count: storage.entry_count()?,
+            done: 0,
+        })
     }
-    Ok(())
+
+    /// Reads the next chunk into `chunk` (empty when given): left empty
+    /// once the log is read.
+    fn read_next(&mut self, chunk: &mut Vec<String>) -> Result<()> {
+        if self.done >= self.count {
+            return Ok(());
+        }
+        let want = FORK_READ_CHUNK.min(self.count - self.done);
+        let mut bytes = 0usize;
+        let read = self
+            .storage
+            .visit_entries_until(self.done, Some(want), &mut |text| {
+                bytes += text.len();
+                chunk.push(text);
+                Ok(if bytes >= FORK_READ_BYTES {
+                    std::ops::ControlFlow::Break(())
+                } else {
+                    std::ops::ControlFlow::Continue(())
+                })
+            })?;
+        if read.is_continue() && chunk.len() < want {
+            return Err(crate::error::Error::SessionNotFound(self.id.to_owned()));
+        }
+        self.done += chunk.len();
+        Ok(())
+    }
 }
 
 impl<A: TypedArchive> SessionRepo for ArchiveRepo<A> {
@@ -125,10 +141,25 @@ impl<A: TypedArchive> SessionRepo for ArchiveRepo<A> {
         new.contract = storage.contract()?;
         // The fork is read as it is written: a whole-session fork takes
         // bounded memory however long the session.
+        let whole_log = options.entry_id.as_deref().is_none_or(str::is_empty);
+        let mut log = whole_log
+            .then(|| LogChunks::new(&storage, &source.id))
+            .transpose()?;
         self.archive.as_archive().write_session(&mut |w| {
             w.begin_batched(&new)?;
-            if options.entry_id.as_deref().is_none_or(str::is_empty) {
-                visit_log_in_chunks(&storage, &source.id, &mut |e| w.push(&e))?;
+            if let Some(log) = log.as_mut() {
+                // Each chunk is read between two batches: only its writing
+                // holds the write lock.
+                let mut chunk = Vec::new();
+                loop {
+                    w.read_between_batches(&mut || log.read_next(&mut chunk))?;
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    for text in chunk.drain(..) {
+                        w.push(&crate::entry::Entry::from_checked_text(text))?;
+                    }
+                }
             } else {
                 visit_entries_to_fork(
                     &storage,

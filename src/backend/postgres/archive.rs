@@ -150,6 +150,12 @@ impl SessionWriter<'_> {
         Ok(())
     }
 
+    /// Runs `read` in the open batch: a PostgreSQL writer takes no lock
+    /// that a writer of another session waits for.
+    pub fn read_between_batches(&mut self, read: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        read()
+    }
+
     /// Makes a session begun with [`SessionWriter::begin_batched`] visible
     /// with the last batch, and releases its claim.
     pub fn publish(&mut self) -> Result<()> {
