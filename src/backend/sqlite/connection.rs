@@ -136,9 +136,13 @@ pub(super) fn immutable_uri(path: &Path) -> String {
     uri
 }
 
-/// The log's size on disk once it starts over (64 MB): a long operation's
-/// log is cut back to it, not left at its largest.
-const LOG_SIZE_LIMIT: i64 = 64 << 20;
+/// The log's size on disk once it starts over (128 MB): a larger log is
+/// cut back to it, not left at its largest. Above the log a long operation
+/// keeps (64 MB and a batch, 71–86 MB), so that its log is written over in
+/// place: cut back to 64 MB at every start over, its freed blocks were
+/// discarded and allocated again under the write lock, each time waiting
+/// for the disk.
+const LOG_SIZE_LIMIT: i64 = 128 << 20;
 
 impl ConnectionManager {
     /// A manager for the archive at `path` (no connection is opened yet).
