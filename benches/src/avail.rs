@@ -14,6 +14,9 @@
 //! waited longer than MS with the wall-clock time it began (Unix ms), to
 //! set beside the operation's own timings. `SESSIONTREE_AVAIL_KEEP_TRACE=DIR`
 //! keeps each SQLite operation's lock trace as `DIR/OP-locks.txt`.
+//! `SESSIONTREE_AVAIL_DURABILITY=relaxed` opens the appender's archive
+//! with [`Durability::Relaxed`] (its commits do not wait for the disk), to
+//! tell the waits for the lock from the waits of its own sync.
 
 use crate::gen::{generate, GenOptions, Shape};
 use serde_json::{json, Value};
@@ -569,6 +572,15 @@ fn appender_trace(dir: &Path) -> Option<std::path::PathBuf> {
     sessiontree::backend::sqlite::internals::trace_locks_to(&named).then_some(named)
 }
 
+/// The durability of the SQLite appender's archive:
+/// `SESSIONTREE_AVAIL_DURABILITY=relaxed`, or full.
+fn appender_durability() -> Durability {
+    match std::env::var("SESSIONTREE_AVAIL_DURABILITY").as_deref() {
+        Ok("relaxed") => Durability::Relaxed,
+        _ => Durability::Full,
+    }
+}
+
 /// The SQLite rows: import, fork, delete, compact of an `entries`-entry
 /// session while another session is appended to.
 fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<Value>> {
@@ -577,7 +589,7 @@ fn sqlite_rows(bin: &Path, dir: &Path, entries: usize, seed: u64) -> Result<Vec<
     let dbs = db.to_string_lossy().into_owned();
     let archive: Arc<dyn SessionArchive> = Arc::new(sessiontree::backend::sqlite::Archive::open(
         &db,
-        Durability::Full,
+        appender_durability(),
     )?);
     other_session(&*archive)?;
     let appender = Appender::start(archive.clone(), "other", appender_trace(dir))?;
