@@ -138,7 +138,7 @@ pub(super) fn immutable_uri(path: &Path) -> String {
 
 /// The log's size on disk once it starts over (128 MB): a larger log is
 /// cut back to it, not left at its largest. Above the log a long operation
-/// keeps (64 MB and a batch, 71–86 MB), so that its log is written over in
+/// keeps (64 MB and a batch, 71–95 MB), so that its log is written over in
 /// place: cut back to 64 MB at every start over, its freed blocks were
 /// discarded and allocated again under the write lock, each time waiting
 /// for the disk.
