@@ -1641,7 +1641,8 @@ fn rebuild_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> 
     in_batches(archive, conn, removing, &mut |tx| {
         fts_rebuild::remove_step(tx)
     })?;
-    if worth_rebuilding(conn)? {
+    let rebuilding = worth_rebuilding(conn)?;
+    if rebuilding {
         let codec = archive.codec();
         let mut rebuild: Option<fts_rebuild::IndexRebuild> = None;
         in_batches(
@@ -1667,8 +1668,8 @@ fn rebuild_search_index(archive: &Archive, conn: &mut Connection) -> Result<()> 
     }
     // A few rows left behind for deleted entries (or those of deletes
     // during the rebuild) go the way FTS5 deletes; the merge that follows
-    // drops them. Many are left to the next compact's rebuild.
-    if worth_rebuilding(conn)? {
+    // drops them. Many left during a rebuild wait for the next compact's.
+    if rebuilding && worth_rebuilding(conn)? {
         return Ok(());
     }
     in_batches(

@@ -153,37 +153,30 @@ fn record_run(conn: &Connection, table: &str, run: (i64, i64, i64, i64)) -> Resu
 
 /// The rows `message_text` holds for deleted entries, with the key ranges
 /// of their runs (none in an archive without any: then nothing need be
-/// passed over).
+/// passed over): the record read once, as each search needs it.
 pub(super) fn left_behind(conn: &Connection) -> Result<super::fts::LeftBehind> {
-    let ctx = "reading the search rows of deleted entries";
-    let key_ranges: Vec<(i64, i64)> = conn
+    let runs: Vec<(i64, i64, i64, i64)> = conn
         .prepare_cached(
-            "SELECT first_segment, last_segment FROM dead_message_text ORDER BY first_segment",
+            "SELECT first_segment, last_segment, rows, tokens
+             FROM dead_message_text ORDER BY first_segment",
         )
         .and_then(|mut st| {
-            st.query_map([], |r| Ok(key_range(r.get(0)?, r.get(1)?)))?
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
                 .collect()
         })
-        .map_err(sql(ctx))?;
-    if key_ranges.is_empty() {
-        return Ok(super::fts::LeftBehind::default());
+        .map_err(sql("reading the search rows of deleted entries"))?;
+    let mut left = super::fts::LeftBehind::default();
+    for (first, last, rows, tokens) in runs {
+        left.key_ranges.push(key_range(first, last));
+        left.rows += rows.max(0) as u64;
+        left.tokens += tokens.max(0) as u64;
     }
-    let (rows, tokens) = dead_totals(conn)?;
-    Ok(super::fts::LeftBehind {
-        rows,
-        tokens,
-        key_ranges,
-    })
+    Ok(left)
 }
 
 /// The rows and tokens `message_text` holds for deleted entries.
 pub(super) fn dead_totals(conn: &Connection) -> Result<(u64, u64)> {
-    conn.prepare_cached(
-        "SELECT coalesce(sum(rows), 0), coalesce(sum(tokens), 0) FROM dead_message_text",
-    )
-    .and_then(|mut st| st.query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))))
-    .map(|(rows, tokens)| (rows.max(0) as u64, tokens.max(0) as u64))
-    .map_err(sql("reading the search rows of deleted entries"))
+    left_behind(conn).map(|left| (left.rows, left.tokens))
 }
 
 /// The highest segment id in a run `index`'s `dead_` table names, if any:
